@@ -1,0 +1,37 @@
+# wi-credential-provider: `make demo` to see it work, `make test` to check it.
+CARGO ?= cargo
+BIN := target/release/wi-credential-provider
+
+.PHONY: all build release demo test unit lint fmt clean
+
+all: build
+
+build:
+	$(CARGO) build --release --locked
+
+# Runs the plugin as the kubelet would, in passthrough mode, on a sample request.
+demo: build
+	@echo "== request (stdin) =="
+	@python3 scripts/demo-request.py > target/demo-request.json
+	@cat target/demo-request.json
+	@echo "== response (stdout) =="
+	@$(BIN) --provider passthrough --registry harbor.example.com --audience harbor.example.com \
+		< target/demo-request.json | python3 -m json.tool
+
+# Every test: unit tests, the binary exec'd as the kubelet does, real registry
+# end to end, plus formatting and lints.
+test: lint
+	$(CARGO) test --locked --all-targets
+
+unit:
+	$(CARGO) test --locked --lib
+
+lint:
+	$(CARGO) fmt --check
+	$(CARGO) clippy --locked --all-targets -- -D warnings
+
+fmt:
+	$(CARGO) fmt
+
+clean:
+	$(CARGO) clean

@@ -1,0 +1,328 @@
+//! The command line and the one request/response cycle.
+//!
+//! The flow is one way: read the request, decode the token, route to an
+//! exchanger, plan, exchange, answer. A failure at any step ends the same
+//! way: nothing on stdout, one line on stderr naming the provider, the
+//! service account and the registry, and exit status 1.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::deadline::Deadline;
+use crate::duration;
+use crate::error::{Error, Result};
+use crate::exchange::{self, Context, Exchanger, Provider, passthrough};
+use crate::image::ImageRef;
+use crate::log::{self, Level};
+use crate::protocol::{self, Response};
+use crate::token::ServiceAccountToken;
+
+/// The binary's name; `<this>-aws`, `<this>-azure` ... select a provider.
+pub const BINARY: &str = "wi-credential-provider";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProviderChoice {
+    Aws,
+    Azure,
+    Gcp,
+    Passthrough,
+    Auto,
+}
+
+const ABOUT: &str = "Kubelet image credential provider: each pod pulls images with its own service account identity.";
+
+const LONG_ABOUT: &str = "\
+Kubelet image credential provider: each pod pulls images with its own service account identity.
+
+The kubelet runs this binary for each image pull, writes a CredentialProviderRequest
+(with the pod's service account token, KEP-4412) to stdin, and reads one
+CredentialProviderResponse from stdout. Logs go to stderr.
+
+Every option can also be set with an environment variable WICP_<OPTION> (for example
+WICP_PROVIDER=aws), which the kubelet passes from its config's `env`; the command-line
+flag wins. Durations are written like the kubelet's: 45s, 10m, 1h, 1h30m.
+
+Exit status: 0 with a response on stdout; 1 when no credential could be produced (one
+line on stderr says why and how to fix it); 2 for bad command-line usage.";
+
+#[derive(Parser, Debug)]
+#[command(name = BINARY, version, about = ABOUT, long_about = LONG_ABOUT)]
+pub struct Cli {
+    /// Which exchanger turns the token into registry credentials. Without
+    /// this flag the binary's own name decides (`wi-credential-provider-aws`
+    /// means aws, and so on), else `auto`, which picks aws, azure or gcp from
+    /// the registry host and never passthrough.
+    #[arg(long, value_enum, env = "WICP_PROVIDER")]
+    pub provider: Option<ProviderChoice>,
+
+    /// The audience the service account token must carry, replacing the
+    /// exchanger's default. Must equal tokenAttributes.serviceAccountTokenAudience.
+    #[arg(long, value_name = "AUDIENCE", env = "WICP_AUDIENCE")]
+    pub audience: Option<String>,
+
+    /// Upper bound on the cacheDuration returned to the kubelet, which is
+    /// otherwise 80% of the credential's remaining lifetime. It bounds how
+    /// long a revoked permission keeps working on a node.
+    #[arg(long, value_name = "DURATION", env = "WICP_MAX_CACHE_DURATION", default_value = "1h", value_parser = parse_duration)]
+    pub max_cache_duration: Duration,
+
+    /// Overall deadline for one invocation, shared by every upstream call.
+    /// Keep it below the kubelet's hard 60s kill.
+    #[arg(long, value_name = "DURATION", env = "WICP_TIMEOUT", default_value = "45s", value_parser = parse_timeout)]
+    pub timeout: Duration,
+
+    /// Log level for stderr. `info` writes at most one line per successful
+    /// invocation; no level ever logs a token or password.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "LEVEL",
+        env = "WICP_LOG_LEVEL",
+        default_value = "info"
+    )]
+    pub log_level: Level,
+
+    #[command(flatten)]
+    pub passthrough: passthrough::Options,
+}
+
+fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
+    duration::parse(text).map_err(|e| e.to_string())
+}
+
+fn parse_timeout(text: &str) -> std::result::Result<Duration, String> {
+    let d = parse_duration(text)?;
+    if d.is_zero() || d > Duration::from_secs(59) {
+        return Err("the timeout must be above 0s and below the kubelet's 60s kill".into());
+    }
+    Ok(d)
+}
+
+/// The provider the binary's own name implies: `wi-credential-provider-gcp`
+/// means gcp. The kubelet allows one token audience per provider entry, so
+/// admins install the binary under several names, one per provider.
+pub fn provider_from_program_name(arg0: &OsString) -> Option<Provider> {
+    let name = Path::new(arg0).file_name()?.to_str()?;
+    let suffix = name.strip_prefix(BINARY)?.strip_prefix('-')?;
+    Provider::from_name(suffix)
+}
+
+/// What the exchange is for, collected as the request is understood, so a
+/// failure can say which service account and registry it was about.
+#[derive(Default)]
+struct Subject {
+    provider: Option<Provider>,
+    service_account: Option<String>,
+    registry: Option<String>,
+    /// Values that must not appear in the error line, whatever produced it.
+    redact: Vec<String>,
+}
+
+impl Subject {
+    fn failure_line(&self, error: &Error) -> String {
+        let mut about = Vec::new();
+        if let Some(p) = self.provider {
+            about.push(format!("provider {p}"));
+        }
+        about.push(match &self.service_account {
+            Some(sa) => format!("service account {sa}"),
+            None => "service account unknown".to_string(),
+        });
+        if let Some(r) = &self.registry {
+            about.push(format!("registry {r}"));
+        }
+        let mut line = format!("{} failed: {error}", about.join(", "));
+        for secret in self.redact.iter().filter(|s| s.len() >= 8) {
+            line = line.replace(secret.as_str(), "<redacted>");
+        }
+        line.replace(['\n', '\r'], " ")
+    }
+}
+
+pub fn main() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let cli = Cli::parse_from(&args);
+    log::set_level(cli.log_level);
+    let named = args.first().and_then(provider_from_program_name);
+    let choice = match cli.provider {
+        Some(ProviderChoice::Auto) => None,
+        Some(ProviderChoice::Aws) => Some(Provider::Aws),
+        Some(ProviderChoice::Azure) => Some(Provider::Azure),
+        Some(ProviderChoice::Gcp) => Some(Provider::Gcp),
+        Some(ProviderChoice::Passthrough) => Some(Provider::Passthrough),
+        None => named,
+    };
+    let mut subject = Subject::default();
+    let stdin = std::io::stdin().lock();
+    match respond(&cli, choice, stdin, &mut subject) {
+        Ok(json) => {
+            let mut out = std::io::stdout().lock();
+            if let Err(e) = out.write_all(&json).and_then(|()| out.flush()) {
+                log::write(
+                    Level::Error,
+                    format_args!("cannot write the response to stdout: {e}"),
+                );
+                return ExitCode::FAILURE;
+            }
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            log::write(
+                Level::Error,
+                format_args!("{}", subject.failure_line(&error)),
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Builds every exchanger from its options. Construction does no I/O: a
+/// network client is built only when a plan's exchange runs.
+fn exchangers(cli: &Cli) -> Result<Vec<Box<dyn Exchanger>>> {
+    let list: Vec<Box<dyn Exchanger>> =
+        vec![Box::new(passthrough::Passthrough::new(&cli.passthrough)?)];
+    Ok(list)
+}
+
+/// Reads one request and produces the response bytes.
+fn respond(
+    cli: &Cli,
+    choice: Option<Provider>,
+    input: impl std::io::Read,
+    subject: &mut Subject,
+) -> Result<Vec<u8>> {
+    let deadline = Deadline::after(cli.timeout);
+    let request = protocol::read_request(input)?;
+    if let Some(token) = &request.service_account_token {
+        subject.redact.push(token.expose().to_string());
+        if let Some((_, signature)) = token.expose().rsplit_once('.') {
+            subject.redact.push(signature.to_string());
+        }
+    }
+    let image = ImageRef::parse(&request.image)?;
+    subject.registry = Some(image.registry().to_string());
+
+    let all = exchangers(cli)?;
+    let exchanger = exchange::route(choice, &image, &all)?;
+    let provider = exchanger.provider();
+    subject.provider = Some(provider);
+
+    let now = duration::unix_now();
+    let token = match request.service_account_token.clone() {
+        Some(raw) => Some(ServiceAccountToken::decode(raw, now)?),
+        None if exchanger.requires_token() => {
+            return Err(Error::new("the request carries no service account token")
+                .fix(format!(
+                    "give this provider entry tokenAttributes (serviceAccountTokenAudience, cacheType, requireServiceAccount) \
+                     and apiVersion credentialprovider.kubelet.k8s.io/v1 in the kubelet's CredentialProviderConfig; \
+                     the request used {}",
+                    request.api_version.as_str()
+                )));
+        }
+        None => None,
+    };
+    if let Some(token) = &token {
+        subject.service_account = Some(token.service_account().to_string());
+        let expected = match &cli.audience {
+            Some(audience) => vec![audience.clone()],
+            None => exchanger.audiences(),
+        };
+        token.require_audience(&expected, provider.name())?;
+    }
+
+    let cx = Context {
+        image: &image,
+        annotations: &request.service_account_annotations,
+        token: token.as_ref(),
+    };
+    let plan = exchanger.plan(&cx)?;
+    crate::debug!("plan: {plan:?}");
+    let auth_key = plan.auth_key.clone();
+    let cache_key_type = plan.cache_key_type;
+    let credential = (plan.exchange)(&deadline)?;
+    subject
+        .redact
+        .push(credential.password.expose().to_string());
+
+    let now = duration::unix_now();
+    let cache_duration =
+        duration::cache_duration(now, credential.expires_at, cli.max_cache_duration);
+    if cache_duration.is_zero() {
+        crate::warn!(
+            "the credential for {} expires at {}, too soon to cache; the kubelet will ask again on the next pull",
+            image.registry(),
+            duration::format_unix(credential.expires_at)
+        );
+    }
+    let response = Response::new(
+        request.api_version,
+        cache_key_type,
+        cache_duration,
+        &auth_key,
+        &credential.username,
+        &credential.password,
+    );
+    let json = response.to_json()?;
+    crate::info!(
+        "{} credentials for {} on {} ({}), cacheDuration {}",
+        provider,
+        subject
+            .service_account
+            .as_deref()
+            .unwrap_or("no service account"),
+        auth_key,
+        image,
+        duration::format_go(cache_duration)
+    );
+    Ok(json)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn program_name_selects_the_provider() {
+        let p = |s: &str| provider_from_program_name(&OsString::from(s));
+        assert_eq!(
+            p("/usr/libexec/kubernetes/kubelet-plugins/wi-credential-provider-aws"),
+            Some(Provider::Aws)
+        );
+        assert_eq!(
+            p("wi-credential-provider-passthrough"),
+            Some(Provider::Passthrough)
+        );
+        assert_eq!(p("wi-credential-provider-gcp"), Some(Provider::Gcp));
+        assert_eq!(p("wi-credential-provider"), None);
+        assert_eq!(p("wi-credential-provider-aw"), None);
+        assert_eq!(p("ecr-credential-provider"), None);
+    }
+
+    #[test]
+    fn failure_line_names_everything_and_redacts() {
+        let subject = Subject {
+            provider: Some(Provider::Passthrough),
+            service_account: Some("team/api".into()),
+            registry: Some("reg.io".into()),
+            redact: vec!["eyJhbGciOi.secret.signature".into()],
+        };
+        let line = subject.failure_line(
+            &Error::new("upstream echoed eyJhbGciOi.secret.signature\nback").fix("do x"),
+        );
+        assert_eq!(
+            line,
+            "provider passthrough, service account team/api, registry reg.io failed: upstream echoed <redacted> back; fix: do x"
+        );
+    }
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,201 @@
+//! Durations the way the kubelet writes them, and the rule that turns a
+//! credential's expiry into the response's `cacheDuration`.
+//!
+//! The kubelet decodes `cacheDuration` with Go's `time.ParseDuration`: a JSON
+//! number, an empty string or a unit like `d` makes it throw the whole
+//! response away. We therefore only ever emit whole seconds in Go's own
+//! `Duration.String()` form (`"0s"`, `"59s"`, `"47m12s"`, `"1h0m0s"`).
+
+use std::time::Duration;
+
+use crate::error::{Error, Result, quote};
+
+/// Below this much remaining lifetime a credential is handed out once but
+/// not cached by the kubelet (`"0s"`): a cache entry that dies within the
+/// next pull's latency only causes a failed pull.
+pub const MIN_CACHEABLE_LIFETIME: Duration = Duration::from_secs(60);
+
+/// The kubelet may keep a credential for this fraction of the lifetime that
+/// remains when we answer, leaving the last fifth as a safety margin for
+/// clock skew between node and cloud and for pulls that start just before the
+/// cache entry ends.
+pub const CACHE_FRACTION_PERCENT: u64 = 80;
+
+/// `cacheDuration` for a credential that expires at `expires_at` (Unix
+/// seconds), seen at `now`: 80 % of what remains, at most `max`, and zero when
+/// less than [`MIN_CACHEABLE_LIFETIME`] remains or the credential already
+/// expired.
+pub fn cache_duration(now: i64, expires_at: i64, max: Duration) -> Duration {
+    let remaining = expires_at.saturating_sub(now);
+    let Ok(remaining) = u64::try_from(remaining) else {
+        return Duration::ZERO;
+    };
+    if remaining < MIN_CACHEABLE_LIFETIME.as_secs() {
+        return Duration::ZERO;
+    }
+    let share = remaining.saturating_mul(CACHE_FRACTION_PERCENT) / 100;
+    Duration::from_secs(share).min(Duration::from_secs(max.as_secs()))
+}
+
+/// Formats whole seconds as Go's `time.Duration.String()` does.
+pub fn format_go(d: Duration) -> String {
+    let total = d.as_secs();
+    let (h, m, s) = (total / 3600, (total % 3600) / 60, total % 60);
+    if h > 0 {
+        format!("{h}h{m}m{s}s")
+    } else if m > 0 {
+        format!("{m}m{s}s")
+    } else {
+        format!("{s}s")
+    }
+}
+
+/// Parses a duration written like the kubelet's own (`45s`, `10m`, `1h`,
+/// `1h30m`, `1.5h`, `500ms`): a sequence of decimal numbers each followed by
+/// one of the units `ms`, `s`, `m`, `h`. A bare `0` is accepted as Go does.
+/// Negative durations and days are refused.
+pub fn parse(text: &str) -> Result<Duration> {
+    let bad = || {
+        Error::new(format!("invalid duration {}", quote(text)))
+            .fix("write it like the kubelet does, e.g. 45s, 10m, 1h or 1h30m")
+    };
+    let s = text.trim();
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if s.is_empty() {
+        return Err(bad());
+    }
+    let mut rest = s;
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(bad)?;
+        let (number, tail) = rest.split_at(number_len);
+        if number.is_empty() || number == "." {
+            return Err(bad());
+        }
+        let value: f64 = number.parse().map_err(|_| bad())?;
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let seconds = match unit {
+            "ms" => 0.001,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(bad()),
+        };
+        total += value * seconds;
+        rest = tail;
+    }
+    // A year is far beyond anything meaningful here and keeps the
+    // conversion below finite.
+    if !total.is_finite() || total > 366.0 * 24.0 * 3600.0 {
+        return Err(bad());
+    }
+    Ok(Duration::from_secs_f64(total))
+}
+
+/// Formats Unix seconds as an RFC 3339 UTC timestamp, for messages.
+pub fn format_unix(secs: i64) -> String {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let (y, mo, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{mo:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day), after Howard Hinnant's
+/// public-domain `civil_from_days`.
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// Seconds since the Unix epoch, now.
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_format_matches_time_duration_string() {
+        for (secs, want) in [
+            (0, "0s"),
+            (1, "1s"),
+            (59, "59s"),
+            (60, "1m0s"),
+            (2832, "47m12s"),
+            (3600, "1h0m0s"),
+            (3661, "1h1m1s"),
+            (43200, "12h0m0s"),
+        ] {
+            assert_eq!(format_go(Duration::from_secs(secs)), want);
+        }
+    }
+
+    #[test]
+    fn parses_kubelet_style_durations() {
+        for (text, secs) in [
+            ("45s", 45.0),
+            ("10m", 600.0),
+            ("1h", 3600.0),
+            ("1h30m", 5400.0),
+            ("1.5h", 5400.0),
+            ("500ms", 0.5),
+            ("0", 0.0),
+            ("0s", 0.0),
+        ] {
+            assert_eq!(parse(text).unwrap().as_secs_f64(), secs, "{text}");
+        }
+        for bad in ["", "5", "1d", "-5m", "h", "1x", "1.2.3s", ".s", "99999999h"] {
+            assert!(parse(bad).is_err(), "{bad} should be refused");
+        }
+    }
+
+    #[test]
+    fn cache_duration_rule() {
+        let hour = Duration::from_secs(3600);
+        // 80 % of an hour is 48 minutes.
+        assert_eq!(cache_duration(1000, 1000 + 3600, hour).as_secs(), 2880);
+        // Capped by the maximum.
+        assert_eq!(
+            cache_duration(0, 12 * 3600, hour),
+            Duration::from_secs(3600)
+        );
+        // Nearly expired, expired, and long expired: do not cache.
+        assert_eq!(cache_duration(0, 59, hour), Duration::ZERO);
+        assert_eq!(cache_duration(100, 100, hour), Duration::ZERO);
+        assert_eq!(cache_duration(i64::MAX, i64::MIN, hour), Duration::ZERO);
+        // Exactly at the threshold it is cached.
+        assert_eq!(cache_duration(0, 60, hour).as_secs(), 48);
+    }
+
+    #[test]
+    fn rfc3339() {
+        assert_eq!(format_unix(0), "1970-01-01T00:00:00Z");
+        assert_eq!(format_unix(1_700_077_413), "2023-11-15T19:43:33Z");
+        assert_eq!(format_unix(951_782_400), "2000-02-29T00:00:00Z");
+    }
+}

@@ -1,0 +1,263 @@
+//! The kubelet's rules for matching an image against a pattern.
+//!
+//! The kubelet applies the same function (`URLsMatch` in
+//! `pkg/credentialprovider/keyring.go`) to `matchImages` entries and to the
+//! keys of our response's `auth` map. We implement it here so that every
+//! `auth` key we return, and every `--registry` pattern an admin writes, is
+//! checked with the rules that will actually decide the pull:
+//!
+//! - the host is split on `.` and must have the same number of labels;
+//! - each label is matched with Go's `filepath.Match` (`*`, `?`, `[a-z]`,
+//!   `\` escapes), so a glob never spans a dot;
+//! - the port must be equal as a string (no port matches only no port);
+//! - the path is a plain string prefix: `/*` in a pattern is literal.
+
+/// Whether `pattern` (a `matchImages` entry or an `auth` key, without scheme)
+/// matches `image` (`host[:port]/path`). A malformed pattern matches nothing,
+/// as in the kubelet.
+pub fn matches(pattern: &str, image: &str) -> bool {
+    let pattern = strip_scheme(pattern);
+    let image = strip_scheme(image);
+    let (p_host, p_path) = split_path(pattern);
+    let (t_host, t_path) = split_path(image);
+    let (p_host, p_port) = split_host_port(p_host);
+    let (t_host, t_port) = split_host_port(t_host);
+    if p_port != t_port {
+        return false;
+    }
+    let p_labels: Vec<&str> = p_host.split('.').collect();
+    let t_labels: Vec<&str> = t_host.split('.').collect();
+    if p_labels.len() != t_labels.len() {
+        return false;
+    }
+    if !t_path.starts_with(p_path) {
+        return false;
+    }
+    p_labels
+        .iter()
+        .zip(&t_labels)
+        .all(|(p, t)| glob(p, t).unwrap_or(false))
+}
+
+/// Whether a pattern is well formed under Go's `filepath.Match` for every
+/// host label: used to refuse a bad `--registry` up front.
+pub fn is_valid_pattern(pattern: &str) -> bool {
+    let (host, _) = split_path(strip_scheme(pattern));
+    let (host, _) = split_host_port(host);
+    !host.is_empty() && host.split('.').all(|label| glob(label, "").is_ok())
+}
+
+fn strip_scheme(s: &str) -> &str {
+    s.strip_prefix("https://")
+        .or_else(|| s.strip_prefix("http://"))
+        .unwrap_or(s)
+}
+
+/// Splits `host[:port]/path` into the host part and the path (with its
+/// leading `/`, or empty).
+fn split_path(s: &str) -> (&str, &str) {
+    match s.find('/') {
+        Some(i) => (s.get(..i).unwrap_or(s), s.get(i..).unwrap_or("")),
+        None => (s, ""),
+    }
+}
+
+/// Go's `net.SplitHostPort`, falling back to "no port" when it fails, as the
+/// kubelet's `SplitURL` does.
+fn split_host_port(s: &str) -> (&str, &str) {
+    if let Some(rest) = s.strip_prefix('[') {
+        if let Some((host, port)) = rest
+            .split_once(']')
+            .and_then(|(host, tail)| Some((host, tail.strip_prefix(':')?)))
+        {
+            return (host, port);
+        }
+        return (s, "");
+    }
+    match s.split_once(':') {
+        // More than one colon without brackets: SplitHostPort fails.
+        Some((host, port)) if !port.contains(':') => (host, port),
+        _ => (s, ""),
+    }
+}
+
+#[derive(Debug)]
+struct BadPattern;
+
+enum Token {
+    Literal(char),
+    Any,
+    Star,
+    Class {
+        negated: bool,
+        ranges: Vec<(char, char)>,
+    },
+}
+
+fn tokenize(pattern: &str) -> Result<Vec<Token>, BadPattern> {
+    let mut tokens = Vec::new();
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        tokens.push(match c {
+            '*' => Token::Star,
+            '?' => Token::Any,
+            '\\' => Token::Literal(chars.next().ok_or(BadPattern)?),
+            '[' => {
+                let mut negated = false;
+                let mut ranges = Vec::new();
+                let mut first = true;
+                loop {
+                    let mut c = chars.next().ok_or(BadPattern)?;
+                    if first && c == '^' {
+                        negated = true;
+                        c = chars.next().ok_or(BadPattern)?;
+                    }
+                    if c == ']' && !first {
+                        break;
+                    }
+                    if c == ']' {
+                        // Go refuses an empty class.
+                        return Err(BadPattern);
+                    }
+                    first = false;
+                    let lo = if c == '\\' {
+                        chars.next().ok_or(BadPattern)?
+                    } else {
+                        c
+                    };
+                    let mut lookahead = chars.clone();
+                    let hi =
+                        if lookahead.next() == Some('-') && lookahead.clone().next() != Some(']') {
+                            chars.next();
+                            let h = chars.next().ok_or(BadPattern)?;
+                            let h = if h == '\\' {
+                                chars.next().ok_or(BadPattern)?
+                            } else {
+                                h
+                            };
+                            if h < lo {
+                                return Err(BadPattern);
+                            }
+                            h
+                        } else {
+                            lo
+                        };
+                    ranges.push((lo, hi));
+                }
+                Token::Class { negated, ranges }
+            }
+            other => Token::Literal(other),
+        });
+    }
+    Ok(tokens)
+}
+
+fn matches_one(token: &Token, c: char) -> bool {
+    match token {
+        Token::Literal(l) => *l == c,
+        Token::Any => true,
+        Token::Star => true,
+        Token::Class { negated, ranges } => {
+            ranges.iter().any(|(lo, hi)| (*lo..=*hi).contains(&c)) != *negated
+        }
+    }
+}
+
+/// Go's `filepath.Match` for one host label (which never contains the path
+/// separator). Linear-time matching with a single backtrack point per star.
+fn glob(pattern: &str, text: &str) -> Result<bool, BadPattern> {
+    let tokens = tokenize(pattern)?;
+    let text: Vec<char> = text.chars().collect();
+    let (mut p, mut t) = (0usize, 0usize);
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        match (tokens.get(p), text.get(t)) {
+            (Some(Token::Star), _) => {
+                star = Some((p, t));
+                p += 1;
+            }
+            (Some(token), Some(&c)) if matches_one(token, c) => {
+                p += 1;
+                t += 1;
+            }
+            _ => match star {
+                Some((sp, st)) => {
+                    p = sp + 1;
+                    t = st + 1;
+                    star = Some((sp, st + 1));
+                }
+                None => return Ok(false),
+            },
+        }
+    }
+    Ok(tokens
+        .get(p..)
+        .unwrap_or(&[])
+        .iter()
+        .all(|t| matches!(t, Token::Star)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubelet_examples() {
+        // From the kubelet's own plugin_test.go and keyring_test.go.
+        assert!(matches("*.registry.io:8080", "test.registry.io:8080/foo"));
+        assert!(matches("*.*.registry.io", "foo.bar.registry.io/foo/bar"));
+        assert!(matches("test.registry.io", "test.registry.io/foo/bar"));
+        assert!(matches(
+            "*.dkr.ecr.*.amazonaws.com",
+            "123.dkr.ecr.us-east-1.amazonaws.com/app"
+        ));
+        assert!(matches("*.azurecr.io", "myreg.azurecr.io/app"));
+        assert!(matches("docker.io", "docker.io/library/nginx"));
+        assert!(matches("reg.io/team", "reg.io/team/app"));
+        assert!(matches("reg.io/team", "reg.io/teamx/app"));
+        assert!(matches("app*.k8s.io", "app1.k8s.io/x"));
+        assert!(matches("k8s.*", "k8s.io/x"));
+        assert!(matches("[a-c]eg.io", "beg.io/x"));
+        assert!(matches("[^a-c]eg.io", "reg.io/x"));
+        assert!(matches("r?g.io", "reg.io/x"));
+        assert!(matches("https://reg.io", "reg.io/x"));
+        assert!(matches("[::1]:5000", "[::1]:5000/x"));
+    }
+
+    #[test]
+    fn kubelet_non_matches() {
+        // Label count differs: a glob never spans a dot.
+        assert!(!matches("*.io", "a.k8s.io/x"));
+        assert!(!matches("*.registry.io", "registry.io/x"));
+        // Ports compare as strings.
+        assert!(!matches("reg.io", "reg.io:5000/x"));
+        assert!(!matches("reg.io:5000", "reg.io/x"));
+        assert!(!matches("reg.io:*", "reg.io:5000/x"));
+        // The path is a literal prefix: "/*" never matches a real image.
+        assert!(!matches("reg.io/*", "reg.io/app"));
+        assert!(!matches("*.myregistry.io/*", "a.myregistry.io/app"));
+        assert!(!matches("reg.io/team", "reg.io/other"));
+        // Case-sensitive.
+        assert!(!matches("REG.io", "reg.io/x"));
+        // Lookalikes.
+        assert!(!matches("*.azurecr.io", "evil.azurecr.io.attacker.net/x"));
+        assert!(!matches("[^a-z]eg.io", "reg.io/x"));
+    }
+
+    #[test]
+    fn malformed_patterns_match_nothing() {
+        for bad in ["[a.io", "a\\", "[].io", "[z-a].io", "[^].io"] {
+            assert!(!is_valid_pattern(bad), "{bad}");
+            assert!(!matches(bad, "a.io/x"), "{bad}");
+        }
+        assert!(is_valid_pattern("*.reg.io:5000/team"));
+        assert!(!is_valid_pattern(""));
+    }
+
+    #[test]
+    fn pathological_globs_are_fast() {
+        let pattern = "*a*a*a*a*a*a*a*a*a*a*b";
+        let text = "a".repeat(60);
+        assert!(!glob(pattern, &text).unwrap());
+    }
+}

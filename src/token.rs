@@ -1,0 +1,386 @@
+//! The projected service account token the kubelet passes in the request.
+//!
+//! We decode its claims without checking the signature: the kubelet minted it
+//! a moment ago through the TokenRequest API, and the party that must trust
+//! it (STS, Entra ID, Google STS, the registry) verifies it against the
+//! cluster's issuer anyway. What we need from it is who the pod is (for
+//! messages, session names and cache keys), whether it is still valid, and
+//! whether its audience is the one the exchanger will present it to. Those
+//! checks happen before any network call, so a misconfigured node fails fast
+//! with a precise message instead of an opaque upstream refusal.
+
+use serde::Deserialize;
+
+use crate::duration::format_unix;
+use crate::error::{Error, Result, quote};
+use crate::secret::Secret;
+
+use base64::Engine;
+
+/// Tokens are a few hundred bytes to a few kilobytes; this bounds the work
+/// done on a hostile one.
+const MAX_TOKEN_BYTES: usize = 64 * 1024;
+
+/// The fix shown whenever the token itself is unusable.
+const TOKEN_FIX: &str = "the kubelet must pass a projected service account token: \
+     set tokenAttributes in this provider's CredentialProviderConfig entry (apiVersion credentialprovider.kubelet.k8s.io/v1)";
+
+/// Who the pod is, from the token's `kubernetes.io` claim.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceAccount {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+impl std::fmt::Display for ServiceAccount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// The pod a token is bound to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pod {
+    pub name: String,
+    pub uid: String,
+}
+
+/// The claims we rely on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claims {
+    pub issuer: String,
+    pub subject: String,
+    pub audiences: Vec<String>,
+    pub expires_at: i64,
+    pub issued_at: i64,
+    pub service_account: ServiceAccount,
+    pub pod: Option<Pod>,
+}
+
+/// A decoded service account token: the raw token (secret) and its claims.
+#[derive(Debug)]
+pub struct ServiceAccountToken {
+    raw: Secret,
+    claims: Claims,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum WireAudience {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Deserialize)]
+struct WireClaims {
+    iss: Option<String>,
+    sub: Option<String>,
+    aud: Option<WireAudience>,
+    exp: Option<serde_json::Number>,
+    iat: Option<serde_json::Number>,
+    #[serde(rename = "kubernetes.io")]
+    kubernetes: Option<WireKubernetes>,
+}
+
+#[derive(Deserialize)]
+struct WireKubernetes {
+    namespace: Option<String>,
+    serviceaccount: Option<WireObject>,
+    pod: Option<WireObject>,
+}
+
+#[derive(Deserialize)]
+struct WireObject {
+    name: Option<String>,
+    uid: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct WireHeader {
+    alg: Option<String>,
+}
+
+impl ServiceAccountToken {
+    /// Decodes `raw` and checks that it is a signed JWT with the claims of a
+    /// Kubernetes service account token that has not expired at `now`.
+    pub fn decode(raw: Secret, now: i64) -> Result<Self> {
+        let claims = decode_claims(raw.expose())?;
+        if claims.expires_at <= now {
+            return Err(Error::new(format!(
+                "the service account token for {} expired at {} ({} s ago)",
+                claims.service_account,
+                format_unix(claims.expires_at),
+                now.saturating_sub(claims.expires_at)
+            ))
+            .fix("check the node's clock; the kubelet mints a fresh token for each pull"));
+        }
+        Ok(ServiceAccountToken { raw, claims })
+    }
+
+    pub fn claims(&self) -> &Claims {
+        &self.claims
+    }
+
+    pub fn service_account(&self) -> &ServiceAccount {
+        &self.claims.service_account
+    }
+
+    /// The token itself, for the one call that presents it upstream.
+    pub fn secret(&self) -> &Secret {
+        &self.raw
+    }
+
+    /// Checks that the token was minted for one of `expected` audiences.
+    /// `provider` names the exchanger in the message.
+    pub fn require_audience(&self, expected: &[String], provider: &str) -> Result<()> {
+        if expected.is_empty() || expected.iter().any(|e| self.claims.audiences.contains(e)) {
+            return Ok(());
+        }
+        let wanted = expected
+            .iter()
+            .map(|e| quote(e))
+            .collect::<Vec<_>>()
+            .join(" or ");
+        let got = self
+            .claims
+            .audiences
+            .iter()
+            .map(|a| quote(a))
+            .collect::<Vec<_>>()
+            .join(", ");
+        Err(Error::new(format!(
+            "the service account token's audience [{got}] does not include {wanted}, which the {provider} exchanger presents it to"
+        ))
+        .fix(format!(
+            "set tokenAttributes.serviceAccountTokenAudience: {} in this provider's CredentialProviderConfig entry, \
+             or pass --audience with the audience your identity provider trusts",
+            expected.first().map(String::as_str).unwrap_or_default()
+        )))
+    }
+}
+
+fn segment(segment: &str, what: &str) -> Result<Vec<u8>> {
+    let engine = base64::engine::GeneralPurpose::new(
+        &base64::alphabet::URL_SAFE,
+        base64::engine::GeneralPurposeConfig::new()
+            .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+    );
+    engine.decode(segment).map_err(|_| {
+        Error::new(format!(
+            "the service account token's {what} is not valid base64url"
+        ))
+        .fix(TOKEN_FIX)
+    })
+}
+
+fn number(n: Option<serde_json::Number>, claim: &str) -> Result<i64> {
+    let n = n.ok_or_else(|| missing(claim))?;
+    n.as_i64()
+        .or_else(|| n.as_f64().filter(|f| f.is_finite()).map(|f| f as i64))
+        .ok_or_else(|| {
+            Error::new(format!(
+                "the service account token's {claim} claim is not a number"
+            ))
+            .fix(TOKEN_FIX)
+        })
+}
+
+fn missing(claim: &str) -> Error {
+    Error::new(format!(
+        "the service account token has no {claim} claim, so it is not a Kubernetes service account token"
+    ))
+    .fix(TOKEN_FIX)
+}
+
+fn required(value: Option<String>, claim: &str) -> Result<String> {
+    value
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| missing(claim))
+}
+
+/// Decodes the claims of a JWS compact token without verifying it.
+pub fn decode_claims(token: &str) -> Result<Claims> {
+    if token.len() > MAX_TOKEN_BYTES {
+        return Err(Error::new(format!(
+            "the service account token is longer than {MAX_TOKEN_BYTES} bytes"
+        ))
+        .fix(TOKEN_FIX));
+    }
+    let parts: Vec<&str> = token.split('.').collect();
+    let [header, payload, signature] = parts.as_slice() else {
+        return Err(Error::new(format!(
+            "the service account token is not a JWT: it has {} dot-separated segments instead of 3",
+            parts.len()
+        ))
+        .fix(TOKEN_FIX));
+    };
+    if signature.is_empty() {
+        return Err(Error::new("the service account token is not signed").fix(TOKEN_FIX));
+    }
+    let header: WireHeader = serde_json::from_slice(&segment(header, "header")?).map_err(|_| {
+        Error::new("the service account token's header is not a JSON object").fix(TOKEN_FIX)
+    })?;
+    match header.alg.as_deref() {
+        None | Some("") | Some("none") => {
+            return Err(Error::new(
+                "the service account token is not signed (alg is none or missing)",
+            )
+            .fix(TOKEN_FIX));
+        }
+        Some(_) => {}
+    }
+    let claims: WireClaims =
+        serde_json::from_slice(&segment(payload, "payload")?).map_err(|_| {
+            Error::new(
+                "the service account token's claims are not a JSON object of the expected shape",
+            )
+            .fix(TOKEN_FIX)
+        })?;
+
+    let kubernetes = claims.kubernetes.ok_or_else(|| missing("kubernetes.io"))?;
+    let sa = kubernetes
+        .serviceaccount
+        .ok_or_else(|| missing("kubernetes.io.serviceaccount"))?;
+    let service_account = ServiceAccount {
+        namespace: required(kubernetes.namespace, "kubernetes.io.namespace")?,
+        name: required(sa.name, "kubernetes.io.serviceaccount.name")?,
+        uid: required(sa.uid, "kubernetes.io.serviceaccount.uid")?,
+    };
+    let subject = required(claims.sub, "sub")?;
+    let expected_subject = format!(
+        "system:serviceaccount:{}:{}",
+        service_account.namespace, service_account.name
+    );
+    if subject != expected_subject {
+        return Err(Error::new(format!(
+            "the service account token's sub {} does not match its kubernetes.io claim ({expected_subject})",
+            quote(&subject)
+        ))
+        .fix(TOKEN_FIX));
+    }
+    let audiences = match claims.aud {
+        Some(WireAudience::One(a)) => vec![a],
+        Some(WireAudience::Many(a)) => a,
+        None => Vec::new(),
+    };
+    if audiences.is_empty() {
+        return Err(missing("aud"));
+    }
+    let pod = match kubernetes.pod {
+        Some(WireObject {
+            name: Some(name),
+            uid: Some(uid),
+        }) => Some(Pod { name, uid }),
+        _ => None,
+    };
+    Ok(Claims {
+        issuer: required(claims.iss, "iss")?,
+        subject,
+        audiences,
+        expires_at: number(claims.exp, "exp")?,
+        issued_at: number(claims.iat, "iat")?,
+        service_account,
+        pod,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
+    fn jwt(header: &str, claims: &str) -> String {
+        format!(
+            "{}.{}.c2lnbmF0dXJl",
+            URL_SAFE_NO_PAD.encode(header),
+            URL_SAFE_NO_PAD.encode(claims)
+        )
+    }
+
+    const HEADER: &str = r#"{"alg":"RS256","kid":"k"}"#;
+
+    fn claims(exp: i64, aud: &str) -> String {
+        format!(
+            r#"{{"aud":{aud},"exp":{exp},"iat":1000,"nbf":1000,"iss":"https://issuer.example","sub":"system:serviceaccount:team:api",
+            "kubernetes.io":{{"namespace":"team","serviceaccount":{{"name":"api","uid":"u-1"}},"pod":{{"name":"api-0","uid":"p-1"}}}}}}"#
+        )
+    }
+
+    #[test]
+    fn decodes_a_service_account_token() {
+        let t = ServiceAccountToken::decode(
+            Secret::new(jwt(HEADER, &claims(5000, r#"["sts.amazonaws.com"]"#))),
+            2000,
+        )
+        .unwrap();
+        let c = t.claims();
+        assert_eq!(c.service_account.to_string(), "team/api");
+        assert_eq!(c.service_account.uid, "u-1");
+        assert_eq!(c.pod.as_ref().unwrap().uid, "p-1");
+        assert_eq!(c.audiences, ["sts.amazonaws.com"]);
+        assert!(
+            t.require_audience(&["sts.amazonaws.com".into()], "aws")
+                .is_ok()
+        );
+        let err = t
+            .require_audience(&["api://AzureADTokenExchange".into()], "azure")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("serviceAccountTokenAudience: api://AzureADTokenExchange"),
+            "{err}"
+        );
+        assert!(err.contains("\"sts.amazonaws.com\""), "{err}");
+    }
+
+    #[test]
+    fn single_string_audience_is_accepted() {
+        let t =
+            ServiceAccountToken::decode(Secret::new(jwt(HEADER, &claims(5000, r#""harbor""#))), 0)
+                .unwrap();
+        assert_eq!(t.claims().audiences, ["harbor"]);
+    }
+
+    #[test]
+    fn refuses_broken_tokens() {
+        let good = claims(5000, r#"["a"]"#);
+        let cases = [
+            ("a.b".to_string(), "2 dot-separated segments"),
+            ("".to_string(), "1 dot-separated"),
+            (format!("{}.", jwt(HEADER, &good)), "4 dot-separated"),
+            ("!!!.e30.sig".to_string(), "header is not valid base64url"),
+            (jwt("[]", &good), "header is not a JSON object"),
+            (jwt(r#"{"alg":"none"}"#, &good), "not signed"),
+            (jwt(HEADER, "not json"), "claims are not a JSON object"),
+            (jwt(HEADER, r#"{"sub":"x"}"#), "no kubernetes.io claim"),
+            (
+                jwt(HEADER, &good.replace("\"exp\":5000,", "")),
+                "no exp claim",
+            ),
+            (
+                jwt(
+                    HEADER,
+                    &good.replace(
+                        "system:serviceaccount:team:api",
+                        "system:serviceaccount:other:api",
+                    ),
+                ),
+                "does not match",
+            ),
+            (jwt(HEADER, &claims(1500, r#"["a"]"#)), "expired at"),
+            (jwt(HEADER, &claims(5000, "[]")), "no aud claim"),
+        ];
+        for (token, needle) in cases {
+            let err = ServiceAccountToken::decode(Secret::new(token.clone()), 2000)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(needle), "{token}: {err}");
+        }
+        let unsigned = format!("{}.", jwt(HEADER, &good).rsplit_once('.').unwrap().0);
+        let err = ServiceAccountToken::decode(Secret::new(unsigned), 0)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not signed"), "{err}");
+    }
+}
