@@ -1,0 +1,6 @@
+//! Support code shared by the integration tests. Each test binary uses a
+//! different subset, hence the allow.
+#![allow(dead_code)]
+
+pub mod plugin;
+pub mod token;

@@ -1,0 +1,161 @@
+//! Runs the built binary exactly as the kubelet does: the request on stdin,
+//! the response read from stdout, stderr kept for the error, the exit code
+//! checked. The environment is cleared so the developer's own AWS_*, proxy
+//! or WICP_* variables never change a test's outcome.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_wi-credential-provider"))
+}
+
+/// One finished invocation.
+#[derive(Debug)]
+pub struct Run {
+    pub code: Option<i32>,
+    pub stdout: Vec<u8>,
+    pub stderr: String,
+}
+
+impl Run {
+    /// Asserts success and returns the response, checking the exact field
+    /// set the kubelet's strict decoder accepts.
+    pub fn response(&self) -> Value {
+        assert_eq!(self.code, Some(0), "plugin failed: {}", self.stderr);
+        let text = std::str::from_utf8(&self.stdout).expect("stdout is UTF-8");
+        // Exactly one JSON document (a trailing newline is fine).
+        let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+        let value = stream
+            .next()
+            .expect("a JSON document on stdout")
+            .expect("valid JSON");
+        assert!(
+            stream.next().is_none(),
+            "more than one document on stdout: {text}"
+        );
+        let keys: BTreeSet<&str> = value
+            .as_object()
+            .expect("object")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            keys,
+            BTreeSet::from([
+                "apiVersion",
+                "kind",
+                "cacheKeyType",
+                "cacheDuration",
+                "auth"
+            ]),
+            "response fields: {text}"
+        );
+        assert_eq!(value["kind"], "CredentialProviderResponse");
+        for (_, entry) in value["auth"].as_object().expect("auth map") {
+            let keys: BTreeSet<&str> = entry
+                .as_object()
+                .unwrap()
+                .keys()
+                .map(String::as_str)
+                .collect();
+            assert_eq!(
+                keys,
+                BTreeSet::from(["username", "password"]),
+                "auth entry: {text}"
+            );
+        }
+        value
+    }
+
+    /// Asserts failure: non-zero exit, nothing on stdout, and one line on
+    /// stderr. Returns that line.
+    pub fn failure(&self) -> String {
+        assert_ne!(
+            self.code,
+            Some(0),
+            "plugin succeeded unexpectedly: {}",
+            String::from_utf8_lossy(&self.stdout)
+        );
+        assert!(
+            self.stdout.is_empty(),
+            "stdout must be empty on failure: {:?}",
+            String::from_utf8_lossy(&self.stdout)
+        );
+        let lines: Vec<&str> = self
+            .stderr
+            .lines()
+            .filter(|l| l.contains(": error: "))
+            .collect();
+        assert_eq!(
+            lines.len(),
+            1,
+            "expected exactly one error line, got: {}",
+            self.stderr
+        );
+        lines[0].to_string()
+    }
+}
+
+/// A CredentialProviderRequest as the kubelet encodes it.
+pub fn request(image: &str, token: Option<&str>, annotations: &[(&str, &str)]) -> String {
+    let mut r = json!({
+        "kind": "CredentialProviderRequest",
+        "apiVersion": "credentialprovider.kubelet.k8s.io/v1",
+        "image": image,
+    });
+    if let Some(token) = token {
+        r["serviceAccountToken"] = json!(token);
+    }
+    if !annotations.is_empty() {
+        let map: serde_json::Map<String, Value> = annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect();
+        r["serviceAccountAnnotations"] = Value::Object(map);
+    }
+    r.to_string()
+}
+
+/// Runs the binary with `args`, only `env` set (plus PATH), `stdin` piped.
+pub fn run(args: &[&str], env: &[(&str, &str)], stdin: &[u8]) -> Run {
+    run_program(&bin(), args, env, stdin)
+}
+
+/// Runs the binary under another name (a symlink, as admins install it for
+/// several provider entries).
+pub fn run_as(name: &str, args: &[&str], env: &[(&str, &str)], stdin: &[u8]) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let link = dir.path().join(name);
+    std::os::unix::fs::symlink(bin(), &link).unwrap();
+    run_program(&link, args, env, stdin)
+}
+
+fn run_program(program: &Path, args: &[&str], env: &[(&str, &str)], stdin: &[u8]) -> Run {
+    let mut child = Command::new(program)
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the plugin");
+    {
+        let mut input = child.stdin.take().unwrap();
+        // The plugin may exit before reading everything (oversized input):
+        // a broken pipe here is part of the test, not a failure.
+        let _ = input.write_all(stdin);
+    }
+    let out = child.wait_with_output().unwrap();
+    Run {
+        code: out.status.code(),
+        stdout: out.stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}

@@ -1,0 +1,102 @@
+//! Service account tokens as the kubelet would pass them: RS256 JWTs signed
+//! with a real RSA key (tests/fixtures/sa-signer.key), with the claim layout
+//! of a projected, pod-bound token (pkg/serviceaccount/claims.go).
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use serde_json::{Value, json};
+
+pub const SIGNER_KEY: &str = include_str!("../fixtures/sa-signer.key");
+pub const SIGNER_PUB: &str = include_str!("../fixtures/sa-signer.pub");
+pub const WRONG_KEY: &str = include_str!("../fixtures/wrong-signer.key");
+pub const ISSUER: &str = "https://oidc.cluster.test";
+
+pub fn now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// What a token says about its pod.
+#[derive(Clone, Debug)]
+pub struct TokenSpec {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub pod_name: String,
+    pub pod_uid: String,
+    pub audiences: Vec<String>,
+    pub issuer: String,
+    /// Seconds from now; negative for an expired token.
+    pub expires_in: i64,
+}
+
+impl TokenSpec {
+    pub fn new(namespace: &str, name: &str, audience: &str) -> Self {
+        TokenSpec {
+            namespace: namespace.into(),
+            name: name.into(),
+            uid: format!("{namespace}-{name}-uid-0000-000000000000"),
+            pod_name: format!("{name}-7d9f8-abcde"),
+            pod_uid: format!("pod-{namespace}-{name}-0000-000000000000"),
+            audiences: vec![audience.into()],
+            issuer: ISSUER.into(),
+            expires_in: 3600,
+        }
+    }
+
+    pub fn claims(&self) -> Value {
+        let iat = now();
+        json!({
+            "aud": self.audiences,
+            "exp": iat + self.expires_in,
+            "iat": iat,
+            "nbf": iat,
+            "iss": self.issuer,
+            "jti": format!("jti-{}-{}", self.pod_uid, iat),
+            "sub": format!("system:serviceaccount:{}:{}", self.namespace, self.name),
+            "kubernetes.io": {
+                "namespace": self.namespace,
+                "node": {"name": "node-1", "uid": "node-uid-1"},
+                "pod": {"name": self.pod_name, "uid": self.pod_uid},
+                "serviceaccount": {"name": self.name, "uid": self.uid},
+            },
+        })
+    }
+
+    /// Signed with the cluster's (test) signing key.
+    pub fn mint(&self) -> String {
+        sign(&self.claims(), SIGNER_KEY)
+    }
+
+    /// Signed with another key: the registry or cloud must refuse it.
+    pub fn mint_with_wrong_key(&self) -> String {
+        sign(&self.claims(), WRONG_KEY)
+    }
+}
+
+/// Signs arbitrary claims with `key_pem` (RS256, kid "test-key").
+pub fn sign(claims: &Value, key_pem: &str) -> String {
+    let mut header = Header::new(Algorithm::RS256);
+    header.kid = Some("test-key".into());
+    jsonwebtoken::encode(
+        &header,
+        claims,
+        &EncodingKey::from_rsa_pem(key_pem.as_bytes()).unwrap(),
+    )
+    .unwrap()
+}
+
+/// Verifies a token as a registry or cloud trusting the test cluster's
+/// issuer would: signature, expiry, issuer and audience.
+pub fn verify(token: &str, audience: &str) -> Result<Value, String> {
+    let mut validation = Validation::new(Algorithm::RS256);
+    validation.set_audience(&[audience]);
+    validation.set_issuer(&[ISSUER]);
+    let key = DecodingKey::from_rsa_pem(SIGNER_PUB.as_bytes()).map_err(|e| e.to_string())?;
+    jsonwebtoken::decode::<Value>(token, &key, &validation)
+        .map(|data| data.claims)
+        .map_err(|e| e.to_string())
+}
