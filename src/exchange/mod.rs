@@ -151,6 +151,13 @@ pub trait Exchanger {
     /// which is enough; empty means the exchanger does not care.
     fn audiences(&self) -> Vec<String>;
 
+    /// The service account annotation keys the exchanger reads, in the
+    /// order it prefers them. The kubelet passes only keys listed in the
+    /// provider entry's `tokenAttributes`, so `check-config` compares the two.
+    fn annotation_keys(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Whether the exchanger needs the kubelet's service account token.
     fn requires_token(&self) -> bool {
         true
