@@ -54,7 +54,7 @@ fn bad_inputs_get_one_precise_error() {
     let mut bad_claims = good.split('.').map(str::to_string).collect::<Vec<_>>();
     bad_claims[1] = URL_SAFE_NO_PAD.encode("{not json");
     let bad_claims = bad_claims.join(".");
-    let two_segments = good.rsplitn(2, '.').nth(1).unwrap().to_string();
+    let two_segments = good.rsplit_once('.').unwrap().0.to_string();
     let bad_base64 = format!("***.{}", good.split_once('.').unwrap().1);
     let big = format!(
         r#"{{"kind":"CredentialProviderRequest","pad":"{}"}}"#,
