@@ -177,8 +177,9 @@ fn explain(request: &ExchangeRequest<'_>, reply: &http::Reply) -> Error {
         detail.push(upstream::body_shape(&reply.body));
     }
     let what = format!(
-        "ACR at {} refused to exchange the Entra ID token for a refresh token for {} ({})",
+        "ACR at {} {} to exchange the Entra ID token for a refresh token for {} ({})",
         request.endpoint,
+        upstream::verb(reply.status),
         request.service,
         detail.join(", ")
     );

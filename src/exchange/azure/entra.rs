@@ -167,7 +167,8 @@ fn explain(request: &TokenRequest<'_>, reply: &http::Reply) -> Error {
         detail.push(format!("correlation ID {id}"));
     }
     let what = format!(
-        "Entra ID refused the token for client {} in tenant {} at {} ({})",
+        "Entra ID {} to issue a token for client {} in tenant {} at {} ({})",
+        upstream::verb(reply.status),
         request.client_id,
         request.tenant,
         request.authority,

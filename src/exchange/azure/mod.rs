@@ -39,7 +39,10 @@ pub const AUDIENCE: &str = "api://AzureADTokenExchange";
 pub const STANDARD_TENANT_ENV: &str = "AZURE_TENANT_ID";
 pub const STANDARD_AUTHORITY_ENV: &str = "AZURE_AUTHORITY_HOST";
 
+// The group id must differ from the other exchangers' `Options` structs,
+// which clap would otherwise all name "Options".
 #[derive(clap::Args, Clone, Debug, Default)]
+#[group(id = "azure_options")]
 #[command(next_help_heading = "Azure")]
 pub struct Options {
     /// Entra ID tenant (GUID or domain) for service accounts without a

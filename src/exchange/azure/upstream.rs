@@ -41,6 +41,16 @@ fn looks_like_jwt(word: &str) -> bool {
         .is_some_and(|rest| rest.matches('.').count() >= 2)
 }
 
+/// How to say an upstream did not give us what we asked for: a 4xx is a
+/// decision about our request, a 5xx (or anything else) is the service failing.
+pub fn verb(status: u16) -> &'static str {
+    if (400..500).contains(&status) {
+        "refused"
+    } else {
+        "failed"
+    }
+}
+
 /// The shape of a body we will not repeat.
 pub fn body_shape(body: &[u8]) -> String {
     let trimmed = body.trim_ascii_start();
