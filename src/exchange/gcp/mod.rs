@@ -49,7 +49,10 @@ pub const DEFAULT_IAMCREDENTIALS_ENDPOINT: &str = "https://iamcredentials.google
 /// them rather than one per host.
 const REGISTRY_KEY: &str = "gcp";
 
+// Named group: clap names a flattened struct's group after the struct, and
+// every exchanger's struct is called `Options`.
 #[derive(clap::Args, Clone, Debug)]
+#[group(id = "gcp_options")]
 #[command(next_help_heading = "GCP")]
 pub struct Options {
     /// Workload Identity Federation: the pool provider that trusts the
