@@ -169,7 +169,10 @@ impl Exchanger for Gcp {
                 crate::error::quote(registry),
                 registry::REGISTRIES
             ))
-            .fix("narrow this provider's matchImages to gcr.io, *.gcr.io and *-docker.pkg.dev"));
+            .fix(format!(
+                "narrow this provider's matchImages to {}",
+                registry::MATCH_IMAGES.join(", ")
+            )));
         }
         let token = cx.token()?;
         let service_account = cx

@@ -22,6 +22,17 @@
 pub const REGISTRIES: &str = "gcr.io, us.gcr.io, eu.gcr.io, asia.gcr.io, \
      <location>-docker.pkg.dev, container.cloud.google.com";
 
+/// The `matchImages` the README recommends: with the kubelet's rules they
+/// select exactly the hosts served here (a glob never spans a dot).
+pub const MATCH_IMAGES: [&str; 6] = [
+    "gcr.io",
+    "us.gcr.io",
+    "eu.gcr.io",
+    "asia.gcr.io",
+    "*-docker.pkg.dev",
+    "container.cloud.google.com",
+];
+
 /// Whether `registry` (`host[:port]` as the image names it) is a Google
 /// container registry.
 pub fn is_google_registry(registry: &str) -> bool {
@@ -72,6 +83,27 @@ mod tests {
             "me-central2-docker.pkg.dev",
         ] {
             assert!(is_google_registry(host), "{host} should be served");
+        }
+    }
+
+    #[test]
+    fn recommended_match_images_select_the_served_hosts() {
+        let selected = |host: &str| {
+            MATCH_IMAGES
+                .iter()
+                .any(|p| crate::matching::matches(p, &format!("{host}/p/app")))
+        };
+        for host in [
+            "gcr.io",
+            "asia.gcr.io",
+            "us-docker.pkg.dev",
+            "europe-west12-docker.pkg.dev",
+            "container.cloud.google.com",
+        ] {
+            assert!(selected(host) && is_google_registry(host), "{host}");
+        }
+        for host in ["mirror.gcr.io", "us-python.pkg.dev", "a.us-docker.pkg.dev"] {
+            assert!(!selected(host), "{host}");
         }
     }
 
