@@ -16,7 +16,7 @@ use clap::Parser;
 use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result};
-use crate::exchange::{self, Context, Exchanger, Provider, azure, passthrough};
+use crate::exchange::{self, Context, Exchanger, Provider, azure, gcp, passthrough};
 use crate::image::ImageRef;
 use crate::log::{self, Level};
 use crate::protocol::{self, Response};
@@ -92,6 +92,9 @@ pub struct Cli {
 
     #[command(flatten)]
     pub azure: azure::Options,
+
+    #[command(flatten)]
+    pub gcp: gcp::Options,
 }
 
 fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
@@ -190,6 +193,7 @@ fn exchangers(cli: &Cli) -> Result<Vec<Box<dyn Exchanger>>> {
     let list: Vec<Box<dyn Exchanger>> = vec![
         Box::new(passthrough::Passthrough::new(&cli.passthrough)?),
         Box::new(azure::Azure::new(&cli.azure)),
+        Box::new(gcp::Gcp::new(&cli.gcp)?),
     ];
     Ok(list)
 }

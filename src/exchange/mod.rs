@@ -12,6 +12,7 @@
 //! runs [`Plan::exchange`], which does the network calls.
 
 pub mod azure;
+pub mod gcp;
 pub mod passthrough;
 
 use std::collections::BTreeMap;
