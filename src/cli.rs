@@ -76,6 +76,12 @@ pub struct Cli {
     #[arg(long, value_name = "DURATION", env = "WICP_TIMEOUT", default_value = "45s", value_parser = parse_timeout)]
     pub timeout: Duration,
 
+    /// A PEM bundle of extra CA certificates trusted by every upstream call,
+    /// on top of the node's trust store (SSL_CERT_FILE replaces that store,
+    /// as in OpenSSL): the CA of a TLS-inspecting proxy or a private endpoint.
+    #[arg(long, value_name = "PATH", env = "WICP_CA_FILE")]
+    pub ca_file: Option<std::path::PathBuf>,
+
     /// Log level for stderr. `info` writes at most one line per successful
     /// invocation; no level ever logs a token or password.
     #[arg(
@@ -154,6 +160,7 @@ pub fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
     let cli = Cli::parse_from(&args);
     log::set_level(cli.log_level);
+    crate::trust::set_ca_file(cli.ca_file.clone());
     let named = args.first().and_then(provider_from_program_name);
     let choice = match cli.provider {
         Some(ProviderChoice::Auto) => None,

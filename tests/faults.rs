@@ -1,0 +1,832 @@
+//! Fault injection, process level: the binary exec'd as the kubelet runs
+//! it, against each exchanger's upstreams on loopback, with the network
+//! misbehaving in every way we promise to survive: refused connections,
+//! servers that accept and never answer (the run must end at `--timeout`,
+//! measured), transient 5xx, 429 with `Retry-After` in both forms or beyond
+//! the deadline, refusals that must not be retried, cut and malformed
+//! bodies, a TLS server whose CA only `--ca-file` (or `SSL_CERT_FILE`)
+//! vouches for, and a proxy (used for `HTTPS_PROXY`/`HTTP_PROXY`, bypassed
+//! for `NO_PROXY`).
+//!
+//! Every run logs at debug level and every run is checked for secrets on
+//! stderr: the service account token and every token the fakes issued.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::print_stderr
+)]
+
+mod support;
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::azure::{self, App, FakeAcr, FakeEntra};
+use support::http_server::{Request, Response, TestServer};
+use support::net::{CA_PEM, Proxy, Raw, RawServer, Target, TlsFront, closed_port};
+use support::plugin::{Run, request, run};
+use support::token::{self, TokenSpec};
+
+const ACR_HOST: &str = "contoso.azurecr.io";
+const GCP_PROJECT: &str = "my-project";
+const GCP_CLUSTER: &str = "projects/my-project/locations/us-central1/clusters/prod";
+const GCP_SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
+
+/// GKE Workload Identity's STS audience for the cluster.
+fn gke_sts_audience() -> String {
+    format!(
+        "identitynamespace:{GCP_PROJECT}.svc.id.goog:https://container.googleapis.com/v1/{GCP_CLUSTER}"
+    )
+}
+
+/// Google STS `POST /v1/token` for GKE Workload Identity: exactly the six
+/// RFC 8693 form fields, no Authorization header, the pool's audience, a
+/// subject token signed by the test cluster for `<project>.svc.id.goog`.
+/// Scripted answers replace the next ones, after the request was checked.
+struct FakeSts {
+    server: TestServer,
+    state: Arc<Mutex<StsState>>,
+}
+
+#[derive(Default)]
+struct StsState {
+    script: VecDeque<Response>,
+    issued: Vec<String>,
+    violations: Vec<String>,
+}
+
+impl FakeSts {
+    fn start() -> FakeSts {
+        let state = Arc::new(Mutex::new(StsState::default()));
+        let handler = Arc::clone(&state);
+        let server = TestServer::start(move |req| sts(&handler, req));
+        FakeSts { server, state }
+    }
+
+    fn script(&self, responses: impl IntoIterator<Item = Response>) {
+        self.state.lock().unwrap().script.extend(responses);
+    }
+
+    fn issued(&self) -> Vec<String> {
+        self.state.lock().unwrap().issued.clone()
+    }
+}
+
+impl Drop for FakeSts {
+    fn drop(&mut self) {
+        let violations = self.state.lock().unwrap().violations.clone();
+        if !violations.is_empty() && !std::thread::panicking() {
+            panic!("the plugin sent requests Google STS would refuse: {violations:#?}");
+        }
+    }
+}
+
+fn sts(state: &Mutex<StsState>, req: &Request) -> Response {
+    let form = req.form();
+    let keys: BTreeSet<&str> = form.keys().map(String::as_str).collect();
+    let mut problems = Vec::new();
+    if req.method != "POST" || req.path != "/v1/token" || !req.query.is_empty() {
+        problems.push(format!("{} {}?{}", req.method, req.path, req.query));
+    }
+    if req.header("authorization").is_some() {
+        problems.push("an Authorization header".to_string());
+    }
+    if req.header("content-type") != Some("application/x-www-form-urlencoded") {
+        problems.push(format!("content type {:?}", req.header("content-type")));
+    }
+    let expected: BTreeSet<&str> = [
+        "audience",
+        "grant_type",
+        "requested_token_type",
+        "scope",
+        "subject_token",
+        "subject_token_type",
+    ]
+    .into();
+    if keys != expected {
+        problems.push(format!("fields {keys:?}"));
+    } else {
+        for (field, value) in [
+            (
+                "grant_type",
+                "urn:ietf:params:oauth:grant-type:token-exchange",
+            ),
+            (
+                "requested_token_type",
+                "urn:ietf:params:oauth:token-type:access_token",
+            ),
+            ("subject_token_type", "urn:ietf:params:oauth:token-type:jwt"),
+            ("scope", GCP_SCOPE),
+            ("audience", &gke_sts_audience()),
+        ] {
+            if form[field] != value {
+                problems.push(format!("{field}={:?}", form[field]));
+            }
+        }
+        if let Err(e) = token::verify(
+            &form["subject_token"],
+            &format!("{GCP_PROJECT}.svc.id.goog"),
+        ) {
+            problems.push(format!("subject token: {e}"));
+        }
+    }
+    let mut state = state.lock().unwrap();
+    if !problems.is_empty() {
+        state.violations.extend(problems);
+        return Response::json(
+            400,
+            json!({"error": "invalid_request", "error_description": "Invalid request."}),
+        );
+    }
+    if let Some(canned) = state.script.pop_front() {
+        return canned;
+    }
+    let access_token = format!("ya29.d.federated-{}-{}", token::now(), state.issued.len());
+    state.issued.push(access_token.clone());
+    Response::json(
+        200,
+        json!({
+            "access_token": access_token,
+            "issued_token_type": "urn:ietf:params:oauth:token-type:access_token",
+            "token_type": "Bearer",
+            "expires_in": 3599,
+        }),
+    )
+}
+
+/// One exchanger, its fakes, and the knobs the faults turn: the first
+/// upstream call's endpoint flag and its scripted answers.
+struct Case {
+    name: &'static str,
+    image: String,
+    token: String,
+    annotations: Vec<(&'static str, &'static str)>,
+    fakes: Fakes,
+}
+
+enum Fakes {
+    Azure(FakeEntra, FakeAcr),
+    Gcp(FakeSts),
+}
+
+impl Case {
+    fn azure() -> Case {
+        let entra = FakeEntra::start(App::trusting("team", "puller"));
+        let acr = FakeAcr::start(ACR_HOST, &entra);
+        Case {
+            name: "azure",
+            image: format!("{ACR_HOST}/team/app"),
+            token: TokenSpec::new("team", "puller", azure::AUDIENCE).mint(),
+            annotations: vec![
+                ("azure.workload.identity/client-id", azure::CLIENT_ID),
+                ("azure.workload.identity/tenant-id", azure::TENANT),
+            ],
+            fakes: Fakes::Azure(entra, acr),
+        }
+    }
+
+    fn gcp() -> Case {
+        Case {
+            name: "gcp",
+            image: "us-docker.pkg.dev/my-project/team/app".to_string(),
+            token: TokenSpec::new("team", "puller", &format!("{GCP_PROJECT}.svc.id.goog")).mint(),
+            annotations: vec![],
+            fakes: Fakes::Gcp(FakeSts::start()),
+        }
+    }
+
+    fn all() -> [Case; 2] {
+        [Case::azure(), Case::gcp()]
+    }
+
+    /// The flag that points the first upstream call somewhere.
+    fn first_flag(&self) -> &'static str {
+        match self.fakes {
+            Fakes::Azure(..) => "--azure-authority-host",
+            Fakes::Gcp(_) => "--gcp-sts-endpoint",
+        }
+    }
+
+    /// Where the first call goes normally.
+    fn first_url(&self) -> String {
+        match &self.fakes {
+            Fakes::Azure(entra, _) => entra.url(),
+            Fakes::Gcp(sts) => sts.server.url(),
+        }
+    }
+
+    fn first_addr(&self) -> std::net::SocketAddr {
+        match &self.fakes {
+            Fakes::Azure(entra, _) => entra.server.addr(),
+            Fakes::Gcp(sts) => sts.server.addr(),
+        }
+    }
+
+    /// How messages name the first call, when it goes to `url`.
+    fn first_call(&self, url: &str) -> String {
+        match self.fakes {
+            Fakes::Azure(..) => format!("the Entra ID token request to {url}"),
+            Fakes::Gcp(_) => format!("the Google STS token exchange at {url}/v1/token"),
+        }
+    }
+
+    fn first_requests(&self) -> usize {
+        match &self.fakes {
+            Fakes::Azure(entra, _) => entra.server.request_count(),
+            Fakes::Gcp(sts) => sts.server.request_count(),
+        }
+    }
+
+    /// Scripts the first call's next answers.
+    fn script(&self, responses: Vec<Response>) {
+        match &self.fakes {
+            Fakes::Azure(entra, _) => entra.script(responses),
+            Fakes::Gcp(sts) => sts.script(responses),
+        }
+    }
+
+    /// A refusal in the provider's own error shape.
+    fn forbidden(&self) -> Response {
+        match self.fakes {
+            Fakes::Azure(..) => azure::entra_error(
+                403,
+                "unauthorized_client",
+                53003,
+                "Access has been blocked by Conditional Access policies.",
+            ),
+            Fakes::Gcp(_) => Response::json(
+                403,
+                json!({"error": {"code": 403, "message": "Request is prohibited by organization's policy.", "status": "PERMISSION_DENIED"}}),
+            ),
+        }
+    }
+
+    /// Throttling in the provider's own error shape.
+    fn throttled(&self, retry_after: &str) -> Response {
+        let response = match self.fakes {
+            Fakes::Azure(..) => azure::entra_error(
+                429,
+                "temporarily_unavailable",
+                50196,
+                "The server temporarily blocked requests.",
+            ),
+            Fakes::Gcp(_) => Response::json(
+                429,
+                json!({"error": {"code": 429, "message": "Quota exceeded.", "status": "RESOURCE_EXHAUSTED"}}),
+            ),
+        };
+        response.with_header("Retry-After", retry_after)
+    }
+
+    /// A successful answer's body that is not a token response.
+    fn malformed(&self) -> Response {
+        Response::text(200, "{\"access_token\": ").with_header("Content-Type", "application/json")
+    }
+
+    /// The flags for the exchanger, with the first call sent to `first`.
+    fn args(&self, first: &str, extra: &[&str]) -> Vec<String> {
+        let mut args: Vec<String> = ["--provider", self.name, "--log-level", "debug"]
+            .map(str::to_string)
+            .to_vec();
+        match &self.fakes {
+            Fakes::Azure(_, acr) => {
+                if !extra.contains(&"--acr-endpoint") {
+                    args.extend(["--acr-endpoint".to_string(), acr.url()]);
+                }
+            }
+            Fakes::Gcp(_) => args.extend(
+                [
+                    "--gcp-project-id",
+                    GCP_PROJECT,
+                    "--gcp-cluster",
+                    GCP_CLUSTER,
+                ]
+                .map(str::to_string),
+            ),
+        }
+        args.extend([self.first_flag().to_string(), first.to_string()]);
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    }
+
+    /// Runs the plugin with the first call sent to `first`.
+    fn run(&self, first: &str, extra: &[&str], env: &[(&str, &str)]) -> Run {
+        let args = self.args(first, extra);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = run(
+            &args,
+            env,
+            request(&self.image, Some(&self.token), &self.annotations).as_bytes(),
+        );
+        self.assert_no_secrets(&out);
+        out
+    }
+
+    /// Runs the plugin against its fakes.
+    fn run_normal(&self, extra: &[&str], env: &[(&str, &str)]) -> Run {
+        self.run(&self.first_url(), extra, env)
+    }
+
+    fn secrets(&self) -> Vec<String> {
+        let mut secrets = vec![self.token.clone()];
+        match &self.fakes {
+            Fakes::Azure(entra, acr) => {
+                secrets.extend(entra.issued());
+                secrets.extend(acr.minted());
+            }
+            Fakes::Gcp(sts) => secrets.extend(sts.issued()),
+        }
+        secrets
+    }
+
+    fn assert_no_secrets(&self, out: &Run) {
+        for secret in self.secrets() {
+            assert!(
+                !out.stderr.contains(&secret),
+                "{}: a secret reached stderr: {}",
+                self.name,
+                out.stderr
+            );
+            let signature = secret.rsplit('.').next().unwrap_or_default();
+            assert!(
+                signature.len() < 16 || !out.stderr.contains(signature),
+                "{}: a token signature reached stderr: {}",
+                self.name,
+                out.stderr
+            );
+        }
+        // Debug logging is on in every run: the secrets were not merely
+        // hidden by a quiet level.
+        assert!(out.stderr.contains(": debug: "), "{}", out.stderr);
+    }
+
+    /// The failure line, checked to name the provider, the service account
+    /// and the registry.
+    fn failure(&self, out: &Run) -> String {
+        let line = out.failure();
+        // Shown with --nocapture, to read the messages as an admin would.
+        eprintln!("{line}");
+        let registry = self.image.split('/').next().unwrap();
+        assert!(
+            line.contains(&format!(
+                "provider {}, service account team/puller, registry {registry} failed: ",
+                self.name
+            )),
+            "{line}"
+        );
+        line
+    }
+}
+
+/// An IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`) for Unix seconds.
+fn http_date(unix: i64) -> String {
+    let rfc3339 = wi_credential_provider::duration::format_unix(unix);
+    let (date, time) = rfc3339.trim_end_matches('Z').split_once('T').unwrap();
+    let mut ymd = date.split('-');
+    let (year, month, day) = (
+        ymd.next().unwrap(),
+        ymd.next().unwrap().parse::<usize>().unwrap(),
+        ymd.next().unwrap(),
+    );
+    let weekday = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"]
+        [unix.div_euclid(86_400).rem_euclid(7) as usize];
+    let month = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ][month - 1];
+    format!("{weekday}, {day} {month} {year} {time} GMT")
+}
+
+#[test]
+fn http_dates_are_written_as_senders_must() {
+    assert_eq!(http_date(784_111_777), "Sun, 06 Nov 1994 08:49:37 GMT");
+}
+
+#[test]
+fn a_refused_connection_is_retried_then_named() {
+    for case in Case::all() {
+        let url = format!("http://127.0.0.1:{}", closed_port());
+        let started = Instant::now();
+        let out = case.run(&url, &[], &[]);
+        let line = case.failure(&out);
+        assert!(
+            line.contains(&format!(
+                "{} failed after 4 attempt(s)",
+                case.first_call(&url)
+            )),
+            "{line}"
+        );
+        assert!(line.contains("Connection refused"), "{line}");
+        assert!(
+            line.contains(
+                "fix: check that the node can reach the endpoint (DNS, firewall; set HTTPS_PROXY"
+            ),
+            "{line}"
+        );
+        // Four attempts with full-jitter backoff (at most 0.5 + 1 + 2 s).
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(out.stderr.matches("retrying").count(), 3, "{}", out.stderr);
+    }
+}
+
+/// Runs `case` against a server that accepts and never answers, with
+/// `--timeout 3s`, and checks the run ends at the deadline naming `call`.
+fn assert_ends_at_the_deadline(case: &Case, first: &str, call: &str) {
+    let started = Instant::now();
+    let out = case.run(first, &["--timeout", "3s"], &[]);
+    let elapsed = started.elapsed();
+    let line = case.failure(&out);
+    assert!(
+        line.contains(&format!(
+            "the deadline of 3s ran out while waiting for {call}"
+        )),
+        "{line}"
+    );
+    assert!(line.contains("raise --timeout"), "{line}");
+    assert!(
+        elapsed >= Duration::from_secs(3) && elapsed < Duration::from_secs(6),
+        "{}: ended after {elapsed:?}",
+        case.name
+    );
+}
+
+#[test]
+fn a_server_that_never_answers_ends_at_the_deadline() {
+    for case in Case::all() {
+        let silent = TestServer::start(|_| Response::hang());
+        assert_ends_at_the_deadline(&case, &silent.url(), &case.first_call(&silent.url()));
+        assert_eq!(silent.request_count(), 1, "one attempt fills the deadline");
+    }
+    // The second call of an exchange stalls: the message names that one.
+    let case = Case::azure();
+    let Fakes::Azure(entra, acr) = &case.fakes else {
+        unreachable!()
+    };
+    acr.script([Response::hang()]);
+    assert_ends_at_the_deadline(
+        &case,
+        &entra.url(),
+        &format!("the ACR token exchange at {}", acr.url()),
+    );
+}
+
+#[test]
+fn a_reply_that_stalls_mid_body_ends_at_the_deadline() {
+    for case in Case::all() {
+        let stall = RawServer::start(vec![Raw::SendThenStall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 400\r\n\r\n{\"access_token\":\"ya29.partial"
+                .to_vec(),
+        )]);
+        assert_ends_at_the_deadline(&case, &stall.url(), &case.first_call(&stall.url()));
+        assert!(!case.run_normal(&[], &[]).stderr.contains("ya29.partial"));
+    }
+}
+
+#[test]
+fn a_server_error_is_retried_and_the_exchange_succeeds() {
+    for case in Case::all() {
+        case.script(vec![Response::text(500, "<html>internal error</html>")]);
+        let out = case.run_normal(&[], &[]);
+        out.response();
+        assert_eq!(case.first_requests(), 2, "{}", case.name);
+        assert!(
+            out.stderr.contains("HTTP 500 on attempt 1, retrying"),
+            "{}",
+            out.stderr
+        );
+    }
+}
+
+#[test]
+fn retry_after_in_seconds_is_honoured() {
+    for case in Case::all() {
+        case.script(vec![case.throttled("2")]);
+        let started = Instant::now();
+        case.run_normal(&[], &[]).response();
+        assert!(
+            started.elapsed() >= Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(case.first_requests(), 2);
+    }
+}
+
+#[test]
+fn retry_after_as_an_http_date_is_honoured() {
+    for case in Case::all() {
+        // Three seconds ahead, to the second: a wait of two to three seconds.
+        case.script(vec![case.throttled(&http_date(token::now() + 3))]);
+        let started = Instant::now();
+        case.run_normal(&[], &[]).response();
+        assert!(
+            started.elapsed() >= Duration::from_millis(1500),
+            "{}: {:?}",
+            case.name,
+            started.elapsed()
+        );
+        assert_eq!(case.first_requests(), 2);
+        // A date in the past, or one in an obsolete format: retried at once
+        // or after the usual backoff, never an error.
+        case.script(vec![
+            case.throttled(&http_date(token::now() - 3600)),
+            case.throttled("Sunday, 06-Nov-94 08:49:37 GMT"),
+        ]);
+        case.run_normal(&[], &[]).response();
+        assert_eq!(case.first_requests(), 5);
+    }
+}
+
+#[test]
+fn retry_after_beyond_the_deadline_fails_at_once() {
+    for case in Case::all() {
+        case.script(vec![case.throttled("120")]);
+        let started = Instant::now();
+        let out = case.run_normal(&["--timeout", "10s"], &[]);
+        let line = case.failure(&out);
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "slept toward the deadline: {:?}",
+            started.elapsed()
+        );
+        assert!(
+            line.contains(&format!(
+                "{} answered HTTP 429 asking to retry after 2m0s, beyond the ",
+                case.first_call(&case.first_url())
+            )),
+            "{line}"
+        );
+        assert!(line.contains("left of the 10s deadline"), "{line}");
+        assert_eq!(case.first_requests(), 1);
+    }
+}
+
+#[test]
+fn a_refusal_is_not_retried() {
+    for case in Case::all() {
+        case.script(vec![case.forbidden()]);
+        let out = case.run_normal(&[], &[]);
+        let line = case.failure(&out);
+        assert!(line.contains("HTTP 403"), "{line}");
+        assert_eq!(case.first_requests(), 1, "{line}");
+        assert!(!out.stderr.contains("retrying"), "{}", out.stderr);
+    }
+}
+
+#[test]
+fn a_cut_body_is_retried_then_reported() {
+    let cut = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 400\r\n\r\n{\"access_token\":\"ya29.cut-secret".to_vec();
+    for case in Case::all() {
+        // Cut once, then the real answer through a relay to the fake.
+        let server = RawServer::start(vec![Raw::Send(cut.clone())]);
+        let out = case.run(&server.url(), &[], &[]);
+        let line = case.failure(&out);
+        assert!(
+            line.contains(&format!(
+                "{} failed after 4 attempt(s)",
+                case.first_call(&server.url())
+            )),
+            "{line}"
+        );
+        assert!(line.contains("body"), "{line}");
+        assert_eq!(server.request_count(), 4);
+        assert!(!out.stderr.contains("ya29.cut-secret"), "{}", out.stderr);
+        // Every attempt carried the same, complete request.
+        let forms = server.forms();
+        assert!(forms.windows(2).all(|w| w[0] == w[1]));
+    }
+}
+
+#[test]
+fn malformed_and_non_http_answers_are_refused_without_echoing_them() {
+    for case in Case::all() {
+        case.script(vec![case.malformed()]);
+        let line = case.failure(&case.run_normal(&[], &[]));
+        assert!(
+            line.contains("not a") && line.contains("token response"),
+            "{line}"
+        );
+        assert_eq!(case.first_requests(), 1);
+
+        let garbage = RawServer::start(vec![Raw::Send(
+            b"SSH-2.0-OpenSSH_9.2 ya29.not-http-secret\r\n".to_vec(),
+        )]);
+        let out = case.run(&garbage.url(), &[], &[]);
+        let line = case.failure(&out);
+        assert!(line.contains(&case.first_call(&garbage.url())), "{line}");
+        assert!(
+            !out.stderr.contains("ya29.not-http-secret"),
+            "{}",
+            out.stderr
+        );
+    }
+}
+
+#[test]
+fn tls_with_an_unknown_ca_fails_unless_the_ca_is_trusted() {
+    for case in Case::all() {
+        let front = TlsFront::start(case.first_addr());
+        let out = case.run(&front.url(), &[], &[]);
+        let line = case.failure(&out);
+        assert!(
+            line.contains(&format!(
+                "{} failed: the server's TLS certificate is not trusted",
+                case.first_call(&front.url())
+            )),
+            "{line}"
+        );
+        assert!(line.contains("UnknownIssuer"), "{line}");
+        assert!(line.contains("--ca-file"), "{line}");
+        // Not retried, and nothing (the token least of all) was sent.
+        assert_eq!(front.connections(), 1, "{line}");
+        assert_eq!(front.requests(), 0);
+        assert_eq!(case.first_requests(), 0);
+
+        // --ca-file, or its variable, adds the CA.
+        case.run(&front.url(), &["--ca-file", CA_PEM], &[])
+            .response();
+        case.run(&front.url(), &[], &[("WICP_CA_FILE", CA_PEM)])
+            .response();
+        // SSL_CERT_FILE replaces the node's trust store.
+        case.run(&front.url(), &[], &[("SSL_CERT_FILE", CA_PEM)])
+            .response();
+        assert_eq!(front.requests(), 3);
+        assert_eq!(case.first_requests(), 3);
+    }
+}
+
+#[test]
+fn a_bad_ca_file_or_ssl_cert_file_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.pem");
+    std::fs::write(&empty, "").unwrap();
+    let missing = dir.path().join("missing.pem");
+    for case in Case::all() {
+        let front = TlsFront::start(case.first_addr());
+        let line =
+            case.failure(&case.run(&front.url(), &["--ca-file", missing.to_str().unwrap()], &[]));
+        assert!(line.contains("cannot read the --ca-file"), "{line}");
+        let line =
+            case.failure(&case.run(&front.url(), &["--ca-file", empty.to_str().unwrap()], &[]));
+        assert!(line.contains("holds no PEM certificate"), "{line}");
+        let line = case.failure(&case.run(
+            &front.url(),
+            &[],
+            &[("SSL_CERT_FILE", missing.to_str().unwrap())],
+        ));
+        assert!(line.contains("cannot read SSL_CERT_FILE"), "{line}");
+        assert!(
+            line.contains("to add a CA to the system's, use --ca-file"),
+            "{line}"
+        );
+        assert_eq!(front.connections(), 0, "checked before connecting");
+    }
+}
+
+/// The exchange with every upstream call behind a TLS front with the test
+/// CA; returns the fronts' addresses in call order.
+fn tls_fronts(case: &Case) -> (Vec<TlsFront>, Vec<String>) {
+    match &case.fakes {
+        Fakes::Azure(entra, acr) => {
+            let fronts = vec![
+                TlsFront::start(entra.server.addr()),
+                TlsFront::start(acr.server.addr()),
+            ];
+            let args = vec![
+                "--ca-file".to_string(),
+                CA_PEM.to_string(),
+                "--acr-endpoint".to_string(),
+                fronts[1].url(),
+            ];
+            (fronts, args)
+        }
+        Fakes::Gcp(sts) => (
+            vec![TlsFront::start(sts.server.addr())],
+            vec!["--ca-file".to_string(), CA_PEM.to_string()],
+        ),
+    }
+}
+
+#[test]
+fn https_proxy_carries_every_call_and_no_proxy_bypasses_it() {
+    for case in Case::all() {
+        let (fronts, extra) = tls_fronts(&case);
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let tunnels: Vec<Target> = fronts
+            .iter()
+            .map(|f| Target::Tunnel(f.addr().to_string()))
+            .collect();
+
+        let proxy = Proxy::start();
+        let out = case.run(&fronts[0].url(), &extra, &[("HTTPS_PROXY", &proxy.url())]);
+        out.response();
+        assert_eq!(proxy.targets(), tunnels, "{}", case.name);
+        assert!(
+            out.stderr.contains(&format!("HTTPS_PROXY={}", proxy.url())),
+            "{}",
+            out.stderr
+        );
+
+        // Lowercase, as many distributions write it.
+        let proxy = Proxy::start();
+        case.run(&fronts[0].url(), &extra, &[("https_proxy", &proxy.url())])
+            .response();
+        assert_eq!(proxy.targets(), tunnels);
+
+        // NO_PROXY names the endpoints' host: straight there.
+        let proxy = Proxy::start();
+        case.run(
+            &fronts[0].url(),
+            &extra,
+            &[
+                ("HTTPS_PROXY", &proxy.url()),
+                ("NO_PROXY", "localhost,127.0.0.1"),
+            ],
+        )
+        .response();
+        assert_eq!(proxy.targets(), vec![], "{}", case.name);
+
+        // HTTP_PROXY does not apply to https:// calls.
+        let proxy = Proxy::start();
+        case.run(&fronts[0].url(), &extra, &[("HTTP_PROXY", &proxy.url())])
+            .response();
+        assert_eq!(proxy.targets(), vec![]);
+    }
+}
+
+#[test]
+fn http_proxy_carries_plain_http_calls() {
+    for case in Case::all() {
+        let proxy = Proxy::start();
+        case.run_normal(&[], &[("HTTP_PROXY", &proxy.url())])
+            .response();
+        let targets = proxy.targets();
+        assert!(!targets.is_empty());
+        match &targets[0] {
+            Target::Forward(url) => assert!(url.starts_with(&case.first_url()), "{url}"),
+            other => panic!("{other:?}"),
+        }
+        // HTTPS_PROXY does not apply to http:// calls.
+        let proxy = Proxy::start();
+        case.run_normal(&[], &[("HTTPS_PROXY", &proxy.url())])
+            .response();
+        assert_eq!(proxy.targets(), vec![]);
+    }
+}
+
+#[test]
+fn proxy_credentials_are_used_and_never_logged() {
+    const PASSWORD: &str = "pr0xy-Pa55word-never-logged";
+    for case in Case::all() {
+        let (fronts, extra) = tls_fronts(&case);
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let proxy = Proxy::start_with_credentials("node", PASSWORD);
+        let url = format!("http://node:{PASSWORD}@127.0.0.1:{}", proxy.port());
+        let out = case.run(&fronts[0].url(), &extra, &[("HTTPS_PROXY", &url)]);
+        out.response();
+        assert!(proxy.authorizations().iter().all(Option::is_some));
+        assert!(!out.stderr.contains(PASSWORD), "{}", out.stderr);
+        assert!(
+            out.stderr.contains(&format!(
+                "HTTPS_PROXY=http://<credentials>@127.0.0.1:{}",
+                proxy.port()
+            )),
+            "{}",
+            out.stderr
+        );
+
+        // Wrong credentials: the proxy's 407 is reported, the password is not.
+        let wrong = format!("http://node:wrong-{PASSWORD}@127.0.0.1:{}", proxy.port());
+        let out = case.run(&fronts[0].url(), &extra, &[("HTTPS_PROXY", &wrong)]);
+        let line = case.failure(&out);
+        assert!(line.contains("proxy authorization required"), "{line}");
+        assert!(line.contains("credentials go in the proxy URL"), "{line}");
+        assert!(!out.stderr.contains(PASSWORD), "{}", out.stderr);
+    }
+}
+
+#[test]
+fn an_unreachable_proxy_is_reported() {
+    for case in Case::all() {
+        let (fronts, extra) = tls_fronts(&case);
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let proxy = format!("http://127.0.0.1:{}", closed_port());
+        let out = case.run(&fronts[0].url(), &extra, &[("HTTPS_PROXY", &proxy)]);
+        let line = case.failure(&out);
+        assert!(line.contains(&case.first_call(&fronts[0].url())), "{line}");
+        assert!(
+            line.contains(&format!(
+                "(proxy settings: HTTPS_PROXY={proxy}); fix: check that the proxy is reachable"
+            )),
+            "{line}"
+        );
+        assert_eq!(fronts[0].connections(), 0);
+    }
+}
