@@ -2,7 +2,7 @@
 CARGO ?= cargo
 BIN := target/release/wi-credential-provider
 
-.PHONY: all build release demo test unit lint fmt clean
+.PHONY: all build release demo test unit lint fmt clean fuzz
 
 all: build
 
@@ -22,6 +22,7 @@ demo: build
 # end to end, plus formatting and lints.
 test: lint
 	$(CARGO) test --locked --all-targets
+	$(MAKE) fuzz
 
 unit:
 	$(CARGO) test --locked --lib
@@ -32,6 +33,24 @@ lint:
 
 fmt:
 	$(CARGO) fmt
+
+# Builds every cargo-fuzz target once, then runs each for FUZZ_SECONDS; a
+# crash fails the run and leaves its input in fuzz/artifacts/<target>/.
+# Panics are what we hunt (the crate forbids unsafe), hence no sanitizer;
+# RUSTC_BOOTSTRAP lets cargo-fuzz pass its -Z flags to the stable compiler.
+FUZZ_SECONDS ?= 20
+FUZZ = cd fuzz && RUSTC_BOOTSTRAP=1 $(CARGO) fuzz
+fuzz:
+	@command -v cargo-fuzz >/dev/null || { echo "make fuzz needs cargo-fuzz: cargo install cargo-fuzz --locked" >&2; exit 1; }
+	$(FUZZ) build -s none --target-dir target
+	@for target in $$($(FUZZ) list); do \
+		log=fuzz/target/fuzz-$$target.log; \
+		if ! ($(FUZZ) run -s none --target-dir target $$target -- \
+			-max_total_time=$(FUZZ_SECONDS) -timeout=10 >../$$log 2>&1); then \
+			tail -n 40 $$log; echo "fuzz target $$target failed; input in fuzz/artifacts/$$target/" >&2; exit 1; \
+		fi; \
+		echo "fuzz $$target: $$(grep -E '^Done' $$log)"; \
+	done
 
 clean:
 	$(CARGO) clean

@@ -92,6 +92,12 @@ impl ImageRef {
         };
         validate_registry(&registry).map_err(|why| bad(&why))?;
         validate_repository(&repository).map_err(|why| bad(&why))?;
+        // Normalizing adds up to `docker.io/library/`: the normalized name
+        // must fit the bound too, or it would not parse again (found by
+        // fuzzing).
+        if registry.len().saturating_add(repository.len()) >= MAX_REFERENCE_LEN {
+            return Err(bad("it is too long"));
+        }
         Ok(ImageRef {
             registry,
             repository,
@@ -294,5 +300,15 @@ mod tests {
             assert!(ImageRef::parse(text).is_err(), "{text:?} should be refused");
         }
         assert!(ImageRef::parse(&"a".repeat(2000)).is_err());
+        // Short enough as written, too long once normalized (fuzzing found it).
+        for short in [
+            format!("team/{}", "a".repeat(MAX_REFERENCE_LEN - 10)),
+            "a".repeat(MAX_REFERENCE_LEN - 10),
+        ] {
+            assert!(ImageRef::parse(&short).is_err(), "{}", short.len());
+        }
+        let longest = format!("docker.io/team/{}", "a".repeat(MAX_REFERENCE_LEN - 15));
+        let image = ImageRef::parse(&longest).unwrap();
+        assert_eq!(ImageRef::parse(&image.to_string()).unwrap(), image);
     }
 }

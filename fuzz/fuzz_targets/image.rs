@@ -4,7 +4,9 @@ use libfuzzer_sys::fuzz_target;
 use wi_credential_provider::{image::ImageRef, matching};
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
     if let Ok(image) = ImageRef::parse(text) {
         let normalized = image.to_string();
         // A parsed reference re-parses to itself, and its own registry
@@ -14,7 +16,10 @@ fuzz_target!(|data: &[u8]| {
         // (The kubelet's SplitHostPort cannot split a bracketed IPv6 host
         // without a port, so such a key never matches there either.)
         if !(image.registry().starts_with('[') && image.port().is_none()) {
-            assert!(matching::matches(image.registry(), &normalized), "{normalized}");
+            assert!(
+                matching::matches(image.registry(), &normalized),
+                "{normalized}"
+            );
         }
     }
     // Split the input into a pattern and a target.

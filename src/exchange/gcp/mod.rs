@@ -18,10 +18,11 @@
 //! invocation with Google's error code and a fix, never an empty answer that
 //! sends the kubelet into an anonymous pull.
 
-mod iam;
+// Public for the fuzz targets (fuzz/), which feed them arbitrary replies.
+pub mod iam;
 mod identity;
 mod registry;
-mod sts;
+pub mod sts;
 
 use std::time::Duration;
 
@@ -277,14 +278,14 @@ fn fixes(mode: &Mode, issuer: &str, subject: &str) -> (String, String) {
 
 /// A Google access token and when it stops working (Unix seconds).
 #[derive(Debug)]
-pub(crate) struct AccessToken {
+pub struct AccessToken {
     pub token: Secret,
     pub expires_at: i64,
 }
 
 /// The parts of an upstream error body we repeat: an error code and its
 /// description, never the rest of the body.
-pub(crate) struct Upstream {
+pub struct Upstream {
     pub code: String,
     pub description: Option<String>,
 }
@@ -317,7 +318,7 @@ impl Upstream {
 /// `{"error":"invalid_grant","error_description":"..."}` (STS) or the API
 /// shape `{"error":{"code":403,"status":"PERMISSION_DENIED","message":"..."}}`
 /// (IAM Credentials, and STS behind VPC Service Controls).
-pub(crate) fn upstream_error(body: &[u8]) -> Option<Upstream> {
+pub fn upstream_error(body: &[u8]) -> Option<Upstream> {
     let value: serde_json::Value = serde_json::from_slice(body).ok()?;
     let error = value.get("error")?;
     let text = |v: Option<&serde_json::Value>| {

@@ -1,0 +1,40 @@
+//! Header and setting text the HTTP layer reads: Retry-After (seconds or
+//! HTTP date), endpoint overrides, proxy variables for the logs.
+#![no_main]
+use std::time::{Duration, UNIX_EPOCH};
+
+use libfuzzer_sys::fuzz_target;
+use wi_credential_provider::http;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let now = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let _ = http::parse_retry_after(text, now);
+    if let Some(at) = http::parse_http_date(text) {
+        // A date we accept is one we could have written.
+        assert!(
+            text.ends_with(" GMT") && text.len() == 29,
+            "{text:?} -> {at}"
+        );
+    }
+    if let Ok(url) = http::endpoint_override("--x", text) {
+        assert!(url.starts_with("https://") || url.starts_with("http://"));
+        assert!(!url.ends_with('/'));
+    }
+    if let Some(shown) = http::proxy_settings(|_| Some(text.to_string())) {
+        // Whatever the URL, the password in it is not shown (around our own
+        // placeholder, which the fuzzer likes to write as a password).
+        let shown = shown.replace("<credentials>@", "");
+        if let Some((userinfo, _)) = text.split_once("://").and_then(|(_, rest)| {
+            let authority = rest.split(['/', '?', '#']).next()?;
+            authority.rsplit_once('@')
+        }) && userinfo.contains(':')
+            && userinfo.len() >= 8
+            && text.matches(userinfo).count() == 1
+        {
+            assert!(!shown.contains(userinfo), "{text:?} -> {shown:?}");
+        }
+    }
+});

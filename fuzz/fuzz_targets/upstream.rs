@@ -1,0 +1,50 @@
+//! Upstream replies, any status and body: the Google STS and IAM
+//! Credentials interpreters, Google's and Entra/ACR's error readers, and the
+//! ACR refresh token's expiry. A cloud endpoint, a proxy or a captive portal
+//! can answer anything; the plugin must answer with an error, not a panic.
+#![no_main]
+use std::time::Duration;
+
+use libfuzzer_sys::fuzz_target;
+use wi_credential_provider::exchange::{azure, gcp};
+use wi_credential_provider::http::Reply;
+use wi_credential_provider::secret::Secret;
+
+fuzz_target!(|data: &[u8]| {
+    let Some((head, body)) = data.split_first_chunk::<2>() else {
+        return;
+    };
+    let status = 100 + u16::from_le_bytes(*head) % 500;
+    let reply = Reply {
+        status,
+        retry_after: None,
+        body: body.to_vec(),
+    };
+    let subject = Secret::new("subject");
+    let sts = gcp::sts::Request {
+        endpoint: "https://sts.googleapis.com",
+        audience: "//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/p/providers/x",
+        subject_token: &subject,
+        grant_fix: "grant",
+        target_fix: "target",
+    };
+    if let Ok(token) = gcp::sts::interpret(&reply, 1_800_000_000, &sts) {
+        assert!(reply.is_success() && !token.token.is_empty());
+    }
+    let iam = gcp::iam::Request {
+        endpoint: "https://iamcredentials.googleapis.com",
+        service_account: "sa@p.iam.gserviceaccount.com",
+        federated_token: &subject,
+        lifetime: Duration::from_secs(3600),
+        principal: "principal://x",
+    };
+    if let Ok(token) = gcp::iam::interpret(&reply, &iam) {
+        assert!(reply.is_success() && !token.token.is_empty());
+    }
+    let _ = gcp::upstream_error(body);
+    let _ = azure::upstream::body_shape(body);
+    let text = String::from_utf8_lossy(body);
+    let cleaned = azure::upstream::clean(&text, 300);
+    assert!(cleaned.chars().count() <= 301);
+    let _ = azure::acr::expiry(&Secret::new(text));
+});
