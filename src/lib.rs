@@ -21,3 +21,4 @@ pub mod protocol;
 pub mod secret;
 pub mod token;
 pub mod trust;
+pub mod upstream;
