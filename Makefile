@@ -2,7 +2,7 @@
 CARGO ?= cargo
 BIN := target/release/wi-credential-provider
 
-.PHONY: all build release demo test unit lint fmt clean fuzz
+.PHONY: all build release demo test unit lint fmt clean fuzz bench bench-footprint
 
 all: build
 
@@ -33,6 +33,13 @@ lint:
 
 fmt:
 	$(CARGO) fmt
+
+# Footprint of the shipped binary: its size, and per provider the peak RSS,
+# wall time and upstream calls of one invocation against local fakes.
+bench: bench-footprint
+bench-footprint: build
+	@test -x /usr/bin/time || { echo "make bench needs GNU time: apt-get install time" >&2; exit 1; }
+	WICP_BENCH_BIN=$(abspath $(BIN)) $(CARGO) bench --locked --bench footprint
 
 # Builds every cargo-fuzz target once, then runs each for FUZZ_SECONDS; a
 # crash fails the run and leaves its input in fuzz/artifacts/<target>/.

@@ -20,143 +20,17 @@
 
 mod support;
 
-use std::collections::{BTreeSet, VecDeque};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use support::azure::{self, App, FakeAcr, FakeEntra};
-use support::http_server::{Request, Response, TestServer};
+use support::google::{FakeSts, GCP_CLUSTER, GCP_PROJECT};
+use support::http_server::{Response, TestServer};
 use support::net::{CA_PEM, Proxy, Raw, RawServer, Target, TlsFront, closed_port};
 use support::plugin::{Run, request, run};
 use support::token::{self, TokenSpec};
 
 const ACR_HOST: &str = "contoso.azurecr.io";
-const GCP_PROJECT: &str = "my-project";
-const GCP_CLUSTER: &str = "projects/my-project/locations/us-central1/clusters/prod";
-const GCP_SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
-
-/// GKE Workload Identity's STS audience for the cluster.
-fn gke_sts_audience() -> String {
-    format!(
-        "identitynamespace:{GCP_PROJECT}.svc.id.goog:https://container.googleapis.com/v1/{GCP_CLUSTER}"
-    )
-}
-
-/// Google STS `POST /v1/token` for GKE Workload Identity: exactly the six
-/// RFC 8693 form fields, no Authorization header, the pool's audience, a
-/// subject token signed by the test cluster for `<project>.svc.id.goog`.
-/// Scripted answers replace the next ones, after the request was checked.
-struct FakeSts {
-    server: TestServer,
-    state: Arc<Mutex<StsState>>,
-}
-
-#[derive(Default)]
-struct StsState {
-    script: VecDeque<Response>,
-    issued: Vec<String>,
-    violations: Vec<String>,
-}
-
-impl FakeSts {
-    fn start() -> FakeSts {
-        let state = Arc::new(Mutex::new(StsState::default()));
-        let handler = Arc::clone(&state);
-        let server = TestServer::start(move |req| sts(&handler, req));
-        FakeSts { server, state }
-    }
-
-    fn script(&self, responses: impl IntoIterator<Item = Response>) {
-        self.state.lock().unwrap().script.extend(responses);
-    }
-
-    fn issued(&self) -> Vec<String> {
-        self.state.lock().unwrap().issued.clone()
-    }
-}
-
-impl Drop for FakeSts {
-    fn drop(&mut self) {
-        let violations = self.state.lock().unwrap().violations.clone();
-        if !violations.is_empty() && !std::thread::panicking() {
-            panic!("the plugin sent requests Google STS would refuse: {violations:#?}");
-        }
-    }
-}
-
-fn sts(state: &Mutex<StsState>, req: &Request) -> Response {
-    let form = req.form();
-    let keys: BTreeSet<&str> = form.keys().map(String::as_str).collect();
-    let mut problems = Vec::new();
-    if req.method != "POST" || req.path != "/v1/token" || !req.query.is_empty() {
-        problems.push(format!("{} {}?{}", req.method, req.path, req.query));
-    }
-    if req.header("authorization").is_some() {
-        problems.push("an Authorization header".to_string());
-    }
-    if req.header("content-type") != Some("application/x-www-form-urlencoded") {
-        problems.push(format!("content type {:?}", req.header("content-type")));
-    }
-    let expected: BTreeSet<&str> = [
-        "audience",
-        "grant_type",
-        "requested_token_type",
-        "scope",
-        "subject_token",
-        "subject_token_type",
-    ]
-    .into();
-    if keys != expected {
-        problems.push(format!("fields {keys:?}"));
-    } else {
-        for (field, value) in [
-            (
-                "grant_type",
-                "urn:ietf:params:oauth:grant-type:token-exchange",
-            ),
-            (
-                "requested_token_type",
-                "urn:ietf:params:oauth:token-type:access_token",
-            ),
-            ("subject_token_type", "urn:ietf:params:oauth:token-type:jwt"),
-            ("scope", GCP_SCOPE),
-            ("audience", &gke_sts_audience()),
-        ] {
-            if form[field] != value {
-                problems.push(format!("{field}={:?}", form[field]));
-            }
-        }
-        if let Err(e) = token::verify(
-            &form["subject_token"],
-            &format!("{GCP_PROJECT}.svc.id.goog"),
-        ) {
-            problems.push(format!("subject token: {e}"));
-        }
-    }
-    let mut state = state.lock().unwrap();
-    if !problems.is_empty() {
-        state.violations.extend(problems);
-        return Response::json(
-            400,
-            json!({"error": "invalid_request", "error_description": "Invalid request."}),
-        );
-    }
-    if let Some(canned) = state.script.pop_front() {
-        return canned;
-    }
-    let access_token = format!("ya29.d.federated-{}-{}", token::now(), state.issued.len());
-    state.issued.push(access_token.clone());
-    Response::json(
-        200,
-        json!({
-            "access_token": access_token,
-            "issued_token_type": "urn:ietf:params:oauth:token-type:access_token",
-            "token_type": "Bearer",
-            "expires_in": 3599,
-        }),
-    )
-}
 
 /// One exchanger, its fakes, and the knobs the faults turn: the first
 /// upstream call's endpoint flag and its scripted answers.
