@@ -16,7 +16,7 @@ use clap::Parser;
 use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result};
-use crate::exchange::{self, Context, Exchanger, Provider, passthrough};
+use crate::exchange::{self, Context, Exchanger, Provider, aws, passthrough};
 use crate::image::ImageRef;
 use crate::log::{self, Level};
 use crate::protocol::{self, Response};
@@ -89,6 +89,9 @@ pub struct Cli {
 
     #[command(flatten)]
     pub passthrough: passthrough::Options,
+
+    #[command(flatten)]
+    pub aws: aws::Options,
 }
 
 fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
@@ -184,8 +187,10 @@ pub fn main() -> ExitCode {
 /// Builds every exchanger from its options. Construction does no I/O: a
 /// network client is built only when a plan's exchange runs.
 fn exchangers(cli: &Cli) -> Result<Vec<Box<dyn Exchanger>>> {
-    let list: Vec<Box<dyn Exchanger>> =
-        vec![Box::new(passthrough::Passthrough::new(&cli.passthrough)?)];
+    let list: Vec<Box<dyn Exchanger>> = vec![
+        Box::new(passthrough::Passthrough::new(&cli.passthrough)?),
+        Box::new(aws::Aws::new(&cli.aws)),
+    ];
     Ok(list)
 }
 
