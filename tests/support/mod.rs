@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod http_server;
+pub mod moto;
 pub mod plugin;
 pub mod registry;
 pub mod token;

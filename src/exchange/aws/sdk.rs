@@ -301,7 +301,6 @@ fn classify<E>(error: &SdkError<E>) -> Failure
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
 {
-    use aws_sdk_sts::error::DisplayErrorContext;
     let status = error.raw_response().map(|r| r.status().as_u16());
     match error {
         SdkError::ServiceError(service) => {
@@ -313,15 +312,31 @@ where
             }
         }
         SdkError::TimeoutError(_) => Failure::Timeout,
-        SdkError::DispatchFailure(_) => {
-            Failure::Unreachable(DisplayErrorContext(error).to_string())
-        }
+        SdkError::DispatchFailure(_) => Failure::Unreachable(causes(error)),
         SdkError::ResponseError(_) => Failure::Garbled {
             status,
-            detail: DisplayErrorContext(error).to_string(),
+            detail: causes(error),
         },
-        _ => Failure::Other(DisplayErrorContext(error).to_string()),
+        _ => Failure::Other(causes(error)),
     }
+}
+
+/// The causes of an error, outermost first, without the SDK's own
+/// top-level label ("dispatch failure") and without repeats.
+fn causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut next = error.source();
+    while let Some(e) = next {
+        let text = e.to_string();
+        if !text.is_empty() && !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        next = e.source();
+    }
+    if parts.is_empty() {
+        parts.push(error.to_string());
+    }
+    parts.join(": ").replace(['\n', '\r'], " ")
 }
 
 fn is_throttling(code: &str, status: Option<u16>) -> bool {
@@ -344,22 +359,18 @@ fn transport_error(failure: Failure, call: &str, var: &str, deadline: &Deadline)
         .fix(format!(
             "check that the node can reach the endpoint (proxy via HTTPS_PROXY/NO_PROXY, firewall, VPC endpoint; {var})"
         )),
-        Failure::Unreachable(detail) => Error::new(format!(
-            "cannot reach {call}: {}",
-            quote(&detail)
-        ))
+        Failure::Unreachable(detail) => Error::new(format!("cannot reach {call}: {detail}"))
         .fix(format!(
             "check DNS and routing from the node to the endpoint (HTTPS_PROXY/NO_PROXY, firewall, VPC endpoint), or set {var}"
         )),
         Failure::Garbled { status, detail } => Error::new(format!(
-            "{call} answered{} with something that is not an AWS response: {}",
+            "{call} answered{} with something that is not an AWS response: {detail}",
             status.map(|s| format!(" HTTP {s}")).unwrap_or_default(),
-            quote(&detail)
         ))
         .fix(format!(
             "check that {var} (or AWS_ENDPOINT_URL) points at the AWS service, and that no proxy rewrites the answer"
         )),
-        Failure::Other(detail) => Error::new(format!("{call} failed: {}", quote(&detail)))
+        Failure::Other(detail) => Error::new(format!("{call} failed: {detail}"))
             .fix("report this with the message; it is not an upstream refusal"),
         Failure::Service {
             code,
