@@ -16,9 +16,10 @@ use clap::Parser;
 use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result};
-use crate::exchange::{self, Context, Exchanger, Provider, aws, passthrough};
+use crate::exchange::{self, Context, Exchanger, Provider, aws, azure, gcp, passthrough};
 use crate::image::ImageRef;
 use crate::log::{self, Level};
+use crate::matching;
 use crate::protocol::{self, Response};
 use crate::token::ServiceAccountToken;
 
@@ -92,6 +93,12 @@ pub struct Cli {
 
     #[command(flatten)]
     pub aws: aws::Options,
+
+    #[command(flatten)]
+    pub azure: azure::Options,
+
+    #[command(flatten)]
+    pub gcp: gcp::Options,
 }
 
 fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
@@ -190,6 +197,8 @@ fn exchangers(cli: &Cli) -> Result<Vec<Box<dyn Exchanger>>> {
     let list: Vec<Box<dyn Exchanger>> = vec![
         Box::new(passthrough::Passthrough::new(&cli.passthrough)?),
         Box::new(aws::Aws::new(&cli.aws)),
+        Box::new(azure::Azure::new(&cli.azure)),
+        Box::new(gcp::Gcp::new(&cli.gcp)?),
     ];
     Ok(list)
 }
@@ -247,6 +256,16 @@ fn respond(
     };
     let plan = exchanger.plan(&cx)?;
     crate::debug!("plan: {plan:?}");
+    // The kubelet looks credentials up by matching our key against the
+    // image with its own rules; a key that cannot match means the pull
+    // silently goes out without credentials. Refuse rather than answer.
+    if !matching::matches(&plan.auth_key, &image.to_string()) {
+        return Err(Error::new(format!(
+            "internal error: the {provider} exchanger chose the auth key {} that the kubelet would never match against {image}",
+            crate::error::quote(&plan.auth_key)
+        ))
+        .fix("report this as a bug"));
+    }
     let auth_key = plan.auth_key.clone();
     let cache_key_type = plan.cache_key_type;
     let credential = (plan.exchange)(&deadline)?;

@@ -20,3 +20,4 @@ pub mod matching;
 pub mod protocol;
 pub mod secret;
 pub mod token;
+pub mod upstream;

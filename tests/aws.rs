@@ -675,6 +675,18 @@ fn sts_session_longer_than_the_role_allows_names_the_flag() {
 }
 
 #[test]
+fn sts_messages_never_repeat_a_token() {
+    let echoed = TokenSpec::new("other", "sa", STS_AUDIENCE).mint();
+    let (line, _, stderr) = sts_refusal(sts_error(
+        400,
+        "InvalidIdentityToken",
+        &format!("Couldn't retrieve verification key for token {echoed}"),
+    ));
+    assert!(line.contains("for token <token>"), "{line}");
+    assert!(!stderr.contains(&echoed), "{stderr}");
+}
+
+#[test]
 fn sts_that_never_answers_hits_the_deadline() {
     let sts = TestServer::start(|_req| Response::hang());
     let token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
@@ -885,6 +897,27 @@ fn ecr_answering_garbage_is_an_error_not_a_credential() {
         "{line}"
     );
     assert!(!line.contains("no-separator-here"), "{line}");
+
+    // A captive portal where ECR should be.
+    let portal = TestServer::start(|_req| {
+        Response::text(200, "<html><body>Please log in</body></html>")
+            .with_header("Content-Type", "text/html")
+    });
+    let line = plugin(
+        &[],
+        &[
+            ("AWS_ENDPOINT_URL_STS", &sts.url()),
+            ("AWS_ENDPOINT_URL_ECR", &portal.url()),
+        ],
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com/app",
+        &token,
+        &[(ROLE_ANNOTATION, role)],
+    )
+    .failure();
+    assert!(
+        line.contains("answered HTTP 200 with something that is not an AWS response"),
+        "{line}"
+    );
 }
 
 // ---------------------------------------------------------------------------

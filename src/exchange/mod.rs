@@ -12,6 +12,8 @@
 //! runs [`Plan::exchange`], which does the network calls.
 
 pub mod aws;
+pub mod azure;
+pub mod gcp;
 pub mod passthrough;
 
 use std::collections::BTreeMap;

@@ -21,6 +21,10 @@ use crate::error::{Error, Result, quote};
 use crate::http;
 use crate::secret::Secret;
 use crate::token::ServiceAccountToken;
+use crate::upstream;
+
+/// How much of the agent's error message is repeated.
+const MAX_MESSAGE_CHARS: usize = 300;
 
 /// The audience the agent (and EKS Auth behind it) accepts.
 pub const AUDIENCE: &str = "pods.eks.amazonaws.com";
@@ -112,10 +116,7 @@ pub async fn fetch(
 }
 
 fn parse_time(text: &str) -> Option<i64> {
-    use aws_sdk_sts::primitives::{DateTime, DateTimeFormat};
-    DateTime::from_str(text, DateTimeFormat::DateTimeWithOffset)
-        .ok()
-        .map(|t| t.secs())
+    crate::duration::parse_rfc3339(text)
 }
 
 /// The error code and message in an agent error body, e.g.
@@ -141,11 +142,16 @@ pub fn error_code(body: &str) -> Option<(String, String)> {
 fn refusal(call: &str, status: u16, body: &[u8], token: &ServiceAccountToken) -> Error {
     let text = String::from_utf8_lossy(body);
     let sa = token.service_account();
+    // The agent's message names the failure; anything else (a proxy's
+    // page, a half-written answer) is described by its shape only.
     let (code, said) = match error_code(&text) {
-        Some((code, message)) => (code.clone(), format!("{code}: {}", quote(&message))),
+        Some((code, message)) => (
+            code.clone(),
+            format!("{code}: {:?}", upstream::clean(&message, MAX_MESSAGE_CHARS)),
+        ),
         None => (
             String::new(),
-            quote(text.lines().next().unwrap_or_default().trim()),
+            format!("a body of {}", upstream::body_shape(body)),
         ),
     };
     let what = |summary: &str| {

@@ -20,10 +20,11 @@ use super::endpoints::{Endpoint, Service};
 use super::host::Registry;
 use super::identity::RoleArn;
 use crate::deadline::Deadline;
-use crate::error::{Error, Result, quote};
+use crate::error::{Error, Result};
 use crate::http;
 use crate::secret::Secret;
 use crate::token::ServiceAccountToken;
+use crate::upstream;
 
 /// Attempts per AWS call, the first included.
 pub const MAX_ATTEMPTS: u32 = 3;
@@ -305,10 +306,18 @@ where
     match error {
         SdkError::ServiceError(service) => {
             let e = service.err();
-            Failure::Service {
-                code: e.code().unwrap_or("Unknown").to_string(),
-                message: e.message().unwrap_or_default().to_string(),
-                status,
+            match e.code() {
+                Some(code) => Failure::Service {
+                    code: code.to_string(),
+                    message: e.message().unwrap_or_default().to_string(),
+                    status,
+                },
+                // An answer the SDK could not read an error code from is
+                // not an AWS service speaking.
+                None => Failure::Garbled {
+                    status,
+                    detail: causes(error),
+                },
             }
         }
         SdkError::TimeoutError(_) => Failure::Timeout,
@@ -364,8 +373,9 @@ fn transport_error(failure: Failure, call: &str, var: &str, deadline: &Deadline)
             "check DNS and routing from the node to the endpoint (HTTPS_PROXY/NO_PROXY, firewall, VPC endpoint), or set {var}"
         )),
         Failure::Garbled { status, detail } => Error::new(format!(
-            "{call} answered{} with something that is not an AWS response: {detail}",
+            "{call} answered{} with something that is not an AWS response: {}",
             status.map(|s| format!(" HTTP {s}")).unwrap_or_default(),
+            upstream::clean(&detail, MAX_MESSAGE_CHARS)
         ))
         .fix(format!(
             "check that {var} (or AWS_ENDPOINT_URL) points at the AWS service, and that no proxy rewrites the answer"
@@ -379,10 +389,20 @@ fn transport_error(failure: Failure, call: &str, var: &str, deadline: &Deadline)
         } => Error::new(format!(
             "{call} failed{}: {code}: {}",
             status.map(|s| format!(" (HTTP {s})")).unwrap_or_default(),
-            quote(&message)
+            said(&message)
         ))
         .fix("see the AWS error code above"),
     }
+}
+
+/// How much of an AWS error message is repeated.
+const MAX_MESSAGE_CHARS: usize = 300;
+
+/// An AWS error message, cleaned for the log line: AWS writes these for
+/// people (`Not authorized to perform sts:AssumeRoleWithWebIdentity`), but
+/// whatever answers at an overridden endpoint could echo anything.
+fn said(message: &str) -> String {
+    format!("{:?}", upstream::clean(message, MAX_MESSAGE_CHARS))
 }
 
 /// The issuer URL without scheme, as IAM names OIDC providers.
@@ -414,7 +434,7 @@ pub fn sts_error(failure: Failure, call: &WebIdentity<'_>, deadline: &Deadline) 
     let said = if message.is_empty() {
         code.clone()
     } else {
-        format!("{code}: {}", quote(message))
+        format!("{code}: {}", said(message))
     };
     let what = |summary: &str| {
         Error::new(format!(
@@ -477,7 +497,7 @@ pub fn ecr_error(failure: Failure, call: &EcrCall<'_>, deadline: &Deadline) -> E
     let said = if message.is_empty() {
         code.clone()
     } else {
-        format!("{code}: {}", quote(message))
+        format!("{code}: {}", said(message))
     };
     let principal = &call.principal;
     let public = matches!(call.registry, Registry::Public);
