@@ -67,14 +67,14 @@ fn assert_no_secrets(run: &Run, secrets: &[&str]) {
             "a secret reached stderr: {}",
             run.stderr
         );
-        if let Some((_, signature)) = secret.rsplit_once('.') {
-            if signature.len() >= 16 {
-                assert!(
-                    !run.stderr.contains(signature),
-                    "a token signature reached stderr: {}",
-                    run.stderr
-                );
-            }
+        if let Some((_, signature)) = secret.rsplit_once('.')
+            && signature.len() >= 16
+        {
+            assert!(
+                !run.stderr.contains(signature),
+                "a token signature reached stderr: {}",
+                run.stderr
+            );
         }
     }
 }

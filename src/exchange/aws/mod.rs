@@ -338,6 +338,146 @@ fn login(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::secret::Secret;
+    use crate::token::ServiceAccountToken;
+    use base64::Engine;
+    use std::collections::BTreeMap;
+
+    fn token(audience: &str) -> ServiceAccountToken {
+        let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+        let claims = format!(
+            r#"{{"aud":["{audience}"],"exp":4102444800,"iat":1000,"iss":"https://issuer.example","sub":"system:serviceaccount:team:api",
+            "kubernetes.io":{{"namespace":"team","serviceaccount":{{"name":"api","uid":"u-1"}}}}}}"#
+        );
+        let jwt = format!(
+            "{}.{}.c2lnbmF0dXJl",
+            b64(r#"{"alg":"RS256"}"#),
+            b64(&claims)
+        );
+        ServiceAccountToken::decode(Secret::new(jwt), 2000).unwrap()
+    }
+
+    fn options(source: CredentialSource) -> Options {
+        Options {
+            aws_credential_source: source,
+            aws_role_arn_annotations: identity::DEFAULT_ROLE_ANNOTATIONS
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            aws_session_duration: Duration::from_secs(1800),
+        }
+    }
+
+    fn inputs(
+        aws: &Aws,
+        image: &str,
+        token: &ServiceAccountToken,
+        annotations: &[(&str, &str)],
+    ) -> Result<Vec<(&'static str, String)>> {
+        let image = ImageRef::parse(image).unwrap();
+        let annotations: BTreeMap<String, String> = annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let cx = Context {
+            image: &image,
+            annotations: &annotations,
+            token: Some(token),
+        };
+        let plan = aws.plan(&cx)?;
+        assert_eq!(plan.auth_key, image.registry());
+        assert_eq!(plan.cache_key_type, CacheKeyType::Registry);
+        assert!(plan.cacheable);
+        Ok(plan.inputs)
+    }
+
+    #[test]
+    fn web_identity_plan_names_every_input() {
+        let aws = Aws::with_environment(
+            &options(CredentialSource::WebIdentity),
+            Environment::default(),
+        );
+        assert_eq!(aws.audiences(), ["sts.amazonaws.com"]);
+        assert_eq!(aws.annotation_keys(), identity::DEFAULT_ROLE_ANNOTATIONS);
+        let t = token(STS_AUDIENCE);
+        let got = inputs(
+            &aws,
+            "123456789012.dkr.ecr-fips.us-gov-west-1.amazonaws.com/team/app:1",
+            &t,
+            &[(
+                "eks.amazonaws.com/role-arn",
+                "arn:aws-us-gov:iam::123456789012:role/pull",
+            )],
+        )
+        .unwrap();
+        let want: Vec<(&str, String)> = [
+            ("credential source", "web-identity"),
+            ("role arn", "arn:aws-us-gov:iam::123456789012:role/pull"),
+            ("session name", "team.api"),
+            ("session duration", "1800s"),
+            ("partition", "aws-us-gov"),
+            ("region", "us-gov-west-1"),
+            (
+                "registry",
+                "123456789012.dkr.ecr-fips.us-gov-west-1.amazonaws.com",
+            ),
+            ("sts endpoint", "https://sts.us-gov-west-1.amazonaws.com"),
+            (
+                "ecr endpoint",
+                "https://api.ecr-fips.us-gov-west-1.amazonaws.com",
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k, v.to_string()))
+        .collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn pod_identity_plan_names_every_input() {
+        let env = Environment::from_lookup(|name| {
+            (name == "AWS_ENDPOINT_URL_ECR_PUBLIC")
+                .then(|| "https://ecr-public.vpce.example".to_string())
+        });
+        let aws = Aws::with_environment(&options(CredentialSource::PodIdentity), env);
+        assert_eq!(aws.audiences(), ["pods.eks.amazonaws.com"]);
+        assert!(aws.annotation_keys().is_empty());
+        let t = token(pod_identity::AUDIENCE);
+        let got = inputs(&aws, "public.ecr.aws/team/app", &t, &[]).unwrap();
+        let want: Vec<(&str, String)> = [
+            ("credential source", "pod-identity"),
+            ("partition", "aws"),
+            ("region", "us-east-1"),
+            ("registry", "ecr-public"),
+            ("pod identity agent", "http://169.254.170.23/v1/credentials"),
+            (
+                "ecr endpoint",
+                "https://ecr-public.vpce.example (from AWS_ENDPOINT_URL_ECR_PUBLIC)",
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k, v.to_string()))
+        .collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn hosts_served_and_refused() {
+        let aws = Aws::with_environment(
+            &options(CredentialSource::WebIdentity),
+            Environment::default(),
+        );
+        let serves = |i: &str| aws.serves(&ImageRef::parse(i).unwrap());
+        assert!(serves("123456789012.dkr.ecr.us-east-1.amazonaws.com/a"));
+        assert!(serves("public.ecr.aws/a/b"));
+        assert!(!serves(
+            "123456789012.dkr.ecr.us-east-1.amazonaws.com.evil.io/a"
+        ));
+        assert!(!serves("docker.io/library/nginx"));
+        let t = token(STS_AUDIENCE);
+        let e = inputs(&aws, "registry.k8s.io/pause", &t, &[]).unwrap_err();
+        assert!(e.to_string().contains("is not an ECR registry"), "{e}");
+    }
 
     #[test]
     fn session_duration_bounds() {
