@@ -1221,6 +1221,22 @@ fn pod_identity_agent_401_asks_for_the_right_audience() {
 }
 
 #[test]
+fn pod_identity_agent_called_on_another_address_says_which_to_use() {
+    let (line, _) = agent_refusal(Response::text(
+        403,
+        "Access Denied. Called agent through invalid address, please use either [169.254.170.23 fd00:ec2::23] address not 10.0.0.5",
+    ));
+    assert!(
+        line.contains("called on an address the agent does not serve"),
+        "{line}"
+    );
+    assert!(
+        line.contains("unset AWS_CONTAINER_CREDENTIALS_FULL_URI"),
+        "{line}"
+    );
+}
+
+#[test]
 fn pod_identity_agent_500_is_retried_then_explained() {
     let (line, count) = agent_refusal(Response::text(
         500,

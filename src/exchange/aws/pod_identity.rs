@@ -14,7 +14,7 @@
 
 use serde::Deserialize;
 
-use super::endpoints::Endpoint;
+use super::endpoints::{DEFAULT_AGENT, Endpoint};
 use super::sdk::AwsCredentials;
 use crate::deadline::Deadline;
 use crate::error::{Error, Result, quote};
@@ -160,6 +160,10 @@ fn refusal(call: &str, status: u16, body: &[u8], token: &ServiceAccountToken) ->
         ))
     };
     match (code.as_str(), status) {
+        // The agent checks the Host it was called by and refuses others.
+        (_, 403) if text.contains("invalid address") => what("called on an address the agent does not serve").fix(format!(
+            "call the agent on its own address: unset AWS_CONTAINER_CREDENTIALS_FULL_URI for {DEFAULT_AGENT}, or use http://[fd00:ec2::23]/v1/credentials"
+        )),
         ("ResourceNotFoundException", _) | (_, 404) => what("no Pod Identity association").fix(format!(
             "associate an IAM role with the service account: aws eks create-pod-identity-association --cluster-name <cluster> \
              --namespace {} --service-account {} --role-arn <role>",
