@@ -25,6 +25,8 @@ use std::time::{Duration, Instant};
 
 use support::azure::{self, App, FakeAcr, FakeEntra};
 use support::google::{FakeIam, FakeSts, GCP_CLUSTER, GCP_PROJECT};
+use support::moto::Moto;
+use support::net::Relay;
 use support::plugin::request;
 use support::token::TokenSpec;
 
@@ -38,7 +40,7 @@ fn binary() -> PathBuf {
 }
 
 /// One invocation under `/usr/bin/time -v`: peak RSS in KiB and wall time.
-fn measure(args: &[String], stdin: &str) -> (u64, Duration) {
+fn measure(args: &[String], env: &[(&str, &str)], stdin: &str) -> (u64, Duration) {
     let started = Instant::now();
     let mut child = Command::new("/usr/bin/time")
         .arg("-v")
@@ -46,6 +48,7 @@ fn measure(args: &[String], stdin: &str) -> (u64, Duration) {
         .args(args)
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -82,13 +85,19 @@ struct Row {
 }
 
 /// Runs `scenario` RUNS times; `calls` counts the upstream requests so far.
-fn bench(scenario: &'static str, args: &[String], stdin: &str, calls: impl Fn() -> usize) -> Row {
+fn bench(
+    scenario: &'static str,
+    args: &[String],
+    env: &[(&str, &str)],
+    stdin: &str,
+    calls: impl Fn() -> usize,
+) -> Row {
     let mut rss = Vec::new();
     let mut wall = Vec::new();
     let mut per_run = None;
     for _ in 0..RUNS {
         let before = calls();
-        let (kib, elapsed) = measure(args, stdin);
+        let (kib, elapsed) = measure(args, env, stdin);
         let made = calls() - before;
         assert!(per_run.is_none_or(|n| n == made), "{scenario}: calls vary");
         per_run = Some(made);
@@ -118,6 +127,25 @@ fn main() {
     }
     let mut rows = Vec::new();
 
+    // moto, the AWS emulator, behind a relay that counts the calls.
+    let moto = Moto::start();
+    let relay = Relay::start(moto.url().trim_start_matches("http://").parse().unwrap());
+    let token = TokenSpec::new("team", "puller", "sts.amazonaws.com").mint();
+    rows.push(bench(
+        "aws miss, web identity (STS, ECR)",
+        &strings(&["--provider", "aws"]),
+        &[("AWS_ENDPOINT_URL", relay.server.url().as_str())],
+        &request(
+            "123456789012.dkr.ecr.us-west-2.amazonaws.com/team/app",
+            Some(&token),
+            &[(
+                "eks.amazonaws.com/role-arn",
+                "arn:aws:iam::123456789012:role/pull",
+            )],
+        ),
+        || relay.server.request_count(),
+    ));
+
     let entra = FakeEntra::start(App::trusting("team", "puller"));
     let acr = FakeAcr::start("contoso.azurecr.io", &entra);
     let token = TokenSpec::new("team", "puller", azure::AUDIENCE).mint();
@@ -131,6 +159,7 @@ fn main() {
             "--acr-endpoint",
             &acr.url(),
         ]),
+        &[],
         &request(
             "contoso.azurecr.io/team/app",
             Some(&token),
@@ -161,12 +190,14 @@ fn main() {
     rows.push(bench(
         "gcp miss (STS)",
         &gcp_args,
+        &[],
         &request("us-docker.pkg.dev/my-project/team/app", Some(&token), &[]),
         gcp_calls,
     ));
     rows.push(bench(
         "gcp miss, impersonating (STS, IAM Credentials)",
         &gcp_args,
+        &[],
         &request(
             "us-docker.pkg.dev/my-project/team/app",
             Some(&token),
@@ -187,6 +218,7 @@ fn main() {
             "--registry",
             "harbor.example.com",
         ]),
+        &[],
         &request("harbor.example.com/team/app", Some(&token), &[]),
         || 0,
     ));

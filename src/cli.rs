@@ -16,7 +16,7 @@ use clap::Parser;
 use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result};
-use crate::exchange::{self, Context, Exchanger, Provider, azure, gcp, passthrough};
+use crate::exchange::{self, Context, Exchanger, Provider, aws, azure, gcp, passthrough};
 use crate::image::ImageRef;
 use crate::log::{self, Level};
 use crate::matching;
@@ -96,6 +96,9 @@ pub struct Cli {
 
     #[command(flatten)]
     pub passthrough: passthrough::Options,
+
+    #[command(flatten)]
+    pub aws: aws::Options,
 
     #[command(flatten)]
     pub azure: azure::Options,
@@ -200,6 +203,7 @@ pub fn main() -> ExitCode {
 fn exchangers(cli: &Cli) -> Result<Vec<Box<dyn Exchanger>>> {
     let list: Vec<Box<dyn Exchanger>> = vec![
         Box::new(passthrough::Passthrough::new(&cli.passthrough)?),
+        Box::new(aws::Aws::new(&cli.aws)),
         Box::new(azure::Azure::new(&cli.azure)),
         Box::new(gcp::Gcp::new(&cli.gcp)?),
     ];

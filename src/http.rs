@@ -76,12 +76,27 @@ pub fn deadline_exceeded(deadline: &Deadline, call: &str) -> Error {
 /// Builds the client for one invocation: proxies from the environment, the
 /// node's trust store plus `--ca-file`.
 pub fn client(deadline: &Deadline) -> Result<reqwest::Client> {
-    trust::check_ssl_cert_file(std::env::var_os(trust::SSL_CERT_FILE))?;
-    let extra = trust::extra_roots()?;
     match proxy_settings(|name| std::env::var(name).ok()) {
         Some(proxies) => crate::debug!("proxy settings: {proxies}"),
         None => crate::debug!("no proxy variables set: connecting directly"),
     }
+    let (builder, extra) = builder(deadline)?;
+    build(builder, extra.as_ref())
+}
+
+/// Builds a client that ignores `HTTPS_PROXY`/`HTTP_PROXY`, for node-local
+/// endpoints (the EKS Pod Identity Agent on a link-local address): a proxy
+/// cannot reach them, and must not see the token sent to them.
+pub fn direct_client(deadline: &Deadline) -> Result<reqwest::Client> {
+    crate::debug!("node-local endpoint: connecting directly, whatever the proxy settings");
+    let (builder, extra) = builder(deadline)?;
+    build(builder.no_proxy(), extra.as_ref())
+}
+
+/// The policy every client shares, with the `--ca-file` bundle it trusts.
+fn builder(deadline: &Deadline) -> Result<(reqwest::ClientBuilder, Option<trust::CaBundle>)> {
+    trust::check_ssl_cert_file(std::env::var_os(trust::SSL_CERT_FILE))?;
+    let extra = trust::extra_roots()?;
     let mut builder = reqwest::Client::builder()
         .connect_timeout(CONNECT_TIMEOUT.min(deadline.remaining()))
         .redirect(reqwest::redirect::Policy::none())
@@ -92,10 +107,17 @@ pub fn client(deadline: &Deadline) -> Result<reqwest::Client> {
     if let Some(bundle) = &extra {
         builder = builder.tls_certs_merge(bundle.certificates.iter().cloned());
     }
+    Ok((builder, extra))
+}
+
+fn build(
+    builder: reqwest::ClientBuilder,
+    extra: Option<&trust::CaBundle>,
+) -> Result<reqwest::Client> {
     builder.build().map_err(|e| {
         let detail = describe(&e);
         let error = Error::new(format!("cannot build the HTTP client: {detail}"));
-        match &extra {
+        match extra {
             Some(bundle) => error.fix(format!(
                 "check that --ca-file {} holds only CA certificates in PEM",
                 crate::error::quote(&bundle.path.display().to_string())
@@ -262,13 +284,7 @@ pub async fn send(
 /// The error for a call that never got a reply.
 fn transport_error(call: &str, attempt: u32, e: &reqwest::Error, deadline: &Deadline) -> Error {
     if let Some(detail) = certificate_error(e) {
-        return Error::new(format!(
-            "{call} failed: the server's TLS certificate is not trusted ({detail})"
-        ))
-        .fix(
-            "if the endpoint or a TLS-inspecting proxy uses a private CA, pass its CA certificate with --ca-file \
-             (WICP_CA_FILE); check also the node's clock and that the URL names the host the certificate is for",
-        );
+        return untrusted_certificate(call, &detail);
     }
     if e.is_timeout() && deadline.expired() {
         return deadline_exceeded(deadline, call);
@@ -293,6 +309,17 @@ fn transport_error(call: &str, attempt: u32, e: &reqwest::Error, deadline: &Dead
     }
 }
 
+/// The error for a server whose certificate no trusted CA vouches for.
+pub fn untrusted_certificate(call: &str, detail: &str) -> Error {
+    Error::new(format!(
+        "{call} failed: the server's TLS certificate is not trusted ({detail})"
+    ))
+    .fix(
+        "if the endpoint or a TLS-inspecting proxy uses a private CA, pass its CA certificate with --ca-file \
+         (WICP_CA_FILE); check also the node's clock and that the URL names the host the certificate is for",
+    )
+}
+
 fn retry_after_beyond_deadline(
     call: &str,
     status: u16,
@@ -309,11 +336,11 @@ fn retry_after_beyond_deadline(
 }
 
 /// The certificate problem behind a failed connection, if that is what it
-/// was. rustls reports it inside I/O errors (nested: hyper-rustls wraps
+/// was (for reqwest's errors and the AWS SDK's alike). rustls reports it inside I/O errors (nested: hyper-rustls wraps
 /// tokio-rustls's), whose `source` skips the wrapped error, so those are
 /// unwrapped by hand.
-fn certificate_error(e: &reqwest::Error) -> Option<String> {
-    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+pub fn certificate_error(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut next = Some(e);
     while let Some(current) = next {
         let mut inner: Option<&(dyn std::error::Error + 'static)> = Some(current);
         while let Some(error) = inner {

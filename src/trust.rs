@@ -62,19 +62,21 @@ pub fn extra_roots() -> Result<Option<CaBundle>> {
     ca_file().map(read_bundle).transpose()
 }
 
-/// Reads a PEM bundle holding at least one certificate.
+/// Reads a PEM bundle holding at least one certificate, each usable as a
+/// trust anchor.
 pub fn read_bundle(path: &Path) -> Result<CaBundle> {
     let shown = quote(&path.display().to_string());
     let fix = "pass a PEM file of CA certificates (-----BEGIN CERTIFICATE-----) readable by the kubelet's user, \
                or unset --ca-file (WICP_CA_FILE)";
     let pem = read_bounded(path)
         .map_err(|e| Error::new(format!("cannot read the --ca-file {shown}: {e}")).fix(fix))?;
-    let certificates = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
-        Error::new(format!("the --ca-file {shown} is not a PEM bundle: {e}")).fix(fix)
-    })?;
-    if certificates.is_empty() {
-        return Err(Error::new(format!("the --ca-file {shown} holds no PEM certificate")).fix(fix));
-    }
+    let ders =
+        anchors(&pem).map_err(|why| Error::new(format!("the --ca-file {shown} {why}")).fix(fix))?;
+    let certificates = ders
+        .iter()
+        .map(|der| reqwest::Certificate::from_der(der))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| Error::new(format!("the --ca-file {shown} is not usable: {e}")).fix(fix))?;
     crate::debug!(
         "trusting {} extra CA certificate(s) from {shown}",
         certificates.len()
@@ -84,6 +86,32 @@ pub fn read_bundle(path: &Path) -> Result<CaBundle> {
         pem,
         certificates,
     })
+}
+
+/// The certificates of a PEM bundle, each checked the way the TLS clients
+/// will load it (rustls-pki-types' PEM reader, then a webpki trust anchor).
+/// The AWS SDK's client loads extra roots with `expect`: only a bundle that
+/// passed here may reach it. Other PEM sections (keys, CRLs) are skipped,
+/// as the clients skip them.
+fn anchors(pem: &[u8]) -> std::result::Result<Vec<Vec<u8>>, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let ders = CertificateDer::pem_slice_iter(pem)
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| format!("is not a PEM bundle: {e}"))?;
+    if ders.is_empty() {
+        return Err("holds no PEM certificate".to_string());
+    }
+    let mut store = rustls::RootCertStore::empty();
+    for (n, der) in ders.iter().enumerate() {
+        store.add(der.clone()).map_err(|e| {
+            format!(
+                "holds a certificate (number {}) that cannot be parsed: {e}",
+                n.saturating_add(1)
+            )
+        })?;
+    }
+    Ok(ders.into_iter().map(|d| d.as_ref().to_vec()).collect())
 }
 
 /// Checks `SSL_CERT_FILE` when set: the TLS stack treats an unreadable one
@@ -99,15 +127,9 @@ pub fn check_ssl_cert_file(value: Option<std::ffi::OsString>) -> Result<()> {
                to add a CA to the system's, use --ca-file";
     let pem = read_bounded(&path)
         .map_err(|e| Error::new(format!("cannot read SSL_CERT_FILE {shown}: {e}")).fix(fix))?;
-    match reqwest::Certificate::from_pem_bundle(&pem) {
-        Ok(certificates) if !certificates.is_empty() => Ok(()),
-        Ok(_) => {
-            Err(Error::new(format!("SSL_CERT_FILE {shown} holds no PEM certificate")).fix(fix))
-        }
-        Err(e) => {
-            Err(Error::new(format!("SSL_CERT_FILE {shown} is not a PEM bundle: {e}")).fix(fix))
-        }
-    }
+    anchors(&pem)
+        .map(|_| ())
+        .map_err(|why| Error::new(format!("SSL_CERT_FILE {shown} {why}")).fix(fix))
 }
 
 fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
@@ -147,7 +169,23 @@ mod tests {
         assert_eq!(bundle.certificates.len(), 2);
         assert_eq!(bundle.pem, two.as_bytes());
 
-        let cases: [(&str, &[u8], &str); 4] = [
+        let key = include_str!("../tests/fixtures/tls/server.key");
+        let with_key = format!("{key}{CA_PEM}");
+        assert_eq!(
+            read_bundle(&write(dir.path(), "key.pem", with_key.as_bytes()))
+                .unwrap()
+                .certificates
+                .len(),
+            1
+        );
+        // Valid base64 in a CERTIFICATE block, but no certificate.
+        let junk = "-----BEGIN CERTIFICATE-----\nAAAAAAAA\n-----END CERTIFICATE-----\n";
+        let cases: [(&str, &[u8], &str); 5] = [
+            (
+                "junk.pem",
+                junk.as_bytes(),
+                "(number 1) that cannot be parsed",
+            ),
             ("empty.pem", b"", "holds no PEM certificate"),
             (
                 "text.pem",

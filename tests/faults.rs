@@ -26,7 +26,8 @@ use serde_json::json;
 use support::azure::{self, App, FakeAcr, FakeEntra};
 use support::google::{FakeSts, GCP_CLUSTER, GCP_PROJECT};
 use support::http_server::{Response, TestServer};
-use support::net::{CA_PEM, Proxy, Raw, RawServer, Target, TlsFront, closed_port};
+use support::moto::Moto;
+use support::net::{CA_PEM, Proxy, Raw, RawServer, Relay, Target, TlsFront, closed_port};
 use support::plugin::{Run, request, run};
 use support::token::{self, TokenSpec};
 
@@ -703,4 +704,268 @@ fn an_unreachable_proxy_is_reported() {
         );
         assert_eq!(fronts[0].connections(), 0);
     }
+}
+
+// ---------------------------------------------------------------------------
+// aws: the same faults through the AWS SDK's client (built by us with the
+// proxy variables and --ca-file), against moto, the AWS emulator, with a
+// relay in front of its STS to script faults and keep what STS answered.
+
+const ECR_HOST: &str = "123456789012.dkr.ecr.us-west-2.amazonaws.com";
+const ROLE: &str = "arn:aws:iam::123456789012:role/pull";
+
+struct Aws {
+    moto: Moto,
+    sts: Relay,
+    token: String,
+}
+
+/// The text between `open` and `close`, if any.
+fn between<'a>(text: &'a str, open: &str, close: &str) -> Option<&'a str> {
+    let (_, rest) = text.split_once(open)?;
+    Some(rest.split_once(close)?.0)
+}
+
+impl Aws {
+    fn start() -> Aws {
+        let moto = Moto::start();
+        let backend = moto.url().trim_start_matches("http://").parse().unwrap();
+        Aws {
+            sts: Relay::start(backend),
+            moto,
+            token: TokenSpec::new("team", "puller", "sts.amazonaws.com").mint(),
+        }
+    }
+
+    fn moto_addr(&self) -> std::net::SocketAddr {
+        self.moto
+            .url()
+            .trim_start_matches("http://")
+            .parse()
+            .unwrap()
+    }
+
+    /// Runs the plugin with STS at `sts` and ECR at `ecr`.
+    fn run(&self, sts: &str, ecr: &str, extra: &[&str], env: &[(&str, &str)]) -> Run {
+        let mut args = vec!["--provider", "aws", "--log-level", "debug"];
+        args.extend_from_slice(extra);
+        let mut vars = vec![("AWS_ENDPOINT_URL_STS", sts), ("AWS_ENDPOINT_URL_ECR", ecr)];
+        vars.extend_from_slice(env);
+        let out = run(
+            &args,
+            &vars,
+            request(
+                &format!("{ECR_HOST}/team/app"),
+                Some(&self.token),
+                &[("eks.amazonaws.com/role-arn", ROLE)],
+            )
+            .as_bytes(),
+        );
+        let mut secrets = vec![self.token.clone()];
+        for answer in self.sts.answers() {
+            for tag in ["SecretAccessKey", "SessionToken"] {
+                if let Some(secret) = between(&answer, &format!("<{tag}>"), &format!("</{tag}>")) {
+                    secrets.push(secret.to_string());
+                }
+            }
+        }
+        if out.code == Some(0) {
+            let response = out.response();
+            secrets.push(
+                response["auth"][ECR_HOST]["password"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            );
+        }
+        for secret in secrets {
+            assert!(
+                !out.stderr.contains(&secret),
+                "a secret reached stderr: {}",
+                out.stderr
+            );
+        }
+        assert!(out.stderr.contains(": debug: "), "{}", out.stderr);
+        out
+    }
+
+    fn run_normal(&self, extra: &[&str], env: &[(&str, &str)]) -> Run {
+        self.run(&self.sts.server.url(), &self.moto.url(), extra, env)
+    }
+
+    fn failure(&self, out: &Run) -> String {
+        let line = out.failure();
+        eprintln!("{line}");
+        assert!(
+            line.contains(&format!(
+                "provider aws, service account team/puller, registry {ECR_HOST} failed: "
+            )),
+            "{line}"
+        );
+        line
+    }
+}
+
+/// moto's answer for the role's account.
+fn assert_ecr_login(out: &Run) {
+    let response = out.response();
+    assert_eq!(response["auth"][ECR_HOST]["username"], "AWS");
+    assert_eq!(
+        response["auth"][ECR_HOST]["password"],
+        "123456789012-auth-token"
+    );
+}
+
+fn sts_error(status: u16, code: &str, message: &str) -> Response {
+    Response::text(
+        status,
+        format!(
+            r#"<ErrorResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><Error><Type>Sender</Type><Code>{code}</Code><Message>{message}</Message></Error><RequestId>c6104cbe-af31-11e0-8154-cbc7ccf896c7</RequestId></ErrorResponse>"#
+        ),
+    )
+    .with_header("Content-Type", "text/xml")
+}
+
+#[test]
+fn aws_tls_with_an_unknown_ca_fails_unless_the_ca_is_trusted() {
+    let aws = Aws::start();
+    let sts = TlsFront::start(aws.sts.server.addr());
+    let ecr = TlsFront::start(aws.moto_addr());
+    let out = aws.run(&sts.url(), &ecr.url(), &[], &[]);
+    let line = aws.failure(&out);
+    assert!(
+        line.contains(&format!(
+            "STS AssumeRoleWithWebIdentity at {} failed: the server's TLS certificate is not trusted (invalid peer certificate: UnknownIssuer)",
+            sts.url()
+        )),
+        "{line}"
+    );
+    assert!(line.contains("--ca-file"), "{line}");
+    assert_eq!(sts.requests(), 0, "nothing was sent");
+    assert_eq!(aws.sts.server.request_count(), 0);
+
+    for (extra, env) in [
+        (&["--ca-file", CA_PEM][..], &[][..]),
+        (&[][..], &[("WICP_CA_FILE", CA_PEM)][..]),
+        (&[][..], &[("SSL_CERT_FILE", CA_PEM)][..]),
+    ] {
+        assert_ecr_login(&aws.run(&sts.url(), &ecr.url(), extra, env));
+    }
+    assert_eq!(sts.requests(), 3);
+    assert_eq!(ecr.requests(), 3);
+
+    // A CERTIFICATE block that is no certificate: the SDK loads extra roots
+    // with `expect`, so this must be refused before it gets there.
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.pem");
+    std::fs::write(
+        &junk,
+        "-----BEGIN CERTIFICATE-----\nAAAAAAAA\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    let out = aws.run(
+        &sts.url(),
+        &ecr.url(),
+        &["--ca-file", junk.to_str().unwrap()],
+        &[],
+    );
+    let line = aws.failure(&out);
+    assert!(
+        line.contains("holds a certificate (number 1) that cannot be parsed"),
+        "{line}"
+    );
+    assert_eq!(out.code, Some(1), "an error, not an abort");
+}
+
+#[test]
+fn aws_https_proxy_carries_sts_and_ecr_and_no_proxy_bypasses_it() {
+    const PASSWORD: &str = "aws-pr0xy-Pa55word-never-logged";
+    let aws = Aws::start();
+    let sts = TlsFront::start(aws.sts.server.addr());
+    let ecr = TlsFront::start(aws.moto_addr());
+    let ca = ["--ca-file", CA_PEM];
+    let tunnels = vec![
+        Target::Tunnel(sts.addr().to_string()),
+        Target::Tunnel(ecr.addr().to_string()),
+    ];
+
+    let proxy = Proxy::start();
+    assert_ecr_login(&aws.run(
+        &sts.url(),
+        &ecr.url(),
+        &ca,
+        &[("HTTPS_PROXY", &proxy.url())],
+    ));
+    assert_eq!(proxy.targets(), tunnels);
+
+    let proxy = Proxy::start();
+    assert_ecr_login(&aws.run(
+        &sts.url(),
+        &ecr.url(),
+        &ca,
+        &[("HTTPS_PROXY", &proxy.url()), ("NO_PROXY", "127.0.0.1")],
+    ));
+    assert_eq!(proxy.targets(), vec![]);
+
+    let proxy = Proxy::start_with_credentials("node", PASSWORD);
+    let url = format!("http://node:{PASSWORD}@127.0.0.1:{}", proxy.port());
+    let out = aws.run(&sts.url(), &ecr.url(), &ca, &[("https_proxy", &url)]);
+    assert_ecr_login(&out);
+    assert_eq!(proxy.targets(), tunnels);
+    assert!(proxy.authorizations().iter().all(Option::is_some));
+    assert!(!out.stderr.contains(PASSWORD), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("https_proxy=http://<credentials>@127.0.0.1:"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn aws_refused_failing_refusing_and_cut_answers() {
+    let aws = Aws::start();
+    // Refused.
+    let refused = format!("http://127.0.0.1:{}", closed_port());
+    let line = aws.failure(&aws.run(&refused, &aws.moto.url(), &[], &[]));
+    assert!(
+        line.contains(&format!(
+            "cannot reach STS AssumeRoleWithWebIdentity at {refused}"
+        )),
+        "{line}"
+    );
+    assert!(line.contains("Connection refused"), "{line}");
+
+    // 500, then moto's answer.
+    aws.sts
+        .script([Response::text(500, "<html>internal error</html>")]);
+    assert_ecr_login(&aws.run_normal(&[], &[]));
+    assert_eq!(aws.sts.server.request_count(), 2);
+
+    // AccessDenied: final.
+    aws.sts.script([sts_error(
+        403,
+        "AccessDenied",
+        "Not authorized to perform sts:AssumeRoleWithWebIdentity",
+    )]);
+    let line = aws.failure(&aws.run_normal(&[], &[]));
+    assert!(line.contains("AccessDenied"), "{line}");
+    assert_eq!(aws.sts.server.request_count(), 3, "not retried");
+
+    // A cut answer.
+    let cut = RawServer::start(vec![Raw::Send(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nContent-Length: 900\r\n\r\n<AssumeRoleWithWebIdentityResponse><SecretAccessKey>cut-secret-key-value"
+            .to_vec(),
+    )]);
+    let out = aws.run(&cut.url(), &aws.moto.url(), &[], &[]);
+    let line = aws.failure(&out);
+    assert!(
+        line.contains(&format!("STS AssumeRoleWithWebIdentity at {}", cut.url())),
+        "{line}"
+    );
+    assert!(
+        !out.stderr.contains("cut-secret-key-value"),
+        "{}",
+        out.stderr
+    );
 }

@@ -1,8 +1,8 @@
-//! Registry host parsing of each exchanger, on arbitrary text: the check
+//! Registry host parsing of each exchanger (aws, azure, gcp), on arbitrary text: the check
 //! that decides whether a cloud token may be handed out for a host.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use wi_credential_provider::exchange::{azure, gcp};
+use wi_credential_provider::exchange::{aws, azure, gcp};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(registry) = std::str::from_utf8(data) else {
@@ -28,6 +28,17 @@ fuzz_target!(|data: &[u8]| {
             "{registry:?}"
         );
     }
+    let ecr = aws::host::parse(registry);
+    if let Some(parsed) = &ecr {
+        assert!(!registry.contains([':', '/', '@', ' ']), "{registry:?}");
+        // The region the host names belongs to its partition.
+        assert!(
+            parsed.partition().has_region(parsed.region()),
+            "{registry:?}"
+        );
+        assert_eq!(aws::host::parse(registry).as_ref(), Some(parsed));
+    }
     // No host is claimed by two clouds.
-    assert!(!(acr.is_some() && google), "{registry:?}");
+    let claimed = [acr.is_some(), google, ecr.is_some()];
+    assert!(claimed.iter().filter(|c| **c).count() <= 1, "{registry:?}");
 });

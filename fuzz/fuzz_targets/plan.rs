@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use libfuzzer_sys::fuzz_target;
-use wi_credential_provider::exchange::{self, Context, Exchanger, azure, gcp, passthrough};
+use wi_credential_provider::exchange::{self, Context, Exchanger, aws, azure, gcp, passthrough};
 use wi_credential_provider::image::ImageRef;
 use wi_credential_provider::secret::Secret;
 use wi_credential_provider::token::ServiceAccountToken;
@@ -26,8 +26,16 @@ fn exchangers() -> Vec<Box<dyn Exchanger>> {
         gcp_sts_endpoint: gcp::DEFAULT_STS_ENDPOINT.into(),
         gcp_iamcredentials_endpoint: gcp::DEFAULT_IAMCREDENTIALS_ENDPOINT.into(),
     };
+    let aws = aws::Options {
+        aws_credential_source: aws::CredentialSource::WebIdentity,
+        aws_role_arn_annotations: aws::identity::DEFAULT_ROLE_ANNOTATIONS
+            .map(str::to_string)
+            .to_vec(),
+        aws_session_duration: Duration::from_secs(3600),
+    };
     vec![
         Box::new(passthrough::Passthrough::new(&passthrough).unwrap()),
+        Box::new(aws::Aws::new(&aws)),
         Box::new(azure::Azure::new(&azure::Options::default())),
         Box::new(gcp::Gcp::new(&gcp).unwrap()),
     ]
@@ -39,7 +47,7 @@ fn token(namespace: &str, name: &str) -> Option<ServiceAccountToken> {
     let claims = serde_json::json!({
         "iss": "https://oidc.example",
         "sub": format!("system:serviceaccount:{namespace}:{name}"),
-        "aud": ["api://AzureADTokenExchange", "my-project.svc.id.goog", "harbor.example.com"],
+        "aud": ["api://AzureADTokenExchange", "my-project.svc.id.goog", "harbor.example.com", "sts.amazonaws.com"],
         "exp": now + 3600, "iat": now,
         "kubernetes.io": {"namespace": namespace, "serviceaccount": {"name": name, "uid": "u"}},
     });

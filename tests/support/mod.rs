@@ -5,6 +5,7 @@
 pub mod azure;
 pub mod google;
 pub mod http_server;
+pub mod moto;
 pub mod net;
 pub mod plugin;
 pub mod registry;

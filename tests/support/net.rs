@@ -8,6 +8,8 @@
 //!   Basic proxy credentials;
 //! * [`RawServer`]: answers each request with scripted raw bytes (a cut
 //!   body, a stalled body, something that is not HTTP);
+//! * [`Relay`]: forwards to a real backend (moto), answering scripted
+//!   faults first and keeping every answer it relayed;
 //! * [`closed_port`]: a port nothing listens on.
 //!
 //! Every server stops when dropped: it wakes its accept loop, shuts down
@@ -215,6 +217,10 @@ impl TlsFront {
                     return;
                 };
                 tracker.track(&plain);
+                // One request per connection: the backend closes after it.
+                let mut lines = lines;
+                lines.retain(|l| !l.to_ascii_lowercase().starts_with("connection:"));
+                lines.push("Connection: close".to_string());
                 let mut request = head_bytes(&lines);
                 request.extend_from_slice(&body);
                 if plain.write_all(&request).is_err() {
@@ -466,4 +472,128 @@ impl RawServer {
             })
             .collect()
     }
+}
+
+/// A relay in front of a real HTTP backend: scripted answers first (after
+/// recording the request), then each request forwarded as sent, with the
+/// backend's answer relayed and kept.
+pub struct Relay {
+    pub server: super::http_server::TestServer,
+    script: Arc<Mutex<std::collections::VecDeque<super::http_server::Response>>>,
+    answers: Arc<Mutex<Vec<Vec<u8>>>>,
+}
+
+impl Relay {
+    pub fn start(backend: SocketAddr) -> Relay {
+        use super::http_server::{Response, TestServer};
+        let script: Arc<Mutex<std::collections::VecDeque<Response>>> = Arc::default();
+        let answers: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+        let server = {
+            let (script, answers) = (Arc::clone(&script), Arc::clone(&answers));
+            TestServer::start(move |req| {
+                if let Some(canned) = script.lock().unwrap().pop_front() {
+                    return canned;
+                }
+                let (status, headers, body) = forward(backend, req);
+                answers.lock().unwrap().push(body.clone());
+                let mut response = Response::text(status, "");
+                response.headers = headers;
+                response.body = body;
+                response
+            })
+        };
+        Relay {
+            server,
+            script,
+            answers,
+        }
+    }
+
+    pub fn script(&self, responses: impl IntoIterator<Item = super::http_server::Response>) {
+        self.script.lock().unwrap().extend(responses);
+    }
+
+    /// The bodies of the backend's answers relayed so far.
+    pub fn answers(&self) -> Vec<String> {
+        self.answers
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .collect()
+    }
+}
+
+/// Sends `req` to `backend` on a fresh connection and reads the whole
+/// answer: status, headers (without the framing ones) and body.
+fn forward(
+    backend: SocketAddr,
+    req: &super::http_server::Request,
+) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let mut stream = TcpStream::connect(backend).expect("connect to the relay's backend");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("read timeout");
+    let target = if req.query.is_empty() {
+        req.path.clone()
+    } else {
+        format!("{}?{}", req.path, req.query)
+    };
+    let mut head = format!("{} {target} HTTP/1.1\r\n", req.method);
+    for (name, value) in &req.headers {
+        let lower = name.to_ascii_lowercase();
+        if !["connection", "content-length", "transfer-encoding"].contains(&lower.as_str()) {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+    }
+    head.push_str(&format!(
+        "Content-Length: {}\r\nConnection: close\r\n\r\n",
+        req.body.len()
+    ));
+    stream.write_all(head.as_bytes()).expect("write to backend");
+    stream.write_all(&req.body).expect("write to backend");
+    let mut reader = BufReader::new(stream);
+    let mut status_line = String::new();
+    reader.read_line(&mut status_line).expect("status line");
+    let status = status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status code from the backend");
+    let mut headers = Vec::new();
+    let mut chunked = false;
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).expect("header line");
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':') {
+            let lower = name.to_ascii_lowercase();
+            if lower == "transfer-encoding" {
+                chunked = value.to_ascii_lowercase().contains("chunked");
+            } else if !["connection", "content-length"].contains(&lower.as_str()) {
+                headers.push((name.trim().to_string(), value.trim().to_string()));
+            }
+        }
+    }
+    let mut body = Vec::new();
+    if chunked {
+        loop {
+            let mut size = String::new();
+            reader.read_line(&mut size).expect("chunk size");
+            let size = usize::from_str_radix(size.trim().split(';').next().unwrap_or("0"), 16)
+                .expect("chunk size");
+            if size == 0 {
+                break;
+            }
+            let mut chunk = vec![0; size + 2];
+            reader.read_exact(&mut chunk).expect("chunk");
+            body.extend_from_slice(&chunk[..size]);
+        }
+    } else {
+        let _ = reader.read_to_end(&mut body);
+    }
+    (status, headers, body)
 }
