@@ -219,7 +219,18 @@ impl Case {
     }
 
     fn assert_no_secrets(&self, out: &Run) {
-        for secret in self.secrets() {
+        let mut secrets = self.secrets();
+        if out.code == Some(0) {
+            let response = out.response();
+            let registry = self.image.split('/').next().unwrap();
+            secrets.push(
+                response["auth"][registry]["password"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            );
+        }
+        for secret in secrets {
             assert!(
                 !out.stderr.contains(&secret),
                 "{}: a secret reached stderr: {}",
