@@ -17,7 +17,7 @@ use crate::cache::{self, Cache, KeyInputs, Origin};
 use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result};
-use crate::exchange::{self, Context, Exchanger, Provider, passthrough};
+use crate::exchange::{self, Context, Exchanger, Provider, azure, gcp, passthrough};
 use crate::image::ImageRef;
 use crate::log::{self, Level};
 use crate::protocol::{self, Response};
@@ -95,6 +95,12 @@ pub struct Cli {
 
     #[command(flatten)]
     pub passthrough: passthrough::Options,
+
+    #[command(flatten)]
+    pub azure: azure::Options,
+
+    #[command(flatten)]
+    pub gcp: gcp::Options,
 
     #[command(flatten)]
     pub cache: cache::Options,
@@ -211,8 +217,11 @@ pub fn main() -> ExitCode {
 /// Builds every exchanger from its options. Construction does no I/O: a
 /// network client is built only when a plan's exchange runs.
 fn exchangers(cli: &Cli) -> Result<Vec<Box<dyn Exchanger>>> {
-    let list: Vec<Box<dyn Exchanger>> =
-        vec![Box::new(passthrough::Passthrough::new(&cli.passthrough)?)];
+    let list: Vec<Box<dyn Exchanger>> = vec![
+        Box::new(passthrough::Passthrough::new(&cli.passthrough)?),
+        Box::new(azure::Azure::new(&cli.azure)),
+        Box::new(gcp::Gcp::new(&cli.gcp)?),
+    ];
     Ok(list)
 }
 
