@@ -343,19 +343,20 @@ fn respond(
     );
     let json = response.to_json()?;
     crate::info!(
-        "{} credentials {} for {} on {} ({}), cacheDuration {}",
+        "{} credentials for {} on {} ({}), cacheDuration {}{}",
         provider,
-        match served.origin {
-            Origin::Cache => "from the cache",
-            Origin::Exchange => "exchanged",
-        },
         subject
             .service_account
             .as_deref()
             .unwrap_or("no service account"),
         auth_key,
         image,
-        duration::format_go(cache_duration)
+        duration::format_go(cache_duration),
+        match (served.origin, &cache) {
+            (Origin::Cache, _) => ", from the on-disk cache",
+            (Origin::Exchange, Some(_)) => ", exchanged and cached",
+            (Origin::Exchange, None) => "",
+        }
     );
     Ok(json)
 }
