@@ -595,3 +595,289 @@ fn sixty_four_processes_for_eight_keys_make_eight_exchanges() {
     assert_eq!(all, world.acr.minted().into_iter().collect());
     assert_eq!(world.entry_files().len(), 8);
 }
+
+// ---- Faults ----
+
+#[test]
+fn a_process_killed_while_holding_the_lock_does_not_block_the_next() {
+    let world = World::new(&[("team", "puller")]);
+    // The first exchange never gets an answer: its process holds the lock.
+    world.entra.script([Response::hang()]);
+    let mut stuck = spawn(&world.args());
+    stuck
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(request(IMAGE, Some(&sa_token("team", "puller")), IDENTITY).as_bytes())
+        .unwrap();
+    wait_for("the first exchange to reach Entra", || {
+        world.entra.server.request_count() == 1
+    });
+    let mut waiter = spawn(&world.args());
+    waiter
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(request(IMAGE, Some(&sa_token("team", "puller")), IDENTITY).as_bytes())
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        waiter.try_wait().unwrap().is_none(),
+        "the second process must wait for the lock"
+    );
+    assert_eq!(world.entra.server.request_count(), 1);
+    let killed_at = Instant::now();
+    stuck.kill().unwrap();
+    stuck.wait().unwrap();
+    let out = finish(waiter);
+    assert!(
+        killed_at.elapsed() < Duration::from_secs(5),
+        "the kernel releases a dead holder's lock at once"
+    );
+    assert_eq!(password(&out), world.acr.minted()[0]);
+    assert!(
+        out.stderr.contains("exchanged and cached"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(world.exchanges(), 2);
+    // And the entry it wrote serves the next pull.
+    world.pull(&sa_token("team", "puller")).response();
+    assert_eq!(world.exchanges(), 2);
+}
+
+fn wait_for(what: &str, done: impl Fn() -> bool) {
+    let until = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(Instant::now() < until, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn temp_files(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.extension().is_some_and(|x| x == "tmp"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// strace holds the plugin inside rename(2), after the temporary file is
+/// written, so it can be killed mid-write for real: no hook in the binary.
+#[test]
+fn a_process_killed_while_writing_leaves_no_entry_and_no_harm() {
+    let world = World::new(&[("team", "puller"), ("team", "other")]);
+    let mut args = vec![
+        "-f".to_string(),
+        "-o".into(),
+        "/dev/null".into(),
+        "-e".into(),
+        "trace=rename,renameat,renameat2".into(),
+        "-e".into(),
+        "inject=rename,renameat,renameat2:delay_enter=60000000".into(),
+        bin().to_str().unwrap().into(),
+    ];
+    args.extend(world.args());
+    let mut traced = Command::new("strace")
+        .args(&args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("strace is needed for this test (apt-get install strace)");
+    traced
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(request(IMAGE, Some(&sa_token("team", "puller")), IDENTITY).as_bytes())
+        .unwrap();
+    wait_for("the entry's temporary file to be written", || {
+        temp_files(&world.dir)
+            .first()
+            .and_then(|p| std::fs::read(p).ok())
+            .is_some_and(|bytes| serde_json::from_slice::<Value>(&bytes).is_ok())
+    });
+    assert!(world.entry_files().is_empty(), "renamed too early");
+    // Kill strace and the plugin it runs, by their process group.
+    let group = traced.id().to_string();
+    let status = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{group}")])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    traced.wait().unwrap();
+    assert_eq!(world.exchanges(), 1);
+
+    // What the killed writer left is a temporary file, never an entry.
+    let leftovers = temp_files(&world.dir);
+    assert_eq!(leftovers.len(), 1);
+    assert!(world.entry_files().is_empty());
+    // The next pull misses, exchanges and writes a whole entry.
+    let out = world.pull(&sa_token("team", "puller"));
+    assert_eq!(password(&out), world.acr.minted()[1]);
+    assert_eq!(world.exchanges(), 2);
+    assert_eq!(world.entry_files().len(), 1);
+    world.pull(&sa_token("team", "puller")).response();
+    assert_eq!(world.exchanges(), 2);
+    // Once stale, housekeeping on a later miss removes the leftover.
+    let old = std::time::SystemTime::now() - Duration::from_secs(600);
+    std::fs::File::options()
+        .write(true)
+        .open(&leftovers[0])
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    world.pull(&sa_token("team", "other")).response();
+    assert!(temp_files(&world.dir).is_empty());
+}
+
+#[test]
+fn a_truncated_or_future_format_entry_is_a_miss_and_is_rewritten() {
+    let world = World::new(&[("team", "puller")]);
+    world.pull(&sa_token("team", "puller")).response();
+    let file = world.entry_files().remove(0);
+    let whole = std::fs::read(&file).unwrap();
+    let future = String::from_utf8(whole.clone())
+        .unwrap()
+        .replace("\"format\":1", "\"format\":2");
+    for (i, (broken, why)) in [
+        (whole[..whole.len() / 2].to_vec(), "truncated"),
+        (future.into_bytes(), "format 2"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        std::fs::write(&file, &broken).unwrap();
+        let out = world.pull(&sa_token("team", "puller"));
+        let pw = password(&out);
+        assert!(
+            out.stderr.contains("warning: ignoring cache entry"),
+            "{}",
+            out.stderr
+        );
+        assert!(out.stderr.contains(why), "{}", out.stderr);
+        assert!(out.stderr.contains("it will be replaced"), "{}", out.stderr);
+        assert_eq!(world.exchanges(), i + 2);
+        let rewritten: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        assert_eq!(rewritten["password"], pw.as_str());
+        assert_eq!(rewritten["format"], 1);
+    }
+    world.pull(&sa_token("team", "puller")).response();
+    assert_eq!(world.exchanges(), 3);
+}
+
+/// Mounts a tmpfs for the test and unmounts it when dropped. Needs root
+/// (CAP_SYS_ADMIN), as the tests run here.
+struct Mount(PathBuf);
+
+impl Mount {
+    fn tmpfs(at: &Path) -> Self {
+        std::fs::create_dir_all(at).unwrap();
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "mode=0700,size=1m", "tmpfs", arg(at)])
+            .status()
+            .unwrap();
+        assert!(status.success(), "mounting a tmpfs needs root");
+        Mount(at.to_path_buf())
+    }
+
+    fn read_only(&self) {
+        let status = Command::new("mount")
+            .args(["-o", "remount,ro", arg(&self.0)])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").args(["-l", arg(&self.0)]).status();
+    }
+}
+
+#[test]
+fn a_read_only_cache_never_fails_a_pull() {
+    let world = World::new(&[("team", "puller"), ("team", "other")]);
+    let mount = Mount::tmpfs(&world.dir);
+    // Filled while writable, then read-only.
+    world.pull(&sa_token("team", "puller")).response();
+    mount.read_only();
+
+    // A hit needs no write at all.
+    let hit = world.pull(&sa_token("team", "puller"));
+    assert!(
+        hit.stderr.contains("from the on-disk cache"),
+        "{}",
+        hit.stderr
+    );
+    assert_eq!(world.exchanges(), 1);
+    // A miss exchanges, answers, and says it could not cache.
+    for n in [2, 3] {
+        let out = world.pull(&sa_token("team", "other"));
+        assert_eq!(password(&out), world.acr.minted()[n - 1]);
+        assert!(
+            out.stderr.contains("Read-only file system"),
+            "{}",
+            out.stderr
+        );
+        assert!(
+            out.stderr
+                .contains("the credential is returned but not cached"),
+            "{}",
+            out.stderr
+        );
+        assert_eq!(world.exchanges(), n);
+    }
+
+    // A cache directory that cannot even be created.
+    let below = world.dir.join("sub");
+    let out = world.pull_with(
+        &["--cache-dir", arg(&below)],
+        &sa_token("team", "other"),
+        IDENTITY,
+    );
+    out.response();
+    assert!(
+        out.stderr.contains("pulling without the credential cache"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(world.exchanges(), 4);
+    drop(mount);
+}
+
+#[test]
+fn an_unsafe_cache_directory_is_refused_before_any_exchange() {
+    let world = World::new(&[("team", "puller")]);
+    let parent = world.dir.parent().unwrap().to_path_buf();
+    let real = parent.join("real");
+    std::fs::create_dir(&real).unwrap();
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let link = parent.join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+
+    let token = sa_token("team", "puller");
+    let refused = |dir: &Path, needle: &str| {
+        let out = world.pull_with(&["--cache-dir", arg(dir)], &token, IDENTITY);
+        let line = out.failure();
+        assert!(line.contains(needle), "{line}");
+        assert!(line.contains("service account team/puller"), "{line}");
+        assert!(line.contains("fix:"), "{line}");
+    };
+    refused(&link, "is a symbolic link");
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o770)).unwrap();
+    refused(&real, "writable by group or others (mode 0770)");
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // Another user's directory, for real (the tests run as root).
+    std::os::unix::fs::chown(&real, Some(4242), Some(4242)).unwrap();
+    refused(&real, "is owned by uid 4242");
+    assert_eq!(world.exchanges(), 0, "no token went anywhere");
+    assert!(std::fs::read_dir(&real).unwrap().next().is_none());
+}
