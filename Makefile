@@ -2,7 +2,7 @@
 CARGO ?= cargo
 BIN := target/release/wi-credential-provider
 
-.PHONY: all build release demo test unit lint fmt clean
+.PHONY: all build release demo test unit lint fmt clean bench
 
 all: build
 
@@ -32,6 +32,11 @@ lint:
 
 fmt:
 	$(CARGO) fmt
+
+# Cost of a cache hit and a miss as whole processes (hyperfine, release
+# build); writes BENCHMARKS.md. Not a test: timings depend on the machine.
+bench:
+	bash bench/cache.sh
 
 clean:
 	$(CARGO) clean

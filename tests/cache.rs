@@ -358,7 +358,8 @@ fn isolation_every_identity_input_is_its_own_entry() {
         ),
     ];
     // (what, flags, token spec, annotations)
-    let variants: Vec<(&str, Vec<&str>, TokenSpec, &[(&str, &str)])> = vec![
+    type Variant<'a> = (&'a str, Vec<&'a str>, TokenSpec, &'a [(&'a str, &'a str)]);
+    let variants: Vec<Variant<'_>> = vec![
         (
             "base",
             vec![],

@@ -11,9 +11,9 @@
 //!   the open file itself is checked (regular file, our owner, no group or
 //!   other bits), so a swapped path cannot fool the check;
 //! - an entry is written to a temporary file in the same directory, synced,
-//!   and renamed over the old one, then the directory is synced: a reader
-//!   sees the old entry or the new one, never half of one, and a crash
-//!   leaves at worst a stray temporary file, which housekeeping removes;
+//!   and renamed over the old one: a reader sees the old entry or the new
+//!   one, never half of one, and a crash leaves at worst a stray temporary
+//!   file (which housekeeping removes) or loses the newest entry (a miss);
 //! - anything unexpected in an entry (corrupt, truncated, foreign, another
 //!   format) is a miss that gets rewritten, never trusted and never an
 //!   error.
@@ -163,10 +163,12 @@ impl Store {
             }
             Err(e) => return Lookup::Unusable(format!("cannot open it: {e}")),
         };
-        if let Err(why) = self.check_file(&file) {
-            return Lookup::Unusable(why);
-        }
-        let mut bytes = Vec::new();
+        let len = match self.check_file(&file) {
+            Ok(len) => len,
+            Err(why) => return Lookup::Unusable(why),
+        };
+        let mut bytes =
+            Vec::with_capacity(usize::try_from(len.min(MAX_ENTRY_BYTES) + 1).unwrap_or(0));
         if let Err(e) = file.take(MAX_ENTRY_BYTES + 1).read_to_end(&mut bytes) {
             return Lookup::Unusable(format!("cannot read it: {e}"));
         }
@@ -182,8 +184,7 @@ impl Store {
         lookup
     }
 
-    /// Writes `entry` atomically: temporary file, fsync, rename, fsync of
-    /// the directory.
+    /// Writes `entry` atomically: temporary file, fsync, rename.
     pub fn write(&self, entry: &Entry) -> io::Result<()> {
         let mut bytes = serialize(entry)?;
         let nanos = SystemTime::now()
@@ -203,8 +204,9 @@ impl Store {
             file.write_all(&bytes)?;
             file.sync_all()?;
             drop(file);
-            std::fs::rename(&temp, self.entry_path(&entry.key))?;
-            File::open(&self.dir)?.sync_all()
+            // The directory is not synced after the rename: that would only
+            // make the new name durable, and losing it in a crash is a miss.
+            std::fs::rename(&temp, self.entry_path(&entry.key))
         })();
         bytes.fill(0);
         if written.is_err() {
@@ -257,8 +259,8 @@ impl Store {
         Ok(scan)
     }
 
-    /// The checks on an opened entry file.
-    fn check_file(&self, file: &File) -> Result<(), String> {
+    /// The checks on an opened entry file; its length if it passes.
+    fn check_file(&self, file: &File) -> Result<u64, String> {
         let meta = file
             .metadata()
             .map_err(|e| format!("cannot inspect it: {e}"))?;
@@ -278,7 +280,7 @@ impl Store {
                 meta.mode() & 0o7777
             ));
         }
-        Ok(())
+        Ok(meta.len())
     }
 }
 
