@@ -211,10 +211,14 @@ impl Cache {
         let now = duration::unix_now();
         let why = match self.store.read(key) {
             Lookup::Missing => return None,
+            // The key covers all three, so this only catches a file that was
+            // put under another key's name.
             Lookup::Found(entry)
-                if entry.provider != subject.provider || entry.registry != subject.registry =>
+                if entry.provider != subject.provider
+                    || entry.registry != subject.registry
+                    || entry.service_account.as_ref() != subject.service_account =>
             {
-                "it was written for another provider or registry".to_string()
+                "it was written for another service account, provider or registry".to_string()
             }
             Lookup::Found(entry) => {
                 if is_fresh(entry.created_at, entry.expires_at, now, self.max_age) {
@@ -430,7 +434,7 @@ mod tests {
     }
 
     #[test]
-    fn an_entry_for_another_registry_is_not_served() {
+    fn an_entry_for_another_registry_or_service_account_is_not_served() {
         let (_dir, cache) = cache(HOUR);
         let key = store::tests::key('d');
         let deadline = Deadline::after(Duration::from_secs(10));
@@ -445,6 +449,23 @@ mod tests {
             .serve(&key, other, &deadline, |_| Ok(credential("two", 3600)))
             .unwrap();
         assert_eq!(served.origin, Origin::Exchange);
+
+        let sa = ServiceAccount {
+            namespace: "team".into(),
+            name: "intruder".into(),
+            uid: "u".into(),
+        };
+        let another_account = Subject {
+            service_account: Some(&sa),
+            ..other
+        };
+        let served = cache
+            .serve(&key, another_account, &deadline, |_| {
+                Ok(credential("three", 3600))
+            })
+            .unwrap();
+        assert_eq!(served.origin, Origin::Exchange);
+        assert_eq!(served.credential.password.expose(), "three");
     }
 
     #[test]
