@@ -1,6 +1,8 @@
 # wi-credential-provider: `make demo` to see it work, `make test` to check it.
 CARGO ?= cargo
 BIN := target/release/wi-credential-provider
+# moto_server for the aws tests: `bash .ci/run` installs it into this venv.
+export WICP_MOTO_SERVER ?= $(HOME)/.cache/wicp-venv/bin/moto_server
 
 .PHONY: all build release demo test unit lint fmt clean bench
 

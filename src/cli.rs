@@ -17,9 +17,10 @@ use crate::cache::{self, Cache, KeyInputs, Origin};
 use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result};
-use crate::exchange::{self, Context, Exchanger, Provider, azure, gcp, passthrough};
+use crate::exchange::{self, Context, Exchanger, Provider, aws, azure, gcp, passthrough};
 use crate::image::ImageRef;
 use crate::log::{self, Level};
+use crate::matching;
 use crate::protocol::{self, Response};
 use crate::token::ServiceAccountToken;
 
@@ -95,6 +96,9 @@ pub struct Cli {
 
     #[command(flatten)]
     pub passthrough: passthrough::Options,
+
+    #[command(flatten)]
+    pub aws: aws::Options,
 
     #[command(flatten)]
     pub azure: azure::Options,
@@ -219,6 +223,7 @@ pub fn main() -> ExitCode {
 fn exchangers(cli: &Cli) -> Result<Vec<Box<dyn Exchanger>>> {
     let list: Vec<Box<dyn Exchanger>> = vec![
         Box::new(passthrough::Passthrough::new(&cli.passthrough)?),
+        Box::new(aws::Aws::new(&cli.aws)),
         Box::new(azure::Azure::new(&cli.azure)),
         Box::new(gcp::Gcp::new(&cli.gcp)?),
     ];
@@ -278,6 +283,16 @@ fn respond(
     };
     let plan = exchanger.plan(&cx)?;
     crate::debug!("plan: {plan:?}");
+    // The kubelet looks credentials up by matching our key against the
+    // image with its own rules; a key that cannot match means the pull
+    // silently goes out without credentials. Refuse rather than answer.
+    if !matching::matches(&plan.auth_key, &image.to_string()) {
+        return Err(Error::new(format!(
+            "internal error: the {provider} exchanger chose the auth key {} that the kubelet would never match against {image}",
+            crate::error::quote(&plan.auth_key)
+        ))
+        .fix("report this as a bug"));
+    }
     let auth_key = plan.auth_key.clone();
     let cache_key_type = plan.cache_key_type;
     let cache = if plan.cacheable {
