@@ -4,7 +4,7 @@ BIN := target/release/wi-credential-provider
 # moto_server for the aws tests: `bash .ci/run` installs it into this venv.
 export WICP_MOTO_SERVER ?= $(HOME)/.cache/wicp-venv/bin/moto_server
 
-.PHONY: all build release demo test unit lint fmt clean fuzz bench bench-footprint
+.PHONY: all build release demo test unit lint fmt clean bench fuzz bench-cache bench-footprint
 
 all: build
 
@@ -36,12 +36,22 @@ lint:
 fmt:
 	$(CARGO) fmt
 
+# Cost of a cache hit and a miss as whole processes (hyperfine, release
+# build); writes BENCHMARKS.md. Not a test: timings depend on the machine.
+bench: bench-cache bench-footprint
+bench-cache:
+	bash bench/cache.sh
+
 # Footprint of the shipped binary: its size, and per provider the peak RSS,
 # wall time and upstream calls of one invocation against local fakes.
-bench: bench-footprint
-bench-footprint: build
+# Measures a copy of the release binary, so that cargo bench's own build
+# of it cannot take its place. Adds its section to BENCHMARKS.md.
+bench-footprint:
 	@test -x /usr/bin/time || { echo "make bench needs GNU time: apt-get install time" >&2; exit 1; }
-	WICP_BENCH_BIN=$(abspath $(BIN)) $(CARGO) bench --locked --bench footprint
+	$(CARGO) build --release --locked --bin wi-credential-provider
+	@target=$$($(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])'); \
+	cp "$$target/release/wi-credential-provider" "$$target/wi-credential-provider.footprint" && \
+	WICP_BENCH_BIN="$$target/wi-credential-provider.footprint" $(CARGO) bench --locked --bench footprint
 
 # Builds every cargo-fuzz target once, then runs each for FUZZ_SECONDS; a
 # crash fails the run and leaves its input in fuzz/artifacts/<target>/.

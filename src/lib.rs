@@ -9,6 +9,7 @@
 
 pub mod log;
 
+pub mod cache;
 pub mod cli;
 pub mod deadline;
 pub mod duration;
