@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser};
 
 use crate::deadline::Deadline;
 use crate::duration;
@@ -89,6 +89,21 @@ pub struct Cli {
 
     #[command(flatten)]
     pub passthrough: passthrough::Options,
+
+    /// Without a subcommand the binary answers one kubelet request.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Tools for the admin, run by hand; the kubelet never passes a subcommand.
+#[derive(clap::Subcommand, Debug)]
+pub enum Command {
+    /// Check a kubelet CredentialProviderConfig as the kubelet loads it, and
+    /// for what it accepts but never works.
+    CheckConfig(crate::config::check::Args),
+    /// Show, without any network call, what the kubelet would send for an
+    /// image and a service account, and what this plugin would do with it.
+    Explain(crate::explain::Args),
 }
 
 fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
@@ -144,19 +159,37 @@ impl Subject {
     }
 }
 
-pub fn main() -> ExitCode {
-    let args: Vec<OsString> = std::env::args_os().collect();
-    let cli = Cli::parse_from(&args);
-    log::set_level(cli.log_level);
-    let named = args.first().and_then(provider_from_program_name);
-    let choice = match cli.provider {
+/// The exchanger the binary uses: `--provider` (or `WICP_PROVIDER`) wins,
+/// else the provider its own name implies; `None` means `auto`.
+pub fn provider_choice(cli: &Cli, named: Option<Provider>) -> Option<Provider> {
+    match cli.provider {
         Some(ProviderChoice::Auto) => None,
         Some(ProviderChoice::Aws) => Some(Provider::Aws),
         Some(ProviderChoice::Azure) => Some(Provider::Azure),
         Some(ProviderChoice::Gcp) => Some(Provider::Gcp),
         Some(ProviderChoice::Passthrough) => Some(Provider::Passthrough),
         None => named,
+    }
+}
+
+pub fn main() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let cli = match Cli::command()
+        .version(crate::build_info::version())
+        .try_get_matches_from(&args)
+        .and_then(|matches| Cli::from_arg_matches(&matches))
+    {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
     };
+    log::set_level(cli.log_level);
+    match &cli.command {
+        Some(Command::CheckConfig(args)) => return crate::config::check::run(args),
+        Some(Command::Explain(args)) => return crate::explain::run(args),
+        None => {}
+    }
+    let named = args.first().and_then(provider_from_program_name);
+    let choice = provider_choice(&cli, named);
     let mut subject = Subject::default();
     let stdin = std::io::stdin().lock();
     match respond(&cli, choice, stdin, &mut subject) {
@@ -183,7 +216,7 @@ pub fn main() -> ExitCode {
 
 /// Builds every exchanger from its options. Construction does no I/O: a
 /// network client is built only when a plan's exchange runs.
-fn exchangers(cli: &Cli) -> Result<Vec<Box<dyn Exchanger>>> {
+pub fn exchangers(cli: &Cli) -> Result<Vec<Box<dyn Exchanger>>> {
     let list: Vec<Box<dyn Exchanger>> =
         vec![Box::new(passthrough::Passthrough::new(&cli.passthrough)?)];
     Ok(list)

@@ -9,11 +9,14 @@
 
 pub mod log;
 
+pub mod build_info;
 pub mod cli;
+pub mod config;
 pub mod deadline;
 pub mod duration;
 pub mod error;
 pub mod exchange;
+pub mod explain;
 pub mod http;
 pub mod image;
 pub mod matching;
