@@ -39,3 +39,81 @@ fn passthrough_returns_the_token_for_an_allowed_registry() {
     assert_eq!(response["auth"]["harbor.test"]["password"], token.as_str());
     assert!(!run.stderr.contains(&token));
 }
+
+/// A real OCI client end to end: Debian's docker-registry behind a token
+/// service that trusts the cluster's issuer (it accepts a password only if
+/// it is a service account JWT signed by the test cluster's key, for the
+/// registry's audience), an image pushed to it, and skopeo pulling that image
+/// with exactly the username and password the plugin returned.
+#[test]
+fn skopeo_pulls_with_the_passthrough_credentials() {
+    use support::registry::Registry;
+
+    const AUDIENCE: &str = "registry.cluster.test";
+    let registry = Registry::start_with_token_auth(|_username, password| {
+        support::token::verify(password, AUDIENCE).is_ok()
+    });
+    registry.push_test_image("team/app", "v1");
+    let host = registry.host().to_string();
+
+    let token = TokenSpec::new("team", "puller", AUDIENCE).mint();
+    let out = run(
+        &[
+            "--provider",
+            "passthrough",
+            "--registry",
+            &host,
+            "--audience",
+            AUDIENCE,
+        ],
+        &[],
+        request(&format!("{host}/team/app"), Some(&token), &[]).as_bytes(),
+    );
+    let response = out.response();
+    let auth = &response["auth"][host.as_str()];
+    let (username, password) = (
+        auth["username"].as_str().unwrap(),
+        auth["password"].as_str().unwrap(),
+    );
+    registry
+        .pull("team/app", "v1", username, password)
+        .expect("skopeo pulls with the plugin's credentials");
+    let accepted = registry.token_requests_accepted();
+
+    // The same pull with a token the cluster did not sign must fail.
+    let forged = TokenSpec::new("team", "puller", AUDIENCE).mint_with_wrong_key();
+    let out = run(
+        &[
+            "--provider",
+            "passthrough",
+            "--registry",
+            &host,
+            "--audience",
+            AUDIENCE,
+        ],
+        &[],
+        request(&format!("{host}/team/app"), Some(&forged), &[]).as_bytes(),
+    );
+    let response = out.response();
+    let auth = &response["auth"][host.as_str()];
+    let err = registry
+        .pull(
+            "team/app",
+            "v1",
+            auth["username"].as_str().unwrap(),
+            auth["password"].as_str().unwrap(),
+        )
+        .expect_err("a token signed by another key must not pull");
+    assert!(err.contains("unauthorized"), "{err}");
+    // And a valid token for another audience too.
+    let other = TokenSpec::new("team", "puller", "someone-else").mint();
+    let err = registry
+        .pull("team/app", "v1", "serviceaccount", &other)
+        .expect_err("wrong audience must not pull");
+    assert!(err.contains("unauthorized"), "{err}");
+    assert_eq!(
+        registry.token_requests_accepted(),
+        accepted,
+        "no refused credential was accepted"
+    );
+}

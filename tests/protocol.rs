@@ -1,0 +1,464 @@
+//! The kubelet contract, tested by exec'ing the built binary exactly as the
+//! kubelet does: request on stdin, response on stdout, one line on stderr on
+//! failure, exit status.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod support;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde_json::json;
+use support::plugin::{request, run, run_as};
+use support::token::{self, TokenSpec};
+
+const REGISTRY: &str = "harbor.test";
+const PASSTHROUGH: &[&str] = &[
+    "--provider",
+    "passthrough",
+    "--registry",
+    "harbor.test",
+    "--audience",
+    "harbor.test",
+];
+
+fn token() -> String {
+    TokenSpec::new("team", "puller", REGISTRY).mint()
+}
+
+fn unsigned_jwt(claims: &serde_json::Value) -> String {
+    format!(
+        "{}.{}.c2ln",
+        URL_SAFE_NO_PAD.encode(r#"{"alg":"RS256"}"#),
+        URL_SAFE_NO_PAD.encode(claims.to_string())
+    )
+}
+
+/// Every bad input: non-zero exit, empty stdout, one specific error line,
+/// and the token's bytes nowhere on stderr.
+#[test]
+fn bad_inputs_get_one_precise_error() {
+    let good = token();
+    let spec = TokenSpec::new("team", "puller", REGISTRY);
+    let mut expired = spec.clone();
+    expired.expires_in = -30;
+    let expired = expired.mint();
+    let mut no_k8s = spec.claims();
+    no_k8s.as_object_mut().unwrap().remove("kubernetes.io");
+    let no_k8s = token::sign(&no_k8s, token::SIGNER_KEY);
+    let wrong_aud = TokenSpec::new("team", "puller", "sts.amazonaws.com").mint();
+    let mut bad_claims = good.split('.').map(str::to_string).collect::<Vec<_>>();
+    bad_claims[1] = URL_SAFE_NO_PAD.encode("{not json");
+    let bad_claims = bad_claims.join(".");
+    let two_segments = good.rsplit_once('.').unwrap().0.to_string();
+    let bad_base64 = format!("***.{}", good.split_once('.').unwrap().1);
+    let big = format!(
+        r#"{{"kind":"CredentialProviderRequest","pad":"{}"}}"#,
+        "x".repeat(2 * 1024 * 1024)
+    );
+
+    let cases: Vec<(&str, String, &str)> = vec![
+        ("empty stdin", String::new(), "stdin is empty"),
+        ("not JSON", "hello".into(), "not a JSON object"),
+        ("broken JSON", "{\"kind\":".into(), "cannot parse the request"),
+        ("JSON array", "[]".into(), "not a JSON object"),
+        ("2 MiB input", big, "larger than 1048576 bytes"),
+        (
+            "wrong kind",
+            json!({"kind":"Pod","apiVersion":"credentialprovider.kubelet.k8s.io/v1","image":"harbor.test/a"}).to_string(),
+            "kind \"Pod\", expected CredentialProviderRequest",
+        ),
+        (
+            "unknown apiVersion",
+            json!({"kind":"CredentialProviderRequest","apiVersion":"credentialprovider.kubelet.k8s.io/v2","image":"harbor.test/a"}).to_string(),
+            "unsupported apiVersion \"credentialprovider.kubelet.k8s.io/v2\"",
+        ),
+        (
+            "missing image",
+            json!({"kind":"CredentialProviderRequest","apiVersion":"credentialprovider.kubelet.k8s.io/v1"}).to_string(),
+            "the request has no image",
+        ),
+        ("malformed image", request("harbor.test/UPPER/case", Some(&good), &[]), "invalid image reference"),
+        ("no token", request("harbor.test/a", None, &[]), "the request carries no service account token"),
+        ("token with 2 segments", request("harbor.test/a", Some(&two_segments), &[]), "has 2 dot-separated segments instead of 3"),
+        ("bad base64", request("harbor.test/a", Some(&bad_base64), &[]), "header is not valid base64url"),
+        ("bad JSON claims", request("harbor.test/a", Some(&bad_claims), &[]), "claims are not a JSON object"),
+        ("expired token", request("harbor.test/a", Some(&expired), &[]), "expired at"),
+        ("wrong audience", request("harbor.test/a", Some(&wrong_aud), &[]), "does not include \"harbor.test\""),
+        ("missing kubernetes.io claim", request("harbor.test/a", Some(&no_k8s), &[]), "no kubernetes.io claim"),
+        ("passthrough to a non-allowed registry", request("evil.test/a", Some(&good), &[]), "registry evil.test is not allowed to receive the service account token"),
+    ];
+    for (name, stdin, needle) in cases {
+        let out = run(PASSTHROUGH, &[], stdin.as_bytes());
+        let line = out.failure();
+        assert!(
+            line.contains(needle),
+            "{name}: expected {needle:?} in {line:?}"
+        );
+        assert!(line.contains("; fix: "), "{name}: no remedy in {line:?}");
+        for secret in [&good, &expired, &wrong_aud, &no_k8s] {
+            assert!(
+                !out.stderr.contains(secret.as_str()),
+                "{name}: token leaked to stderr"
+            );
+            let signature = secret.rsplit('.').next().unwrap();
+            assert!(
+                !out.stderr.contains(signature),
+                "{name}: token signature leaked to stderr"
+            );
+        }
+    }
+}
+
+#[test]
+fn failure_line_names_provider_service_account_and_registry() {
+    let line = run(
+        PASSTHROUGH,
+        &[],
+        request("evil.test/a", Some(&token()), &[]).as_bytes(),
+    )
+    .failure();
+    assert!(line.starts_with("wi-credential-provider: error: provider passthrough, service account team/puller, registry evil.test failed: "), "{line}");
+}
+
+#[test]
+fn response_echoes_each_api_version_and_pins_the_bytes_shape() {
+    let t = token();
+    for version in ["v1", "v1beta1", "v1alpha1"] {
+        let mut req: serde_json::Value =
+            serde_json::from_str(&request("harbor.test/team/app", Some(&t), &[])).unwrap();
+        req["apiVersion"] = json!(format!("credentialprovider.kubelet.k8s.io/{version}"));
+        let out = run(PASSTHROUGH, &[], req.to_string().as_bytes());
+        let response = out.response();
+        assert_eq!(
+            response["apiVersion"],
+            format!("credentialprovider.kubelet.k8s.io/{version}")
+        );
+        // The exact bytes: field order, compact, trailing newline.
+        let text = String::from_utf8(out.stdout.clone()).unwrap();
+        let duration = response["cacheDuration"].as_str().unwrap();
+        assert_eq!(
+            text,
+            format!(
+                "{{\"apiVersion\":\"credentialprovider.kubelet.k8s.io/{version}\",\"kind\":\"CredentialProviderResponse\",\
+                 \"cacheKeyType\":\"Registry\",\"cacheDuration\":\"{duration}\",\
+                 \"auth\":{{\"harbor.test\":{{\"username\":\"serviceaccount\",\"password\":\"{t}\"}}}}}}\n"
+            )
+        );
+    }
+}
+
+#[test]
+fn cache_duration_is_bounded_by_the_token_and_the_flag() {
+    // A one-hour token: 80% of what remains is about 48m, capped at 1h by default.
+    let out = run(
+        PASSTHROUGH,
+        &[],
+        request("harbor.test/a", Some(&token()), &[]).as_bytes(),
+    );
+    let d = out.response()["cacheDuration"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(d.starts_with("47m") || d.starts_with("48m"), "{d}");
+    // --max-cache-duration caps it.
+    let mut args = PASSTHROUGH.to_vec();
+    args.extend(["--max-cache-duration", "10m"]);
+    let out = run(
+        &args,
+        &[],
+        request("harbor.test/a", Some(&token()), &[]).as_bytes(),
+    );
+    assert_eq!(out.response()["cacheDuration"], "10m0s");
+    // A token with under a minute left: use once, do not cache.
+    let mut spec = TokenSpec::new("team", "puller", REGISTRY);
+    spec.expires_in = 30;
+    let out = run(
+        PASSTHROUGH,
+        &[],
+        request("harbor.test/a", Some(&spec.mint()), &[]).as_bytes(),
+    );
+    assert_eq!(out.response()["cacheDuration"], "0s");
+    assert!(out.stderr.contains("too soon to cache"), "{}", out.stderr);
+}
+
+#[test]
+fn image_forms_resolve_to_the_registry_host() {
+    let t = token();
+    for (image, key) in [
+        ("harbor.test/team/app", "harbor.test"),
+        ("harbor.test/team/app:1.2", "harbor.test"),
+        (
+            "harbor.test/team/app@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+            "harbor.test",
+        ),
+        ("harbor.test:8443/team/app", "harbor.test:8443"),
+    ] {
+        let out = run(
+            &[
+                "--provider",
+                "passthrough",
+                "--registry",
+                "harbor.test",
+                "--registry",
+                "harbor.test:8443",
+                "--audience",
+                REGISTRY,
+            ],
+            &[],
+            request(image, Some(&t), &[]).as_bytes(),
+        );
+        let response = out.response();
+        let keys: Vec<&String> = response["auth"].as_object().unwrap().keys().collect();
+        assert_eq!(keys, [key], "{image}");
+    }
+    // Docker Hub short names normalize to docker.io.
+    let hub = TokenSpec::new("team", "puller", "docker.io").mint();
+    let out = run(
+        &["--provider", "passthrough", "--registry", "docker.io"],
+        &[],
+        request("nginx", Some(&hub), &[]).as_bytes(),
+    );
+    assert!(out.response()["auth"].get("docker.io").is_some());
+}
+
+#[test]
+fn registry_patterns_follow_kubelet_rules() {
+    let t = TokenSpec::new("team", "puller", "any").mint();
+    let allowed = |pattern: &str, image: &str| {
+        let out = run(
+            &["--provider", "passthrough", "--registry", pattern],
+            &[],
+            request(image, Some(&t), &[]).as_bytes(),
+        );
+        out.code == Some(0)
+    };
+    assert!(allowed("*.harbor.test", "eu.harbor.test/a"));
+    assert!(
+        !allowed("*.harbor.test", "harbor.test/a"),
+        "a glob does not match zero labels"
+    );
+    assert!(
+        !allowed("*.harbor.test", "a.b.harbor.test/a"),
+        "a glob never spans a dot"
+    );
+    assert!(
+        !allowed("harbor.test", "harbor.test:5000/a"),
+        "ports compare exactly"
+    );
+    assert!(allowed("harbor.test/team", "harbor.test/team/app"));
+    assert!(!allowed("harbor.test/team", "harbor.test/other/app"));
+    assert!(
+        !allowed("harbor.test/*", "harbor.test/app"),
+        "path is a literal prefix"
+    );
+    assert!(!allowed("harbor.test", "harbor.test.evil.io/a"));
+}
+
+#[test]
+fn flags_have_environment_variables_and_the_flag_wins() {
+    let t = token();
+    let req = request("harbor.test/a", Some(&t), &[]);
+    let env = [
+        ("WICP_PROVIDER", "passthrough"),
+        ("WICP_REGISTRY", "other.test,harbor.test"),
+        ("WICP_AUDIENCE", REGISTRY),
+        ("WICP_PASSTHROUGH_USERNAME", "robot"),
+        ("WICP_MAX_CACHE_DURATION", "5m"),
+    ];
+    let response = run(&[], &env, req.as_bytes()).response();
+    assert_eq!(response["auth"]["harbor.test"]["username"], "robot");
+    assert_eq!(response["cacheDuration"], "5m0s");
+    // The flag wins over the variable.
+    let response = run(
+        &[
+            "--passthrough-username",
+            "flagged",
+            "--max-cache-duration",
+            "2m",
+        ],
+        &env,
+        req.as_bytes(),
+    )
+    .response();
+    assert_eq!(response["auth"]["harbor.test"]["username"], "flagged");
+    assert_eq!(response["cacheDuration"], "2m0s");
+    // A wrong audience in the environment is caught like a wrong flag.
+    let line = run(
+        &[],
+        &[
+            ("WICP_AUDIENCE", "other"),
+            ("WICP_PROVIDER", "passthrough"),
+            ("WICP_REGISTRY", "harbor.test"),
+        ],
+        req.as_bytes(),
+    )
+    .failure();
+    assert!(line.contains("does not include \"other\""), "{line}");
+}
+
+#[test]
+fn the_program_name_selects_the_provider() {
+    let t = token();
+    let req = request("harbor.test/a", Some(&t), &[]);
+    let out = run_as(
+        "wi-credential-provider-passthrough",
+        &["--registry", "harbor.test"],
+        &[],
+        req.as_bytes(),
+    );
+    assert_eq!(
+        out.response()["auth"]["harbor.test"]["password"],
+        t.as_str()
+    );
+    // An explicit --provider wins over the name.
+    let out = run_as(
+        "wi-credential-provider-passthrough",
+        &["--provider", "auto", "--registry", "harbor.test"],
+        &[],
+        req.as_bytes(),
+    );
+    assert!(
+        out.failure()
+            .contains("is not a cloud registry this plugin recognises")
+    );
+}
+
+#[test]
+fn auto_never_routes_to_passthrough() {
+    let out = run(
+        &["--registry", "harbor.test"],
+        &[],
+        request("harbor.test/a", Some(&token()), &[]).as_bytes(),
+    );
+    let line = out.failure();
+    assert!(
+        line.contains("registry harbor.test is not a cloud registry"),
+        "{line}"
+    );
+    assert!(line.contains("--provider passthrough"), "{line}");
+}
+
+#[test]
+fn passthrough_without_registries_refuses() {
+    let out = run(
+        &["--provider", "passthrough"],
+        &[],
+        request("harbor.test/a", Some(&token()), &[]).as_bytes(),
+    );
+    assert!(
+        out.failure()
+            .contains("passthrough has no allowed registries")
+    );
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    for args in [
+        &["--provider", "nope"][..],
+        &["--timeout", "90s"],
+        &["--max-cache-duration", "1d"],
+        &["--registry", "[bad"],
+    ] {
+        let out = run(
+            args,
+            &[],
+            request("harbor.test/a", Some(&token()), &[]).as_bytes(),
+        );
+        assert!(out.stdout.is_empty());
+        if args[0] == "--registry" {
+            // A bad pattern is found when the exchanger is built: a plain failure.
+            assert_eq!(out.code, Some(1), "{args:?}: {}", out.stderr);
+        } else {
+            assert_eq!(out.code, Some(2), "{args:?}: {}", out.stderr);
+        }
+    }
+}
+
+#[test]
+fn help_and_version() {
+    let out = run(&["--help"], &[], b"");
+    assert_eq!(out.code, Some(0));
+    let help = String::from_utf8(out.stdout).unwrap();
+    for needle in [
+        "--provider",
+        "--audience",
+        "--max-cache-duration",
+        "--timeout",
+        "--log-level",
+        "--registry",
+        "--passthrough-username",
+        "WICP_PROVIDER",
+        "WICP_REGISTRY",
+    ] {
+        assert!(help.contains(needle), "--help lacks {needle}");
+    }
+    let out = run(&["--version"], &[], b"");
+    assert_eq!(out.code, Some(0));
+    assert!(
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .starts_with("wi-credential-provider ")
+    );
+}
+
+#[test]
+fn logs_stay_on_stderr_and_never_carry_the_token() {
+    let t = token();
+    for level in ["error", "warn", "info", "debug"] {
+        let mut args = PASSTHROUGH.to_vec();
+        args.extend(["--log-level", level]);
+        let out = run(
+            &args,
+            &[],
+            request("harbor.test/a", Some(&t), &[("example.com/key", "value")]).as_bytes(),
+        );
+        out.response();
+        assert!(!out.stderr.contains(&t), "{level}: token on stderr");
+        assert!(
+            !out.stderr.contains(t.rsplit('.').next().unwrap()),
+            "{level}: signature on stderr"
+        );
+        let lines = out.stderr.lines().count();
+        match level {
+            "error" | "warn" => assert_eq!(lines, 0, "{level}: {}", out.stderr),
+            "info" => assert_eq!(lines, 1, "{level}: {}", out.stderr),
+            _ => assert!(lines >= 2, "{level}: {}", out.stderr),
+        }
+    }
+}
+
+#[test]
+fn unsigned_and_alg_none_tokens_are_refused() {
+    let claims = TokenSpec::new("team", "puller", REGISTRY).claims();
+    let none = format!(
+        "{}.{}.sig",
+        URL_SAFE_NO_PAD.encode(r#"{"alg":"none"}"#),
+        URL_SAFE_NO_PAD.encode(claims.to_string())
+    );
+    let line = run(
+        PASSTHROUGH,
+        &[],
+        request("harbor.test/a", Some(&none), &[]).as_bytes(),
+    )
+    .failure();
+    assert!(line.contains("not signed"), "{line}");
+    // A token whose sub disagrees with its kubernetes.io claim is not a
+    // service account token.
+    let mut claims = claims;
+    claims["sub"] = json!("system:serviceaccount:kube-system:admin");
+    let line = run(
+        PASSTHROUGH,
+        &[],
+        request("harbor.test/a", Some(&unsigned_jwt(&claims)), &[]).as_bytes(),
+    )
+    .failure();
+    assert!(
+        line.contains("does not match its kubernetes.io claim"),
+        "{line}"
+    );
+}
