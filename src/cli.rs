@@ -16,7 +16,7 @@ use clap::{CommandFactory, FromArgMatches, Parser};
 use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result};
-use crate::exchange::{self, Context, Exchanger, Provider, passthrough};
+use crate::exchange::{self, Context, Exchanger, Provider, azure, gcp, passthrough};
 use crate::image::ImageRef;
 use crate::log::{self, Level};
 use crate::protocol::{self, Response};
@@ -89,6 +89,12 @@ pub struct Cli {
 
     #[command(flatten)]
     pub passthrough: passthrough::Options,
+
+    #[command(flatten)]
+    pub azure: azure::Options,
+
+    #[command(flatten)]
+    pub gcp: gcp::Options,
 
     /// Without a subcommand the binary answers one kubelet request.
     #[command(subcommand)]
@@ -217,8 +223,11 @@ pub fn main() -> ExitCode {
 /// Builds every exchanger from its options. Construction does no I/O: a
 /// network client is built only when a plan's exchange runs.
 pub fn exchangers(cli: &Cli) -> Result<Vec<Box<dyn Exchanger>>> {
-    let list: Vec<Box<dyn Exchanger>> =
-        vec![Box::new(passthrough::Passthrough::new(&cli.passthrough)?)];
+    let list: Vec<Box<dyn Exchanger>> = vec![
+        Box::new(passthrough::Passthrough::new(&cli.passthrough)?),
+        Box::new(azure::Azure::new(&cli.azure)),
+        Box::new(gcp::Gcp::new(&cli.gcp)?),
+    ];
     Ok(list)
 }
 

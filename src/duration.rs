@@ -112,6 +112,87 @@ pub fn format_unix(secs: i64) -> String {
     )
 }
 
+/// Parses an RFC 3339 timestamp (`2026-07-14T12:34:56Z`,
+/// `2026-07-14T12:34:56.123456789Z`, `2026-07-14T14:34:56+02:00`) to Unix
+/// seconds, dropping fractions. Strict: every field has its fixed width and
+/// range, the day must exist in its month, and the offset is required, so a
+/// garbled upstream expiry is refused instead of guessed. A leap second
+/// (`:60`) is refused, as Go's `time.Parse` does.
+pub fn parse_rfc3339(text: &str) -> Option<i64> {
+    let b = text.as_bytes();
+    let digits = |from: usize, len: usize| -> Option<i64> {
+        let part = b.get(from..from + len)?;
+        part.iter().try_fold(0i64, |n, c| {
+            c.is_ascii_digit().then(|| n * 10 + i64::from(c - b'0'))
+        })
+    };
+    let at = |i: usize, c: u8| b.get(i) == Some(&c);
+    if !(at(4, b'-') && at(7, b'-') && at(13, b':') && at(16, b':')) {
+        return None;
+    }
+    if !(at(10, b'T') || at(10, b't')) {
+        return None;
+    }
+    let (year, month, day) = (digits(0, 4)?, digits(5, 2)?, digits(8, 2)?);
+    let (hour, minute, second) = (digits(11, 2)?, digits(14, 2)?, digits(17, 2)?);
+    if !(1..=12).contains(&month)
+        || day < 1
+        || day > days_in_month(year, month)
+        || hour > 23
+        || minute > 59
+        || second > 59
+    {
+        return None;
+    }
+    let mut i = 19;
+    if at(i, b'.') {
+        let fraction = b
+            .get(i + 1..)?
+            .iter()
+            .take_while(|c| c.is_ascii_digit())
+            .count();
+        if fraction == 0 {
+            return None;
+        }
+        i += 1 + fraction;
+    }
+    let offset = match b.get(i..)? {
+        b"Z" | b"z" => 0,
+        [sign @ (b'+' | b'-'), _, _, b':', _, _] => {
+            let (h, m) = (digits(i + 1, 2)?, digits(i + 4, 2)?);
+            if h > 23 || m > 59 {
+                return None;
+            }
+            let secs = h * 3600 + m * 60;
+            if *sign == b'+' { secs } else { -secs }
+        }
+        _ => return None,
+    };
+    let days = days_from_civil(year, month, day);
+    Some(days * 86_400 + hour * 3600 + minute * 60 + second - offset)
+}
+
+fn days_in_month(year: i64, month: i64) -> i64 {
+    match month {
+        2 if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// (year, month, day) to days since 1970-01-01: the inverse of
+/// [`civil_from_days`], after the same public-domain algorithm.
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// Days since 1970-01-01 to (year, month, day), after Howard Hinnant's
 /// public-domain `civil_from_days`.
 fn civil_from_days(z: i64) -> (i64, i64, i64) {
@@ -197,5 +278,62 @@ mod tests {
         assert_eq!(format_unix(0), "1970-01-01T00:00:00Z");
         assert_eq!(format_unix(1_700_077_413), "2023-11-15T19:43:33Z");
         assert_eq!(format_unix(951_782_400), "2000-02-29T00:00:00Z");
+    }
+
+    #[test]
+    fn parses_rfc3339() {
+        for (text, secs) in [
+            ("1970-01-01T00:00:00Z", 0),
+            ("2023-11-15T19:43:33Z", 1_700_077_413),
+            ("2000-02-29T00:00:00Z", 951_782_400),
+            ("2023-11-15T19:43:33.999999999Z", 1_700_077_413),
+            ("2023-11-15T19:43:33.5z", 1_700_077_413),
+            ("2023-11-15t21:43:33+02:00", 1_700_077_413),
+            ("2023-11-15T14:13:33-05:30", 1_700_077_413),
+            ("1969-12-31T23:59:59Z", -1),
+            ("2400-02-29T00:00:00Z", 13_574_563_200),
+        ] {
+            assert_eq!(parse_rfc3339(text), Some(secs), "{text}");
+        }
+        for bad in [
+            "",
+            "2023-11-15",
+            "2023-11-15T19:43:33",
+            "2023-11-15 19:43:33Z",
+            "2023-11-15T19:43Z",
+            "2023-13-15T19:43:33Z",
+            "2023-02-29T00:00:00Z",
+            "1900-02-29T00:00:00Z",
+            "2023-04-31T00:00:00Z",
+            "2023-11-00T00:00:00Z",
+            "2023-11-15T24:00:00Z",
+            "2023-11-15T19:60:00Z",
+            "2023-11-15T19:43:60Z",
+            "2023-11-15T19:43:33.Z",
+            "2023-11-15T19:43:33+0200",
+            "2023-11-15T19:43:33+24:00",
+            "2023-11-15T19:43:33Z ",
+            "+2023-11-15T19:43:33Z",
+            "2023-1a-15T19:43:33Z",
+            "2023-11-15T19:43:33.12x",
+            "１９７０-01-01T00:00:00Z",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad:?} should be refused");
+        }
+    }
+
+    #[test]
+    fn rfc3339_round_trips_with_format_unix() {
+        for secs in [
+            0,
+            59,
+            86_399,
+            951_782_400,
+            1_700_077_413,
+            4_102_444_800,
+            -86_401,
+        ] {
+            assert_eq!(parse_rfc3339(&format_unix(secs)), Some(secs), "{secs}");
+        }
     }
 }

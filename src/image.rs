@@ -158,9 +158,15 @@ fn validate_registry(registry: &str) -> std::result::Result<(), String> {
         }
     }
     if host.starts_with('[') {
+        // Nothing may follow the closing bracket but ":port".
+        let rebuilt = match port {
+            Some(port) => format!("{host}:{port}"),
+            None => host.to_string(),
+        };
         let inner = host.trim_start_matches('[').trim_end_matches(']');
-        if !host.ends_with(']')
-            || inner.is_empty()
+        if rebuilt != registry
+            || !host.ends_with(']')
+            || !inner.contains(':')
             || !inner
                 .chars()
                 .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
@@ -281,6 +287,9 @@ mod tests {
             "reg.io/a..b",
             "reg.io/-a",
             "[::1/a",
+            "[b00b.b]]-./j",
+            "[::1]x:5000/a",
+            "[1.2]/a",
         ] {
             assert!(ImageRef::parse(text).is_err(), "{text:?} should be refused");
         }

@@ -23,6 +23,7 @@ pub const DEFAULT_USERNAME: &str = "serviceaccount";
 
 #[derive(clap::Args, Clone, Debug)]
 #[command(next_help_heading = "Passthrough")]
+#[group(id = "passthrough_options")]
 pub struct Options {
     /// A registry allowed to receive the service account token as a password
     /// (passthrough only). Repeatable; uses the kubelet's matchImages rules:

@@ -2,6 +2,7 @@
 //! different subset, hence the allow.
 #![allow(dead_code)]
 
+pub mod azure;
 pub mod http_server;
 pub mod plugin;
 pub mod registry;

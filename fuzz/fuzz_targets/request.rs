@@ -1,0 +1,11 @@
+//! The kubelet's request on stdin: any bytes get a request or an error,
+//! never a panic.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(request) = wi_credential_provider::protocol::read_request(data) {
+        // Whatever parsed must be usable downstream without panicking.
+        let _ = wi_credential_provider::image::ImageRef::parse(&request.image);
+    }
+});

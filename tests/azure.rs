@@ -1,0 +1,900 @@
+//! The azure exchanger, exec'd as the kubelet runs it, against local fakes
+//! of Entra ID and ACR (tests/support/azure.rs) and, end to end, a real
+//! registry pulled from with skopeo.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::azure::{
+    self, ACR_ISSUER, App, CLIENT_ID, FakeAcr, FakeEntra, NULL_GUID, TENANT, acr_error,
+};
+use support::http_server::{Response, TestServer};
+use support::plugin::{Run, request, run};
+use support::token::TokenSpec;
+
+const REGISTRY: &str = "contoso.azurecr.io";
+const WI_CLIENT: &str = "azure.workload.identity/client-id";
+const WI_TENANT: &str = "azure.workload.identity/tenant-id";
+const AKS_CLIENT: &str = "kubernetes.azure.com/acr-client-id";
+const AKS_TENANT: &str = "kubernetes.azure.com/acr-tenant-id";
+
+/// Fake Entra trusting team/puller, and a fake ACR for `login_server`.
+fn fakes(login_server: &str) -> (FakeEntra, FakeAcr) {
+    let entra = FakeEntra::start(App::trusting("team", "puller"));
+    let acr = FakeAcr::start(login_server, &entra);
+    (entra, acr)
+}
+
+fn sa_token() -> String {
+    TokenSpec::new("team", "puller", azure::AUDIENCE).mint()
+}
+
+/// The flags that point the plugin at the fakes, debug logging on so the
+/// secret checks cover every log line.
+fn flags(entra: &FakeEntra, acr: &FakeAcr) -> Vec<String> {
+    [
+        "--provider",
+        "azure",
+        "--log-level",
+        "debug",
+        "--azure-authority-host",
+        &entra.url(),
+        "--acr-endpoint",
+        &acr.url(),
+    ]
+    .map(str::to_string)
+    .to_vec()
+}
+
+fn exec(
+    args: &[String],
+    env: &[(&str, &str)],
+    image: &str,
+    token: &str,
+    annotations: &[(&str, &str)],
+) -> Run {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    run(
+        &args,
+        env,
+        request(image, Some(token), annotations).as_bytes(),
+    )
+}
+
+const IDENTITY: &[(&str, &str)] = &[(WI_CLIENT, CLIENT_ID), (WI_TENANT, TENANT)];
+
+/// No secret the exchange handled reaches stderr.
+fn assert_no_secrets(run: &Run, secrets: &[String]) {
+    for secret in secrets {
+        assert!(
+            !run.stderr.contains(secret.as_str()),
+            "a secret reached stderr: {}",
+            run.stderr
+        );
+        // Nor its signature alone (the part that makes it usable).
+        if let Some((_, signature)) = secret.rsplit_once('.') {
+            assert!(
+                signature.len() < 16 || !run.stderr.contains(signature),
+                "{}",
+                run.stderr
+            );
+        }
+    }
+}
+
+fn all_secrets(token: &str, entra: &FakeEntra, acr: &FakeAcr) -> Vec<String> {
+    let mut secrets = vec![token.to_string()];
+    secrets.extend(entra.issued());
+    secrets.extend(acr.minted());
+    secrets
+}
+
+fn parse_go_duration(text: &str) -> Duration {
+    let mut total = 0u64;
+    let mut number = String::new();
+    for c in text.chars() {
+        match c {
+            '0'..='9' => number.push(c),
+            'h' | 'm' | 's' => {
+                let n: u64 = number.parse().unwrap();
+                number.clear();
+                total += n * match c {
+                    'h' => 3600,
+                    'm' => 60,
+                    _ => 1,
+                };
+            }
+            _ => panic!("unexpected duration {text}"),
+        }
+    }
+    Duration::from_secs(total)
+}
+
+#[test]
+fn exchanges_the_service_account_token_for_an_acr_refresh_token() {
+    let (entra, acr) = fakes(REGISTRY);
+    let token = sa_token();
+    let out = exec(
+        &flags(&entra, &acr),
+        &[],
+        &format!("{REGISTRY}/team/app"),
+        &token,
+        IDENTITY,
+    );
+    let response = out.response();
+    assert_eq!(response["cacheKeyType"], "Registry");
+    assert_eq!(
+        response["cacheDuration"], "1h0m0s",
+        "3 h refresh token, capped by the default 1h"
+    );
+    let auth = response["auth"].as_object().unwrap();
+    assert_eq!(auth.len(), 1);
+    let minted = acr.minted();
+    assert_eq!(minted.len(), 1);
+    assert_eq!(
+        response["auth"][REGISTRY],
+        json!({"username": NULL_GUID, "password": minted[0]})
+    );
+
+    // Entra got the service account token as the assertion, for this app.
+    let entra_requests = entra.server.requests();
+    assert_eq!(entra_requests.len(), 1);
+    let form = entra_requests[0].form();
+    assert_eq!(
+        entra_requests[0].path,
+        format!("/{TENANT}/oauth2/v2.0/token")
+    );
+    assert_eq!(form["client_assertion"], token);
+    assert_eq!(form["client_id"], CLIENT_ID);
+    // ACR got exactly the access token Entra issued, for this registry and tenant.
+    let acr_requests = acr.server.requests();
+    assert_eq!(acr_requests.len(), 1);
+    let form = acr_requests[0].form();
+    assert_eq!(form["access_token"], entra.issued()[0]);
+    assert_eq!(form["service"], REGISTRY);
+    assert_eq!(form["tenant"], TENANT);
+    // The refresh token is the one the registry side will accept.
+    let claims = acr.refresh_verifier()(&minted[0]).unwrap();
+    assert_eq!(claims["aud"], REGISTRY);
+    assert_eq!(claims["iss"], ACR_ISSUER);
+
+    assert_no_secrets(&out, &all_secrets(&token, &entra, &acr));
+    assert!(
+        out.stderr
+            .contains("azure credentials for team/puller on contoso.azurecr.io"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn cache_duration_comes_from_the_refresh_tokens_exp() {
+    let (entra, acr) = fakes(REGISTRY);
+    let mut args = flags(&entra, &acr);
+    args.extend(["--max-cache-duration".to_string(), "5h".to_string()]);
+    let out = exec(
+        &args,
+        &[],
+        &format!("{REGISTRY}/team/app"),
+        &sa_token(),
+        IDENTITY,
+    );
+    let got = parse_go_duration(out.response()["cacheDuration"].as_str().unwrap());
+    // 80 % of the three hours the fake ACR grants, give or take the run time.
+    let expected = Duration::from_secs(azure::REFRESH_LIFETIME_SECS as u64 * 80 / 100);
+    assert!(
+        got <= expected && got + Duration::from_secs(10) >= expected,
+        "{got:?}"
+    );
+}
+
+#[test]
+fn aks_annotation_keys_and_the_default_tenant() {
+    let (entra, acr) = fakes(REGISTRY);
+    let image = format!("{REGISTRY}/team/app");
+    let args = flags(&entra, &acr);
+
+    // The AKS plugin's keys.
+    let out = exec(
+        &args,
+        &[],
+        &image,
+        &sa_token(),
+        &[(AKS_CLIENT, CLIENT_ID), (AKS_TENANT, TENANT)],
+    );
+    out.response();
+
+    // No tenant annotation: the flag, its WICP_ variable, then AZURE_TENANT_ID.
+    let client_only = &[(AKS_CLIENT, CLIENT_ID)];
+    let mut with_flag = args.clone();
+    with_flag.extend(["--azure-tenant-id".to_string(), TENANT.to_string()]);
+    exec(&with_flag, &[], &image, &sa_token(), client_only).response();
+    exec(
+        &args,
+        &[("WICP_AZURE_TENANT_ID", TENANT)],
+        &image,
+        &sa_token(),
+        client_only,
+    )
+    .response();
+    exec(
+        &args,
+        &[("AZURE_TENANT_ID", TENANT)],
+        &image,
+        &sa_token(),
+        client_only,
+    )
+    .response();
+    // WICP_ wins over the standard name; a wrong tenant is Entra's AADSTS90002.
+    let line = exec(
+        &args,
+        &[
+            ("WICP_AZURE_TENANT_ID", "fabrikam.onmicrosoft.com"),
+            ("AZURE_TENANT_ID", TENANT),
+        ],
+        &image,
+        &sa_token(),
+        client_only,
+    )
+    .failure();
+    assert!(line.contains("AADSTS90002"), "{line}");
+    assert!(line.contains("tenant fabrikam.onmicrosoft.com"), "{line}");
+    // An annotation wins over every default.
+    let out = exec(
+        &args,
+        &[("AZURE_TENANT_ID", "fabrikam.onmicrosoft.com")],
+        &image,
+        &sa_token(),
+        &[(WI_CLIENT, CLIENT_ID), (AKS_TENANT, TENANT)],
+    );
+    out.response();
+    assert_eq!(acr.minted().len(), 5);
+}
+
+#[test]
+fn the_authority_comes_from_the_standard_variable_unless_a_flag_says() {
+    let (entra, acr) = fakes(REGISTRY);
+    let image = format!("{REGISTRY}/team/app");
+    let args = ["--provider", "azure", "--acr-endpoint", &acr.url()]
+        .map(str::to_string)
+        .to_vec();
+    exec(
+        &args,
+        &[("AZURE_AUTHORITY_HOST", &entra.url())],
+        &image,
+        &sa_token(),
+        IDENTITY,
+    )
+    .response();
+    // WICP_AZURE_AUTHORITY_HOST wins over AZURE_AUTHORITY_HOST (port 9 is discard: nothing listens).
+    exec(
+        &args,
+        &[
+            ("WICP_AZURE_AUTHORITY_HOST", &entra.url()),
+            ("AZURE_AUTHORITY_HOST", "http://127.0.0.1:9"),
+        ],
+        &image,
+        &sa_token(),
+        IDENTITY,
+    )
+    .response();
+    assert_eq!(entra.server.request_count(), 2);
+}
+
+#[test]
+fn missing_empty_and_malformed_identity_fails_before_the_network() {
+    let (entra, acr) = fakes(REGISTRY);
+    let image = format!("{REGISTRY}/team/app");
+    let args = flags(&entra, &acr);
+    for (annotations, expect) in [
+        (
+            vec![(WI_TENANT, TENANT)],
+            "has no azure.workload.identity/client-id (or kubernetes.azure.com/acr-client-id) annotation",
+        ),
+        (vec![(WI_CLIENT, CLIENT_ID)], "no Entra ID tenant"),
+        (
+            vec![
+                (WI_CLIENT, ""),
+                (AKS_CLIENT, CLIENT_ID),
+                (WI_TENANT, TENANT),
+            ],
+            "annotation azure.workload.identity/client-id is empty",
+        ),
+        (
+            vec![(WI_CLIENT, CLIENT_ID), (WI_TENANT, " ")],
+            "annotation azure.workload.identity/tenant-id is empty",
+        ),
+        (
+            vec![(WI_CLIENT, "my-app"), (WI_TENANT, TENANT)],
+            "is \"my-app\", not a client ID",
+        ),
+        (
+            vec![(WI_CLIENT, CLIENT_ID), (WI_TENANT, "common")],
+            "not an Entra ID tenant",
+        ),
+        (
+            vec![(WI_CLIENT, CLIENT_ID), (WI_TENANT, "x/../../evil")],
+            "not an Entra ID tenant",
+        ),
+    ] {
+        let line = exec(&args, &[], &image, &sa_token(), &annotations).failure();
+        assert!(line.contains(expect), "{annotations:?}: {line}");
+        assert!(line.contains("service account team/puller"), "{line}");
+        assert!(line.contains("registry contoso.azurecr.io"), "{line}");
+    }
+    // A bad default tenant fails azure, naming the setting.
+    let line = exec(
+        &args,
+        &[("WICP_AZURE_TENANT_ID", "common")],
+        &image,
+        &sa_token(),
+        &[(WI_CLIENT, CLIENT_ID)],
+    )
+    .failure();
+    assert!(line.contains("--azure-tenant-id"), "{line}");
+    // The token must be for Entra's audience.
+    let wrong = TokenSpec::new("team", "puller", "sts.amazonaws.com").mint();
+    let line = exec(&args, &[], &image, &wrong, IDENTITY).failure();
+    assert!(line.contains("api://AzureADTokenExchange"), "{line}");
+    assert_eq!(entra.server.request_count(), 0);
+    assert_eq!(acr.server.request_count(), 0);
+}
+
+#[test]
+fn entra_refusals_carry_the_aadsts_code_and_the_remedy() {
+    let image = format!("{REGISTRY}/team/app");
+    let mut disabled = App::trusting("team", "puller");
+    disabled.enabled = false;
+    let other_audience = TokenSpec::new("team", "puller", "api://SomethingElse").mint();
+    // (the app Entra knows, the token, extra flags, annotations, expected texts)
+    type Case<'a> = (
+        App,
+        String,
+        Vec<&'a str>,
+        Vec<(&'a str, &'a str)>,
+        Vec<&'a str>,
+    );
+    let cases: Vec<Case> = vec![
+        // Subject mismatch: the federated credential names another service account.
+        (
+            App::trusting("team", "someone-else"),
+            sa_token(),
+            vec![],
+            IDENTITY.to_vec(),
+            vec![
+                "HTTP 400",
+                "invalid_client",
+                "AADSTS700213",
+                "'system:serviceaccount:team:puller'",
+                "--subject system:serviceaccount:team:puller",
+                "--issuer https://oidc.cluster.test",
+                "--audiences api://AzureADTokenExchange",
+                "correlation ID ",
+            ],
+        ),
+        // Audience mismatch: --audience lets the token through to Entra, which refuses it.
+        (
+            App::trusting("team", "puller"),
+            other_audience,
+            vec!["--audience", "api://SomethingElse"],
+            IDENTITY.to_vec(),
+            vec!["AADSTS700212", "matching this token's audience"],
+        ),
+        // Wrong tenant.
+        (
+            App::trusting("team", "puller"),
+            sa_token(),
+            vec![],
+            vec![
+                (WI_CLIENT, CLIENT_ID),
+                (WI_TENANT, "fabrikam.onmicrosoft.com"),
+            ],
+            vec!["AADSTS90002", "is not known to"],
+        ),
+        // Unknown client.
+        (
+            App::trusting("team", "puller"),
+            sa_token(),
+            vec![],
+            vec![
+                (WI_CLIENT, "0f0f0f0f-0000-4000-8000-000000000000"),
+                (WI_TENANT, TENANT),
+            ],
+            vec![
+                "unauthorized_client",
+                "AADSTS700016",
+                "not its object or principal ID",
+            ],
+        ),
+        // Disabled application.
+        (
+            disabled,
+            sa_token(),
+            vec![],
+            IDENTITY.to_vec(),
+            vec!["AADSTS7000112", "is disabled"],
+        ),
+        // A token the cluster did not sign: 401 from Entra.
+        (
+            App::trusting("team", "puller"),
+            TokenSpec::new("team", "puller", azure::AUDIENCE).mint_with_wrong_key(),
+            vec![],
+            IDENTITY.to_vec(),
+            vec!["HTTP 401", "AADSTS700027", "JWKS"],
+        ),
+    ];
+    for (app, token, extra, annotations, expect) in cases {
+        let entra = FakeEntra::start(app);
+        let acr = FakeAcr::start(REGISTRY, &entra);
+        let mut args = flags(&entra, &acr);
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let out = exec(&args, &[], &image, &token, &annotations);
+        let line = out.failure();
+        for e in &expect {
+            assert!(line.contains(e), "missing {e:?} in: {line}");
+        }
+        assert!(!line.contains("Trace ID"), "{line}");
+        // A refusal is final: no retry, and nothing reaches ACR.
+        assert_eq!(entra.server.request_count(), 1, "{line}");
+        assert_eq!(acr.server.request_count(), 0);
+        assert_no_secrets(&out, std::slice::from_ref(&token));
+    }
+}
+
+#[test]
+fn entra_throttling_and_outages_are_retried_then_reported() {
+    let image = format!("{REGISTRY}/team/app");
+    // One 429 with Retry-After, then the real answer: the plugin waits and succeeds.
+    let (entra, acr) = fakes(REGISTRY);
+    entra.script([azure::entra_error(
+        429,
+        "temporarily_unavailable",
+        50196,
+        "The server temporarily blocked requests.",
+    )
+    .with_header("Retry-After", "1")]);
+    let start = Instant::now();
+    exec(&flags(&entra, &acr), &[], &image, &sa_token(), IDENTITY).response();
+    assert!(
+        start.elapsed() >= Duration::from_secs(1),
+        "Retry-After was not honoured"
+    );
+    assert_eq!(entra.server.request_count(), 2);
+
+    // A 500 and then success.
+    let (entra, acr) = fakes(REGISTRY);
+    entra.script([Response::text(500, "oops")]);
+    exec(&flags(&entra, &acr), &[], &image, &sa_token(), IDENTITY).response();
+    assert_eq!(entra.server.request_count(), 2);
+
+    // Throttled on every attempt: the last answer is reported.
+    let (entra, acr) = fakes(REGISTRY);
+    entra.script((0..4).map(|_| Response::json(429, json!({})).with_header("Retry-After", "0")));
+    let line = exec(&flags(&entra, &acr), &[], &image, &sa_token(), IDENTITY).failure();
+    assert!(
+        line.contains("HTTP 429") && line.contains("throttling"),
+        "{line}"
+    );
+    assert_eq!(entra.server.request_count(), 4);
+    assert_eq!(acr.server.request_count(), 0);
+
+    // Down on every attempt.
+    let (entra, acr) = fakes(REGISTRY);
+    entra.script((0..4).map(|_| Response::text(500, "<html>internal error</html>")));
+    let line = exec(&flags(&entra, &acr), &[], &image, &sa_token(), IDENTITY).failure();
+    assert!(
+        line.contains("HTTP 500") && line.contains("failed on its side"),
+        "{line}"
+    );
+    assert!(
+        !line.contains("internal error"),
+        "bodies are not echoed: {line}"
+    );
+}
+
+#[test]
+fn entra_garbage_is_refused_without_echoing_it() {
+    let image = format!("{REGISTRY}/team/app");
+    let leaked = "eyJhbGciOiJIUzI1NiJ9.eyJzZWNyZXQiOnRydWV9.c2VjcmV0LXNpZ25hdHVyZQ";
+    for (body, expect) in [
+        (format!("{{\"access_token\":\"{leaked}\""), "not JSON"),
+        (
+            format!("{{\"token_type\":\"Bearer\",\"tokn\":\"{leaked}\"}}"),
+            "JSON without the expected fields",
+        ),
+        (format!("<html>{leaked}</html>"), "HTML or XML"),
+        (
+            "{\"access_token\":\"\"}".to_string(),
+            "JSON without the expected fields",
+        ),
+    ] {
+        let (entra, acr) = fakes(REGISTRY);
+        entra.script([
+            Response::text(200, body.clone()).with_header("Content-Type", "application/json")
+        ]);
+        let out = exec(&flags(&entra, &acr), &[], &image, &sa_token(), IDENTITY);
+        let line = out.failure();
+        assert!(
+            line.contains("not a token response") && line.contains(expect),
+            "{body}: {line}"
+        );
+        assert!(
+            !out.stderr.contains("c2VjcmV0LXNpZ25hdHVyZQ"),
+            "{}",
+            out.stderr
+        );
+        assert_eq!(acr.server.request_count(), 0);
+    }
+}
+
+#[test]
+fn acr_refusals_and_garbage_are_reported() {
+    let image = format!("{REGISTRY}/team/app");
+    let cases: Vec<(Vec<Response>, Vec<&str>)> = vec![
+        (
+            vec![acr_error(
+                401,
+                "UNAUTHORIZED",
+                "authentication required, visit https://aka.ms/acr/authorization for more information.",
+            )],
+            vec![
+                "HTTP 401",
+                "UNAUTHORIZED: authentication required",
+                "AcrPull",
+            ],
+        ),
+        (
+            vec![acr_error(
+                403,
+                "DENIED",
+                "client with IP '10.0.0.1' is not allowed access.",
+            )],
+            vec!["HTTP 403", "DENIED", "network rules"],
+        ),
+        (
+            vec![Response::text(404, "404 page not found")],
+            vec!["HTTP 404", "no /oauth2/exchange"],
+        ),
+        (
+            (0..4).map(|_| Response::text(503, "busy")).collect(),
+            vec!["HTTP 503", "failed on its side"],
+        ),
+        (
+            (0..4)
+                .map(|_| {
+                    acr_error(429, "TOOMANYREQUESTS", "too many requests")
+                        .with_header("Retry-After", "0")
+                })
+                .collect(),
+            vec!["HTTP 429", "throttling"],
+        ),
+        (
+            vec![
+                Response::text(200, "{\"refresh_token\":")
+                    .with_header("Content-Type", "application/json"),
+            ],
+            vec!["without a refresh token", "not JSON"],
+        ),
+        (
+            vec![Response::json(200, json!({"access_token": "x"}))],
+            vec!["without a refresh token"],
+        ),
+        (
+            vec![Response::json(
+                200,
+                json!({"refresh_token": "opaque-refresh-token-value"}),
+            )],
+            vec!["not a JWT with an exp claim"],
+        ),
+    ];
+    for (script, expect) in cases {
+        let (entra, acr) = fakes(REGISTRY);
+        acr.script(script);
+        let token = sa_token();
+        let out = exec(&flags(&entra, &acr), &[], &image, &token, IDENTITY);
+        let line = out.failure();
+        for e in &expect {
+            assert!(line.contains(e), "missing {e:?} in: {line}");
+        }
+        assert!(
+            line.contains(&format!("refresh token for {REGISTRY}")) || line.contains("ACR at"),
+            "{line}"
+        );
+        let mut secrets = all_secrets(&token, &entra, &acr);
+        secrets.push("opaque-refresh-token-value".into());
+        assert_no_secrets(&out, &secrets);
+    }
+
+    // One 429 with Retry-After, then ACR's answer.
+    let (entra, acr) = fakes(REGISTRY);
+    acr.script([acr_error(429, "TOOMANYREQUESTS", "slow down").with_header("Retry-After", "1")]);
+    let start = Instant::now();
+    exec(&flags(&entra, &acr), &[], &image, &sa_token(), IDENTITY).response();
+    assert!(start.elapsed() >= Duration::from_secs(1));
+    assert_eq!(acr.server.request_count(), 2);
+    // The Entra token is requested once: only the failed call is repeated.
+    assert_eq!(entra.server.request_count(), 1);
+}
+
+/// Every ACR host form in every cloud is served, with the host itself as the
+/// auth key and the service the refresh token is for.
+#[test]
+fn every_acr_host_form_and_cloud_is_served() {
+    for host in [
+        "contoso.azurecr.io",
+        "contoso.azurecr.cn",
+        "contoso.azurecr.us",
+        "contoso.azurecr.de",
+        "contoso-e3fsa9c2b0dq.azurecr.io",
+        "contoso.westeurope.geo.azurecr.io",
+        "contoso.chinanorth3.geo.azurecr.cn",
+        "contoso-e3fsa9c2b0dq.usgovvirginia.geo.azurecr.us",
+    ] {
+        let (entra, acr) = fakes(host);
+        let out = exec(
+            &flags(&entra, &acr),
+            &[],
+            &format!("{host}/team/app:v1"),
+            &sa_token(),
+            IDENTITY,
+        );
+        let response = out.response();
+        assert_eq!(response["auth"][host]["username"], NULL_GUID, "{host}");
+        assert_eq!(acr.server.requests()[0].form()["service"], host);
+        // And with auto routing.
+        let mut args = flags(&entra, &acr);
+        args[1] = "auto".into();
+        exec(
+            &args,
+            &[],
+            &format!("{host}/team/app"),
+            &sa_token(),
+            IDENTITY,
+        )
+        .response();
+    }
+}
+
+#[test]
+fn lookalike_hosts_never_get_a_token() {
+    let (entra, acr) = fakes(REGISTRY);
+    for host in [
+        "evil.azurecr.io.attacker.net",
+        "azurecr.io.evil",
+        "contoso.azurecr.io.azurecr.cn",
+        "contoso.azurecr.com",
+        "contoso.evil.azurecr.io",
+        "contoso.eastus.data.azurecr.io",
+        "contoso.geo.azurecr.io",
+        "contoso-a-b.azurecr.io",
+        "contoso.azurecr.io:5000",
+        "127.0.0.1:5000",
+    ] {
+        let image = format!("{host}/team/app");
+        let line = exec(&flags(&entra, &acr), &[], &image, &sa_token(), IDENTITY).failure();
+        assert!(
+            line.contains("is not served by the azure exchanger"),
+            "{host}: {line}"
+        );
+        let mut args = flags(&entra, &acr);
+        args[1] = "auto".into();
+        let line = exec(&args, &[], &image, &sa_token(), IDENTITY).failure();
+        assert!(
+            line.contains("is not a cloud registry this plugin recognises"),
+            "{host}: {line}"
+        );
+    }
+    assert_eq!(entra.server.request_count(), 0);
+    assert_eq!(acr.server.request_count(), 0);
+}
+
+/// Without overrides, the registry's cloud decides where the service
+/// account token goes, and the Entra token goes to the login server itself.
+/// An HTTPS proxy on loopback records the CONNECT target and refuses it, so
+/// nothing leaves the machine and no secret is in what it sees.
+#[test]
+fn the_cloud_picks_the_authority_and_the_login_server_gets_the_exchange() {
+    let proxy = TestServer::start(|_req| Response::text(403, "no tunnels here"));
+    let env = [("HTTPS_PROXY", proxy.url())];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    for (host, authority) in [
+        ("contoso.azurecr.io", "login.microsoftonline.com:443"),
+        (
+            "contoso.westeurope.geo.azurecr.io",
+            "login.microsoftonline.com:443",
+        ),
+        ("contoso.azurecr.cn", "login.chinacloudapi.cn:443"),
+        ("contoso.azurecr.us", "login.microsoftonline.us:443"),
+    ] {
+        let before = proxy.request_count();
+        let args = ["--provider", "azure", "--timeout", "10s"]
+            .map(str::to_string)
+            .to_vec();
+        let line = exec(
+            &args,
+            &env,
+            &format!("{host}/team/app"),
+            &sa_token(),
+            IDENTITY,
+        )
+        .failure();
+        assert!(
+            line.contains("the Entra ID token request to https://"),
+            "{line}"
+        );
+        let requests = proxy.requests();
+        assert!(requests.len() > before, "{line}");
+        for req in &requests[before..] {
+            assert_eq!(req.method, "CONNECT");
+            assert_eq!(req.path, authority, "{host}");
+            assert!(req.body.is_empty());
+        }
+    }
+    // The retired German cloud has no default authority.
+    let before = proxy.request_count();
+    let line = exec(
+        &["--provider", "azure"].map(str::to_string),
+        &env,
+        "contoso.azurecr.de/team/app",
+        &sa_token(),
+        IDENTITY,
+    )
+    .failure();
+    assert!(
+        line.contains("AzureGermany") && line.contains("--azure-authority-host"),
+        "{line}"
+    );
+    assert_eq!(proxy.request_count(), before);
+
+    // With Entra reachable, the exchange goes to https://<registry>.
+    let entra = FakeEntra::start(App::trusting("team", "puller"));
+    let before = proxy.request_count();
+    let args = [
+        "--provider",
+        "azure",
+        "--timeout",
+        "10s",
+        "--azure-authority-host",
+        &entra.url(),
+    ]
+    .map(str::to_string);
+    let line = exec(
+        &args,
+        &env,
+        "contoso.azurecr.cn/team/app",
+        &sa_token(),
+        IDENTITY,
+    )
+    .failure();
+    assert!(
+        line.contains("the ACR token exchange at https://contoso.azurecr.cn"),
+        "{line}"
+    );
+    let requests = proxy.requests();
+    assert!(requests.len() > before);
+    for req in &requests[before..] {
+        assert_eq!(req.path, "contoso.azurecr.cn:443");
+    }
+    assert_eq!(entra.server.request_count(), 1);
+}
+
+#[test]
+fn bad_settings_fail_azure_but_not_other_providers() {
+    let token = sa_token();
+    for (env, expect) in [
+        (
+            ("WICP_ACR_ENDPOINT", "contoso.azurecr.io"),
+            "--acr-endpoint",
+        ),
+        (
+            ("WICP_AZURE_AUTHORITY_HOST", "ftp://login.example"),
+            "--azure-authority-host",
+        ),
+        (
+            ("AZURE_TENANT_ID", "not a tenant"),
+            "not an Entra ID tenant",
+        ),
+    ] {
+        let line = run(
+            &["--provider", "azure"],
+            &[env],
+            request(
+                &format!("{REGISTRY}/a"),
+                Some(&token),
+                &[(WI_CLIENT, CLIENT_ID)],
+            )
+            .as_bytes(),
+        )
+        .failure();
+        assert!(line.contains(expect), "{line}");
+        // Passthrough on the same node still works.
+        let pass = TokenSpec::new("team", "puller", "harbor.test").mint();
+        run(
+            &[
+                "--provider",
+                "passthrough",
+                "--registry",
+                "harbor.test",
+                "--audience",
+                "harbor.test",
+            ],
+            &[env],
+            request("harbor.test/a", Some(&pass), &[]).as_bytes(),
+        )
+        .response();
+    }
+}
+
+/// A real OCI client end to end. The image names an ACR host; the fake ACR
+/// (reached through --acr-endpoint) mints the refresh token for that host;
+/// the real registry's token service accepts exactly what ACR's token
+/// endpoint would, the null-GUID username with a refresh token ACR signed
+/// for this login server and not yet expired; and skopeo pulls from the
+/// local registry with the credentials the plugin returned. The local
+/// registry listens on 127.0.0.1:PORT, not on the ACR host, so skopeo is
+/// pointed at it with the plugin's credentials for the ACR host: that
+/// re-targeting is the only liberty taken.
+#[test]
+fn skopeo_pulls_with_the_acr_refresh_token() {
+    use support::registry::Registry;
+
+    let (entra, acr) = fakes(REGISTRY);
+    let verify = acr.refresh_verifier();
+    let registry = Registry::start_with_token_auth(move |username, password| {
+        username == NULL_GUID && verify(password).is_ok()
+    });
+    registry.push_test_image("team/app", "v1");
+
+    let token = sa_token();
+    let out = exec(
+        &flags(&entra, &acr),
+        &[],
+        &format!("{REGISTRY}/team/app"),
+        &token,
+        IDENTITY,
+    );
+    let response = out.response();
+    let auth = &response["auth"][REGISTRY];
+    let (username, password) = (
+        auth["username"].as_str().unwrap(),
+        auth["password"].as_str().unwrap(),
+    );
+    registry
+        .pull("team/app", "v1", username, password)
+        .expect("skopeo pulls with the plugin's ACR credentials");
+    let accepted = registry.token_requests_accepted();
+    assert!(accepted >= 1);
+
+    // What must not pull: the refresh token with another username, a
+    // refresh token minted by another login server, the Entra access token,
+    // and the service account token itself.
+    let (other_entra, other_acr) = fakes("fabrikam.azurecr.io");
+    let out = exec(
+        &flags(&other_entra, &other_acr),
+        &[],
+        "fabrikam.azurecr.io/team/app",
+        &sa_token(),
+        IDENTITY,
+    );
+    let foreign: Value = out.response()["auth"]["fabrikam.azurecr.io"]["password"].clone();
+    for (user, pass) in [
+        ("someone", password.to_string()),
+        (NULL_GUID, foreign.as_str().unwrap().to_string()),
+        (NULL_GUID, entra.issued()[0].clone()),
+        (NULL_GUID, token.clone()),
+    ] {
+        let err = registry
+            .pull("team/app", "v1", user, &pass)
+            .expect_err("must not pull");
+        assert!(err.contains("unauthorized"), "{err}");
+    }
+    assert_eq!(registry.token_requests_accepted(), accepted);
+}

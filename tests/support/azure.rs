@@ -1,0 +1,614 @@
+//! Local fakes of the two Azure endpoints the azure exchanger calls, written
+//! from their documented wire formats:
+//!
+//! * Entra ID's token endpoint, `POST /{tenant}/oauth2/v2.0/token`, client
+//!   credentials grant with a federated JWT client assertion (RFC 7523, the
+//!   Microsoft identity platform's "client assertion" flow). It verifies the
+//!   assertion as Entra does: signature against the cluster issuer's key,
+//!   then the federated identity credential (issuer, subject, audience) of
+//!   the application, and answers with an access token for the ACR resource
+//!   or with Entra's error JSON (`error`, `error_description` starting with
+//!   `AADSTS<code>:`, `error_codes`, `trace_id`, `correlation_id`, ...).
+//! * ACR's `POST /oauth2/exchange` (Azure/acr docs/AAD-OAuth.md), which
+//!   verifies the Entra access token and mints a refresh token: a signed JWT
+//!   whose `aud` is the login server and whose `exp` is three hours out.
+//!
+//! Every form field the plugin sends is checked, and any extra field is a
+//! violation. A violation is answered the way the real service would
+//! (AADSTS900144 / `BAD_REQUEST`) and also recorded; dropping a fake with
+//! recorded violations fails the test, so a test cannot pass on a request
+//! the real service would have refused.
+//!
+//! Both fakes sign with HS256 and a per-test random key. Entra and ACR sign
+//! with RS256 keys; the plugin never verifies either token, only reads the
+//! refresh token's `exp`, so the algorithm is the fakes' private matter.
+
+#![allow(clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use serde_json::{Value, json};
+
+use super::http_server::{Request, Response, TestServer};
+use super::token::{self, now};
+
+pub const AUDIENCE: &str = "api://AzureADTokenExchange";
+pub const SCOPE: &str = "https://containerregistry.azure.net/.default";
+pub const ACR_RESOURCE: &str = "https://containerregistry.azure.net";
+pub const ASSERTION_TYPE: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
+pub const NULL_GUID: &str = "00000000-0000-0000-0000-000000000000";
+/// ACR refresh tokens live about three hours.
+pub const REFRESH_LIFETIME_SECS: i64 = 3 * 3600;
+
+pub const TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
+pub const CLIENT_ID: &str = "5b8e2c1a-9f3d-4e7b-a6c2-1d0f8e9a7b3c";
+pub const OBJECT_ID: &str = "0c7d3a2b-1e4f-4a5b-8c9d-2e3f4a5b6c7d";
+
+/// A random key per fake, so a token minted by one test's fake is worthless
+/// to another's.
+fn random_key() -> Vec<u8> {
+    use std::io::Read;
+    let mut key = vec![0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut key))
+        .expect("read /dev/urandom");
+    key
+}
+
+fn guid() -> String {
+    let k = random_key();
+    let hex: String = k.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+fn hs256(claims: &Value, key: &[u8]) -> String {
+    jsonwebtoken::encode(
+        &Header::new(Algorithm::HS256),
+        claims,
+        &EncodingKey::from_secret(key),
+    )
+    .expect("sign")
+}
+
+fn verify_hs256(jwt: &str, key: &[u8], audience: &str, issuer: &str) -> Result<Value, String> {
+    let mut validation = Validation::new(Algorithm::HS256);
+    validation.set_audience(&[audience]);
+    validation.set_issuer(&[issuer]);
+    jsonwebtoken::decode::<Value>(jwt, &DecodingKey::from_secret(key), &validation)
+        .map(|d| d.claims)
+        .map_err(|e| e.to_string())
+}
+
+/// Checks a form POST: method, path, content type, and exactly these keys.
+fn check_form(
+    req: &Request,
+    path: &str,
+    keys: &[&str],
+) -> Result<BTreeMap<String, String>, String> {
+    if req.method != "POST" {
+        return Err(format!("method {} instead of POST", req.method));
+    }
+    if req.path != path {
+        return Err(format!("path {} instead of {path}", req.path));
+    }
+    if !req.query.is_empty() {
+        return Err(format!("unexpected query {:?}", req.query));
+    }
+    let content_type = req.header("content-type").unwrap_or_default();
+    if content_type != "application/x-www-form-urlencoded" {
+        return Err(format!("content type {content_type:?}"));
+    }
+    let pairs = super::http_server::form_urlencoded_pairs(&String::from_utf8_lossy(&req.body));
+    let sent: Vec<&str> = pairs.iter().map(|(k, _)| k.as_str()).collect();
+    let unique: BTreeSet<&str> = sent.iter().copied().collect();
+    let expected: BTreeSet<&str> = keys.iter().copied().collect();
+    if unique != expected || sent.len() != keys.len() {
+        return Err(format!("form fields {sent:?} instead of {keys:?}"));
+    }
+    Ok(pairs.into_iter().collect())
+}
+
+/// Scripted answers that replace the next normal ones (after the request
+/// was checked), for throttling, outages and garbage.
+#[derive(Default)]
+struct Script(Mutex<VecDeque<Response>>);
+
+impl Script {
+    fn next(&self) -> Option<Response> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).pop_front()
+    }
+    fn push(&self, responses: impl IntoIterator<Item = Response>) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(responses);
+    }
+}
+
+#[derive(Default)]
+struct Violations(Mutex<Vec<String>>);
+
+impl Violations {
+    fn add(&self, what: String) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(what);
+    }
+    fn check(&self, name: &str) {
+        let v = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if !v.is_empty() && !std::thread::panicking() {
+            panic!("the plugin sent requests the real {name} would refuse: {v:#?}");
+        }
+    }
+}
+
+/// One federated identity credential on the application.
+#[derive(Clone, Debug)]
+pub struct FederatedCredential {
+    pub issuer: String,
+    pub subject: String,
+    pub audience: String,
+}
+
+/// The application registration (or user-assigned managed identity) the
+/// fake Entra knows.
+#[derive(Clone, Debug)]
+pub struct App {
+    pub tenant: String,
+    pub client_id: String,
+    pub object_id: String,
+    pub enabled: bool,
+    pub federated: Vec<FederatedCredential>,
+}
+
+impl App {
+    /// An enabled app trusting `system:serviceaccount:<ns>:<name>` from the
+    /// test cluster's issuer for the default audience.
+    pub fn trusting(namespace: &str, name: &str) -> Self {
+        App {
+            tenant: TENANT.into(),
+            client_id: CLIENT_ID.into(),
+            object_id: OBJECT_ID.into(),
+            enabled: true,
+            federated: vec![FederatedCredential {
+                issuer: token::ISSUER.into(),
+                subject: format!("system:serviceaccount:{namespace}:{name}"),
+                audience: AUDIENCE.into(),
+            }],
+        }
+    }
+}
+
+struct EntraState {
+    app: App,
+    key: Vec<u8>,
+    script: Script,
+    violations: Violations,
+    issued: Mutex<Vec<String>>,
+}
+
+/// The fake Entra ID token endpoint.
+pub struct FakeEntra {
+    pub server: TestServer,
+    state: Arc<EntraState>,
+}
+
+impl FakeEntra {
+    pub fn start(app: App) -> Self {
+        let state = Arc::new(EntraState {
+            app,
+            key: random_key(),
+            script: Script::default(),
+            violations: Violations::default(),
+            issued: Mutex::new(Vec::new()),
+        });
+        let handler_state = Arc::clone(&state);
+        let server = TestServer::start(move |req| entra_handle(&handler_state, req));
+        FakeEntra { server, state }
+    }
+
+    /// The authority URL (what `--azure-authority-host` takes).
+    pub fn url(&self) -> String {
+        self.server.url()
+    }
+
+    /// Answers the next requests with `responses`, in order.
+    pub fn script(&self, responses: impl IntoIterator<Item = Response>) {
+        self.state.script.push(responses);
+    }
+
+    /// The access tokens issued so far.
+    pub fn issued(&self) -> Vec<String> {
+        self.state
+            .issued
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Verifies an access token this fake issued: what ACR does.
+    pub fn verifier(&self) -> impl Fn(&str) -> Result<Value, String> + Send + Sync + 'static {
+        let key = self.state.key.clone();
+        let tenant = self.state.app.tenant.clone();
+        move |jwt| {
+            verify_hs256(
+                jwt,
+                &key,
+                ACR_RESOURCE,
+                &format!("https://sts.windows.net/{tenant}/"),
+            )
+        }
+    }
+}
+
+impl Drop for FakeEntra {
+    fn drop(&mut self) {
+        self.state.violations.check("Entra ID");
+    }
+}
+
+/// Entra's error JSON, with the description format it uses.
+pub fn entra_error(status: u16, error: &str, code: u32, message: &str) -> Response {
+    let trace = guid();
+    let correlation = guid();
+    let timestamp = "2026-09-01 12:00:00Z";
+    Response::json(
+        status,
+        json!({
+            "error": error,
+            "error_description": format!(
+                "AADSTS{code}: {message} Trace ID: {trace} Correlation ID: {correlation} Timestamp: {timestamp}"
+            ),
+            "error_codes": [code],
+            "timestamp": timestamp,
+            "trace_id": trace,
+            "correlation_id": correlation,
+            "error_uri": format!("https://login.microsoftonline.com/error?code={code}"),
+        }),
+    )
+}
+
+fn entra_handle(state: &EntraState, req: &Request) -> Response {
+    let app = &state.app;
+    // The tenant is the first path segment.
+    let tenant = req
+        .path
+        .strip_prefix('/')
+        .and_then(|p| p.strip_suffix("/oauth2/v2.0/token"))
+        .unwrap_or_default()
+        .to_string();
+    let form = match check_form(
+        req,
+        &format!("/{tenant}/oauth2/v2.0/token"),
+        &[
+            "grant_type",
+            "client_id",
+            "client_assertion_type",
+            "client_assertion",
+            "scope",
+        ],
+    ) {
+        Ok(form) => form,
+        Err(why) => {
+            state.violations.add(why.clone());
+            return entra_error(
+                400,
+                "invalid_request",
+                900144,
+                &format!("The request body must contain the expected parameters: {why}."),
+            );
+        }
+    };
+    for (field, want) in [
+        ("grant_type", "client_credentials"),
+        ("client_assertion_type", ASSERTION_TYPE),
+        ("scope", SCOPE),
+    ] {
+        if form[field] != want {
+            state
+                .violations
+                .add(format!("{field}={:?}, expected {want:?}", form[field]));
+            return entra_error(400, "invalid_request", 900144, &format!("Invalid {field}."));
+        }
+    }
+    if let Some(scripted) = state.script.next() {
+        return scripted;
+    }
+    if tenant != app.tenant {
+        return entra_error(
+            400,
+            "invalid_request",
+            90002,
+            &format!(
+                "Tenant '{tenant}' not found. Check to make sure you have the correct tenant ID and are signing into the correct cloud."
+            ),
+        );
+    }
+    if form["client_id"] != app.client_id {
+        return entra_error(
+            400,
+            "unauthorized_client",
+            700016,
+            &format!(
+                "Application with identifier '{}' was not found in the directory 'Contoso'.",
+                form["client_id"]
+            ),
+        );
+    }
+    if !app.enabled {
+        return entra_error(
+            400,
+            "unauthorized_client",
+            7000112,
+            &format!("Application '{}'(test-app) is disabled.", app.client_id),
+        );
+    }
+    // The assertion: signed by the cluster's issuer (Entra fetches its JWKS),
+    // then matched against the federated credentials.
+    let assertion = &form["client_assertion"];
+    let claims = match decode_unverified(assertion) {
+        Some(c) => c,
+        None => {
+            return entra_error(
+                400,
+                "invalid_client",
+                50027,
+                "JWT token is invalid or malformed.",
+            );
+        }
+    };
+    let issuer = claims["iss"].as_str().unwrap_or_default().to_string();
+    let subject = claims["sub"].as_str().unwrap_or_default().to_string();
+    let audiences: Vec<String> = match &claims["aud"] {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(a) => a
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect(),
+        _ => Vec::new(),
+    };
+    if !app.federated.iter().any(|f| f.issuer == issuer) {
+        return entra_error(
+            400,
+            "invalid_client",
+            700211,
+            &format!(
+                "No matching federated identity record found for presented assertion issuer '{issuer}'."
+            ),
+        );
+    }
+    if !app
+        .federated
+        .iter()
+        .any(|f| f.issuer == issuer && f.subject == subject)
+    {
+        return entra_error(
+            400,
+            "invalid_client",
+            700213,
+            &format!(
+                "No matching federated identity record found for presented assertion subject '{subject}'. Check your federated identity credential Subject, Audience and Issuer against the presented assertion. https://learn.microsoft.com/entra/workload-id/workload-identity-federation"
+            ),
+        );
+    }
+    let Some(fic) = app
+        .federated
+        .iter()
+        .find(|f| f.issuer == issuer && f.subject == subject && audiences.contains(&f.audience))
+    else {
+        return entra_error(
+            400,
+            "invalid_client",
+            700212,
+            &format!(
+                "No matching federated identity record found for presented assertion audience '{}'.",
+                audiences.join(",")
+            ),
+        );
+    };
+    if let Err(why) = token::verify(assertion, &fic.audience) {
+        return entra_error(
+            401,
+            "invalid_client",
+            700027,
+            &format!("Client assertion failed signature validation ({why})."),
+        );
+    }
+    let iat = now();
+    let access = hs256(
+        &json!({
+            "aud": ACR_RESOURCE,
+            "iss": format!("https://sts.windows.net/{}/", app.tenant),
+            "iat": iat, "nbf": iat, "exp": iat + 3599,
+            "appid": app.client_id,
+            "oid": app.object_id,
+            "sub": app.object_id,
+            "tid": app.tenant,
+            "idtyp": "app",
+            "ver": "1.0",
+        }),
+        &state.key,
+    );
+    state
+        .issued
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(access.clone());
+    Response::json(
+        200,
+        json!({
+            "token_type": "Bearer",
+            "expires_in": 3599,
+            "ext_expires_in": 3599,
+            "access_token": access,
+        }),
+    )
+}
+
+fn decode_unverified(jwt: &str) -> Option<Value> {
+    use base64::Engine as _;
+    let payload = jwt.split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload)
+        .ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// The refresh token issuer ACR writes.
+pub const ACR_ISSUER: &str = "Azure Container Registry";
+
+/// Checks a JWT and returns its claims.
+type Verifier = Box<dyn Fn(&str) -> Result<Value, String> + Send + Sync>;
+
+struct AcrState {
+    login_server: String,
+    key: Vec<u8>,
+    verify_access: Verifier,
+    script: Script,
+    violations: Violations,
+    minted: Mutex<Vec<String>>,
+}
+
+/// The fake ACR login server (only `/oauth2/exchange`).
+pub struct FakeAcr {
+    pub server: TestServer,
+    state: Arc<AcrState>,
+}
+
+impl FakeAcr {
+    /// A login server `login_server` that trusts `entra`'s access tokens.
+    pub fn start(login_server: &str, entra: &FakeEntra) -> Self {
+        let state = Arc::new(AcrState {
+            login_server: login_server.into(),
+            key: random_key(),
+            verify_access: Box::new(entra.verifier()),
+            script: Script::default(),
+            violations: Violations::default(),
+            minted: Mutex::new(Vec::new()),
+        });
+        let handler_state = Arc::clone(&state);
+        let server = TestServer::start(move |req| acr_handle(&handler_state, req));
+        FakeAcr { server, state }
+    }
+
+    /// What `--acr-endpoint` takes.
+    pub fn url(&self) -> String {
+        self.server.url()
+    }
+
+    pub fn script(&self, responses: impl IntoIterator<Item = Response>) {
+        self.state.script.push(responses);
+    }
+
+    /// The refresh tokens minted so far.
+    pub fn minted(&self) -> Vec<String> {
+        self.state
+            .minted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Verifies a refresh token as ACR's `/oauth2/token` does before
+    /// granting repository access tokens: signature, issuer, audience = the
+    /// login server, expiry. For a registry's token service.
+    pub fn refresh_verifier(
+        &self,
+    ) -> impl Fn(&str) -> Result<Value, String> + Send + Sync + 'static {
+        let key = self.state.key.clone();
+        let service = self.state.login_server.clone();
+        move |jwt| verify_hs256(jwt, &key, &service, ACR_ISSUER)
+    }
+}
+
+impl Drop for FakeAcr {
+    fn drop(&mut self) {
+        self.state.violations.check("ACR");
+    }
+}
+
+/// ACR's registry-API error shape.
+pub fn acr_error(status: u16, code: &str, message: &str) -> Response {
+    Response::json(
+        status,
+        json!({"errors": [{"code": code, "message": message, "detail": null}]}),
+    )
+}
+
+fn acr_handle(state: &AcrState, req: &Request) -> Response {
+    let form = match check_form(
+        req,
+        "/oauth2/exchange",
+        &["grant_type", "service", "tenant", "access_token"],
+    ) {
+        Ok(form) => form,
+        Err(why) => {
+            state.violations.add(why.clone());
+            return acr_error(400, "BAD_REQUEST", &why);
+        }
+    };
+    if form["grant_type"] != "access_token" {
+        state
+            .violations
+            .add(format!("grant_type={:?}", form["grant_type"]));
+        return acr_error(400, "BAD_REQUEST", "unsupported grant_type");
+    }
+    if form["service"] != state.login_server {
+        state.violations.add(format!(
+            "service={:?}, expected {:?}",
+            form["service"], state.login_server
+        ));
+        return acr_error(400, "BAD_REQUEST", "service does not match the registry");
+    }
+    if let Some(scripted) = state.script.next() {
+        return scripted;
+    }
+    let claims = match (state.verify_access)(&form["access_token"]) {
+        Ok(claims) => claims,
+        Err(_) => {
+            return acr_error(
+                401,
+                "UNAUTHORIZED",
+                "authentication required, visit https://aka.ms/acr/authorization for more information.",
+            );
+        }
+    };
+    if claims["tid"] != form["tenant"].as_str() {
+        return acr_error(
+            401,
+            "UNAUTHORIZED",
+            "the access token's tenant does not match the tenant parameter",
+        );
+    }
+    let iat = now();
+    let refresh = hs256(
+        &json!({
+            "jti": guid(),
+            "sub": claims["oid"],
+            "nbf": iat, "iat": iat, "exp": iat + REFRESH_LIFETIME_SECS,
+            "iss": ACR_ISSUER,
+            "aud": state.login_server,
+            "version": "1.0",
+            "rid": guid().replace('-', ""),
+            "grant_type": "refresh_token",
+            "appid": claims["appid"],
+            "tenant": claims["tid"],
+            "permissions": {"actions": ["read"], "notActions": []},
+            "roles": [],
+        }),
+        &state.key,
+    );
+    state
+        .minted
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(refresh.clone());
+    Response::json(200, json!({"refresh_token": refresh}))
+}
