@@ -20,11 +20,15 @@ pub const COMMIT: &str = match option_env!("WICP_GIT_COMMIT") {
 /// with default options, exactly as an invocation without flags would.
 pub fn providers() -> Vec<&'static str> {
     match entry::route(BINARY, &[], &[]) {
-        Ok(routing) => routing
-            .exchangers
-            .iter()
-            .map(|e| e.provider().name())
-            .collect(),
+        Ok(routing) => {
+            let mut names: Vec<&'static str> = routing
+                .exchangers
+                .iter()
+                .map(|e| e.provider().name())
+                .collect();
+            names.sort_unstable();
+            names
+        }
         Err(_) => Vec::new(),
     }
 }

@@ -164,7 +164,10 @@ fn report_shape_and_summary() {
     let r = &out.report;
     assert_eq!(r["errors"], 1);
     assert_eq!(r["warnings"], 0);
-    assert_eq!(r["providers"], serde_json::json!(["wi-credential-provider-passthrough"]));
+    assert_eq!(
+        r["providers"],
+        serde_json::json!(["wi-credential-provider-passthrough"])
+    );
     assert_eq!(r["files"].as_array().unwrap().len(), 1);
     let f = &r["findings"][0];
     assert_eq!(f["severity"], "error");
@@ -173,7 +176,8 @@ fn report_shape_and_summary() {
     assert_eq!(f["field"], "providers[0].tokenAttributes.cacheType");
     assert_eq!(f["fix"], "set cacheType: Token");
     assert!(
-        out.stdout.ends_with(": 1 provider in 1 file, 1 error, 0 warnings\n"),
+        out.stdout
+            .ends_with(": 1 provider in 1 file, 1 error, 0 warnings\n"),
         "{}",
         out.stdout
     );

@@ -58,7 +58,8 @@ fn release() -> Release {
     std::fs::copy(support::plugin::bin(), &binary).unwrap();
     std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::write(
-        dir.path().join("wi-credential-provider-0.0.0-linux-test.sha256"),
+        dir.path()
+            .join("wi-credential-provider-0.0.0-linux-test.sha256"),
         format!(
             "{}  wi-credential-provider-0.0.0-linux-test\n",
             sha256_hex(&binary)
@@ -69,7 +70,7 @@ fn release() -> Release {
 }
 
 /// A node root any user may write, as a mounted host root would be to root.
-fn node() -> tempfile::TempDir {
+fn node_root() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     dir
@@ -147,7 +148,7 @@ fn install_script_is_shellcheck_clean() {
 #[test]
 fn installs_the_binary_its_links_and_the_config_and_prints_the_flags() {
     let release = release();
-    let node = node();
+    let node = node_root();
     let mut args = standard_args(node.path(), &release);
     args.extend(["--link".into(), "wi-credential-provider-zot".into()]);
     let out = run(&args);
@@ -201,7 +202,7 @@ fn installs_the_binary_its_links_and_the_config_and_prints_the_flags() {
 #[test]
 fn a_second_run_changes_nothing() {
     let release = release();
-    let node = node();
+    let node = node_root();
     let args = standard_args(node.path(), &release);
     assert!(run(&args).status.success());
     let before = snapshot(node.path());
@@ -221,7 +222,7 @@ fn a_second_run_changes_nothing() {
 #[test]
 fn a_checksum_mismatch_is_refused_before_anything_is_written() {
     let release = release();
-    let node = node();
+    let node = node_root();
     let mut args = standard_args(node.path(), &release);
     args.extend(["--sha256".into(), "0".repeat(64)]);
     let out = run(&args);
@@ -245,10 +246,14 @@ fn a_checksum_mismatch_is_refused_before_anything_is_written() {
 fn without_a_checksum_nothing_is_installed() {
     let release = release();
     std::fs::remove_file(format!("{}.sha256", release.binary.display())).unwrap();
-    let node = node();
+    let node = node_root();
     let out = run(&standard_args(node.path(), &release));
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("no checksum"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("no checksum"),
+        "{}",
+        text(&out.stderr)
+    );
     assert!(snapshot(node.path()).is_empty());
 }
 
@@ -280,10 +285,7 @@ fn install_unprivileged(args: &[String]) -> Output {
 #[test]
 fn non_root_is_refused_unless_a_root_prefix_is_given() {
     let release = release();
-    let out = install_unprivileged(&[
-        "--binary".into(),
-        release.binary.display().to_string(),
-    ]);
+    let out = install_unprivileged(&["--binary".into(), release.binary.display().to_string()]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
         text(&out.stderr).contains("must run as root"),
@@ -291,7 +293,7 @@ fn non_root_is_refused_unless_a_root_prefix_is_given() {
         text(&out.stderr)
     );
 
-    let node = node();
+    let node = node_root();
     let out = install_unprivileged(&standard_args(node.path(), &release));
     assert!(
         out.status.success(),
@@ -299,13 +301,18 @@ fn non_root_is_refused_unless_a_root_prefix_is_given() {
         text(&out.stdout),
         text(&out.stderr)
     );
-    assert!(node.path().join(BIN_DIR).join("wi-credential-provider").is_file());
+    assert!(
+        node.path()
+            .join(BIN_DIR)
+            .join("wi-credential-provider")
+            .is_file()
+    );
 }
 
 #[test]
 fn a_config_the_kubelet_would_trip_on_is_not_installed() {
     let release = release();
-    let node = node();
+    let node = node_root();
     let bad = repo().join("tests/fixtures/check-config/passthrough.cache-type/fail.yaml");
     let out = install(
         &[
@@ -332,7 +339,10 @@ fn a_config_the_kubelet_would_trip_on_is_not_installed() {
         &config,
         std::fs::read_to_string(good_config())
             .unwrap()
-            .replace("name: wi-credential-provider-passthrough", "name: wi-credential-provider-zot")
+            .replace(
+                "name: wi-credential-provider-passthrough",
+                "name: wi-credential-provider-zot",
+            )
             .replace("args:\n", "args:\n      - --provider=passthrough\n"),
     )
     .unwrap();
@@ -349,7 +359,7 @@ fn a_config_the_kubelet_would_trip_on_is_not_installed() {
 #[test]
 fn a_wrong_link_is_replaced() {
     let release = release();
-    let node = node();
+    let node = node_root();
     let bin = node.path().join(BIN_DIR);
     std::fs::create_dir_all(&bin).unwrap();
     std::os::unix::fs::symlink("/usr/bin/true", bin.join("wi-credential-provider-aws")).unwrap();
@@ -381,7 +391,7 @@ fn recorders() -> (tempfile::TempDir, PathBuf) {
 fn the_kubelet_is_restarted_only_when_asked_and_something_changed() {
     let release = release();
     let (fakes, log) = recorders();
-    let node = node();
+    let node = node_root();
     let args = standard_args(node.path(), &release);
     let args_ref: Vec<&str> = args.iter().map(String::as_str).collect();
 
@@ -390,7 +400,7 @@ fn the_kubelet_is_restarted_only_when_asked_and_something_changed() {
     assert!(!log.exists(), "restarted without being asked");
     assert!(text(&out.stdout).contains("restart it to use this one"));
 
-    let fresh = node();
+    let fresh = node_root();
     let mut with_restart = standard_args(fresh.path(), &release);
     with_restart.push("--restart-kubelet".into());
     let with_restart: Vec<&str> = with_restart.iter().map(String::as_str).collect();
@@ -411,7 +421,7 @@ fn the_kubelet_is_restarted_only_when_asked_and_something_changed() {
 #[test]
 fn uninstall_removes_what_install_put_there_and_nothing_else() {
     let release = release();
-    let node = node();
+    let node = node_root();
     let mut args = standard_args(node.path(), &release);
     args.extend(["--link".into(), "wi-credential-provider-zot".into()]);
     assert!(run(&args).status.success());
@@ -442,7 +452,12 @@ fn usage_errors_exit_2() {
         vec!["--binary", "x", "--link", "a/b"],
     ] {
         let out = install(&args, None);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
     }
     let help = install(&["--help"], None);
     assert!(help.status.success());

@@ -87,6 +87,16 @@ pub fn route(name: &str, args: &[String], env: &[(String, String)]) -> Result<Ro
         )
         .fix("remove the subcommand from the entry's args"));
     }
+    // Exchangers that also read their SDK's standard variables get the
+    // entry's values, as the kubelet would pass them.
+    let standard = |var: &str| {
+        env.iter()
+            .rev()
+            .find(|(k, _)| k == var)
+            .map(|(_, v)| v.clone())
+    };
+    let mut cli = cli;
+    cli.azure = cli.azure.clone().with_standard_env(standard);
     let named = provider_from_program_name(&OsString::from(name));
     let choice = provider_choice(&cli, named);
     let exchangers = cli::exchangers(&cli)

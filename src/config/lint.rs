@@ -18,7 +18,7 @@ use crate::exchange::{self, Exchanger, Provider};
 use crate::image::ImageRef;
 
 use super::entry::{self, Routing};
-use super::load::{Entry, Loaded};
+use super::load::{Entry, Loaded, TokenAttributes};
 use super::validate::{parse_go_duration, parse_schemeless_url};
 use super::{Finding, Rule};
 
@@ -338,30 +338,7 @@ fn pinned(
                         )),
                 );
             }
-            let missing: Vec<String> = exchanger
-                .annotation_keys()
-                .into_iter()
-                .filter(|k| !attrs.lists(k))
-                .collect();
-            if !missing.is_empty() {
-                findings.push(
-                    entry
-                        .error(
-                            Rule::AnnotationsNotListed,
-                            "tokenAttributes.optionalServiceAccountAnnotationKeys",
-                            format!(
-                                "the {provider} exchanger reads {} but the entry does not list {}, so the kubelet never passes {}",
-                                quoted(&exchanger.annotation_keys()),
-                                quoted(&missing),
-                                if missing.len() == 1 { "it" } else { "them" }
-                            ),
-                        )
-                        .fix(format!(
-                            "add {} to optionalServiceAccountAnnotationKeys (or requiredServiceAccountAnnotationKeys)",
-                            quoted(&missing)
-                        )),
-                );
-            }
+            annotations(entry, exchanger, attrs, findings);
         }
     }
     for (i, pattern) in entry.provider.match_images().iter().enumerate() {
@@ -388,6 +365,53 @@ fn pinned(
             );
         }
     }
+}
+
+/// The annotations the exchanger reads against those the kubelet passes.
+/// None of them listed: the exchanger never sees the identity it reads, an
+/// error. Some listed: the exchanger reads alternatives (the Azure workload
+/// identity keys or the AKS ones, two AWS role keys), and a service account
+/// annotated with an unlisted one is not seen, a warning.
+fn annotations(
+    entry: &Entry,
+    exchanger: &dyn Exchanger,
+    attrs: &TokenAttributes,
+    findings: &mut Vec<Finding>,
+) {
+    let provider = exchanger.provider();
+    let read = exchanger.annotation_keys();
+    let missing: Vec<String> = read.iter().filter(|k| !attrs.lists(k)).cloned().collect();
+    if missing.is_empty() {
+        return;
+    }
+    let field = "tokenAttributes.optionalServiceAccountAnnotationKeys";
+    let fix = format!(
+        "add {} to optionalServiceAccountAnnotationKeys (or requiredServiceAccountAnnotationKeys)",
+        quoted(&missing)
+    );
+    let finding = if missing.len() == read.len() {
+        entry.error(
+            Rule::AnnotationsNotListed,
+            field,
+            format!(
+                "the {provider} exchanger reads {} but the entry lists none of them, so the kubelet never passes them",
+                quoted(&read)
+            ),
+        )
+    } else {
+        entry.warning(
+            Rule::AnnotationsNotListed,
+            field,
+            format!(
+                "the {provider} exchanger reads {} but the entry does not list {}: the kubelet never passes {}, \
+                 so a service account annotated that way is not seen",
+                quoted(&read),
+                quoted(&missing),
+                if missing.len() == 1 { "it" } else { "them" }
+            ),
+        )
+    };
+    findings.push(finding.fix(fix));
 }
 
 /// An entry that routes by registry host.
