@@ -19,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::exchange::{self, Context, Exchanger, Provider, azure, gcp, passthrough};
 use crate::image::ImageRef;
 use crate::log::{self, Level};
+use crate::matching;
 use crate::protocol::{self, Response};
 use crate::token::ServiceAccountToken;
 
@@ -284,6 +285,16 @@ fn respond(
     };
     let plan = exchanger.plan(&cx)?;
     crate::debug!("plan: {plan:?}");
+    // The kubelet looks credentials up by matching our key against the
+    // image with its own rules; a key that cannot match means the pull
+    // silently goes out without credentials. Refuse rather than answer.
+    if !matching::matches(&plan.auth_key, &image.to_string()) {
+        return Err(Error::new(format!(
+            "internal error: the {provider} exchanger chose the auth key {} that the kubelet would never match against {image}",
+            crate::error::quote(&plan.auth_key)
+        ))
+        .fix("report this as a bug"));
+    }
     let auth_key = plan.auth_key.clone();
     let cache_key_type = plan.cache_key_type;
     let credential = (plan.exchange)(&deadline)?;

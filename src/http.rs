@@ -88,13 +88,6 @@ impl Reply {
         (200..300).contains(&self.status)
     }
 
-    /// The body as text for an error message: the caller extracts the
-    /// provider's error code from it; this is for when it has none.
-    pub fn body_excerpt(&self) -> String {
-        let text = String::from_utf8_lossy(&self.body);
-        crate::error::quote(text.trim())
-    }
-
     pub fn json<T: serde::de::DeserializeOwned>(&self) -> Option<T> {
         serde_json::from_slice(&self.body).ok()
     }

@@ -23,3 +23,4 @@ pub mod matching;
 pub mod protocol;
 pub mod secret;
 pub mod token;
+pub mod upstream;

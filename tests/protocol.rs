@@ -212,7 +212,8 @@ fn image_forms_resolve_to_the_registry_host() {
             &[],
             request(image, Some(&t), &[]).as_bytes(),
         );
-        let response = out.response();
+        // The kubelet looks the key up for the normalized repository.
+        let response = out.response_for(&format!("{key}/team/app"));
         let keys: Vec<&String> = response["auth"].as_object().unwrap().keys().collect();
         assert_eq!(keys, [key], "{image}");
     }
@@ -223,7 +224,11 @@ fn image_forms_resolve_to_the_registry_host() {
         &[],
         request("nginx", Some(&hub), &[]).as_bytes(),
     );
-    assert!(out.response()["auth"].get("docker.io").is_some());
+    assert!(
+        out.response_for("docker.io/library/nginx")["auth"]
+            .get("docker.io")
+            .is_some()
+    );
 }
 
 #[test]

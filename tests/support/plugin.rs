@@ -72,6 +72,20 @@ impl Run {
         value
     }
 
+    /// Like [`Run::response`], and checks that every `auth` key matches
+    /// `image` under the kubelet's rules (the crate's implementation of
+    /// `URLsMatch`), as the kubelet's keyring lookup will.
+    pub fn response_for(&self, image: &str) -> Value {
+        let value = self.response();
+        for key in value["auth"].as_object().unwrap().keys() {
+            assert!(
+                wi_credential_provider::matching::matches(key, image),
+                "auth key {key:?} would never match {image:?} in the kubelet"
+            );
+        }
+        value
+    }
+
     /// Asserts failure: non-zero exit, nothing on stdout, and one line on
     /// stderr. Returns that line.
     pub fn failure(&self) -> String {

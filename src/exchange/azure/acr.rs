@@ -20,11 +20,11 @@
 use base64::Engine;
 use serde::Deserialize;
 
-use super::upstream;
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::http;
 use crate::secret::Secret;
+use crate::upstream;
 
 /// The username that marks the password as an ACR refresh token.
 pub const USERNAME: &str = "00000000-0000-0000-0000-000000000000";

@@ -20,11 +20,11 @@
 
 use serde::Deserialize;
 
-use super::upstream;
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::http;
 use crate::secret::Secret;
+use crate::upstream;
 
 /// The ACR resource, the same in every cloud. Tokens for the ARM audience
 /// (`https://management.azure.com`) are refused by registries that disable

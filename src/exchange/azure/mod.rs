@@ -23,7 +23,6 @@ pub mod acr;
 pub mod entra;
 pub mod host;
 pub mod identity;
-mod upstream;
 
 use crate::error::{Error, Result, quote};
 use crate::exchange::{Context, Credential, Exchanger, Plan, Provider};

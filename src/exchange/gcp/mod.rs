@@ -299,10 +299,7 @@ impl Upstream {
                 code,
                 description: Some(d),
             }) => {
-                let mut shown: String = d.chars().take(MAX_DESCRIPTION_CHARS).collect();
-                if d.chars().count() > MAX_DESCRIPTION_CHARS {
-                    shown.push('…');
-                }
+                let shown = crate::upstream::clean(d, MAX_DESCRIPTION_CHARS);
                 format!("HTTP {status} {code}: {shown:?}")
             }
             Some(Upstream { code, .. }) => format!("HTTP {status} {code}"),
@@ -399,5 +396,18 @@ mod tests {
         );
         assert!(shown.len() < 330, "{shown}");
         assert!(shown.ends_with("…\""), "{shown}");
+        // A description that quotes a token never repeats it.
+        let shown = Upstream::describe(
+            400,
+            Some(&Upstream {
+                code: "invalid_grant".into(),
+                description: Some("bad subject eyJhbGciOiJSUzI1NiJ9.eyJ4IjoxfQ.c2ln\nnext".into()),
+            }),
+            0,
+        );
+        assert_eq!(
+            shown,
+            "HTTP 400 invalid_grant: \"bad subject <token> next\""
+        );
     }
 }

@@ -1,8 +1,8 @@
-//! What we may repeat from an upstream answer.
+//! What we may repeat from an upstream answer, for every exchanger.
 //!
 //! Error bodies go into the one error line the kubelet logs. Entra ID and ACR
 //! put a code and a human description in theirs, which is what the admin
-//! needs; a proxy's HTML page or a half-written success body could carry
+//! needs (Google STS and IAM do the same); a proxy's HTML page or a half-written success body could carry
 //! anything, tokens included. So we repeat only named fields, cleaned, and
 //! for anything else describe the body's shape, never its text.
 
