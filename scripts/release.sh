@@ -74,9 +74,25 @@ export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER=aarch64-linux-gnu-gcc
 build x86_64-unknown-linux-musl amd64
 build aarch64-unknown-linux-musl arm64
 
-# The x86_64 binary runs here: its --version must name this build.
-"${dist}/wi-credential-provider-${version}-linux-amd64" --version | grep -F "${version} (commit ${commit}," >/dev/null || {
-  echo "release: the amd64 binary does not report version ${version} and commit ${commit}" >&2
-  exit 1
+# check_version BINARY [EMULATOR]: the binary must report this build.
+check_version() {
+  local reported
+  reported=$("$@" --version)
+  case "$reported" in
+    *" ${version} (commit ${commit},"*) echo "release: $reported" ;;
+    *)
+      echo "release: $* reports \"$reported\", not version ${version} and commit ${commit}" >&2
+      exit 1
+      ;;
+  esac
 }
+
+check_version "${dist}/wi-credential-provider-${version}-linux-amd64"
+# The arm64 one runs here only under user-mode emulation (Debian's
+# qemu-user-static), when it is installed.
+if command -v qemu-aarch64-static >/dev/null 2>&1; then
+  check_version qemu-aarch64-static "${dist}/wi-credential-provider-${version}-linux-arm64"
+else
+  echo "release: qemu-aarch64-static not installed; the arm64 binary was checked with file(1) only"
+fi
 ls -l "$dist"
