@@ -1,8 +1,10 @@
 # wi-credential-provider: `make demo` to see it work, `make test` to check it.
 CARGO ?= cargo
 BIN := target/release/wi-credential-provider
+# moto_server for the aws tests: `bash .ci/run` installs it into this venv.
+export WICP_MOTO_SERVER ?= $(HOME)/.cache/wicp-venv/bin/moto_server
 
-.PHONY: all build release demo test unit lint fmt clean
+.PHONY: all build release demo test unit lint fmt clean bench
 
 all: build
 
@@ -38,6 +40,11 @@ lint:
 
 fmt:
 	$(CARGO) fmt
+
+# Cost of a cache hit and a miss as whole processes (hyperfine, release
+# build); writes BENCHMARKS.md. Not a test: timings depend on the machine.
+bench:
+	bash bench/cache.sh
 
 clean:
 	$(CARGO) clean

@@ -13,10 +13,11 @@ use std::time::Duration;
 
 use clap::{CommandFactory, FromArgMatches, Parser};
 
+use crate::cache::{self, Cache, KeyInputs, Origin};
 use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result};
-use crate::exchange::{self, Context, Exchanger, Provider, azure, gcp, passthrough};
+use crate::exchange::{self, Context, Exchanger, Provider, aws, azure, gcp, passthrough};
 use crate::image::ImageRef;
 use crate::log::{self, Level};
 use crate::matching;
@@ -54,6 +55,11 @@ line on stderr says why and how to fix it); 2 for bad command-line usage.";
 #[derive(Parser, Debug)]
 #[command(name = BINARY, version, about = ABOUT, long_about = LONG_ABOUT)]
 pub struct Cli {
+    /// Without a command, the binary serves one kubelet request (stdin to
+    /// stdout), as the kubelet runs it.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
     /// Which exchanger turns the token into registry credentials. Without
     /// this flag the binary's own name decides (`wi-credential-provider-aws`
     /// means aws, and so on), else `auto`, which picks aws, azure or gcp from
@@ -92,25 +98,39 @@ pub struct Cli {
     pub passthrough: passthrough::Options,
 
     #[command(flatten)]
+    pub aws: aws::Options,
+
+    #[command(flatten)]
     pub azure: azure::Options,
 
     #[command(flatten)]
     pub gcp: gcp::Options,
 
-    /// Without a subcommand the binary answers one kubelet request.
-    #[command(subcommand)]
-    pub command: Option<Command>,
+    #[command(flatten)]
+    pub cache: cache::Options,
 }
 
-/// Tools for the admin, run by hand; the kubelet never passes a subcommand.
-#[derive(clap::Subcommand, Debug)]
+/// Commands for an admin. The kubelet runs the binary without one.
+#[derive(clap::Subcommand, Debug, Clone)]
 pub enum Command {
+    /// Inspect or clear the on-disk credential cache (--cache-dir).
+    #[command(subcommand)]
+    Cache(cache::command::Command),
     /// Check a kubelet CredentialProviderConfig as the kubelet loads it, and
     /// for what it accepts but never works.
     CheckConfig(crate::config::check::Args),
     /// Show, without any network call, what the kubelet would send for an
     /// image and a service account, and what this plugin would do with it.
     Explain(crate::explain::Args),
+}
+
+/// Runs an admin command.
+fn run_command(cli: &Cli, command: &Command) -> ExitCode {
+    match command {
+        Command::Cache(command) => cache::command::run(&cli.cache, cli.max_cache_duration, command),
+        Command::CheckConfig(args) => crate::config::check::run(args),
+        Command::Explain(args) => crate::explain::run(args),
+    }
 }
 
 fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
@@ -190,10 +210,8 @@ pub fn main() -> ExitCode {
         Err(e) => e.exit(),
     };
     log::set_level(cli.log_level);
-    match &cli.command {
-        Some(Command::CheckConfig(args)) => return crate::config::check::run(args),
-        Some(Command::Explain(args)) => return crate::explain::run(args),
-        None => {}
+    if let Some(command) = &cli.command {
+        return run_command(&cli, command);
     }
     let named = args.first().and_then(provider_from_program_name);
     let choice = provider_choice(&cli, named);
@@ -226,6 +244,7 @@ pub fn main() -> ExitCode {
 pub fn exchangers(cli: &Cli) -> Result<Vec<Box<dyn Exchanger>>> {
     let list: Vec<Box<dyn Exchanger>> = vec![
         Box::new(passthrough::Passthrough::new(&cli.passthrough)?),
+        Box::new(aws::Aws::new(&cli.aws)),
         Box::new(azure::Azure::new(&cli.azure)),
         Box::new(gcp::Gcp::new(&cli.gcp)?),
     ];
@@ -269,13 +288,13 @@ fn respond(
         }
         None => None,
     };
+    let audiences = match &cli.audience {
+        Some(audience) => vec![audience.clone()],
+        None => exchanger.audiences(),
+    };
     if let Some(token) = &token {
         subject.service_account = Some(token.service_account().to_string());
-        let expected = match &cli.audience {
-            Some(audience) => vec![audience.clone()],
-            None => exchanger.audiences(),
-        };
-        token.require_audience(&expected, provider.name())?;
+        token.require_audience(&audiences, provider.name())?;
     }
 
     let cx = Context {
@@ -297,14 +316,52 @@ fn respond(
     }
     let auth_key = plan.auth_key.clone();
     let cache_key_type = plan.cache_key_type;
-    let credential = (plan.exchange)(&deadline)?;
+    let cache = if plan.cacheable {
+        Cache::open(&cli.cache, cli.max_cache_duration)?
+    } else {
+        None
+    };
+    let served = match &cache {
+        Some(cache) => {
+            let key_inputs = KeyInputs {
+                provider: provider.name(),
+                audiences: &audiences,
+                issuer: token.as_ref().map(|t| t.claims().issuer.as_str()),
+                service_account: token.as_ref().map(|t| t.service_account()),
+                annotations: &request.service_account_annotations,
+                auth_key: &auth_key,
+                inputs: &plan.inputs,
+            };
+            crate::debug!(
+                "cache key text:\n{}",
+                cache::key::canonical(&key_inputs).trim_end()
+            );
+            let key = cache::Key::derive(&key_inputs);
+            let about = cache::Subject {
+                provider: provider.name(),
+                service_account: key_inputs.service_account,
+                registry: &auth_key,
+            };
+            cache.serve(&key, about, &deadline, plan.exchange)?
+        }
+        None => cache::Served {
+            credential: (plan.exchange)(&deadline)?,
+            created_at: duration::unix_now(),
+            origin: Origin::Exchange,
+        },
+    };
+    let credential = served.credential;
     subject
         .redact
         .push(credential.password.expose().to_string());
 
     let now = duration::unix_now();
-    let cache_duration =
-        duration::cache_duration(now, credential.expires_at, cli.max_cache_duration);
+    let cache_duration = cache::kubelet_cache_duration(
+        now,
+        served.created_at,
+        credential.expires_at,
+        cli.max_cache_duration,
+    );
     if cache_duration.is_zero() {
         crate::warn!(
             "the credential for {} expires at {}, too soon to cache; the kubelet will ask again on the next pull",
@@ -322,7 +379,7 @@ fn respond(
     );
     let json = response.to_json()?;
     crate::info!(
-        "{} credentials for {} on {} ({}), cacheDuration {}",
+        "{} credentials for {} on {} ({}), cacheDuration {}{}",
         provider,
         subject
             .service_account
@@ -330,7 +387,12 @@ fn respond(
             .unwrap_or("no service account"),
         auth_key,
         image,
-        duration::format_go(cache_duration)
+        duration::format_go(cache_duration),
+        match (served.origin, &cache) {
+            (Origin::Cache, _) => ", from the on-disk cache",
+            (Origin::Exchange, Some(_)) => ", exchanged and cached",
+            (Origin::Exchange, None) => "",
+        }
     );
     Ok(json)
 }

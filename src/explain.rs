@@ -21,6 +21,7 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::cache::{Key, KeyInputs};
 use crate::config::load::{Entry, PROVIDER_V1};
 use crate::config::{Finding, Severity, entry, lint, load, validate};
 use crate::duration::{self, format_go};
@@ -31,7 +32,7 @@ use crate::matching;
 use crate::secret::Secret;
 use crate::token::ServiceAccountToken;
 
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Clone, Debug)]
 pub struct Args {
     /// The image as written in the pod spec (nginx:1.25,
     /// 123456789012.dkr.ecr.eu-west-1.amazonaws.com/app:v1); it is
@@ -486,6 +487,12 @@ fn plan(
     let exchanger = exchange::route(routing.choice, image, &routing.exchangers)?;
     let provider = exchanger.provider();
     let _ = writeln!(out, "    provider: {provider} (chosen by {how})");
+    // The audiences the binary checks the token against, and keys the
+    // cache on (respond() in cli.rs).
+    let audiences = match &routing.cli.audience {
+        Some(a) => vec![a.clone()],
+        None => exchanger.audiences(),
+    };
     match token {
         None if exchanger.requires_token() => {
             return Err(Error::new("the request carries no service account token").fix(
@@ -494,18 +501,14 @@ fn plan(
         }
         None => {}
         Some(token) => {
-            let expected = match &routing.cli.audience {
-                Some(a) => vec![a.clone()],
-                None => exchanger.audiences(),
-            };
-            token.require_audience(&expected, provider.name())?;
+            token.require_audience(&audiences, provider.name())?;
             let _ = writeln!(
                 out,
                 "    audience: ok ({})",
-                if expected.is_empty() {
+                if audiences.is_empty() {
                     "this exchanger takes any audience".to_string()
                 } else {
-                    format!("expects {}", expected.join(" or "))
+                    format!("expects {}", audiences.join(" or "))
                 }
             );
         }
@@ -532,15 +535,35 @@ fn plan(
     for (name, value) in &plan.inputs {
         let _ = writeln!(out, "    {name}: {value}");
     }
-    let _ = writeln!(
-        out,
-        "    on-disk cache: {}",
-        if plan.cacheable {
-            "may keep the credential"
-        } else {
-            "never keeps this credential"
+    match (&routing.cli.cache.cache_dir, plan.cacheable) {
+        (_, false) => {
+            let _ = writeln!(out, "    on-disk cache: never keeps this credential");
         }
-    );
+        (None, true) => {
+            let _ = writeln!(
+                out,
+                "    on-disk cache: off (the entry sets no --cache-dir)"
+            );
+        }
+        (Some(dir), true) => {
+            let key_inputs = KeyInputs {
+                provider: provider.name(),
+                audiences: &audiences,
+                issuer: token.map(|t| t.claims().issuer.as_str()),
+                service_account: token.map(|t| t.service_account()),
+                annotations,
+                auth_key: &plan.auth_key,
+                inputs: &plan.inputs,
+            };
+            let _ = writeln!(
+                out,
+                "    on-disk cache: {}, key {} (computed with issuer {:?}; pass --issuer with the cluster's for the real key)",
+                dir.display(),
+                Key::derive(&key_inputs),
+                token.map_or("", |t| t.claims().issuer.as_str())
+            );
+        }
+    }
     let _ = writeln!(
         out,
         "    cacheDuration: 80% of the credential's remaining life, at most {} (--max-cache-duration)",

@@ -64,6 +64,17 @@ pub fn deadline_exceeded(deadline: &Deadline, call: &str) -> Error {
 
 /// Builds the client for one invocation.
 pub fn client(deadline: &Deadline) -> Result<reqwest::Client> {
+    build(builder(deadline))
+}
+
+/// Builds a client that ignores `HTTPS_PROXY`/`HTTP_PROXY`, for node-local
+/// endpoints (the EKS Pod Identity Agent on a link-local address): a proxy
+/// cannot reach them, and must not see the token sent to them.
+pub fn direct_client(deadline: &Deadline) -> Result<reqwest::Client> {
+    build(builder(deadline).no_proxy())
+}
+
+fn builder(deadline: &Deadline) -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         .connect_timeout(CONNECT_TIMEOUT.min(deadline.remaining()))
         .redirect(reqwest::redirect::Policy::none())
@@ -71,6 +82,10 @@ pub fn client(deadline: &Deadline) -> Result<reqwest::Client> {
             "wi-credential-provider/",
             env!("CARGO_PKG_VERSION")
         ))
+}
+
+fn build(builder: reqwest::ClientBuilder) -> Result<reqwest::Client> {
+    builder
         .build()
         .map_err(|e| Error::new(format!("cannot build the HTTP client: {e}")))
 }

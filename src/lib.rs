@@ -10,6 +10,7 @@
 pub mod log;
 
 pub mod build_info;
+pub mod cache;
 pub mod cli;
 pub mod config;
 pub mod deadline;

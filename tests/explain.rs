@@ -224,3 +224,103 @@ items:
         assert!(text(&out.stdout).contains(needle), "{}", text(&out.stdout));
     }
 }
+
+/// The cache key explain prints is the one the binary files its credential
+/// under: a real pull through the fake Entra ID and ACR fills the cache,
+/// and explain, given the same entry, the manifest of the same service
+/// account and the cluster's issuer, names that very entry.
+#[test]
+fn the_printed_cache_key_is_the_one_the_binary_uses() {
+    use support::azure::{App, CLIENT_ID, FakeAcr, FakeEntra, TENANT};
+    use support::token::{ISSUER, TokenSpec};
+
+    let entra = FakeEntra::start(App::trusting("team", "app-puller"));
+    let acr = FakeAcr::start("contoso.azurecr.io", &entra);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let args = [
+        "--provider=azure".to_string(),
+        format!("--azure-authority-host={}", entra.url()),
+        format!("--acr-endpoint={}", acr.url()),
+        format!("--cache-dir={}", cache.display()),
+    ];
+    let annotations = [
+        ("azure.workload.identity/client-id", CLIENT_ID),
+        ("azure.workload.identity/tenant-id", TENANT),
+    ];
+    let spec = TokenSpec::new("team", "app-puller", support::azure::AUDIENCE);
+    let token = spec.mint();
+    let args_ref: Vec<&str> = args.iter().map(String::as_str).collect();
+    let pull = support::plugin::run(
+        &args_ref,
+        &[],
+        support::plugin::request("contoso.azurecr.io/team/app", Some(&token), &annotations)
+            .as_bytes(),
+    );
+    pull.response();
+    let entries: Vec<String> = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".json"))
+        .collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+
+    let config = format!(
+        r#"apiVersion: kubelet.config.k8s.io/v1
+kind: CredentialProviderConfig
+providers:
+  - name: wi-credential-provider-azure
+    apiVersion: credentialprovider.kubelet.k8s.io/v1
+    matchImages: ["*.azurecr.io"]
+    defaultCacheDuration: "1h"
+    args: {args:?}
+    tokenAttributes:
+      serviceAccountTokenAudience: api://AzureADTokenExchange
+      cacheType: ServiceAccount
+      requireServiceAccount: true
+      optionalServiceAccountAnnotationKeys:
+        - azure.workload.identity/client-id
+        - azure.workload.identity/tenant-id
+        - kubernetes.azure.com/acr-client-id
+        - kubernetes.azure.com/acr-tenant-id
+"#
+    );
+    let sa = format!(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: app-puller\n  namespace: team\n  uid: {}\n  annotations:\n    azure.workload.identity/client-id: {CLIENT_ID}\n    azure.workload.identity/tenant-id: {TENANT}\n",
+        spec.uid
+    );
+    std::fs::write(dir.path().join("config.yaml"), config).unwrap();
+    std::fs::write(dir.path().join("sa.yaml"), sa).unwrap();
+    let run_explain = |issuer: &str| {
+        let out = Command::new(support::plugin::bin())
+            .env_clear()
+            .args(["explain", "--image", "contoso.azurecr.io/team/app:1.0"])
+            .arg("--service-account")
+            .arg(dir.path().join("sa.yaml"))
+            .arg("--config")
+            .arg(dir.path().join("config.yaml"))
+            .args(["--issuer", issuer])
+            .output()
+            .unwrap();
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{stdout}");
+        let line = stdout
+            .lines()
+            .find(|l| l.contains("on-disk cache: "))
+            .unwrap_or_else(|| panic!("{stdout}"))
+            .to_string();
+        line.split("key ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .unwrap_or_else(|| panic!("{line}"))
+            .to_string()
+    };
+    assert_eq!(format!("{}.json", run_explain(ISSUER)), entries[0]);
+    // Another issuer is another key: the issuer is part of the identity.
+    assert_ne!(
+        format!("{}.json", run_explain("https://other.example")),
+        entries[0]
+    );
+    // explain made no request: the fakes saw the one pull only.
+    assert_eq!(entra.server.request_count(), 1);
+}

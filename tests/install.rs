@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::OnceLock;
 
 use sha2::{Digest, Sha256};
 
@@ -44,6 +45,25 @@ fn sha256_hex(path: &Path) -> String {
         .collect()
 }
 
+/// The built binary without its debug info, as a release has it: the
+/// debug build is some 200 MB, which every install would copy and hash.
+fn stripped_binary() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let tmp = dir.join(format!("wicp-install-test.{}", std::process::id()));
+        std::fs::copy(support::plugin::bin(), &tmp).unwrap();
+        let status = Command::new("strip")
+            .arg(&tmp)
+            .status()
+            .expect("strip (binutils) is installed");
+        assert!(status.success());
+        let path = dir.join("wicp-install-test");
+        std::fs::rename(&tmp, &path).unwrap();
+        path
+    })
+}
+
 /// A release-like directory: the binary and its sha256sum file, readable by
 /// anyone (the non-root test reads it as nobody).
 struct Release {
@@ -55,7 +75,7 @@ fn release() -> Release {
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let binary = dir.path().join("wi-credential-provider-0.0.0-linux-test");
-    std::fs::copy(support::plugin::bin(), &binary).unwrap();
+    std::fs::copy(stripped_binary(), &binary).unwrap();
     std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::write(
         dir.path()

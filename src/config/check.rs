@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use super::{Finding, Severity, lint, load, validate};
 
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Clone, Debug)]
 pub struct Args {
     /// The kubelet's --image-credential-provider-config: a file, or a
     /// directory whose *.json, *.yaml and *.yml files are merged in

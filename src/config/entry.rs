@@ -11,7 +11,9 @@
 //! gives it exactly the precedence and parsing an environment value has
 //! (the flag wins, the value goes through the same parser and delimiter).
 //! The kubelet's own environment is not visible here; it rarely carries
-//! `WICP_*` variables.
+//! `WICP_*` variables. For the cloud SDKs' standard variables (`AZURE_*`,
+//! `AWS_*`) the entry's values win and this process's fill the gaps, the
+//! closest stand-in for the kubelet's environment when run on the node.
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -20,7 +22,7 @@ use clap::{CommandFactory, FromArgMatches};
 
 use crate::cli::{self, Cli, provider_choice, provider_from_program_name};
 use crate::error::{Error, Result};
-use crate::exchange::{Exchanger, Provider};
+use crate::exchange::{Exchanger, Provider, aws};
 
 /// A provider entry as the binary would see it.
 pub struct Routing {
@@ -87,20 +89,29 @@ pub fn route(name: &str, args: &[String], env: &[(String, String)]) -> Result<Ro
         )
         .fix("remove the subcommand from the entry's args"));
     }
-    // Exchangers that also read their SDK's standard variables get the
-    // entry's values, as the kubelet would pass them.
+    // Exchangers that also read their SDK's standard variables (AZURE_*,
+    // AWS_*) get the entry's values first, as the kubelet would pass them.
     let standard = |var: &str| {
         env.iter()
             .rev()
             .find(|(k, _)| k == var)
             .map(|(_, v)| v.clone())
+            .or_else(|| std::env::var(var).ok())
     };
     let mut cli = cli;
     cli.azure = cli.azure.clone().with_standard_env(standard);
     let named = provider_from_program_name(&OsString::from(name));
     let choice = provider_choice(&cli, named);
-    let exchangers = cli::exchangers(&cli)
+    let mut exchangers = cli::exchangers(&cli)
         .map_err(|e| e.context("the binary would fail to start with these args/env"))?;
+    for exchanger in exchangers.iter_mut() {
+        if exchanger.provider() == Provider::Aws {
+            *exchanger = Box::new(aws::Aws::with_environment(
+                &cli.aws,
+                aws::endpoints::Environment::from_lookup(standard),
+            ));
+        }
+    }
     Ok(Routing {
         cli,
         named,

@@ -11,6 +11,7 @@
 //! the cache keys on those inputs, `explain` prints them, and only a miss
 //! runs [`Plan::exchange`], which does the network calls.
 
+pub mod aws;
 pub mod azure;
 pub mod gcp;
 pub mod passthrough;

@@ -4,6 +4,7 @@
 
 pub mod azure;
 pub mod http_server;
+pub mod moto;
 pub mod plugin;
 pub mod registry;
 pub mod token;

@@ -1,0 +1,1331 @@
+//! The aws exchanger, run as the kubelet runs it, against moto (a real STS
+//! and ECR emulator), a real registry, and fake servers speaking the
+//! documented wire formats where moto cannot produce the answer (STS and
+//! ECR refusals, ECR Public, the EKS Pod Identity Agent).
+//!
+//! How an ECR host reaches local servers: the request's image is always a
+//! genuine ECR host (`<account>.dkr.ecr.<region>.amazonaws.com/...`), which
+//! the plugin parses for account, region and partition. Only the API
+//! endpoints are redirected, with the SDK's standard `AWS_ENDPOINT_URL*`
+//! variables, to moto or a fake server on 127.0.0.1. The registry itself is
+//! never contacted by the plugin (it only returns credentials); the
+//! end-to-end test takes the credentials returned under the ECR host and
+//! pulls from a local docker-registry at 127.0.0.1:PORT with exactly those.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+
+use support::http_server::{Request, Response, TestServer};
+use support::moto::Moto;
+use support::plugin::{Run, request, run};
+use support::registry::Registry;
+use support::token::{ISSUER, TokenSpec, now};
+
+const ROLE_ANNOTATION: &str = "eks.amazonaws.com/role-arn";
+const ECR_ROLE_ANNOTATION: &str = "eks.amazonaws.com/ecr-role-arn";
+const STS_AUDIENCE: &str = "sts.amazonaws.com";
+const POD_IDENTITY_AUDIENCE: &str = "pods.eks.amazonaws.com";
+
+fn b64(text: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+/// Runs the plugin for aws with debug logging (so the secret checks cover
+/// every log line).
+fn plugin(
+    args: &[&str],
+    env: &[(&str, &str)],
+    image: &str,
+    token: &str,
+    annotations: &[(&str, &str)],
+) -> Run {
+    let mut all = vec!["--provider", "aws", "--log-level", "debug"];
+    all.extend_from_slice(args);
+    run(
+        &all,
+        env,
+        request(image, Some(token), annotations).as_bytes(),
+    )
+}
+
+/// Asserts none of `secrets` reached stderr (whole, or a JWT's signature).
+fn assert_no_secrets(run: &Run, secrets: &[&str]) {
+    for secret in secrets {
+        assert!(!secret.is_empty());
+        assert!(
+            !run.stderr.contains(secret),
+            "a secret reached stderr: {}",
+            run.stderr
+        );
+        if let Some((_, signature)) = secret.rsplit_once('.')
+            && signature.len() >= 16
+        {
+            assert!(
+                !run.stderr.contains(signature),
+                "a token signature reached stderr: {}",
+                run.stderr
+            );
+        }
+    }
+}
+
+fn auth_entry<'a>(response: &'a Value, key: &str) -> (&'a str, &'a str) {
+    let auth = response["auth"].as_object().expect("auth map");
+    assert_eq!(auth.len(), 1, "exactly one auth entry: {response}");
+    let entry = &auth[key];
+    (
+        entry["username"].as_str().expect("username"),
+        entry["password"].as_str().expect("password"),
+    )
+}
+
+// ---------------------------------------------------------------------------
+// Fake STS and ECR, in the documented wire formats.
+
+/// A successful AssumeRoleWithWebIdentity answer (query protocol, XML).
+fn sts_success(
+    akid: &str,
+    secret: &str,
+    session_token: &str,
+    expires_at: i64,
+    role: &str,
+    session: &str,
+) -> Response {
+    let expiration = rfc3339(expires_at);
+    let (_, role_name) = role.rsplit_once('/').unwrap();
+    let account = role.split(':').nth(4).unwrap();
+    let body = format!(
+        r#"<AssumeRoleWithWebIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">
+  <AssumeRoleWithWebIdentityResult>
+    <SubjectFromWebIdentityToken>system:serviceaccount:team:puller</SubjectFromWebIdentityToken>
+    <Audience>sts.amazonaws.com</Audience>
+    <AssumedRoleUser>
+      <Arn>arn:aws:sts::{account}:assumed-role/{role_name}/{session}</Arn>
+      <AssumedRoleId>AROAEXAMPLEROLEID0001:{session}</AssumedRoleId>
+    </AssumedRoleUser>
+    <Credentials>
+      <SessionToken>{session_token}</SessionToken>
+      <SecretAccessKey>{secret}</SecretAccessKey>
+      <Expiration>{expiration}</Expiration>
+      <AccessKeyId>{akid}</AccessKeyId>
+    </Credentials>
+    <Provider>oidc.cluster.test</Provider>
+  </AssumeRoleWithWebIdentityResult>
+  <ResponseMetadata>
+    <RequestId>ad4156e9-bce1-11e2-82e6-6b6efEXAMPLE</RequestId>
+  </ResponseMetadata>
+</AssumeRoleWithWebIdentityResponse>"#
+    );
+    Response::text(200, body).with_header("Content-Type", "text/xml")
+}
+
+/// An STS error answer: `<ErrorResponse><Error><Type/><Code/><Message/></Error>...`.
+fn sts_error(status: u16, code: &str, message: &str) -> Response {
+    let body = format!(
+        r#"<ErrorResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">
+  <Error>
+    <Type>Sender</Type>
+    <Code>{code}</Code>
+    <Message>{message}</Message>
+  </Error>
+  <RequestId>c6104cbe-af31-11e0-8154-cbc7ccf896c7</RequestId>
+</ErrorResponse>"#
+    );
+    Response::text(status, body).with_header("Content-Type", "text/xml")
+}
+
+/// A JSON 1.1 error answer, as ECR and ECR Public send them.
+fn json_error(status: u16, code: &str, message: &str) -> Response {
+    Response::json(status, json!({"__type": code, "message": message}))
+        .with_header("Content-Type", "application/x-amz-json-1.1")
+}
+
+fn rfc3339(secs: i64) -> String {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Asserts `req` is exactly the unsigned AssumeRoleWithWebIdentity call.
+fn assert_sts_request(req: &Request, role: &str, session: &str, token: &str, duration: &str) {
+    assert_eq!(req.method, "POST");
+    assert_eq!(req.path, "/");
+    assert!(
+        req.header("content-type")
+            .unwrap()
+            .starts_with("application/x-www-form-urlencoded"),
+        "{:?}",
+        req.headers
+    );
+    assert_eq!(
+        req.header("authorization"),
+        None,
+        "AssumeRoleWithWebIdentity is unsigned"
+    );
+    assert_eq!(req.header("x-amz-security-token"), None);
+    let form = req.form();
+    let expected: std::collections::BTreeMap<String, String> = [
+        ("Action", "AssumeRoleWithWebIdentity"),
+        ("Version", "2011-06-15"),
+        ("RoleArn", role),
+        ("RoleSessionName", session),
+        ("WebIdentityToken", token),
+        ("DurationSeconds", duration),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    assert_eq!(form, expected, "the STS form, every field");
+}
+
+/// Asserts `req` is GetAuthorizationToken signed with (`akid`, session
+/// token) for `service` in `region`.
+fn assert_signed_ecr_request(
+    req: &Request,
+    target: &str,
+    service: &str,
+    region: &str,
+    akid: &str,
+    session_token: &str,
+) {
+    assert_eq!(req.method, "POST");
+    assert_eq!(req.path, "/");
+    assert_eq!(req.header("x-amz-target"), Some(target));
+    assert_eq!(
+        req.header("content-type"),
+        Some("application/x-amz-json-1.1")
+    );
+    assert_eq!(
+        req.json(),
+        json!({}),
+        "no registryIds: one token serves every registry the role may read"
+    );
+    assert_eq!(req.header("x-amz-security-token"), Some(session_token));
+    let authorization = req.header("authorization").expect("SigV4 signature");
+    let scope = authorization
+        .strip_prefix("AWS4-HMAC-SHA256 Credential=")
+        .and_then(|rest| rest.split(',').next())
+        .unwrap_or_else(|| panic!("not a SigV4 header: {authorization}"));
+    let parts: Vec<&str> = scope.split('/').collect();
+    assert_eq!(parts.len(), 5, "{scope}");
+    assert_eq!(parts[0], akid);
+    assert_eq!(&parts[2..], [region, service, "aws4_request"], "{scope}");
+    assert!(authorization.contains("Signature="));
+}
+
+const STS_AKID: &str = "ASIAFAKESTSKEY000001";
+const STS_SECRET: &str = "fake/sts/secret+key/0123456789abcdefABCDEF";
+const STS_SESSION_TOKEN: &str = "FwoGZXIvYXdzEFAKE//////////sessiontoken0123456789abcdef";
+
+// ---------------------------------------------------------------------------
+// moto: the full path.
+
+#[test]
+fn web_identity_full_path_against_moto() {
+    let moto = Moto::start();
+    let token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
+    let host = "210987654321.dkr.ecr.eu-west-1.amazonaws.com";
+    let run = plugin(
+        &[],
+        &[("AWS_ENDPOINT_URL", &moto.url())],
+        &format!("{host}/team/app"),
+        &token,
+        &[(ROLE_ANNOTATION, "arn:aws:iam::210987654321:role/ecr-pull")],
+    );
+    let response = run.response();
+    assert_eq!(response["cacheKeyType"], "Registry");
+    let (user, password) = auth_entry(&response, host);
+    assert_eq!(user, "AWS");
+    // moto issues `<account>-auth-token` for the caller's account, and knows
+    // the caller only through the access key STS gave out: this password
+    // proves the STS credentials were what ECR saw.
+    assert_eq!(password, "210987654321-auth-token");
+    // moto's expiresAt is 2015: handed out, not cached, with a warning.
+    assert_eq!(response["cacheDuration"], "0s");
+    assert!(
+        run.stderr
+            .contains("expiresAt 2015-01-01T00:00:00Z is already past"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("session name\", \"team.puller\""),
+        "{}",
+        run.stderr
+    );
+    assert_no_secrets(&run, &[&token, password]);
+    let log = moto.log();
+    assert_eq!(
+        log.matches("POST / HTTP/1.1\" 200").count(),
+        2,
+        "one STS and one ECR call: {log}"
+    );
+}
+
+#[test]
+fn role_annotations_are_read_in_order_and_the_flag_replaces_them() {
+    let moto = Moto::start();
+    let env = [("AWS_ENDPOINT_URL", moto.url())];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
+    let host = "111111111111.dkr.ecr.us-east-2.amazonaws.com";
+    let image = format!("{host}/app");
+    let both = [
+        (ROLE_ANNOTATION, "arn:aws:iam::222222222222:role/app"),
+        (ECR_ROLE_ANNOTATION, "arn:aws:iam::333333333333:role/pull"),
+        (
+            "example.com/pull-role",
+            "arn:aws:iam::444444444444:role/custom",
+        ),
+    ];
+    // ecr-role-arn first.
+    let r = plugin(&[], &env, &image, &token, &both).response();
+    assert_eq!(auth_entry(&r, host).1, "333333333333-auth-token");
+    // Then role-arn (the IRSA key), which upstream never reads.
+    let r = plugin(&[], &env, &image, &token, &both[..1]).response();
+    assert_eq!(auth_entry(&r, host).1, "222222222222-auth-token");
+    // A custom list replaces both defaults.
+    let r = plugin(
+        &["--aws-role-arn-annotation", "example.com/pull-role"],
+        &env,
+        &image,
+        &token,
+        &both,
+    )
+    .response();
+    assert_eq!(auth_entry(&r, host).1, "444444444444-auth-token");
+    let run = plugin(
+        &["--aws-role-arn-annotation", "example.com/pull-role"],
+        &env,
+        &image,
+        &token,
+        &both[..2],
+    );
+    let line = run.failure();
+    assert!(
+        line.contains("no role ARN annotation (\"example.com/pull-role\")"),
+        "{line}"
+    );
+}
+
+#[test]
+fn ecr_login_pulls_from_a_real_registry_with_exactly_the_returned_credentials() {
+    let moto = Moto::start();
+    // The registry accepts exactly what moto issues for account 210987654321.
+    let registry = Registry::start_with_htpasswd("AWS", "210987654321-auth-token");
+    registry.push_test_image("team/app", "1.0");
+
+    let host = "210987654321.dkr.ecr.eu-west-1.amazonaws.com";
+    let token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
+    let run = plugin(
+        &[],
+        &[("AWS_ENDPOINT_URL", &moto.url())],
+        &format!("{host}/team/app"),
+        &token,
+        &[(
+            ECR_ROLE_ANNOTATION,
+            "arn:aws:iam::210987654321:role/ecr-pull",
+        )],
+    );
+    let response = run.response();
+    let (user, password) = auth_entry(&response, host);
+    registry
+        .pull("team/app", "1.0", user, password)
+        .unwrap_or_else(|e| panic!("the registry refused the plugin's credentials: {e}"));
+    // As the kubelet hands them over: a docker config keyed by registry.
+    let authfile =
+        json!({"auths": {registry.host(): {"auth": b64(&format!("{user}:{password}"))}}});
+    registry
+        .pull_with_authfile("team/app", "1.0", &authfile.to_string())
+        .unwrap();
+    // A wrong password is refused: the pull above proves something.
+    let refused = registry
+        .pull("team/app", "1.0", user, "210987654321-auth-tokem")
+        .unwrap_err();
+    assert!(
+        refused.contains("unauthorized") || refused.contains("invalid username/password"),
+        "{refused}"
+    );
+
+    // A role in another account gets another password, which this registry
+    // (standing in for account 210987654321's) refuses.
+    let other = plugin(
+        &[],
+        &[("AWS_ENDPOINT_URL", &moto.url())],
+        &format!("{host}/team/app"),
+        &token,
+        &[(
+            ECR_ROLE_ANNOTATION,
+            "arn:aws:iam::123456789013:role/ecr-pull",
+        )],
+    )
+    .response();
+    let (user, password) = auth_entry(&other, host);
+    assert_eq!(password, "123456789013-auth-token");
+    assert!(registry.pull("team/app", "1.0", user, password).is_err());
+}
+
+#[test]
+fn proxy_variables_are_honoured_for_sts_and_ecr() {
+    let moto = Moto::start();
+    let token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
+    let host = "123456789012.dkr.ecr.us-west-2.amazonaws.com";
+    let annotations = [(ROLE_ANNOTATION, "arn:aws:iam::123456789012:role/pull")];
+    // The endpoint's name does not resolve: only the proxy (moto, which
+    // serves absolute-form requests) can answer.
+    let via_proxy = plugin(
+        &[],
+        &[
+            ("AWS_ENDPOINT_URL", "http://aws-api.invalid"),
+            ("HTTP_PROXY", &moto.url()),
+        ],
+        &format!("{host}/app"),
+        &token,
+        &annotations,
+    );
+    assert_eq!(
+        auth_entry(&via_proxy.response(), host).1,
+        "123456789012-auth-token"
+    );
+    assert_eq!(
+        moto.log()
+            .matches("POST http://aws-api.invalid/ HTTP/1.1\" 200")
+            .count(),
+        2,
+        "{}",
+        moto.log()
+    );
+    // NO_PROXY exempts the endpoint: a dead proxy does not matter.
+    let direct = plugin(
+        &[],
+        &[
+            ("AWS_ENDPOINT_URL", &moto.url()),
+            ("HTTP_PROXY", "http://127.0.0.1:9"),
+            ("NO_PROXY", "127.0.0.1"),
+        ],
+        &format!("{host}/app"),
+        &token,
+        &annotations,
+    );
+    direct.response();
+    // Without NO_PROXY the dead proxy is used, and the failure says where.
+    let dead = plugin(
+        &["--timeout", "10s"],
+        &[
+            ("AWS_ENDPOINT_URL", &moto.url()),
+            ("HTTP_PROXY", "http://127.0.0.1:9"),
+        ],
+        &format!("{host}/app"),
+        &token,
+        &annotations,
+    );
+    let line = dead.failure();
+    assert!(
+        line.contains("cannot reach STS AssumeRoleWithWebIdentity"),
+        "{line}"
+    );
+    assert!(line.contains("HTTPS_PROXY/NO_PROXY"), "{line}");
+}
+
+// ---------------------------------------------------------------------------
+// Fake STS: every field of the request, and each refusal users hit.
+
+#[test]
+fn sts_request_carries_role_session_token_and_duration() {
+    let moto = Moto::start();
+    let role = "arn:aws:iam::123456789012:role/team/ecr-pull";
+    // Like STS, the session lasts what DurationSeconds asked for.
+    let sts = TestServer::start(move |req| {
+        let seconds: i64 = req.form()["DurationSeconds"].parse().unwrap();
+        sts_success(
+            STS_AKID,
+            STS_SECRET,
+            STS_SESSION_TOKEN,
+            now() + seconds,
+            role,
+            "team.puller",
+        )
+    });
+    let ecr = TestServer::start(move |_req| {
+        Response::json(
+            200,
+            json!({"authorizationData": [{
+                "authorizationToken": b64("AWS:password-from-ecr"),
+                "expiresAt": now() + 12 * 3600,
+                "proxyEndpoint": "https://123456789012.dkr.ecr.us-east-1.amazonaws.com",
+            }]}),
+        )
+        .with_header("Content-Type", "application/x-amz-json-1.1")
+    });
+    let token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
+    let host = "123456789012.dkr.ecr.us-east-1.amazonaws.com";
+    let run = plugin(
+        &["--aws-session-duration", "20m"],
+        &[
+            ("AWS_ENDPOINT_URL_STS", &sts.url()),
+            ("AWS_ENDPOINT_URL_ECR", &ecr.url()),
+            ("AWS_ENDPOINT_URL", &moto.url()),
+        ],
+        &format!("{host}/team/app"),
+        &token,
+        &[(ECR_ROLE_ANNOTATION, role)],
+    );
+    let response = run.response();
+    assert_eq!(auth_entry(&response, host), ("AWS", "password-from-ecr"));
+    // The STS session (20 minutes, from the flag) ends before the ECR
+    // token (12 hours): 80 % of 20 minutes is 16.
+    let cache = response["cacheDuration"].as_str().unwrap();
+    assert!(["16m0s", "15m59s"].contains(&cache), "{cache}");
+    let requests = sts.requests();
+    assert_eq!(requests.len(), 1);
+    assert_sts_request(&requests[0], role, "team.puller", &token, "1200");
+    let ecr_requests = ecr.requests();
+    assert_eq!(ecr_requests.len(), 1);
+    assert_signed_ecr_request(
+        &ecr_requests[0],
+        "AmazonEC2ContainerRegistry_V20150921.GetAuthorizationToken",
+        "ecr",
+        "us-east-1",
+        STS_AKID,
+        STS_SESSION_TOKEN,
+    );
+    assert_eq!(
+        moto.log().matches("POST").count(),
+        0,
+        "the specific overrides win over AWS_ENDPOINT_URL"
+    );
+    assert_no_secrets(
+        &run,
+        &[&token, "password-from-ecr", STS_SECRET, STS_SESSION_TOKEN],
+    );
+}
+
+#[test]
+fn long_service_account_names_become_a_cut_session_name_with_a_hash() {
+    let role = "arn:aws:iam::123456789012:role/pull";
+    let sts = TestServer::start(move |req| {
+        let session = req.form()["RoleSessionName"].clone();
+        sts_success(
+            STS_AKID,
+            STS_SECRET,
+            STS_SESSION_TOKEN,
+            now() + 3600,
+            role,
+            &session,
+        )
+    });
+    let ecr = TestServer::start(|_req| json_error(400, "AccessDeniedException", "stop here"));
+    let name = "a-very-long-service-account-name-for-the-batch-ingestion-pipeline";
+    let token = TokenSpec::new("data-platform-production", name, STS_AUDIENCE).mint();
+    let run = plugin(
+        &[],
+        &[
+            ("AWS_ENDPOINT_URL_STS", &sts.url()),
+            ("AWS_ENDPOINT_URL_ECR", &ecr.url()),
+        ],
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com/app",
+        &token,
+        &[(ROLE_ANNOTATION, role)],
+    );
+    run.failure();
+    let session = sts.requests()[0].form()["RoleSessionName"].clone();
+    assert_eq!(session.len(), 64, "{session}");
+    assert!(
+        session.starts_with("data-platform-production.a-very-long-service-account-na-"),
+        "{session}"
+    );
+    let (_, hash) = session.rsplit_once('-').unwrap();
+    assert_eq!(hash.len(), 8);
+}
+
+/// Runs the plugin against a fake STS answering `answer`; returns the
+/// error line and the number of STS requests.
+fn sts_refusal(answer: Response) -> (String, usize, String) {
+    let sts = TestServer::start(move |_req| answer.clone());
+    let token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
+    let run = plugin(
+        &[],
+        &[
+            ("AWS_ENDPOINT_URL_STS", &sts.url()),
+            ("AWS_ENDPOINT_URL_ECR", "http://127.0.0.1:9"),
+        ],
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com/app",
+        &token,
+        &[(ROLE_ANNOTATION, "arn:aws:iam::123456789012:role/pull")],
+    );
+    let line = run.failure();
+    assert_no_secrets(&run, &[&token]);
+    (line, sts.request_count(), run.stderr)
+}
+
+#[test]
+fn sts_access_denied_explains_the_trust_policy() {
+    let (line, count, _) = sts_refusal(sts_error(
+        403,
+        "AccessDenied",
+        "Not authorized to perform sts:AssumeRoleWithWebIdentity",
+    ));
+    assert_eq!(count, 1, "AccessDenied is not retried");
+    assert!(line.contains("STS refused to let service account team/puller assume role arn:aws:iam::123456789012:role/pull"), "{line}");
+    assert!(
+        line.contains("AccessDenied: \"Not authorized to perform sts:AssumeRoleWithWebIdentity\""),
+        "{line}"
+    );
+    let issuer = ISSUER.strip_prefix("https://").unwrap();
+    assert!(
+        line.contains(&format!(
+            "federated principal arn:aws:iam::123456789012:oidc-provider/{issuer}"
+        )),
+        "{line}"
+    );
+    assert!(
+        line.contains(&format!("{issuer}:sub = system:serviceaccount:team:puller")),
+        "{line}"
+    );
+    assert!(
+        line.contains(&format!("{issuer}:aud = sts.amazonaws.com")),
+        "{line}"
+    );
+}
+
+#[test]
+fn sts_invalid_identity_token_explains_the_oidc_provider() {
+    let (line, count, _) = sts_refusal(sts_error(
+        400,
+        "InvalidIdentityToken",
+        &format!("No OpenIDConnect provider found in your account for {ISSUER}"),
+    ));
+    assert_eq!(count, 1);
+    assert!(
+        line.contains("the token's issuer is not trusted by IAM"),
+        "{line}"
+    );
+    assert!(
+        line.contains(&format!(
+            "register the cluster's issuer {ISSUER} as an IAM OIDC identity provider"
+        )),
+        "{line}"
+    );
+    assert!(line.contains("client ID sts.amazonaws.com"), "{line}");
+}
+
+#[test]
+fn sts_expired_token_points_at_the_clock() {
+    let (line, _, _) = sts_refusal(sts_error(
+        400,
+        "ExpiredTokenException",
+        "Token expired: current date/time 1700000000 must be before the expiration date/time 1699990000",
+    ));
+    assert!(line.contains("the token has expired"), "{line}");
+    assert!(line.contains("check the node's clock (NTP)"), "{line}");
+}
+
+#[test]
+fn sts_throttling_is_retried_within_bounds_then_explained() {
+    let started = Instant::now();
+    let (line, count, _) = sts_refusal(sts_error(400, "Throttling", "Rate exceeded"));
+    assert_eq!(count, 3, "three attempts, then give up");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        line.contains("STS throttled AssumeRoleWithWebIdentity"),
+        "{line}"
+    );
+    assert!(line.contains("cacheType: ServiceAccount"), "{line}");
+}
+
+#[test]
+fn sts_session_longer_than_the_role_allows_names_the_flag() {
+    let (line, _, _) = sts_refusal(sts_error(
+        400,
+        "ValidationError",
+        "The requested DurationSeconds exceeds the MaxSessionDuration set for this role.",
+    ));
+    assert!(
+        line.contains("lower --aws-session-duration (now 3600s)"),
+        "{line}"
+    );
+}
+
+#[test]
+fn sts_messages_never_repeat_a_token() {
+    let echoed = TokenSpec::new("other", "sa", STS_AUDIENCE).mint();
+    let (line, _, stderr) = sts_refusal(sts_error(
+        400,
+        "InvalidIdentityToken",
+        &format!("Couldn't retrieve verification key for token {echoed}"),
+    ));
+    assert!(line.contains("for token <token>"), "{line}");
+    assert!(!stderr.contains(&echoed), "{stderr}");
+}
+
+#[test]
+fn sts_that_never_answers_hits_the_deadline() {
+    let sts = TestServer::start(|_req| Response::hang());
+    let token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
+    let started = Instant::now();
+    let run = plugin(
+        &["--timeout", "3s"],
+        &[("AWS_ENDPOINT_URL_STS", &sts.url())],
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com/app",
+        &token,
+        &[(ROLE_ANNOTATION, "arn:aws:iam::123456789012:role/pull")],
+    );
+    let line = run.failure();
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(3) && took < Duration::from_secs(8),
+        "{took:?}"
+    );
+    assert!(
+        line.contains("the deadline of 3s ran out while waiting for STS AssumeRoleWithWebIdentity"),
+        "{line}"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// ECR refusals and ECR Public.
+
+#[test]
+fn ecr_access_denied_names_the_role_and_the_permissions() {
+    let role = "arn:aws:iam::123456789012:role/pull";
+    let sts = TestServer::start(move |_req| {
+        sts_success(
+            STS_AKID,
+            STS_SECRET,
+            STS_SESSION_TOKEN,
+            now() + 3600,
+            role,
+            "team.puller",
+        )
+    });
+    let ecr = TestServer::start(|_req| {
+        json_error(
+            400,
+            "AccessDeniedException",
+            "User: arn:aws:sts::123456789012:assumed-role/pull/team.puller is not authorized to perform: ecr:GetAuthorizationToken on resource: * because no identity-based policy allows the ecr:GetAuthorizationToken action",
+        )
+    });
+    let token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
+    let run = plugin(
+        &[],
+        &[
+            ("AWS_ENDPOINT_URL_STS", &sts.url()),
+            ("AWS_ENDPOINT_URL_ECR", &ecr.url()),
+        ],
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com/app",
+        &token,
+        &[(ROLE_ANNOTATION, role)],
+    );
+    let line = run.failure();
+    assert_eq!(ecr.request_count(), 1, "AccessDenied is not retried");
+    assert!(
+        line.contains(&format!(
+            "ECR GetAuthorizationToken at {} was denied for role {role}",
+            ecr.url()
+        )),
+        "{line}"
+    );
+    assert!(
+        line.contains("allow ecr:GetAuthorizationToken (Resource \"*\") for role"),
+        "{line}"
+    );
+    assert!(
+        line.contains("AmazonEC2ContainerRegistryReadOnly"),
+        "{line}"
+    );
+    assert_no_secrets(&run, &[&token, STS_SECRET, STS_SESSION_TOKEN]);
+}
+
+#[test]
+fn ecr_public_uses_ecr_public_in_us_east_1() {
+    let role = "arn:aws:iam::123456789012:role/pull";
+    let sts = TestServer::start(move |_req| {
+        sts_success(
+            STS_AKID,
+            STS_SECRET,
+            STS_SESSION_TOKEN,
+            now() + 3600,
+            role,
+            "team.puller",
+        )
+    });
+    let public = TestServer::start(|_req| {
+        Response::json(
+            200,
+            json!({"authorizationData": {
+                "authorizationToken": b64("AWS:public-password"),
+                "expiresAt": now() + 12 * 3600,
+            }}),
+        )
+        .with_header("Content-Type", "application/x-amz-json-1.1")
+    });
+    let token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
+    for host in ["public.ecr.aws", "ecr-public.aws.com"] {
+        let run = plugin(
+            &[],
+            &[
+                ("AWS_ENDPOINT_URL_STS", &sts.url()),
+                ("AWS_ENDPOINT_URL_ECR_PUBLIC", &public.url()),
+            ],
+            &format!("{host}/team/app"),
+            &token,
+            &[(ROLE_ANNOTATION, role)],
+        );
+        let response = run.response();
+        assert_eq!(auth_entry(&response, host), ("AWS", "public-password"));
+        assert!(
+            run.stderr.contains("\"registry\", \"ecr-public\""),
+            "{}",
+            run.stderr
+        );
+        assert!(
+            run.stderr.contains("\"region\", \"us-east-1\""),
+            "{}",
+            run.stderr
+        );
+    }
+    for req in public.requests() {
+        assert_signed_ecr_request(
+            &req,
+            "SpencerFrontendService.GetAuthorizationToken",
+            "ecr-public",
+            "us-east-1",
+            STS_AKID,
+            STS_SESSION_TOKEN,
+        );
+    }
+    assert_eq!(public.request_count(), 2);
+}
+
+#[test]
+fn ecr_public_access_denied_names_the_bearer_token_permission() {
+    let role = "arn:aws:iam::123456789012:role/pull";
+    let sts = TestServer::start(move |_req| {
+        sts_success(
+            STS_AKID,
+            STS_SECRET,
+            STS_SESSION_TOKEN,
+            now() + 3600,
+            role,
+            "team.puller",
+        )
+    });
+    let public = TestServer::start(|_req| {
+        json_error(
+            400,
+            "AccessDeniedException",
+            "not authorized to perform: sts:GetServiceBearerToken",
+        )
+    });
+    let token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
+    let line = plugin(
+        &[],
+        &[
+            ("AWS_ENDPOINT_URL_STS", &sts.url()),
+            ("AWS_ENDPOINT_URL_ECR_PUBLIC", &public.url()),
+        ],
+        "public.ecr.aws/team/app",
+        &token,
+        &[(ROLE_ANNOTATION, role)],
+    )
+    .failure();
+    assert!(
+        line.contains("ecr-public:GetAuthorizationToken and sts:GetServiceBearerToken"),
+        "{line}"
+    );
+}
+
+#[test]
+fn ecr_answering_garbage_is_an_error_not_a_credential() {
+    let role = "arn:aws:iam::123456789012:role/pull";
+    let sts = TestServer::start(move |_req| {
+        sts_success(
+            STS_AKID,
+            STS_SECRET,
+            STS_SESSION_TOKEN,
+            now() + 3600,
+            role,
+            "team.puller",
+        )
+    });
+    let ecr = TestServer::start(|_req| {
+        Response::json(200, json!({"authorizationData": [{"authorizationToken": b64("no-separator-here"), "expiresAt": now() + 3600}]}))
+            .with_header("Content-Type", "application/x-amz-json-1.1")
+    });
+    let token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
+    let line = plugin(
+        &[],
+        &[
+            ("AWS_ENDPOINT_URL_STS", &sts.url()),
+            ("AWS_ENDPOINT_URL_ECR", &ecr.url()),
+        ],
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com/app",
+        &token,
+        &[(ROLE_ANNOTATION, role)],
+    )
+    .failure();
+    assert!(
+        line.contains("returned an authorization token that has no user:password separator"),
+        "{line}"
+    );
+    assert!(!line.contains("no-separator-here"), "{line}");
+
+    // A captive portal where ECR should be.
+    let portal = TestServer::start(|_req| {
+        Response::text(200, "<html><body>Please log in</body></html>")
+            .with_header("Content-Type", "text/html")
+    });
+    let line = plugin(
+        &[],
+        &[
+            ("AWS_ENDPOINT_URL_STS", &sts.url()),
+            ("AWS_ENDPOINT_URL_ECR", &portal.url()),
+        ],
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com/app",
+        &token,
+        &[(ROLE_ANNOTATION, role)],
+    )
+    .failure();
+    assert!(
+        line.contains("answered HTTP 200 with something that is not an AWS response"),
+        "{line}"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Offline refusals: nothing is sent anywhere.
+
+/// A server that fails the test if anything reaches it.
+fn tripwire() -> TestServer {
+    TestServer::start(|req| panic!("no request expected, got {} {}", req.method, req.path))
+}
+
+#[test]
+fn an_override_in_another_region_than_the_registry_is_refused_before_any_call() {
+    let token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
+    let wire = tripwire();
+    let line = plugin(
+        &[],
+        &[
+            ("AWS_ENDPOINT_URL_STS", &wire.url()),
+            (
+                "AWS_ENDPOINT_URL_ECR",
+                "https://api.ecr.us-west-2.amazonaws.com",
+            ),
+        ],
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com/app",
+        &token,
+        &[(ROLE_ANNOTATION, "arn:aws:iam::123456789012:role/pull")],
+    )
+    .failure();
+    assert!(line.contains("AWS_ENDPOINT_URL_ECR is https://api.ecr.us-west-2.amazonaws.com, an endpoint in region us-west-2, but the registry is in region us-east-1"), "{line}");
+    assert!(
+        line.contains("point AWS_ENDPOINT_URL_ECR at an endpoint in us-east-1"),
+        "{line}"
+    );
+    assert_eq!(wire.request_count(), 0);
+}
+
+#[test]
+fn missing_empty_and_malformed_role_annotations_are_refused_before_any_call() {
+    let wire = tripwire();
+    let env = [("AWS_ENDPOINT_URL", wire.url())];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
+    let image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/app";
+
+    let line = plugin(&[], &env, image, &token, &[]).failure();
+    assert!(line.contains("service account team/puller has no role ARN annotation (\"eks.amazonaws.com/ecr-role-arn\" or \"eks.amazonaws.com/role-arn\")"), "{line}");
+    assert!(
+        line.contains("tokenAttributes.optionalServiceAccountAnnotationKeys"),
+        "{line}"
+    );
+
+    let line = plugin(&[], &env, image, &token, &[(ECR_ROLE_ANNOTATION, "")]).failure();
+    assert!(
+        line.contains(
+            "the annotation eks.amazonaws.com/ecr-role-arn on service account team/puller is empty"
+        ),
+        "{line}"
+    );
+    assert!(
+        line.contains("expected arn:<partition>:iam::<12-digit account>:role/"),
+        "{line}"
+    );
+
+    let line = plugin(
+        &[],
+        &env,
+        image,
+        &token,
+        &[(ROLE_ANNOTATION, "arn:aws:iam::123456789012:user/alice")],
+    )
+    .failure();
+    assert!(
+        line.contains("is \"arn:aws:iam::123456789012:user/alice\", which is not an IAM role ARN"),
+        "{line}"
+    );
+
+    // A role of another partition than the registry's.
+    let line = plugin(
+        &[],
+        &env,
+        image,
+        &token,
+        &[(ROLE_ANNOTATION, "arn:aws-cn:iam::123456789012:role/pull")],
+    )
+    .failure();
+    assert!(line.contains("is in partition aws-cn, but registry 123456789012.dkr.ecr.us-east-1.amazonaws.com is in partition aws"), "{line}");
+    assert_eq!(wire.request_count(), 0);
+}
+
+#[test]
+fn lookalike_hosts_are_not_ecr() {
+    let wire = tripwire();
+    let token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
+    for image in [
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com.evil.io/app",
+        "12345678901.dkr.ecr.us-east-1.amazonaws.com/app",
+        "123456789012.dkr.ecr.amazonaws.com/app",
+        "public.ecr.aws.evil.io/app",
+    ] {
+        let line = plugin(
+            &[],
+            &[("AWS_ENDPOINT_URL", &wire.url())],
+            image,
+            &token,
+            &[(ROLE_ANNOTATION, "arn:aws:iam::123456789012:role/pull")],
+        )
+        .failure();
+        assert!(
+            line.contains("is not served by the aws exchanger"),
+            "{line}"
+        );
+    }
+    assert_eq!(wire.request_count(), 0);
+}
+
+#[test]
+fn the_token_audience_must_match_the_credential_source() {
+    let wire = tripwire();
+    let sts_token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
+    let line = plugin(
+        &["--aws-credential-source", "pod-identity"],
+        &[(
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+            &format!("{}/v1/credentials", wire.url()),
+        )],
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com/app",
+        &sts_token,
+        &[],
+    )
+    .failure();
+    assert!(line.contains("\"pods.eks.amazonaws.com\""), "{line}");
+    let pod_token = TokenSpec::new("team", "puller", POD_IDENTITY_AUDIENCE).mint();
+    let line = plugin(
+        &[],
+        &[("AWS_ENDPOINT_URL", &wire.url())],
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com/app",
+        &pod_token,
+        &[(ROLE_ANNOTATION, "arn:aws:iam::123456789012:role/pull")],
+    )
+    .failure();
+    assert!(line.contains("\"sts.amazonaws.com\""), "{line}");
+    assert_eq!(wire.request_count(), 0);
+}
+
+// ---------------------------------------------------------------------------
+// EKS Pod Identity: a fake agent in front of credentials moto issued.
+
+/// A fake Pod Identity Agent: `GET /v1/credentials` with exactly `token` in
+/// `Authorization` gets `credentials`; anything else a 401 like the agent's
+/// own refusals.
+fn agent(token: String, credentials: Value) -> TestServer {
+    TestServer::start(move |req| {
+        assert_eq!(req.method, "GET");
+        assert_eq!(req.path, "/v1/credentials");
+        assert_eq!(req.body.len(), 0);
+        if req.header("authorization") != Some(token.as_str()) {
+            return Response::text(
+                401,
+                "Access Denied. The service account token is missing or invalid",
+            );
+        }
+        Response::json(200, credentials.clone())
+    })
+}
+
+#[test]
+fn pod_identity_full_path_with_moto() {
+    let moto = Moto::start();
+    // What EKS Auth would hand the agent: credentials of a role in account
+    // 345678901234, issued by moto so that moto's ECR knows whose they are.
+    let (akid, secret, session) = moto.assume_role("arn:aws:iam::345678901234:role/eks-pull");
+    let token = TokenSpec::new("team", "puller", POD_IDENTITY_AUDIENCE).mint();
+    let expires = now() + 6 * 3600;
+    let fake_agent = agent(
+        token.clone(),
+        json!({
+            "AccessKeyId": akid,
+            "SecretAccessKey": secret,
+            "Token": session,
+            "AccountId": "345678901234",
+            "Expiration": rfc3339(expires),
+        }),
+    );
+    let host = "345678901234.dkr.ecr.ap-southeast-2.amazonaws.com";
+    let run = plugin(
+        &["--aws-credential-source", "pod-identity"],
+        &[
+            // The agent is node-local: a proxy must neither be needed nor
+            // see the token. NO_PROXY exempts moto (127.0.0.1) but not the
+            // agent (localhost), so only ignoring the proxy reaches it.
+            (
+                "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                &format!("http://localhost:{}/v1/credentials", fake_agent.port()),
+            ),
+            ("AWS_ENDPOINT_URL_ECR", &moto.url()),
+            ("HTTP_PROXY", "http://127.0.0.1:9"),
+            ("NO_PROXY", "127.0.0.1"),
+        ],
+        &format!("{host}/team/app"),
+        &token,
+        &[],
+    );
+    let response = run.response();
+    assert_eq!(
+        auth_entry(&response, host),
+        ("AWS", "345678901234-auth-token")
+    );
+    assert_eq!(response["cacheDuration"], "0s");
+    assert_eq!(fake_agent.request_count(), 1);
+    assert!(
+        run.stderr
+            .contains("\"credential source\", \"pod-identity\""),
+        "{}",
+        run.stderr
+    );
+    assert_no_secrets(&run, &[&token, &secret, &session]);
+}
+
+#[test]
+fn pod_identity_credentials_sign_the_ecr_call() {
+    let token = TokenSpec::new("team", "puller", POD_IDENTITY_AUDIENCE).mint();
+    let fake_agent = agent(
+        token.clone(),
+        json!({
+            "AccessKeyId": "ASIAPODIDENTITY00001",
+            "SecretAccessKey": "pod/identity/secret/key/0123456789",
+            "Token": "IQoJb3JpZ2luX2VjEPODIDENTITYSESSIONTOKEN",
+            "AccountId": "123456789012",
+            "Expiration": rfc3339(now() + 1800),
+        }),
+    );
+    let ecr = TestServer::start(|_req| {
+        Response::json(200, json!({"authorizationData": [{"authorizationToken": b64("AWS:from-pod-identity"), "expiresAt": now() + 12 * 3600}]}))
+            .with_header("Content-Type", "application/x-amz-json-1.1")
+    });
+    let host = "123456789012.dkr.ecr.eu-central-1.amazonaws.com";
+    let run = plugin(
+        &["--aws-credential-source", "pod-identity"],
+        &[
+            (
+                "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                &format!("{}/v1/credentials", fake_agent.url()),
+            ),
+            ("AWS_ENDPOINT_URL_ECR", &ecr.url()),
+        ],
+        &format!("{host}/app"),
+        &token,
+        &[],
+    );
+    let response = run.response();
+    assert_eq!(auth_entry(&response, host), ("AWS", "from-pod-identity"));
+    // The agent's credentials expire first (30 minutes): 80 % is 24 minutes.
+    let cache = response["cacheDuration"].as_str().unwrap();
+    assert!(["24m0s", "23m59s"].contains(&cache), "{cache}");
+    assert_signed_ecr_request(
+        &ecr.requests()[0],
+        "AmazonEC2ContainerRegistry_V20150921.GetAuthorizationToken",
+        "ecr",
+        "eu-central-1",
+        "ASIAPODIDENTITY00001",
+        "IQoJb3JpZ2luX2VjEPODIDENTITYSESSIONTOKEN",
+    );
+}
+
+/// Runs pod-identity against an agent answering `answer`; returns the
+/// error line and the agent's request count.
+fn agent_refusal(answer: Response) -> (String, usize) {
+    let token = TokenSpec::new("team", "puller", POD_IDENTITY_AUDIENCE).mint();
+    let expected = token.clone();
+    let fake_agent = TestServer::start(move |req| {
+        assert_eq!(req.header("authorization"), Some(expected.as_str()));
+        answer.clone()
+    });
+    let run = plugin(
+        &["--aws-credential-source", "pod-identity"],
+        &[
+            (
+                "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                &format!("{}/v1/credentials", fake_agent.url()),
+            ),
+            ("AWS_ENDPOINT_URL_ECR", "http://127.0.0.1:9"),
+        ],
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com/app",
+        &token,
+        &[],
+    );
+    let line = run.failure();
+    assert_no_secrets(&run, &[&token]);
+    (line, fake_agent.request_count())
+}
+
+#[test]
+fn pod_identity_agent_401_asks_for_the_right_audience() {
+    let (line, count) = agent_refusal(Response::text(401, "Access Denied. invalid token"));
+    assert_eq!(count, 1, "refusals are not retried");
+    assert!(line.contains("answered HTTP 401 for service account team/puller (the service account token was refused)"), "{line}");
+    assert!(
+        line.contains("serviceAccountTokenAudience: pods.eks.amazonaws.com"),
+        "{line}"
+    );
+}
+
+#[test]
+fn pod_identity_agent_called_on_another_address_says_which_to_use() {
+    let (line, _) = agent_refusal(Response::text(
+        403,
+        "Access Denied. Called agent through invalid address, please use either [169.254.170.23 fd00:ec2::23] address not 10.0.0.5",
+    ));
+    assert!(
+        line.contains("called on an address the agent does not serve"),
+        "{line}"
+    );
+    assert!(
+        line.contains("unset AWS_CONTAINER_CREDENTIALS_FULL_URI"),
+        "{line}"
+    );
+}
+
+#[test]
+fn pod_identity_agent_500_is_retried_then_explained() {
+    let (line, count) = agent_refusal(Response::text(
+        500,
+        "[req-1]: (InternalServerException): try again, fault: server",
+    ));
+    assert_eq!(count, 4, "retried with backoff while the deadline allows");
+    assert!(line.contains("answered HTTP 500"), "{line}");
+    assert!(line.contains("InternalServerException"), "{line}");
+    assert!(
+        line.contains("kubectl -n kube-system logs ds/eks-pod-identity-agent"),
+        "{line}"
+    );
+}
+
+#[test]
+fn pod_identity_agent_bad_json_is_an_error() {
+    let (line, _) = agent_refusal(Response::json(
+        200,
+        json!({"AccessKeyId": "ASIA", "Oops": true}),
+    ));
+    assert!(
+        line.contains("with a body that is not container credentials JSON"),
+        "{line}"
+    );
+    let (line, _) = agent_refusal(Response::text(200, "<html>captive portal</html>"));
+    assert!(line.contains("not container credentials JSON"), "{line}");
+}
+
+#[test]
+fn pod_identity_association_missing_says_how_to_create_it() {
+    let (line, _) = agent_refusal(Response::text(
+        400,
+        "[a1b2c3]: (ResourceNotFoundException): No Pod Identity Association found for the given service account, fault: client",
+    ));
+    assert!(line.contains("(no Pod Identity association)"), "{line}");
+    assert!(line.contains("aws eks create-pod-identity-association --cluster-name <cluster> --namespace team --service-account puller"), "{line}");
+}
+
+#[test]
+fn pod_identity_agent_unreachable_says_to_install_it() {
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let token = TokenSpec::new("team", "puller", POD_IDENTITY_AUDIENCE).mint();
+    let run = plugin(
+        &[
+            "--aws-credential-source",
+            "pod-identity",
+            "--timeout",
+            "10s",
+        ],
+        &[(
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+            &format!("http://127.0.0.1:{closed}/v1/credentials"),
+        )],
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com/app",
+        &token,
+        &[],
+    );
+    let line = run.failure();
+    assert!(
+        line.contains(&format!(
+            "EKS Pod Identity Agent at http://127.0.0.1:{closed}/v1/credentials"
+        )),
+        "{line}"
+    );
+    assert!(
+        line.contains("install the Amazon EKS Pod Identity Agent add-on"),
+        "{line}"
+    );
+}
+
+#[test]
+fn pod_identity_refuses_plain_http_to_other_hosts() {
+    let token = TokenSpec::new("team", "puller", POD_IDENTITY_AUDIENCE).mint();
+    let line = plugin(
+        &["--aws-credential-source", "pod-identity"],
+        &[(
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+            "http://10.1.2.3/v1/credentials",
+        )],
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com/app",
+        &token,
+        &[],
+    )
+    .failure();
+    assert!(
+        line.contains("plain HTTP to a host that is not the node's Pod Identity Agent"),
+        "{line}"
+    );
+}
