@@ -483,3 +483,50 @@ fn usage_errors_exit_2() {
     assert!(help.status.success());
     assert!(text(&help.stdout).contains("--restart-kubelet"));
 }
+
+/// The DaemonSet's image is busybox: install.sh must work with busybox's sh
+/// and applets alone (stat, cmp, sha256sum, readlink, awk ...), nothing
+/// from the host's coreutils.
+#[test]
+fn works_with_busybox_alone_as_in_the_daemonset_image() {
+    let busybox = Path::new("/usr/bin/busybox");
+    assert!(
+        busybox.is_file(),
+        "busybox is installed (Debian package busybox; .ci/run installs it)"
+    );
+    let applets = Command::new(busybox).arg("--list").output().unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    for applet in text(&applets.stdout).lines() {
+        std::os::unix::fs::symlink(busybox, bin.path().join(applet)).unwrap();
+    }
+    let release = release();
+    let node = node_root();
+    let args = standard_args(node.path(), &release);
+    let run_busybox = || {
+        Command::new(bin.path().join("sh"))
+            .arg(script())
+            .args(&args)
+            .env_clear()
+            .env("PATH", bin.path())
+            .output()
+            .unwrap()
+    };
+    let first = run_busybox();
+    assert!(
+        first.status.success(),
+        "{}{}",
+        text(&first.stdout),
+        text(&first.stderr)
+    );
+    for name in LINKS {
+        assert_eq!(
+            std::fs::read_link(node.path().join(BIN_DIR).join(name)).unwrap(),
+            Path::new("wi-credential-provider")
+        );
+    }
+    let before = snapshot(node.path());
+    let second = run_busybox();
+    assert!(second.status.success());
+    assert!(text(&second.stdout).contains("everything was already up to date"));
+    assert_eq!(snapshot(node.path()), before);
+}
