@@ -36,8 +36,10 @@ pub fn write(level: Level, args: std::fmt::Arguments<'_>) {
         Level::Info => "info",
         Level::Debug => "debug",
     };
-    let mut err = std::io::stderr().lock();
-    let _ = writeln!(err, "wi-credential-provider: {tag}: {args}");
+    // One write(2) per line, so lines of concurrent plugin processes
+    // sharing a stderr never interleave mid-line.
+    let line = format!("wi-credential-provider: {tag}: {args}\n");
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
 #[macro_export]
