@@ -456,7 +456,10 @@ fn write_oci_layout(dir: &Path, repo: &str, tag: &str) -> String {
     let blobs = dir.join("blobs").join("sha256");
     fs::create_dir_all(&blobs).expect("create blobs dir");
     let write_blob = |bytes: &[u8]| -> (String, usize) {
-        let hex: String = Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect();
+        let hex: String = Sha256::digest(bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
         fs::write(blobs.join(&hex), bytes).expect("write blob");
         (format!("sha256:{hex}"), bytes.len())
     };
