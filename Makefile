@@ -11,6 +11,12 @@ all: build
 build:
 	$(CARGO) build --release --locked
 
+# Static musl binaries for x86_64 and aarch64, with .sha256 files, in dist/.
+# Installs the Rust targets and Debian cross tools it needs. Not part of
+# `make test`: it is two full release builds.
+release:
+	bash scripts/release.sh
+
 # Runs the plugin as the kubelet would, in passthrough mode, on a sample request.
 demo: build
 	@echo "== request (stdin) =="

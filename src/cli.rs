@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser};
 
 use crate::cache::{self, Cache, KeyInputs, Origin};
 use crate::deadline::Deadline;
@@ -122,12 +122,20 @@ pub enum Command {
     /// Inspect or clear the on-disk credential cache (--cache-dir).
     #[command(subcommand)]
     Cache(cache::command::Command),
+    /// Check a kubelet CredentialProviderConfig as the kubelet loads it, and
+    /// for what it accepts but never works.
+    CheckConfig(crate::config::check::Args),
+    /// Show, without any network call, what the kubelet would send for an
+    /// image and a service account, and what this plugin would do with it.
+    Explain(crate::explain::Args),
 }
 
 /// Runs an admin command.
 fn run_command(cli: &Cli, command: &Command) -> ExitCode {
     match command {
         Command::Cache(command) => cache::command::run(&cli.cache, cli.max_cache_duration, command),
+        Command::CheckConfig(args) => crate::config::check::run(args),
+        Command::Explain(args) => crate::explain::run(args),
     }
 }
 
@@ -184,23 +192,36 @@ impl Subject {
     }
 }
 
-pub fn main() -> ExitCode {
-    let args: Vec<OsString> = std::env::args_os().collect();
-    let cli = Cli::parse_from(&args);
-    log::set_level(cli.log_level);
-    crate::trust::set_ca_file(cli.ca_file.clone());
-    if let Some(command) = &cli.command {
-        return run_command(&cli, command);
-    }
-    let named = args.first().and_then(provider_from_program_name);
-    let choice = match cli.provider {
+/// The exchanger the binary uses: `--provider` (or `WICP_PROVIDER`) wins,
+/// else the provider its own name implies; `None` means `auto`.
+pub fn provider_choice(cli: &Cli, named: Option<Provider>) -> Option<Provider> {
+    match cli.provider {
         Some(ProviderChoice::Auto) => None,
         Some(ProviderChoice::Aws) => Some(Provider::Aws),
         Some(ProviderChoice::Azure) => Some(Provider::Azure),
         Some(ProviderChoice::Gcp) => Some(Provider::Gcp),
         Some(ProviderChoice::Passthrough) => Some(Provider::Passthrough),
         None => named,
+    }
+}
+
+pub fn main() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let cli = match Cli::command()
+        .version(crate::build_info::version())
+        .try_get_matches_from(&args)
+        .and_then(|matches| Cli::from_arg_matches(&matches))
+    {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
     };
+    log::set_level(cli.log_level);
+    crate::trust::set_ca_file(cli.ca_file.clone());
+    if let Some(command) = &cli.command {
+        return run_command(&cli, command);
+    }
+    let named = args.first().and_then(provider_from_program_name);
+    let choice = provider_choice(&cli, named);
     let mut subject = Subject::default();
     let stdin = std::io::stdin().lock();
     match respond(&cli, choice, stdin, &mut subject) {
@@ -227,7 +248,7 @@ pub fn main() -> ExitCode {
 
 /// Builds every exchanger from its options. Construction does no I/O: a
 /// network client is built only when a plan's exchange runs.
-fn exchangers(cli: &Cli) -> Result<Vec<Box<dyn Exchanger>>> {
+pub fn exchangers(cli: &Cli) -> Result<Vec<Box<dyn Exchanger>>> {
     let list: Vec<Box<dyn Exchanger>> = vec![
         Box::new(passthrough::Passthrough::new(&cli.passthrough)?),
         Box::new(aws::Aws::new(&cli.aws)),

@@ -9,12 +9,15 @@
 
 pub mod log;
 
+pub mod build_info;
 pub mod cache;
 pub mod cli;
+pub mod config;
 pub mod deadline;
 pub mod duration;
 pub mod error;
 pub mod exchange;
+pub mod explain;
 pub mod http;
 pub mod image;
 pub mod matching;

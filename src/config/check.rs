@@ -1,0 +1,139 @@
+//! `wi-credential-provider check-config FILE|DIR`: load a config as the
+//! kubelet does, validate it as the kubelet does, lint it for what the
+//! kubelet accepts but never works, and report every finding with its file,
+//! provider and field. Exit status 0 without errors, 1 with.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use serde::Serialize;
+
+use super::{Finding, Severity, lint, load, validate};
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct Args {
+    /// The kubelet's --image-credential-provider-config: a file, or a
+    /// directory whose *.json, *.yaml and *.yml files are merged in
+    /// lexicographic order.
+    #[arg(value_name = "FILE|DIR")]
+    pub path: PathBuf,
+
+    /// The kubelet's --image-credential-provider-bin-dir: check that every
+    /// provider name has an executable (or a symlink to one) there.
+    #[arg(long, value_name = "DIR")]
+    pub bin_dir: Option<PathBuf>,
+
+    /// Report format.
+    #[arg(long, value_enum, value_name = "FORMAT", default_value = "text")]
+    pub output: Output,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    Text,
+    Json,
+}
+
+/// The whole result, as `--output json` prints it.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub path: String,
+    pub files: Vec<String>,
+    pub providers: Vec<String>,
+    pub errors: usize,
+    pub warnings: usize,
+    pub findings: Vec<Finding>,
+}
+
+impl Report {
+    pub fn ok(&self) -> bool {
+        self.errors == 0
+    }
+}
+
+/// Every finding for the config at `path`, in file and provider order.
+pub fn check(path: &Path, bin_dir: Option<&Path>) -> Report {
+    let loaded = load(path);
+    let mut findings = loaded.findings.clone();
+    findings.extend(validate::validate(&loaded));
+    findings.extend(lint::lint(&loaded, bin_dir));
+    // Stable order: by file, then by provider entry as they appear.
+    let position = |f: &Finding| {
+        loaded
+            .files
+            .iter()
+            .position(|file| file.display().to_string() == f.file)
+            .unwrap_or(usize::MAX)
+    };
+    let index = |f: &Finding| {
+        f.field
+            .strip_prefix("providers[")
+            .and_then(|rest| rest.split(']').next())
+            .and_then(|n| n.parse::<usize>().ok())
+            .unwrap_or(0)
+    };
+    findings.sort_by_key(|f| (position(f), index(f)));
+    Report {
+        path: path.display().to_string(),
+        files: loaded
+            .files
+            .iter()
+            .map(|f| f.display().to_string())
+            .collect(),
+        providers: loaded
+            .entries
+            .iter()
+            .map(|e| e.name().to_string())
+            .collect(),
+        errors: findings
+            .iter()
+            .filter(|f| f.severity == Severity::Error)
+            .count(),
+        warnings: findings
+            .iter()
+            .filter(|f| f.severity == Severity::Warning)
+            .count(),
+        findings,
+    }
+}
+
+/// Runs the subcommand; the report goes to stdout.
+pub fn run(args: &Args) -> ExitCode {
+    let report = check(&args.path, args.bin_dir.as_deref());
+    let text = match args.output {
+        Output::Json => serde_json::to_string_pretty(&report).unwrap_or_default() + "\n",
+        Output::Text => render_text(&report),
+    };
+    let mut out = std::io::stdout().lock();
+    if out
+        .write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .is_err()
+    {
+        return ExitCode::from(2);
+    }
+    if report.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn render_text(report: &Report) -> String {
+    let mut text = String::new();
+    for finding in &report.findings {
+        text.push_str(&finding.to_string());
+        text.push('\n');
+    }
+    let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
+    text.push_str(&format!(
+        "{}: {} in {}, {}, {}\n",
+        report.path,
+        plural(report.providers.len(), "provider"),
+        plural(report.files.len(), "file"),
+        plural(report.errors, "error"),
+        plural(report.warnings, "warning"),
+    ));
+    text
+}

@@ -1,0 +1,326 @@
+//! `explain` as an admin runs it when a pull fails: what the kubelet would
+//! send and what the plugin would do, with no network call.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn explain(dir: &Path, config: &str, sa: &str, image: &str) -> Output {
+    let config_path = dir.join("config.yaml");
+    let sa_path = dir.join("sa.yaml");
+    std::fs::write(&config_path, config).unwrap();
+    std::fs::write(&sa_path, sa).unwrap();
+    Command::new(support::plugin::bin())
+        .env_clear()
+        .args([
+            "explain",
+            "--image",
+            image,
+            "--service-account",
+            &sa_path.display().to_string(),
+            "--config",
+            &config_path.display().to_string(),
+        ])
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+const HARBOR: &str = r#"apiVersion: kubelet.config.k8s.io/v1
+kind: CredentialProviderConfig
+providers:
+  - name: ecr-credential-provider
+    apiVersion: credentialprovider.kubelet.k8s.io/v1
+    matchImages: ["*.dkr.ecr.*.amazonaws.com"]
+    defaultCacheDuration: "12h"
+  - name: wi-credential-provider-passthrough
+    apiVersion: credentialprovider.kubelet.k8s.io/v1
+    matchImages: ["harbor.example.com"]
+    defaultCacheDuration: "1h"
+    args: ["--registry=harbor.example.com"]
+    tokenAttributes:
+      serviceAccountTokenAudience: harbor.example.com
+      cacheType: Token
+      requireServiceAccount: true
+      requiredServiceAccountAnnotationKeys: ["harbor.example.com/robot"]
+      optionalServiceAccountAnnotationKeys: ["harbor.example.com/team"]
+"#;
+
+const SA: &str = r#"apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: app-puller
+  namespace: team
+  uid: 6f1c2d3e-0000-4000-8000-000000000001
+  annotations:
+    harbor.example.com/robot: robot$team
+    unrelated.example.com/owner: alice
+"#;
+
+#[test]
+fn shows_the_request_and_the_plan_without_the_network() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = explain(dir.path(), HARBOR, SA, "harbor.example.com/team/app:1.0");
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    for needle in [
+        "image: harbor.example.com/team/app (as the kubelet sends it; registry harbor.example.com)",
+        "service account: team/app-puller (uid 6f1c2d3e-0000-4000-8000-000000000001), 2 annotations",
+        "provider \"ecr-credential-provider\": not run (no matchImages entry matches harbor.example.com/team/app)",
+        "provider \"wi-credential-provider-passthrough\" (",
+        "matches via \"harbor.example.com\"",
+        "token: audience \"harbor.example.com\", cacheType Token",
+        "optional annotations absent from the service account: \"harbor.example.com/team\"",
+        "annotations not passed (not listed in tokenAttributes): \"unrelated.example.com/owner\"",
+        r#""serviceAccountAnnotations":{"harbor.example.com/robot":"robot$team"}"#,
+        r#""serviceAccountToken":"<token for team/app-puller, audience harbor.example.com>""#,
+        "provider: passthrough (chosen by the entry's name)",
+        "auth key: harbor.example.com (cacheKeyType Registry)",
+        "username: serviceaccount",
+        "on-disk cache: never keeps this credential",
+        "network: not contacted",
+    ] {
+        assert!(stdout.contains(needle), "missing {needle:?} in:\n{stdout}");
+    }
+    // The synthetic token itself is never printed.
+    assert!(!stdout.contains("eyJ"), "{stdout}");
+}
+
+#[test]
+fn a_missing_required_annotation_means_the_plugin_is_never_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let sa = SA.replace("    harbor.example.com/robot: robot$team\n", "");
+    let out = explain(dir.path(), HARBOR, &sa, "harbor.example.com/team/app");
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains(
+            "does NOT run the plugin: the service account lacks the required annotation \"harbor.example.com/robot\""
+        ),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn an_image_no_entry_matches_is_pulled_without_credentials() {
+    let dir = tempfile::tempdir().unwrap();
+    // The blog's pattern: the '/*' path is literal and never matches.
+    let config = HARBOR.replace(
+        r#"matchImages: ["harbor.example.com"]"#,
+        r#"matchImages: ["*.example.com/*"]"#,
+    );
+    let out = explain(dir.path(), &config, SA, "harbor.example.com/team/app");
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("no provider entry matches harbor.example.com/team/app: the kubelet pulls it without plugin credentials"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn plugin_refusals_are_the_binarys_own() {
+    let dir = tempfile::tempdir().unwrap();
+    // --audience differs from the kubelet's: the binary refuses the token.
+    let config = HARBOR.replace(
+        r#"args: ["--registry=harbor.example.com"]"#,
+        r#"args: ["--registry=harbor.example.com", "--audience=harbor"]"#,
+    );
+    let out = explain(dir.path(), &config, SA, "harbor.example.com/team/app");
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("the plugin would fail: the service account token's audience [\"harbor.example.com\"] does not include \"harbor\""),
+        "{stdout}"
+    );
+    // A kubelet-side error is named with check-config's finding.
+    assert!(
+        stdout.contains("error: providers[1].tokenAttributes.serviceAccountTokenAudience"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_response_the_kubelet_would_discard_is_not_a_success() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = HARBOR.replace("cacheType: Token", "cacheType: ServiceAccount");
+    let out = explain(dir.path(), &config, SA, "harbor.example.com/team/app");
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("set cacheType: Token"), "{stdout}");
+    assert!(
+        stdout.contains(
+            "the plugin would answer, but the error above keeps the credential from being used"
+        ),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_config_the_kubelet_refuses_is_reported_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = HARBOR.replace("      cacheType: Token\n", "");
+    let out = explain(dir.path(), &config, SA, "harbor.example.com/team/app");
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("the kubelet would refuse to start with this config"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("cacheType is required"), "{stdout}");
+}
+
+#[test]
+fn service_account_manifests_are_read_with_their_gaps_labelled() {
+    let dir = tempfile::tempdir().unwrap();
+    // A List (kubectl get -o yaml), without namespace and uid.
+    let list = r#"apiVersion: v1
+kind: List
+items:
+  - apiVersion: v1
+    kind: ServiceAccount
+    metadata:
+      name: app-puller
+      annotations: {harbor.example.com/robot: x}
+"#;
+    let out = explain(dir.path(), HARBOR, list, "harbor.example.com/team/app");
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("assumed: namespace \"default\""),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("assumed: uid 00000000-0000-0000-0000-000000000000"),
+        "{stdout}"
+    );
+
+    for (manifest, needle) in [
+        (
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
+            "has no ServiceAccount",
+        ),
+        (
+            "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: a}\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {name: b}\n",
+            "has 2 ServiceAccounts",
+        ),
+        (
+            "apiVersion: v2\nkind: ServiceAccount\nmetadata: {name: a}\n",
+            "not a valid ServiceAccount",
+        ),
+    ] {
+        let out = explain(dir.path(), HARBOR, manifest, "harbor.example.com/team/app");
+        assert_eq!(out.status.code(), Some(1));
+        assert!(text(&out.stdout).contains(needle), "{}", text(&out.stdout));
+    }
+}
+
+/// The cache key explain prints is the one the binary files its credential
+/// under: a real pull through the fake Entra ID and ACR fills the cache,
+/// and explain, given the same entry, the manifest of the same service
+/// account and the cluster's issuer, names that very entry.
+#[test]
+fn the_printed_cache_key_is_the_one_the_binary_uses() {
+    use support::azure::{App, CLIENT_ID, FakeAcr, FakeEntra, TENANT};
+    use support::token::{ISSUER, TokenSpec};
+
+    let entra = FakeEntra::start(App::trusting("team", "app-puller"));
+    let acr = FakeAcr::start("contoso.azurecr.io", &entra);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let args = [
+        "--provider=azure".to_string(),
+        format!("--azure-authority-host={}", entra.url()),
+        format!("--acr-endpoint={}", acr.url()),
+        format!("--cache-dir={}", cache.display()),
+    ];
+    let annotations = [
+        ("azure.workload.identity/client-id", CLIENT_ID),
+        ("azure.workload.identity/tenant-id", TENANT),
+    ];
+    let spec = TokenSpec::new("team", "app-puller", support::azure::AUDIENCE);
+    let token = spec.mint();
+    let args_ref: Vec<&str> = args.iter().map(String::as_str).collect();
+    let pull = support::plugin::run(
+        &args_ref,
+        &[],
+        support::plugin::request("contoso.azurecr.io/team/app", Some(&token), &annotations)
+            .as_bytes(),
+    );
+    pull.response();
+    let entries: Vec<String> = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".json"))
+        .collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+
+    let config = format!(
+        r#"apiVersion: kubelet.config.k8s.io/v1
+kind: CredentialProviderConfig
+providers:
+  - name: wi-credential-provider-azure
+    apiVersion: credentialprovider.kubelet.k8s.io/v1
+    matchImages: ["*.azurecr.io"]
+    defaultCacheDuration: "1h"
+    args: {args:?}
+    tokenAttributes:
+      serviceAccountTokenAudience: api://AzureADTokenExchange
+      cacheType: ServiceAccount
+      requireServiceAccount: true
+      optionalServiceAccountAnnotationKeys:
+        - azure.workload.identity/client-id
+        - azure.workload.identity/tenant-id
+        - kubernetes.azure.com/acr-client-id
+        - kubernetes.azure.com/acr-tenant-id
+"#
+    );
+    let sa = format!(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: app-puller\n  namespace: team\n  uid: {}\n  annotations:\n    azure.workload.identity/client-id: {CLIENT_ID}\n    azure.workload.identity/tenant-id: {TENANT}\n",
+        spec.uid
+    );
+    std::fs::write(dir.path().join("config.yaml"), config).unwrap();
+    std::fs::write(dir.path().join("sa.yaml"), sa).unwrap();
+    let run_explain = |issuer: &str| {
+        let out = Command::new(support::plugin::bin())
+            .env_clear()
+            .args(["explain", "--image", "contoso.azurecr.io/team/app:1.0"])
+            .arg("--service-account")
+            .arg(dir.path().join("sa.yaml"))
+            .arg("--config")
+            .arg(dir.path().join("config.yaml"))
+            .args(["--issuer", issuer])
+            .output()
+            .unwrap();
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{stdout}");
+        let line = stdout
+            .lines()
+            .find(|l| l.contains("on-disk cache: "))
+            .unwrap_or_else(|| panic!("{stdout}"))
+            .to_string();
+        line.split("key ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .unwrap_or_else(|| panic!("{line}"))
+            .to_string()
+    };
+    assert_eq!(format!("{}.json", run_explain(ISSUER)), entries[0]);
+    // Another issuer is another key: the issuer is part of the identity.
+    assert_ne!(
+        format!("{}.json", run_explain("https://other.example")),
+        entries[0]
+    );
+    // explain made no request: the fakes saw the one pull only.
+    assert_eq!(entra.server.request_count(), 1);
+}
