@@ -284,25 +284,17 @@ fn respond(
     let now = duration::unix_now();
     let token = match request.service_account_token.clone() {
         Some(raw) => Some(ServiceAccountToken::decode(raw, now)?),
-        None if exchanger.requires_token() => {
-            return Err(Error::new("the request carries no service account token")
-                .fix(format!(
-                    "give this provider entry tokenAttributes (serviceAccountTokenAudience, cacheType, requireServiceAccount) \
-                     and apiVersion credentialprovider.kubelet.k8s.io/v1 in the kubelet's CredentialProviderConfig; \
-                     the request used {}",
-                    request.api_version.as_str()
-                )));
-        }
         None => None,
-    };
-    let audiences = match &cli.audience {
-        Some(audience) => vec![audience.clone()],
-        None => exchanger.audiences(),
     };
     if let Some(token) = &token {
         subject.service_account = Some(token.service_account().to_string());
-        token.require_audience(&audiences, provider.name())?;
     }
+    let audiences = exchange::admit_token(
+        exchanger,
+        cli.audience.as_deref(),
+        token.as_ref(),
+        request.api_version.as_str(),
+    )?;
 
     let cx = Context {
         image: &image,
@@ -330,15 +322,12 @@ fn respond(
     };
     let served = match &cache {
         Some(cache) => {
-            let key_inputs = KeyInputs {
-                provider: provider.name(),
-                audiences: &audiences,
-                issuer: token.as_ref().map(|t| t.claims().issuer.as_str()),
-                service_account: token.as_ref().map(|t| t.service_account()),
-                annotations: &request.service_account_annotations,
-                auth_key: &auth_key,
-                inputs: &plan.inputs,
-            };
+            let key_inputs = KeyInputs::for_plan(
+                &plan,
+                &audiences,
+                token.as_ref(),
+                &request.service_account_annotations,
+            );
             crate::debug!(
                 "cache key text:\n{}",
                 cache::key::canonical(&key_inputs).trim_end()
@@ -346,7 +335,7 @@ fn respond(
             let key = cache::Key::derive(&key_inputs);
             let about = cache::Subject {
                 provider: provider.name(),
-                service_account: key_inputs.service_account,
+                service_account: token.as_ref().map(|t| t.service_account()),
                 registry: &auth_key,
             };
             cache.serve(&key, about, &deadline, plan.exchange)?

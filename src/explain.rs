@@ -487,31 +487,23 @@ fn plan(
     let exchanger = exchange::route(routing.choice, image, &routing.exchangers)?;
     let provider = exchanger.provider();
     let _ = writeln!(out, "    provider: {provider} (chosen by {how})");
-    // The audiences the binary checks the token against, and keys the
-    // cache on (respond() in cli.rs).
-    let audiences = match &routing.cli.audience {
-        Some(a) => vec![a.clone()],
-        None => exchanger.audiences(),
-    };
-    match token {
-        None if exchanger.requires_token() => {
-            return Err(Error::new("the request carries no service account token").fix(
-                "give this provider entry tokenAttributes and apiVersion credentialprovider.kubelet.k8s.io/v1",
-            ));
-        }
-        None => {}
-        Some(token) => {
-            token.require_audience(&audiences, provider.name())?;
-            let _ = writeln!(
-                out,
-                "    audience: ok ({})",
-                if audiences.is_empty() {
-                    "this exchanger takes any audience".to_string()
-                } else {
-                    format!("expects {}", audiences.join(" or "))
-                }
-            );
-        }
+    // The same admission respond() applies; its audiences key the cache.
+    let audiences = exchange::admit_token(
+        exchanger,
+        routing.cli.audience.as_deref(),
+        token,
+        "credentialprovider.kubelet.k8s.io/v1",
+    )?;
+    if token.is_some() {
+        let _ = writeln!(
+            out,
+            "    audience: ok ({})",
+            if audiences.is_empty() {
+                "this exchanger takes any audience".to_string()
+            } else {
+                format!("expects {}", audiences.join(" or "))
+            }
+        );
     }
     let cx = Context {
         image,
@@ -546,15 +538,7 @@ fn plan(
             );
         }
         (Some(dir), true) => {
-            let key_inputs = KeyInputs {
-                provider: provider.name(),
-                audiences: &audiences,
-                issuer: token.map(|t| t.claims().issuer.as_str()),
-                service_account: token.map(|t| t.service_account()),
-                annotations,
-                auth_key: &plan.auth_key,
-                inputs: &plan.inputs,
-            };
+            let key_inputs = KeyInputs::for_plan(&plan, &audiences, token, annotations);
             let _ = writeln!(
                 out,
                 "    on-disk cache: {}, key {} (computed with issuer {:?}; pass --issuer with the cluster's for the real key)",

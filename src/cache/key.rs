@@ -52,6 +52,27 @@ pub struct KeyInputs<'a> {
     pub inputs: &'a [(&'static str, String)],
 }
 
+impl<'a> KeyInputs<'a> {
+    /// The inputs of a planned exchange: what `respond()` keys the cache on
+    /// and `explain` prints, built in one place so the two cannot drift.
+    pub fn for_plan(
+        plan: &'a crate::exchange::Plan<'_>,
+        audiences: &'a [String],
+        token: Option<&'a crate::token::ServiceAccountToken>,
+        annotations: &'a BTreeMap<String, String>,
+    ) -> Self {
+        KeyInputs {
+            provider: plan.provider.name(),
+            audiences,
+            issuer: token.map(|t| t.claims().issuer.as_str()),
+            service_account: token.map(|t| t.service_account()),
+            annotations,
+            auth_key: &plan.auth_key,
+            inputs: &plan.inputs,
+        }
+    }
+}
+
 /// A cache key: 64 lowercase hex digits, also the entry's file name stem.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Key(String);

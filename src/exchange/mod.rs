@@ -177,6 +177,34 @@ pub trait Exchanger {
     fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>>;
 }
 
+/// Checks the service account token against what `exchanger` needs before
+/// anything is planned: present when it is required, and minted for one of
+/// the audiences it will be presented to (`audience_override` is
+/// `--audience`). Returns those audiences, which also key the cache.
+pub fn admit_token(
+    exchanger: &dyn Exchanger,
+    audience_override: Option<&str>,
+    token: Option<&ServiceAccountToken>,
+    api_version: &str,
+) -> Result<Vec<String>> {
+    let audiences = match audience_override {
+        Some(audience) => vec![audience.to_string()],
+        None => exchanger.audiences(),
+    };
+    match token {
+        Some(token) => token.require_audience(&audiences, exchanger.provider().name())?,
+        None if exchanger.requires_token() => {
+            return Err(Error::new("the request carries no service account token").fix(format!(
+                "give this provider entry tokenAttributes (serviceAccountTokenAudience, cacheType, requireServiceAccount) \
+                 and apiVersion credentialprovider.kubelet.k8s.io/v1 in the kubelet's CredentialProviderConfig; \
+                 the request used {api_version}"
+            )));
+        }
+        None => {}
+    }
+    Ok(audiences)
+}
+
 /// Picks the exchanger for `image`: the one named, or under `auto` the
 /// cloud exchanger whose registry pattern matches. `auto` never picks
 /// passthrough: sending the token to a host is always an explicit choice.
