@@ -59,11 +59,16 @@ bench-footprint:
 	cp "$$target/release/wi-credential-provider" "$$target/wi-credential-provider.footprint" && \
 	WICP_BENCH_BIN="$$target/wi-credential-provider.footprint" $(CARGO) bench --locked --bench footprint
 
-# Builds every cargo-fuzz target once, then runs each for FUZZ_SECONDS; a
-# crash fails the run and leaves its input in fuzz/artifacts/<target>/.
+# Builds every cargo-fuzz target once, then runs each on FUZZ_RUNS inputs
+# from a fixed seed (FUZZ_SECONDS caps a slow target); a crash fails the run and leaves its input in fuzz/artifacts/<target>/.
 # Panics are what we hunt (the crate forbids unsafe), hence no sanitizer;
 # RUSTC_BOOTSTRAP lets cargo-fuzz pass its -Z flags to the stable compiler.
-FUZZ_SECONDS ?= 20
+FUZZ_SECONDS ?= 60
+# A fixed seed and run count make the stage reproducible: what passes here
+# passes in CI, and a crash found once is found again. Raise FUZZ_RUNS or
+# change FUZZ_SEED (and FUZZ_SECONDS) to explore further by hand.
+FUZZ_SEED ?= 1
+FUZZ_RUNS ?= 300000
 FUZZ = cd fuzz && RUSTC_BOOTSTRAP=1 $(CARGO) fuzz
 fuzz:
 	@command -v cargo-fuzz >/dev/null || { echo "make fuzz needs cargo-fuzz: cargo install cargo-fuzz --locked" >&2; exit 1; }
@@ -71,7 +76,7 @@ fuzz:
 	@for target in $$($(FUZZ) list); do \
 		log=fuzz/target/fuzz-$$target.log; \
 		if ! ($(FUZZ) run -s none --target-dir target $$target -- \
-			-max_total_time=$(FUZZ_SECONDS) -timeout=10 >../$$log 2>&1); then \
+			-seed=$(FUZZ_SEED) -runs=$(FUZZ_RUNS) -max_total_time=$(FUZZ_SECONDS) -timeout=10 >../$$log 2>&1); then \
 			tail -n 40 $$log; echo "fuzz target $$target failed; input in fuzz/artifacts/$$target/" >&2; exit 1; \
 		fi; \
 		echo "fuzz $$target: $$(grep -E '^Done' $$log)"; \

@@ -169,14 +169,12 @@ fn validate_registry(registry: &str) -> std::result::Result<(), String> {
             Some(port) => format!("{host}:{port}"),
             None => host.to_string(),
         };
-        let inner = host.trim_start_matches('[').trim_end_matches(']');
-        if rebuilt != registry
-            || !host.ends_with(']')
-            || !inner.contains(':')
-            || !inner
-                .chars()
-                .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
-        {
+        // Exactly one bracket pair around an address std accepts as IPv6.
+        let is_ipv6 = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .is_some_and(|inner| inner.parse::<std::net::Ipv6Addr>().is_ok());
+        if rebuilt != registry || !is_ipv6 {
             return Err("the registry host is not a valid IPv6 literal".into());
         }
         return Ok(());
@@ -296,6 +294,9 @@ mod tests {
             "[b00b.b]]-./j",
             "[::1]x:5000/a",
             "[1.2]/a",
+            "[[[[[[[[[.:]:4/9",
+            "[[::1]]:5000/a",
+            "[::g]/a",
         ] {
             assert!(ImageRef::parse(text).is_err(), "{text:?} should be refused");
         }
