@@ -68,7 +68,7 @@ FUZZ_SECONDS ?= 60
 # passes in CI, and a crash found once is found again. Raise FUZZ_RUNS or
 # change FUZZ_SEED (and FUZZ_SECONDS) to explore further by hand.
 FUZZ_SEED ?= 1
-FUZZ_RUNS ?= 300000
+FUZZ_RUNS ?= 1000000
 FUZZ = cd fuzz && RUSTC_BOOTSTRAP=1 $(CARGO) fuzz
 fuzz:
 	@command -v cargo-fuzz >/dev/null || { echo "make fuzz needs cargo-fuzz: cargo install cargo-fuzz --locked" >&2; exit 1; }
