@@ -21,12 +21,13 @@ use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use serde::Deserialize;
 
-const SCENARIOS: [&str; 7] = [
+const SCENARIOS: [&str; 8] = [
     "aws-pod-identity",
     "aws-web-identity",
     "azure",
     "gcp-federation",
     "gke",
+    "jfrog",
     "multi-provider",
     "passthrough-harbor-zot",
 ];

@@ -15,8 +15,10 @@ pub mod allowlist;
 pub mod aws;
 pub mod azure;
 pub mod gcp;
+pub mod jfrog;
 pub mod passthrough;
 pub mod route;
+pub mod token_service;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -80,6 +82,7 @@ pub static ALL: &[&Provider] = &[
     &azure::PROVIDER,
     &gcp::PROVIDER,
     &passthrough::PROVIDER,
+    &jfrog::PROVIDER,
 ];
 
 impl PartialEq for Provider {

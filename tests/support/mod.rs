@@ -5,8 +5,10 @@
 pub mod azure;
 pub mod google;
 pub mod http_server;
+pub mod jfrog;
 pub mod moto;
 pub mod net;
 pub mod plugin;
 pub mod registry;
 pub mod token;
+pub mod token_service;

@@ -1,0 +1,505 @@
+//! JFrog Platform OIDC token exchange: the service account token for a JFrog
+//! access token, pulled with the username JFrog returns.
+//!
+//! Wire format, from JFrog's REST API reference "OIDC Token Exchange"
+//! (<https://jfrog.com/help/r/jfrog-rest-apis/oidc-token-exchange>, since
+//! Artifactory Cloud 7.73.1 / Self-Hosted 7.77.3) and the client JFrog's own
+//! tools use (jfrog/jfrog-client-go `access/services` `CreateOidcTokenParams`
+//! and `auth.OidcTokenResponseData`):
+//!
+//! ```text
+//! POST {--jfrog-url}/access/api/v1/oidc/token
+//! Content-Type: application/json          (no Authorization header)
+//! {"grant_type": "urn:ietf:params:oauth:grant-type:token-exchange",
+//!  "subject_token_type": "urn:ietf:params:oauth:token-type:id_token",
+//!  "subject_token": "<service account JWT>",
+//!  "provider_name": "<--jfrog-provider-name>",
+//!  "project_key": "<--jfrog-project-key>",             (optional)
+//!  "identity_mapping_name": "<annotation>"}            (optional)
+//! → 200 {"access_token", "username", "expires_in", "token_type",
+//!        "issued_token_type", "scope", ...}
+//! → 4xx {"errors": [{"code": "...", "message": "..."}]}
+//! ```
+//!
+//! The pull credential is the response's `username` and `access_token`, as
+//! jfrog/jfrog-credentials-provider returns them. Its lifetime is the
+//! identity mapping's `expires_in`, whose documented default is only 60
+//! seconds: the plugin warns when JFrog hands out a credential that short,
+//! and `explain` says where the lifetime comes from.
+//!
+//! JFrog does not tie the access token to the service account token's
+//! expiry, so neither do we; the cache still never keeps it beyond its own
+//! `expires_in` (or the access token's `exp`, if earlier).
+
+use crate::deadline::Deadline;
+use crate::duration;
+use crate::error::{Error, Result};
+use crate::image::ImageRef;
+use crate::inputs::Inputs;
+use crate::protocol::CacheKeyType;
+use crate::providers::allowlist::{self, Allowlist};
+use crate::providers::token_service::{self, Pattern, Service};
+use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
+use crate::secret::Secret;
+
+pub const TOKEN_PATH: &str = "/access/api/v1/oidc/token";
+pub const GRANT_TYPE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
+/// What JFrog documents for `subject_token_type`; a Kubernetes service
+/// account token is an OIDC ID token in all but name.
+pub const SUBJECT_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:id_token";
+
+/// Our annotation naming a JFrog identity mapping. No established plugin
+/// has one (jfrog-credentials-provider's `JFrogExchange` is a switch, not
+/// an identity).
+pub const IDENTITY_MAPPING_ANNOTATION: &str = "wi-credential-provider.io/jfrog-identity-mapping";
+
+/// The identity mapping's default token lifetime per JFrog's docs: the
+/// assumed lifetime when JFrog gives none.
+pub const DEFAULT_LIFETIME_SECS: i64 = 60;
+
+/// Below this the kubelet asks again for nearly every pull.
+const SHORT_LIFETIME_SECS: i64 = 300;
+
+/// JFrog names (integrations, identity mappings, project keys) are plain
+/// identifiers; anything else is refused before it reaches a body.
+static MAPPING: Pattern = Pattern::new(
+    "letters, digits, '.', '_' or '-', starting with a letter or digit, at most 128",
+    || regex_lite::Regex::new(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$").ok(),
+);
+
+#[derive(clap::Args, Clone, Debug, Default)]
+#[command(next_help_heading = "JFrog")]
+#[group(id = "jfrog_options")]
+pub struct Options {
+    /// The JFrog Platform base URL (https://example.jfrog.io); the token
+    /// exchange is sent to its /access/api/v1/oidc/token, and nowhere else.
+    #[arg(long, value_name = "URL", env = "WICP_JFROG_URL")]
+    pub jfrog_url: Option<String>,
+
+    /// The name of the OIDC integration configured in JFrog for the
+    /// cluster's service account issuer (`provider_name` in the exchange).
+    #[arg(long, value_name = "NAME", env = "WICP_JFROG_PROVIDER_NAME")]
+    pub jfrog_provider_name: Option<String>,
+
+    /// A JFrog project key, when the integration and its identity mappings
+    /// belong to a project (`project_key` in the exchange).
+    #[arg(long, value_name = "KEY", env = "WICP_JFROG_PROJECT_KEY")]
+    pub jfrog_project_key: Option<String>,
+}
+
+pub static PROVIDER: Provider = Provider {
+    name: "jfrog",
+    summary: "JFrog Platform OIDC token exchange: a JFrog access token for the --registry hosts",
+    audience: "the audience you pin in the JFrog OIDC integration (--audience; JFrog itself treats it as informational)",
+    auto: None,
+    password_is_token: false,
+    flags: <Options as clap::Args>::augment_args,
+    build,
+};
+
+fn build(matches: &clap::ArgMatches, _inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
+    Ok(Box::new(Jfrog::new(
+        &providers::flags(matches)?,
+        &providers::flags(matches)?,
+    )?))
+}
+
+pub struct Jfrog {
+    allowlist: Allowlist,
+    service: Service,
+    provider_name: String,
+    project_key: Option<String>,
+}
+
+impl Jfrog {
+    pub fn new(registries: &allowlist::Options, options: &Options) -> Result<Self> {
+        let allowlist = Allowlist::new(registries)?;
+        let url = options.jfrog_url.as_deref().ok_or_else(|| {
+            Error::new("--jfrog-url is not set").fix(
+                "pass --jfrog-url (WICP_JFROG_URL) with the JFrog Platform base URL, e.g. https://example.jfrog.io",
+            )
+        })?;
+        let base = token_service::endpoint("--jfrog-url", url)?;
+        let provider_name = options
+            .jfrog_provider_name
+            .as_deref()
+            .map(str::trim)
+            .ok_or_else(|| {
+                Error::new("--jfrog-provider-name is not set").fix(
+                    "pass --jfrog-provider-name (WICP_JFROG_PROVIDER_NAME) with the name of the OIDC integration in JFrog",
+                )
+            })?;
+        check_name("--jfrog-provider-name", provider_name)?;
+        let project_key = options.jfrog_project_key.as_deref().map(str::trim);
+        if let Some(key) = project_key {
+            check_name("--jfrog-project-key", key)?;
+        }
+        Ok(Jfrog {
+            allowlist,
+            service: Service {
+                vendor: "JFrog",
+                endpoint_flag: "--jfrog-url",
+                url: format!("{base}{TOKEN_PATH}"),
+            },
+            provider_name: provider_name.to_string(),
+            project_key: project_key.map(str::to_string),
+        })
+    }
+
+    fn body(&self, token: &Secret, mapping: Option<&str>) -> serde_json::Value {
+        let mut body = serde_json::Map::new();
+        let mut put = |name: &str, value: &str| {
+            body.insert(name.to_string(), value.into());
+        };
+        put("grant_type", GRANT_TYPE);
+        put("subject_token_type", SUBJECT_TOKEN_TYPE);
+        put("subject_token", token.expose());
+        put("provider_name", &self.provider_name);
+        if let Some(key) = &self.project_key {
+            put("project_key", key);
+        }
+        if let Some(mapping) = mapping {
+            put("identity_mapping_name", mapping);
+        }
+        serde_json::Value::Object(body)
+    }
+}
+
+fn check_name(flag: &str, value: &str) -> Result<()> {
+    if MAPPING.matches(value) {
+        return Ok(());
+    }
+    Err(Error::new(format!(
+        "{flag} {} is not a JFrog name ({})",
+        crate::error::quote(value),
+        MAPPING.form
+    ))
+    .fix(format!("set {flag} to the name as JFrog shows it")))
+}
+
+impl Exchanger for Jfrog {
+    fn provider(&self) -> &'static Provider {
+        &PROVIDER
+    }
+
+    /// JFrog does not check the token's audience; `--audience` pins it.
+    fn audiences(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn annotation_keys(&self) -> Vec<String> {
+        vec![IDENTITY_MAPPING_ANNOTATION.to_string()]
+    }
+
+    fn serves(&self, image: &ImageRef) -> bool {
+        self.allowlist.allows(image)
+    }
+
+    fn registries(&self) -> String {
+        self.allowlist.describe()
+    }
+
+    fn refusal(&self, image: &ImageRef) -> Error {
+        self.allowlist
+            .refusal("jfrog", "the JFrog access token", image)
+    }
+
+    fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
+        if !self.serves(cx.image) {
+            return Err(self.refusal(cx.image));
+        }
+        let token = cx.token()?;
+        let mapping = token_service::identity(
+            cx,
+            &[IDENTITY_MAPPING_ANNOTATION],
+            &MAPPING,
+            "JFrog identity mapping name",
+        )?
+        .map(|(_, name)| name);
+        let registry = cx.image.registry().to_string();
+        let inputs = vec![
+            ("registry", registry.clone()),
+            ("token_url", self.service.url.clone()),
+            ("provider_name", self.provider_name.clone()),
+            (
+                "project_key",
+                self.project_key.clone().unwrap_or_else(|| "none".into()),
+            ),
+            (
+                "identity_mapping",
+                mapping
+                    .clone()
+                    .unwrap_or_else(|| "none (JFrog picks the first matching by priority)".into()),
+            ),
+            (
+                "lifetime",
+                "the identity mapping's expires_in (JFrog's default is 60s)".into(),
+            ),
+        ];
+        let claims = token.claims();
+        let (issuer, subject) = (claims.issuer.clone(), claims.subject.clone());
+        Ok(Plan {
+            provider: &PROVIDER,
+            auth_key: registry,
+            cache_key_type: CacheKeyType::Registry,
+            cacheable: true,
+            inputs,
+            exchange: Box::new(move |deadline: &Deadline| {
+                let body = self.body(token.secret(), mapping.as_deref());
+                let reply = crate::http::block_on(deadline, &self.service.call(), async {
+                    let client = crate::http::client(deadline)?;
+                    token_service::post_json(&client, &self.service, &body, deadline).await
+                })?;
+                let now = duration::unix_now();
+                let credential =
+                    self.interpret(&reply, now, &issuer, &subject, mapping.as_deref())?;
+                let lifetime = credential.expires_at.saturating_sub(now);
+                if lifetime < SHORT_LIFETIME_SECS {
+                    crate::warn!(
+                        "JFrog issued an access token for {} that lives only {lifetime}s (the identity mapping's expires_in; \
+                         JFrog's default is {DEFAULT_LIFETIME_SECS}s), so the kubelet asks again almost every pull: \
+                         raise the mapping's token expiry",
+                        credential.username
+                    );
+                }
+                Ok(credential)
+            }),
+        })
+    }
+}
+
+impl Jfrog {
+    /// Reads JFrog's answer, seen at `now`.
+    pub fn interpret(
+        &self,
+        reply: &crate::http::Reply,
+        now: i64,
+        issuer: &str,
+        subject: &str,
+        mapping: Option<&str>,
+    ) -> Result<Credential> {
+        if !reply.is_success() {
+            return Err(token_service::refused(&self.service, reply, |status| {
+                match status {
+                    401 | 403 => format!(
+                        "JFrog did not accept the token: check that the OIDC integration {:?} has the cluster's issuer ({issuer}) \
+                         as its provider URL, with keys JFrog can fetch, and that {} has claims matching {subject}",
+                        self.provider_name,
+                        match mapping {
+                            Some(m) => format!("the identity mapping {m:?}"),
+                            None => "one of its identity mappings".to_string(),
+                        }
+                    ),
+                    404 => "JFrog has no OIDC token endpoint there: check that --jfrog-url is the platform's base URL \
+                            (Artifactory 7.73.1 cloud or 7.77.3 self-hosted and later)"
+                        .to_string(),
+                    _ => format!(
+                        "check --jfrog-provider-name {:?}, --jfrog-project-key and the identity mapping name against the integration in JFrog",
+                        self.provider_name
+                    ),
+                }
+            }));
+        }
+        let value: serde_json::Value = reply.json().ok_or_else(|| {
+            token_service::malformed(&self.service, reply, "a body that is not JSON")
+        })?;
+        let password = token_service::field(&value, "access_token")
+            .map(Secret::new)
+            .ok_or_else(|| token_service::malformed(&self.service, reply, "no access_token"))?;
+        let username = token_service::field(&value, "username")
+            .filter(|u| !u.contains(['\n', '\r', ':']))
+            .ok_or_else(|| token_service::malformed(&self.service, reply, "no usable username"))?;
+        let expires_at = token_service::expiry(
+            &self.service,
+            now,
+            token_service::expires_in(&value),
+            &password,
+            DEFAULT_LIFETIME_SECS,
+        )?;
+        Ok(Credential {
+            username,
+            password,
+            expires_at,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::Reply;
+
+    fn jfrog(project: Option<&str>) -> Jfrog {
+        Jfrog::new(
+            &allowlist::Options {
+                registries: vec!["example.jfrog.io".into()],
+            },
+            &Options {
+                jfrog_url: Some("https://example.jfrog.io/".into()),
+                jfrog_provider_name: Some("k8s-prod".into()),
+                jfrog_project_key: project.map(str::to_string),
+            },
+        )
+        .unwrap()
+    }
+
+    fn reply(status: u16, body: &str) -> Reply {
+        Reply {
+            status,
+            retry_after: None,
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn flags_are_checked() {
+        let ok = Options {
+            jfrog_url: Some("https://example.jfrog.io".into()),
+            jfrog_provider_name: Some("k8s".into()),
+            jfrog_project_key: None,
+        };
+        let r = allowlist::Options::default();
+        assert!(Jfrog::new(&r, &ok).is_ok());
+        for (options, needle) in [
+            (
+                Options {
+                    jfrog_url: None,
+                    ..ok.clone()
+                },
+                "--jfrog-url is not set",
+            ),
+            (
+                Options {
+                    jfrog_url: Some("example.jfrog.io".into()),
+                    ..ok.clone()
+                },
+                "not an http(s) URL",
+            ),
+            (
+                Options {
+                    jfrog_provider_name: None,
+                    ..ok.clone()
+                },
+                "--jfrog-provider-name is not set",
+            ),
+            (
+                Options {
+                    jfrog_provider_name: Some("a b".into()),
+                    ..ok.clone()
+                },
+                "not a JFrog name",
+            ),
+            (
+                Options {
+                    jfrog_project_key: Some("../x".into()),
+                    ..ok.clone()
+                },
+                "not a JFrog name",
+            ),
+        ] {
+            let e = Jfrog::new(&r, &options).err().unwrap().to_string();
+            assert!(e.contains(needle), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_body_has_the_documented_fields_only() {
+        let t = Secret::new("sa.jwt.sig");
+        let body = jfrog(None).body(&t, None);
+        assert_eq!(
+            body,
+            serde_json::json!({
+                "grant_type": GRANT_TYPE,
+                "subject_token_type": SUBJECT_TOKEN_TYPE,
+                "subject_token": "sa.jwt.sig",
+                "provider_name": "k8s-prod",
+            })
+        );
+        let body = jfrog(Some("proj")).body(&t, Some("team-a"));
+        assert_eq!(body["project_key"], "proj");
+        assert_eq!(body["identity_mapping_name"], "team-a");
+        assert_eq!(
+            jfrog(None).service.url,
+            "https://example.jfrog.io/access/api/v1/oidc/token"
+        );
+    }
+
+    #[test]
+    fn reads_the_answer() {
+        let j = jfrog(None);
+        let c = j
+            .interpret(
+                &reply(
+                    200,
+                    r#"{"access_token":"opaque","username":"k8s-team","expires_in":3600,"token_type":"Bearer","issued_token_type":"urn:ietf:params:oauth:token-type:access_token","scope":"applied-permissions/groups:readers"}"#,
+                ),
+                1000,
+                "iss",
+                "sub",
+                None,
+            )
+            .unwrap();
+        assert_eq!(
+            (c.username.as_str(), c.password.expose(), c.expires_at),
+            ("k8s-team", "opaque", 4600)
+        );
+        for (body, needle) in [
+            ("<html>", "not JSON"),
+            (r#"{"username":"u","expires_in":60}"#, "no access_token"),
+            (
+                r#"{"access_token":"t","expires_in":60}"#,
+                "no usable username",
+            ),
+            (
+                r#"{"access_token":"t","username":"a:b","expires_in":60}"#,
+                "no usable username",
+            ),
+        ] {
+            let e = j
+                .interpret(&reply(200, body), 0, "iss", "sub", None)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(needle), "{body}: {e}");
+        }
+        // No expires_in and an opaque token: JFrog's documented default.
+        let c = j
+            .interpret(
+                &reply(200, r#"{"access_token":"t","username":"u"}"#),
+                1000,
+                "iss",
+                "sub",
+                None,
+            )
+            .unwrap();
+        assert_eq!(c.expires_at, 1060);
+    }
+
+    #[test]
+    fn explains_refusals() {
+        let j = jfrog(None);
+        let e = j
+            .interpret(
+                &reply(
+                    401,
+                    r#"{"errors":[{"code":"UNAUTHORIZED","message":"Failed to validate the OIDC token"}]}"#,
+                ),
+                0,
+                "https://oidc.cluster.test",
+                "system:serviceaccount:team:app",
+                Some("team-a"),
+            )
+            .unwrap_err();
+        assert_eq!(
+            e.what(),
+            "JFrog refused the token exchange at https://example.jfrog.io/access/api/v1/oidc/token: HTTP 401 UNAUTHORIZED: \"Failed to validate the OIDC token\""
+        );
+        let fix = e.remedy().unwrap();
+        assert!(
+            fix.contains("\"k8s-prod\"") && fix.contains("\"team-a\""),
+            "{fix}"
+        );
+        assert!(fix.contains("system:serviceaccount:team:app"), "{fix}");
+        let e = j.interpret(&reply(404, ""), 0, "i", "s", None).unwrap_err();
+        assert!(e.remedy().unwrap().contains("base URL"), "{e}");
+    }
+}

@@ -1,0 +1,477 @@
+//! What the vendor token services share: JFrog's OIDC token exchange,
+//! Quay's robot federation and Cloudsmith's OpenID endpoint.
+//!
+//! Each takes the service account token at an endpoint the admin configured
+//! and answers with a registry password. The three differ in their wire
+//! formats (kept in their own modules) but not in what we do around them,
+//! which lives here once:
+//!
+//! - identities come from annotations, ours first and then an established
+//!   plugin's key, each checked by an anchored pattern ([`identity`]);
+//! - a JSON POST carries no header but `Content-Type` ([`post_json`]);
+//! - the vendor's error body is reduced to a code and a message, cleaned by
+//!   [`crate::redact`], and the refusal names the service, the HTTP status
+//!   and a fix ([`refused`]);
+//! - the credential's expiry comes from `expires_in` or the returned JWT's
+//!   `exp`, whichever ends first, and a credential already expired is an
+//!   error ([`expiry`]).
+
+use std::sync::LazyLock;
+
+use regex_lite::Regex;
+
+use crate::deadline::Deadline;
+use crate::error::{Error, Result, quote};
+use crate::http::{self, Reply};
+use crate::providers::Context;
+use crate::secret::Secret;
+
+/// Vendor messages longer than this are cut.
+const MAX_MESSAGE_CHARS: usize = 300;
+
+/// One vendor token service as configured by the admin, for messages.
+#[derive(Clone, Debug)]
+pub struct Service {
+    /// The vendor, as admins know it ("JFrog").
+    pub vendor: &'static str,
+    /// The flag that sets the endpoint, for fixes.
+    pub endpoint_flag: &'static str,
+    /// The full URL the token is sent to.
+    pub url: String,
+}
+
+impl Service {
+    /// `the JFrog token exchange at https://...`, naming the call in
+    /// transport and deadline errors.
+    pub fn call(&self) -> String {
+        format!("the {} token exchange at {}", self.vendor, self.url)
+    }
+}
+
+/// Sends `body` as JSON with `POST`, with no `Authorization` header: the
+/// service account token in the body is the only credential.
+pub async fn post_json(
+    client: &reqwest::Client,
+    service: &Service,
+    body: &serde_json::Value,
+    deadline: &Deadline,
+) -> Result<Reply> {
+    let bytes = serde_json::to_vec(body)
+        .map_err(|e| Error::new(format!("cannot encode the request body: {e}")))?;
+    http::send(
+        || {
+            client
+                .post(&service.url)
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .header(reqwest::header::ACCEPT, "application/json")
+                .body(bytes.clone())
+        },
+        &service.call(),
+        deadline,
+    )
+    .await
+}
+
+/// The parts of a vendor error body we repeat: an identifier-like code and
+/// a message, never the rest of the body.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct VendorError {
+    pub code: Option<String>,
+    pub message: Option<String>,
+}
+
+/// Reads the error shapes these services use:
+/// - JFrog Access: `{"errors":[{"code":"UNAUTHORIZED","message":"..."}]}`;
+/// - OAuth (RFC 6749 §5.2): `{"error":"invalid_grant","error_description":"..."}`;
+/// - Quay: `{"error":"<reason in words>"}`;
+/// - Cloudsmith (Django REST framework): `{"detail":"...","code":"..."}`.
+pub fn vendor_error(body: &[u8]) -> Option<VendorError> {
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let text = |v: Option<&serde_json::Value>| {
+        v.and_then(serde_json::Value::as_str)
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+    };
+    let found = if let Some(first) = value
+        .get("errors")
+        .and_then(serde_json::Value::as_array)
+        .and_then(|a| a.first())
+    {
+        VendorError {
+            code: text(first.get("code")).or_else(|| {
+                first
+                    .get("status")
+                    .and_then(serde_json::Value::as_u64)
+                    .map(|s| s.to_string())
+            }),
+            message: text(first.get("message")),
+        }
+    } else if let Some(error) = text(value.get("error")) {
+        // An OAuth code is an identifier; Quay puts a sentence here.
+        if is_code(&error) {
+            VendorError {
+                code: Some(error),
+                message: text(value.get("error_description")),
+            }
+        } else {
+            VendorError {
+                code: None,
+                message: Some(error),
+            }
+        }
+    } else if let Some(detail) = text(value.get("detail")) {
+        VendorError {
+            code: text(value.get("code")),
+            message: Some(detail),
+        }
+    } else {
+        return None;
+    };
+    let code = found.code.filter(|c| is_code(c));
+    (code.is_some() || found.message.is_some()).then_some(VendorError {
+        code,
+        message: found.message,
+    })
+}
+
+fn is_code(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 64
+        && text
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
+}
+
+/// `HTTP 401 UNAUTHORIZED: "message"`, or the body's shape when it is not a
+/// vendor error.
+pub fn describe(reply: &Reply) -> String {
+    match vendor_error(&reply.body) {
+        Some(VendorError { code, message }) => {
+            let mut text = format!("HTTP {}", reply.status);
+            if let Some(code) = code {
+                text.push(' ');
+                text.push_str(&code);
+            }
+            if let Some(message) = message {
+                let shown = crate::redact::clean(&message, MAX_MESSAGE_CHARS);
+                text.push_str(&format!(": {shown:?}"));
+            }
+            text
+        }
+        None => format!(
+            "HTTP {} ({})",
+            reply.status,
+            crate::redact::body_shape(&reply.body)
+        ),
+    }
+}
+
+/// The error for a reply that is not a success. `fix` is the vendor's
+/// advice for a refusal of this request (401, 403, 404, 400); throttling
+/// and outages get the same advice everywhere.
+pub fn refused(service: &Service, reply: &Reply, fix: impl FnOnce(u16) -> String) -> Error {
+    let fix = if http::is_retryable_status(reply.status) {
+        format!(
+            "{} was throttling or unavailable through every retry; the kubelet retries the pull, check the service's status if it persists",
+            service.vendor
+        )
+    } else {
+        fix(reply.status)
+    };
+    Error::new(format!(
+        "{} {} the token exchange at {}: {}",
+        service.vendor,
+        crate::redact::verb(reply.status),
+        service.url,
+        describe(reply)
+    ))
+    .fix(fix)
+}
+
+/// The error for a success whose body is not what the service documents.
+pub fn malformed(service: &Service, reply: &Reply, why: &str) -> Error {
+    Error::new(format!(
+        "{} answered HTTP {} with {why} ({})",
+        service.call(),
+        reply.status,
+        crate::redact::body_shape(&reply.body)
+    ))
+    .fix(format!(
+        "check that {} points at {}'s own endpoint; a proxy or captive portal may be answering instead",
+        service.endpoint_flag, service.vendor
+    ))
+}
+
+/// A non-empty string field of a success body.
+pub fn field(value: &serde_json::Value, name: &str) -> Option<String> {
+    value
+        .get(name)
+        .and_then(serde_json::Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+}
+
+/// `expires_in` as a number or, from services that bend RFC 6749, a
+/// string of digits; `None` when absent, zero or negative.
+pub fn expires_in(value: &serde_json::Value) -> Option<i64> {
+    match value.get("expires_in")? {
+        serde_json::Value::Number(n) => n.as_i64(),
+        serde_json::Value::String(s) => s.trim().parse::<i64>().ok(),
+        _ => None,
+    }
+    .filter(|&s| s > 0)
+}
+
+/// When a returned credential stops working, seen at `now`: the earlier of
+/// `expires_in` and the token's own `exp` (read without verifying: the
+/// service verifies its own token, we only need to know how long to cache
+/// it). With neither, `fallback_secs`, the service's documented lifetime.
+/// A credential already expired is an error: the clocks disagree, or the
+/// service is misconfigured, and a pull with it would fail anyway.
+pub fn expiry(
+    service: &Service,
+    now: i64,
+    expires_in: Option<i64>,
+    token: &Secret,
+    fallback_secs: i64,
+) -> Result<i64> {
+    let by_field = expires_in.map(|s| now.saturating_add(s));
+    let by_claim = crate::providers::azure::acr::expiry(token);
+    let expires_at = match (by_field, by_claim) {
+        (Some(a), Some(b)) => a.min(b),
+        (Some(a), None) | (None, Some(a)) => a,
+        (None, None) => {
+            crate::debug!(
+                "{} gave no expiry for the credential; assuming its documented lifetime of {fallback_secs}s",
+                service.vendor
+            );
+            now.saturating_add(fallback_secs)
+        }
+    };
+    if expires_at <= now {
+        return Err(Error::new(format!(
+            "{} returned a credential that expired at {}, before it was used",
+            service.call(),
+            crate::duration::format_unix(expires_at)
+        ))
+        .fix(format!(
+            "check the node's clock (NTP) and the token lifetime configured in {}",
+            service.vendor
+        )));
+    }
+    Ok(expires_at)
+}
+
+/// An anchored pattern for one kind of identity.
+pub struct Pattern {
+    regex: LazyLock<Option<Regex>>,
+    /// The form in words, for messages.
+    pub form: &'static str,
+}
+
+impl Pattern {
+    pub const fn new(form: &'static str, build: fn() -> Option<Regex>) -> Self {
+        Pattern {
+            regex: LazyLock::new(build),
+            form,
+        }
+    }
+
+    /// Whether the whole of `value` has the form (the regexes are written
+    /// with `^...$`).
+    pub fn matches(&self, value: &str) -> bool {
+        self.regex.as_ref().is_some_and(|re| re.is_match(value))
+    }
+}
+
+/// The identity the service account names: the first of `keys` (ours,
+/// then an established plugin's) with a non-empty value, which must have
+/// the pattern's form. A malformed value is an error naming its key, never
+/// a reason to try the next key. `None` when no key is set.
+pub fn identity(
+    cx: &Context<'_>,
+    keys: &[&'static str],
+    pattern: &Pattern,
+    what: &str,
+) -> Result<Option<(&'static str, String)>> {
+    for key in keys {
+        let Some(value) = cx.annotation(key) else {
+            continue;
+        };
+        // Not trimmed: a value with a stray newline or space is refused as
+        // written, so what is checked is exactly what would be sent.
+        if !pattern.matches(value) {
+            return Err(Error::new(format!(
+                "annotation {key} is {}, not a {what} ({})",
+                quote(value),
+                pattern.form
+            ))
+            .fix(format!(
+                "set {key} to the {what}; an annotation names an identity, never a host or a path"
+            )));
+        }
+        return Ok(Some((key, value.to_string())));
+    }
+    Ok(None)
+}
+
+/// Checks an admin-given endpoint flag (`https://host[:port]`, `http://`
+/// only when written so), and returns it without a trailing slash.
+pub fn endpoint(flag: &str, value: &str) -> Result<String> {
+    let endpoint = http::endpoint_override(flag, value)?;
+    let rest = endpoint
+        .split_once("://")
+        .map(|(_, rest)| rest)
+        .unwrap_or_default();
+    if rest.contains('@') {
+        return Err(
+            Error::new(format!("{flag} {} carries credentials", quote(value)))
+                .fix("write it as https://host[:port], without user information"),
+        );
+    }
+    Ok(endpoint)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn service() -> Service {
+        Service {
+            vendor: "Acme",
+            endpoint_flag: "--acme-url",
+            url: "https://acme.example/token".into(),
+        }
+    }
+
+    fn reply(status: u16, body: &str) -> Reply {
+        Reply {
+            status,
+            retry_after: None,
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn vendor_errors_in_every_shape() {
+        let e = |b: &str| vendor_error(b.as_bytes());
+        assert_eq!(
+            e(r#"{"errors":[{"code":"UNAUTHORIZED","message":"Bad credentials"}]}"#),
+            Some(VendorError {
+                code: Some("UNAUTHORIZED".into()),
+                message: Some("Bad credentials".into())
+            })
+        );
+        assert_eq!(
+            e(r#"{"errors":[{"status":403,"message":"Forbidden"}]}"#),
+            Some(VendorError {
+                code: Some("403".into()),
+                message: Some("Forbidden".into())
+            })
+        );
+        assert_eq!(
+            e(r#"{"error":"invalid_grant","error_description":"expired"}"#),
+            Some(VendorError {
+                code: Some("invalid_grant".into()),
+                message: Some("expired".into())
+            })
+        );
+        assert_eq!(
+            e(r#"{"error":"Invalid robot"}"#),
+            Some(VendorError {
+                code: None,
+                message: Some("Invalid robot".into())
+            })
+        );
+        assert_eq!(
+            e(r#"{"detail":"OIDC token cannot be authenticated.","code":"permission_denied"}"#),
+            Some(VendorError {
+                code: Some("permission_denied".into()),
+                message: Some("OIDC token cannot be authenticated.".into())
+            })
+        );
+        for none in ["<html>", "{}", r#"{"error":""}"#, r#"{"errors":[]}"#, "[1]"] {
+            assert_eq!(e(none), None, "{none}");
+        }
+    }
+
+    #[test]
+    fn refusals_name_vendor_status_code_and_fix() {
+        let r = refused(
+            &service(),
+            &reply(
+                401,
+                r#"{"error":"bad token eyJhbGciOiJSUzI1NiJ9.eyJ4IjoxfQ.c2ln"}"#,
+            ),
+            |_| "FIX".into(),
+        );
+        assert_eq!(
+            r.what(),
+            "Acme refused the token exchange at https://acme.example/token: HTTP 401: \"bad token <token>\""
+        );
+        assert_eq!(r.remedy(), Some("FIX"));
+        let r = refused(&service(), &reply(503, "<html>down</html>"), |_| {
+            "FIX".into()
+        });
+        assert!(
+            r.what().ends_with("HTTP 503 (17 bytes, HTML or XML)"),
+            "{r}"
+        );
+        assert!(r.remedy().unwrap().contains("throttling"), "{r}");
+    }
+
+    #[test]
+    fn expiry_is_the_earlier_and_never_past() {
+        use base64::Engine as _;
+        let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+        let jwt = |exp: i64| {
+            Secret::new(format!(
+                "{}.{}.sig",
+                b64("{}"),
+                b64(&format!("{{\"exp\":{exp}}}"))
+            ))
+        };
+        let s = service();
+        assert_eq!(expiry(&s, 1000, Some(60), &jwt(5000), 3600).unwrap(), 1060);
+        assert_eq!(
+            expiry(&s, 1000, Some(9000), &jwt(5000), 3600).unwrap(),
+            5000
+        );
+        assert_eq!(expiry(&s, 1000, None, &jwt(5000), 3600).unwrap(), 5000);
+        assert_eq!(
+            expiry(&s, 1000, None, &Secret::new("opaque"), 3600).unwrap(),
+            4600
+        );
+        let e = expiry(&s, 1000, Some(60), &jwt(999), 3600).unwrap_err();
+        assert!(e.what().contains("expired at 1970-01-01T00:16:39Z"), "{e}");
+        assert_eq!(
+            expires_in(&serde_json::json!({"expires_in": "60"})),
+            Some(60)
+        );
+        for v in [
+            serde_json::json!({}),
+            serde_json::json!({"expires_in": 0}),
+            serde_json::json!({"expires_in": -1}),
+            serde_json::json!({"expires_in": "soon"}),
+        ] {
+            assert_eq!(expires_in(&v), None, "{v}");
+        }
+    }
+
+    #[test]
+    fn endpoints_carry_no_credentials() {
+        assert_eq!(
+            endpoint("--x", "https://a.example/").unwrap(),
+            "https://a.example"
+        );
+        for bad in [
+            "https://u:p@a.example",
+            "a.example",
+            "ftp://a",
+            "https://a?x",
+        ] {
+            assert!(endpoint("--x", bad).is_err(), "{bad}");
+        }
+    }
+}

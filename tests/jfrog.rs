@@ -1,0 +1,302 @@
+//! The binary as the kubelet runs it with `--provider jfrog`, against a
+//! faithful fake of JFrog's OIDC token exchange.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod support;
+
+use support::http_server::Response;
+use support::jfrog::{self, Integration};
+use support::token::TokenSpec;
+use support::token_service::{self as ts, FakeService, Trust, invoke};
+
+const AUDIENCE: &str = "jfrog.example";
+const REGISTRY: &str = "example.jfrog.io";
+const IMAGE: &str = "example.jfrog.io/docker-local/app:v1";
+const MAPPING_KEY: &str = "wi-credential-provider.io/jfrog-identity-mapping";
+
+fn integration(project: Option<&str>) -> Integration {
+    Integration {
+        provider_name: "k8s-prod".into(),
+        project_key: project.map(str::to_string),
+        mapping: "team-a".into(),
+        username: "k8s-team-a".into(),
+    }
+}
+
+fn fake(project: Option<&str>) -> FakeService {
+    jfrog::start(
+        Trust::service_account("team", "app", AUDIENCE),
+        integration(project),
+    )
+}
+
+fn args(fake: &FakeService, registry: &str, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--provider",
+        "jfrog",
+        "--registry",
+        registry,
+        "--audience",
+        AUDIENCE,
+        "--jfrog-url",
+        &fake.url(),
+        "--jfrog-provider-name",
+        "k8s-prod",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+fn token() -> String {
+    TokenSpec::new("team", "app", AUDIENCE).mint()
+}
+
+#[test]
+fn exchanges_for_the_username_jfrog_returns() {
+    let fake = fake(Some("proj"));
+    let token = token();
+    for annotations in [vec![], vec![(MAPPING_KEY, "team-a")]] {
+        let out = invoke(
+            &args(&fake, REGISTRY, &["--jfrog-project-key", "proj"]),
+            IMAGE,
+            &token,
+            &annotations,
+        );
+        let response = out.response_for(IMAGE);
+        assert_eq!(response["cacheKeyType"], "Registry");
+        let auth = &response["auth"][REGISTRY];
+        assert_eq!(auth["username"], "k8s-team-a");
+        let password = auth["password"].as_str().unwrap();
+        assert_eq!(Some(password), fake.issued().last().map(String::as_str));
+        // 80% of the hour JFrog granted (a second may pass on the way).
+        assert!(
+            ["48m0s", "47m59s"].contains(&response["cacheDuration"].as_str().unwrap()),
+            "{response}"
+        );
+        ts::assert_no_secrets(&out.stderr, &[&token, password]);
+        assert!(!out.stderr.contains("lives only"), "{}", out.stderr);
+    }
+    assert_eq!(fake.request_count(), 2);
+}
+
+#[test]
+fn a_short_jfrog_lifetime_is_surfaced() {
+    let fake = fake(None);
+    fake.set_lifetime(60);
+    let out = invoke(&args(&fake, REGISTRY, &[]), IMAGE, &token(), &[]);
+    let response = out.response_for(IMAGE);
+    assert_eq!(response["cacheDuration"], "48s");
+    assert!(
+        out.stderr.contains("lives only 60s")
+            && out.stderr.contains("raise the mapping's token expiry"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn refusals_name_jfrog_the_status_and_the_fix() {
+    let fake = fake(None);
+    let token = token();
+    let run = || invoke(&args(&fake, REGISTRY, &[]), IMAGE, &token, &[]);
+    ts::assert_failures(
+        &fake,
+        run,
+        vec![
+            (
+                vec![jfrog::error(
+                    401,
+                    "UNAUTHORIZED",
+                    "Failed to validate the OIDC token",
+                )],
+                vec![
+                    "JFrog refused the token exchange",
+                    "HTTP 401 UNAUTHORIZED",
+                    "\"k8s-prod\"",
+                    "system:serviceaccount:team:app",
+                ],
+            ),
+            (
+                vec![jfrog::error(
+                    403,
+                    "FORBIDDEN",
+                    "No identity mapping matched the token claims",
+                )],
+                vec!["HTTP 403 FORBIDDEN", "No identity mapping matched"],
+            ),
+            (
+                vec![
+                    jfrog::error(429, "TOO_MANY_REQUESTS", "Rate limit exceeded")
+                        .with_header("Retry-After", "120"),
+                ],
+                vec!["HTTP 429", "asking to retry after 2m0s"],
+            ),
+            (
+                vec![jfrog::error(500, "INTERNAL_ERROR", "x"); 4],
+                vec![
+                    "JFrog failed the token exchange",
+                    "HTTP 500 INTERNAL_ERROR",
+                    "throttling or unavailable",
+                ],
+            ),
+            (
+                vec![Response::text(200, "{\"access_token\":")],
+                vec!["with a body that is not JSON", "--jfrog-url"],
+            ),
+        ],
+        &[&token],
+    );
+    // Throttled once, then served: the Retry-After is honoured.
+    fake.script([
+        jfrog::error(429, "TOO_MANY_REQUESTS", "slow down").with_header("Retry-After", "1")
+    ]);
+    let before = fake.request_count();
+    invoke(&args(&fake, REGISTRY, &[]), IMAGE, &token, &[]).response_for(IMAGE);
+    assert_eq!(fake.request_count(), before + 2);
+    // The real refusals of the fake, not scripted ones.
+    let line = invoke(
+        &args(&fake, REGISTRY, &[]),
+        IMAGE,
+        &token,
+        &[(MAPPING_KEY, "team-b")],
+    )
+    .failure();
+    assert!(
+        line.contains("HTTP 404 NOT_FOUND: \"Identity mapping not found\""),
+        "{line}"
+    );
+    let other = TokenSpec::new("team", "intruder", AUDIENCE).mint();
+    let line = invoke(&args(&fake, REGISTRY, &[]), IMAGE, &other, &[]).failure();
+    assert!(
+        line.contains("HTTP 401 UNAUTHORIZED")
+            && line.contains("system:serviceaccount:team:intruder"),
+        "{line}"
+    );
+}
+
+#[test]
+fn an_expired_jfrog_token_is_an_error() {
+    let fake = fake(None);
+    fake.set_lifetime(-30);
+    let token = token();
+    let out = invoke(&args(&fake, REGISTRY, &[]), IMAGE, &token, &[]);
+    let line = out.failure();
+    assert!(
+        line.contains("returned a credential that expired at"),
+        "{line}"
+    );
+    assert!(line.contains("clock"), "{line}");
+    let issued = fake.issued();
+    ts::assert_no_secrets(&out.stderr, &[&token, &issued[0]]);
+}
+
+#[test]
+fn annotations_never_move_the_token() {
+    let fake = fake(None);
+    let token = token();
+    ts::assert_hostile_refused(&fake, MAPPING_KEY, |value| {
+        invoke(
+            &args(&fake, REGISTRY, &[]),
+            IMAGE,
+            &token,
+            &[(MAPPING_KEY, value)],
+        )
+    });
+    // A registry the admin did not allow gets nothing, whatever it is.
+    let line = invoke(&args(&fake, REGISTRY, &[]), "evil.example/app", &token, &[]).failure();
+    assert!(
+        line.contains("not allowed to receive the JFrog access token"),
+        "{line}"
+    );
+    // auto never routes here.
+    let out = support::plugin::run(
+        &[
+            "--jfrog-url",
+            &fake.url(),
+            "--jfrog-provider-name",
+            "k8s-prod",
+            "--registry",
+            REGISTRY,
+        ],
+        &[],
+        support::plugin::request(IMAGE, Some(&token), &[]).as_bytes(),
+    );
+    assert!(
+        out.failure().contains("not a cloud registry"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(fake.request_count(), 0);
+}
+
+#[test]
+fn missing_settings_fail_with_the_flag_to_set() {
+    let token = token();
+    for (args, needle) in [
+        (
+            vec![
+                "--provider",
+                "jfrog",
+                "--registry",
+                REGISTRY,
+                "--jfrog-provider-name",
+                "x",
+            ],
+            "--jfrog-url is not set",
+        ),
+        (
+            vec![
+                "--provider",
+                "jfrog",
+                "--registry",
+                REGISTRY,
+                "--jfrog-url",
+                "https://example.jfrog.io",
+            ],
+            "--jfrog-provider-name is not set",
+        ),
+        (
+            vec![
+                "--provider",
+                "jfrog",
+                "--registry",
+                REGISTRY,
+                "--jfrog-url",
+                "https://u:p@example.jfrog.io",
+                "--jfrog-provider-name",
+                "x",
+            ],
+            "carries credentials",
+        ),
+    ] {
+        let out = support::plugin::run(
+            &args,
+            &[],
+            support::plugin::request(IMAGE, Some(&token), &[]).as_bytes(),
+        );
+        assert!(out.failure().contains(needle), "{}", out.stderr);
+    }
+}
+
+#[test]
+fn skopeo_pulls_with_the_jfrog_credentials() {
+    let fake = fake(None);
+    let token = token();
+    ts::skopeo_pulls(&fake, "k8s-team-a", "k8s-team-a", |host| {
+        invoke(
+            &args(&fake, host, &[]),
+            &format!("{host}/team/app:v1"),
+            &token,
+            &[],
+        )
+        .response_for(&format!("{host}/team/app:v1"))
+    });
+}

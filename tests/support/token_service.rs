@@ -1,0 +1,343 @@
+//! What the vendor token service fakes (JFrog, Quay, Cloudsmith) share:
+//! the trust the vendor is configured with, verification of the service
+//! account token as the vendor does it (signature against the cluster
+//! issuer's key, issuer, audience, subject, expiry), tokens minted with a
+//! per-fake random key, scripted answers for throttling and outages, and
+//! recorded violations that fail the test when the fake is dropped.
+//!
+//! Each vendor's file (`jfrog.rs`, `quay.rs`, `cloudsmith.rs`) holds only
+//! its wire format: the request it checks and the bodies it answers.
+
+#![allow(clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use serde_json::Value;
+
+use super::http_server::{Request, Response, TestServer};
+use super::plugin::{self, Run};
+use super::registry::Registry;
+use super::token::{self, now};
+
+/// What the vendor side trusts: the cluster's issuer, one subject, and the
+/// audience the admin pinned.
+#[derive(Clone, Debug)]
+pub struct Trust {
+    pub issuer: String,
+    pub subject: String,
+    pub audience: String,
+}
+
+impl Trust {
+    pub fn service_account(namespace: &str, name: &str, audience: &str) -> Self {
+        Trust {
+            issuer: token::ISSUER.into(),
+            subject: format!("system:serviceaccount:{namespace}:{name}"),
+            audience: audience.into(),
+        }
+    }
+}
+
+/// The state every vendor handler works with.
+pub struct State {
+    pub name: &'static str,
+    pub trust: Trust,
+    key: Vec<u8>,
+    script: Mutex<VecDeque<Response>>,
+    violations: Mutex<Vec<String>>,
+    issued: Mutex<Vec<String>>,
+    /// Lifetime of minted tokens, seconds (negative: already expired).
+    lifetime: AtomicI64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl State {
+    /// Records a request the real service would refuse.
+    pub fn violation(&self, what: impl Into<String>) {
+        lock(&self.violations).push(what.into());
+    }
+
+    /// The next scripted answer, if any.
+    pub fn scripted(&self) -> Option<Response> {
+        lock(&self.script).pop_front()
+    }
+
+    /// Verifies the service account token as the vendor does.
+    pub fn verify_subject_token(&self, jwt: &str) -> Result<Value, String> {
+        let claims = token::verify(jwt, &self.trust.audience)?;
+        if claims["iss"] != self.trust.issuer.as_str() {
+            return Err(format!("issuer {} is not trusted", claims["iss"]));
+        }
+        if claims["sub"] != self.trust.subject.as_str() {
+            return Err(format!("subject {} is not trusted", claims["sub"]));
+        }
+        Ok(claims)
+    }
+
+    pub fn lifetime(&self) -> i64 {
+        self.lifetime.load(Ordering::SeqCst)
+    }
+
+    /// Mints a token for `subject` (HS256 with this fake's key; the plugin
+    /// reads only its `exp`), records it and returns it.
+    pub fn mint(&self, subject: &str) -> String {
+        let iat = now();
+        let claims = serde_json::json!({
+            "iss": self.name,
+            "aud": self.name,
+            "sub": subject,
+            "iat": iat,
+            "nbf": iat,
+            "exp": iat + self.lifetime(),
+        });
+        let jwt = jsonwebtoken::encode(
+            &Header::new(Algorithm::HS256),
+            &claims,
+            &EncodingKey::from_secret(&self.key),
+        )
+        .expect("sign");
+        lock(&self.issued).push(jwt.clone());
+        jwt
+    }
+
+    /// Checks that a JSON body has exactly `keys`, all strings.
+    pub fn check_json_keys(&self, req: &Request, keys: &[&str]) -> Option<Value> {
+        if req.header("content-type") != Some("application/json") {
+            self.violation(format!("content type {:?}", req.header("content-type")));
+        }
+        let Ok(body) = serde_json::from_slice::<Value>(&req.body) else {
+            self.violation("body is not JSON");
+            return None;
+        };
+        let Some(object) = body.as_object() else {
+            self.violation("body is not a JSON object");
+            return None;
+        };
+        let sent: BTreeSet<&str> = object.keys().map(String::as_str).collect();
+        let expected: BTreeSet<&str> = keys.iter().copied().collect();
+        if sent != expected {
+            self.violation(format!("body fields {sent:?} instead of {expected:?}"));
+        }
+        if object.values().any(|v| !v.is_string()) {
+            self.violation("a body field is not a string");
+        }
+        Some(body)
+    }
+
+    /// Checks the method, the path, no query and no Authorization header
+    /// unless `auth` says one is expected.
+    pub fn check_line(&self, req: &Request, method: &str, path: &str, auth: bool) {
+        if req.method != method {
+            self.violation(format!("method {} instead of {method}", req.method));
+        }
+        if req.path != path {
+            self.violation(format!("path {} instead of {path}", req.path));
+        }
+        if !req.query.is_empty() {
+            self.violation(format!("unexpected query {:?}", req.query));
+        }
+        if !auth && req.header("authorization").is_some() {
+            self.violation("an Authorization header the service does not take");
+        }
+    }
+}
+
+/// A running fake.
+pub struct FakeService {
+    pub server: TestServer,
+    state: Arc<State>,
+}
+
+impl FakeService {
+    pub fn start(
+        name: &'static str,
+        trust: Trust,
+        handler: impl Fn(&State, &Request) -> Response + Send + Sync + 'static,
+    ) -> Self {
+        let state = Arc::new(State {
+            name,
+            trust,
+            key: random_key(),
+            script: Mutex::new(VecDeque::new()),
+            violations: Mutex::new(Vec::new()),
+            issued: Mutex::new(Vec::new()),
+            lifetime: AtomicI64::new(3600),
+        });
+        let handler_state = Arc::clone(&state);
+        let server = TestServer::start(move |req| handler(&handler_state, req));
+        FakeService { server, state }
+    }
+
+    pub fn url(&self) -> String {
+        self.server.url()
+    }
+
+    /// Answers the next requests with `responses` (after checking them).
+    pub fn script(&self, responses: impl IntoIterator<Item = Response>) {
+        lock(&self.state.script).extend(responses);
+    }
+
+    /// The lifetime of the tokens minted from now on (negative: expired).
+    pub fn set_lifetime(&self, seconds: i64) {
+        self.state.lifetime.store(seconds, Ordering::SeqCst);
+    }
+
+    pub fn issued(&self) -> Vec<String> {
+        lock(&self.state.issued).clone()
+    }
+
+    pub fn request_count(&self) -> usize {
+        self.server.request_count()
+    }
+
+    /// Verifies a token this fake minted, for `subject`: what the registry
+    /// in front of it does.
+    pub fn verifier(&self) -> impl Fn(&str, &str) -> bool + Send + Sync + 'static {
+        let key = self.state.key.clone();
+        let name = self.state.name;
+        move |jwt, subject| {
+            let mut validation = Validation::new(Algorithm::HS256);
+            validation.set_audience(&[name]);
+            validation.set_issuer(&[name]);
+            jsonwebtoken::decode::<Value>(jwt, &DecodingKey::from_secret(&key), &validation)
+                .is_ok_and(|d| d.claims["sub"] == subject)
+        }
+    }
+}
+
+impl Drop for FakeService {
+    fn drop(&mut self) {
+        let v = lock(&self.state.violations);
+        if !v.is_empty() && !std::thread::panicking() {
+            panic!(
+                "the plugin sent requests the real {} would refuse: {v:#?}",
+                self.state.name
+            );
+        }
+    }
+}
+
+fn random_key() -> Vec<u8> {
+    use std::io::Read;
+    let mut key = vec![0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut key))
+        .expect("read /dev/urandom");
+    key
+}
+
+/// Annotation values a tenant might craft to move the token elsewhere:
+/// none may pass an identity pattern.
+pub const HOSTILE: &[&str] = &[
+    "../admin",
+    "x@evil.example",
+    "evil.example:443",
+    "a/b",
+    "a?b=c",
+    "a#b",
+    "a%2fb",
+    "a\nb",
+    "https://evil.example/",
+    "a b",
+];
+
+/// Asserts that `stderr` holds none of `secrets`.
+pub fn assert_no_secrets(stderr: &str, secrets: &[&str]) {
+    for secret in secrets {
+        assert!(
+            secret.len() < 8 || !stderr.contains(secret),
+            "a secret reached stderr: {stderr}"
+        );
+    }
+}
+
+/// Runs the plugin as the kubelet does for `image`, at debug level.
+pub fn invoke(args: &[String], image: &str, token: &str, annotations: &[(&str, &str)]) -> Run {
+    let mut all: Vec<&str> = args.iter().map(String::as_str).collect();
+    all.extend(["--log-level", "debug"]);
+    plugin::run(
+        &all,
+        &[],
+        plugin::request(image, Some(token), annotations).as_bytes(),
+    )
+}
+
+/// For each case, scripts the fake's answers, runs `run`, and checks the
+/// one error line for every needle and for no secret.
+pub fn assert_failures(
+    fake: &FakeService,
+    run: impl Fn() -> Run,
+    cases: Vec<(Vec<Response>, Vec<&str>)>,
+    secrets: &[&str],
+) {
+    for (responses, needles) in cases {
+        fake.script(responses);
+        let out = run();
+        let line = out.failure();
+        for needle in &needles {
+            assert!(line.contains(needle), "{needles:?}: {line}");
+        }
+        let issued = fake.issued();
+        let mut all: Vec<&str> = secrets.to_vec();
+        all.extend(issued.iter().map(String::as_str));
+        assert_no_secrets(&out.stderr, &all);
+    }
+}
+
+/// Every hostile value of `key` is refused before any request reaches the
+/// fake (or anywhere: the fake is the only endpoint configured).
+pub fn assert_hostile_refused(fake: &FakeService, key: &str, run: impl Fn(&str) -> Run) {
+    let before = fake.request_count();
+    for value in HOSTILE {
+        let line = run(value).failure();
+        assert!(line.contains(key), "{value:?}: {line}");
+        assert_eq!(
+            fake.request_count(),
+            before,
+            "{value:?} reached the network"
+        );
+    }
+}
+
+/// End to end: Debian's docker-registry behind a token service that
+/// accepts exactly `username` with a token the fake minted for `subject`,
+/// an image pushed to it, and skopeo pulling with the credentials the
+/// plugin returns for it. `run` gets the registry host and returns the
+/// plugin's response.
+pub fn skopeo_pulls(
+    fake: &FakeService,
+    username: &'static str,
+    subject: &'static str,
+    run: impl Fn(&str) -> Value,
+) {
+    let verify = fake.verifier();
+    let registry = Registry::start_with_token_auth(move |user, password| {
+        user == username && verify(password, subject)
+    });
+    registry.push_test_image("team/app", "v1");
+    let host = registry.host().to_string();
+    let response = run(&host);
+    let auth = &response["auth"][host.as_str()];
+    let (user, password) = (
+        auth["username"].as_str().unwrap(),
+        auth["password"].as_str().unwrap(),
+    );
+    assert_eq!(user, username);
+    registry
+        .pull("team/app", "v1", user, password)
+        .expect("skopeo pulls with the plugin's credentials");
+    let accepted = registry.token_requests_accepted();
+    // Another user with the same password, and the service account token
+    // itself, are refused: the registry takes exactly what was exchanged.
+    let err = registry
+        .pull("team/app", "v1", "someone-else", password)
+        .expect_err("another username must not pull");
+    assert!(err.contains("unauthorized"), "{err}");
+    assert_eq!(registry.token_requests_accepted(), accepted);
+}
