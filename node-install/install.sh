@@ -16,7 +16,7 @@
 set -eu
 
 PROG=wi-credential-provider
-PROVIDERS="aws azure gcp passthrough jfrog"
+PROVIDERS="aws azure gcp passthrough jfrog quay"
 
 usage() {
   cat <<'EOF'

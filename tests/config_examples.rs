@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use serde::Deserialize;
 
-const SCENARIOS: [&str; 8] = [
+const SCENARIOS: [&str; 9] = [
     "aws-pod-identity",
     "aws-web-identity",
     "azure",
@@ -30,6 +30,7 @@ const SCENARIOS: [&str; 8] = [
     "jfrog",
     "multi-provider",
     "passthrough-harbor-zot",
+    "quay",
 ];
 
 fn repo() -> PathBuf {

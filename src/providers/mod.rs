@@ -17,6 +17,7 @@ pub mod azure;
 pub mod gcp;
 pub mod jfrog;
 pub mod passthrough;
+pub mod quay;
 pub mod route;
 pub mod token_service;
 
@@ -83,6 +84,7 @@ pub static ALL: &[&Provider] = &[
     &gcp::PROVIDER,
     &passthrough::PROVIDER,
     &jfrog::PROVIDER,
+    &quay::PROVIDER,
 ];
 
 impl PartialEq for Provider {

@@ -9,6 +9,7 @@ pub mod jfrog;
 pub mod moto;
 pub mod net;
 pub mod plugin;
+pub mod quay;
 pub mod registry;
 pub mod token;
 pub mod token_service;

@@ -1,0 +1,433 @@
+//! Quay robot account federation: the service account token for a robot's
+//! short-lived registry password.
+//!
+//! Wire format, from Quay's source (quay/quay `endpoints/oauth/
+//! robot_identity_federation.py`, `auth/decorators.py`
+//! `process_federated_auth`, `util/security/federated_robot_auth.py`;
+//! feature since Quay 3.13):
+//!
+//! ```text
+//! GET {--quay-url}/oauth2/federation/robot/token
+//! Authorization: Basic base64("<org>+<robot>:<service account JWT>")
+//! → 200 {"token": "<Quay-signed JWT>"}
+//! → 401 {"error": "<reason>"}            (e.g. "Invalid robot", "missing auth")
+//! ```
+//!
+//! Red Hat's API reference shows `Authorization: Bearer` for this endpoint;
+//! the code parses Basic only, so we follow the code.
+//!
+//! Quay verifies the token through OIDC discovery at its issuer against the
+//! robot's federation entries (issuer and subject). The registry then
+//! accepts the robot name as username and the returned token as password.
+//! The token's lifetime is `TMP_ROBOT_TOKEN_VALIDITY_LIFETIME_S` (3600 s,
+//! `data/model/user.py`); we read its `exp` and fall back to that constant.
+//! Quay does not tie it to the service account token's expiry.
+//!
+//! The robot comes from an annotation, and its organisation must be one the
+//! admin allowed with `--quay-organization`: a tenant can only ask for a
+//! robot of an organisation the node is meant to pull from, and Quay checks
+//! that the robot trusts this service account.
+
+use std::collections::BTreeSet;
+
+use crate::deadline::Deadline;
+use crate::duration;
+use crate::error::{Error, Result, quote};
+use crate::image::ImageRef;
+use crate::inputs::Inputs;
+use crate::protocol::CacheKeyType;
+use crate::providers::allowlist::{self, Allowlist};
+use crate::providers::token_service::{self, Pattern, Service};
+use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
+use crate::secret::Secret;
+
+pub const TOKEN_PATH: &str = "/oauth2/federation/robot/token";
+pub const DEFAULT_URL: &str = "https://quay.io";
+
+/// The annotations naming the robot, in order: ours, then
+/// sabre1041/quay-credential-provider's. That plugin's other keys
+/// (`quay.io/host-override`, `quay.io/plain-http`, ...) move the token to
+/// another host or scheme and are never read.
+pub const ROBOT_ANNOTATIONS: [&str; 2] = [
+    "wi-credential-provider.io/quay-robot",
+    "quay.io/federated-robot-account",
+];
+
+/// Quay's temporary robot token lifetime, assumed when the token carries no
+/// readable `exp`.
+pub const DEFAULT_LIFETIME_SECS: i64 = 3600;
+
+/// `<org>+<robot>`: an organisation (Quay namespace: lowercase letters and
+/// digits, separated by single `.`, `_` or `-`) and a robot short name
+/// (a lowercase letter, then lowercase letters, digits or `_`).
+static ROBOT: Pattern = Pattern::new(
+    "<organisation>+<robot>, e.g. acme+puller, lowercase",
+    || regex_lite::Regex::new(r"^([a-z0-9]+(?:[._-][a-z0-9]+)*)\+([a-z][a-z0-9_]{1,254})$").ok(),
+);
+
+static ORGANISATION: Pattern = Pattern::new(
+    "lowercase letters and digits, separated by single '.', '_' or '-'",
+    || regex_lite::Regex::new(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$").ok(),
+);
+
+#[derive(clap::Args, Clone, Debug)]
+#[command(next_help_heading = "Quay")]
+#[group(id = "quay_options")]
+pub struct Options {
+    /// The Quay server's base URL; the federation call goes to its
+    /// /oauth2/federation/robot/token, and nowhere else.
+    #[arg(long, value_name = "URL", env = "WICP_QUAY_URL", default_value = DEFAULT_URL)]
+    pub quay_url: String,
+
+    /// An organisation whose robots service accounts may name (repeatable,
+    /// or comma-separated). A robot of any other organisation is refused
+    /// before the token leaves the node.
+    #[arg(
+        long,
+        value_name = "ORG",
+        env = "WICP_QUAY_ORGANIZATION",
+        value_delimiter = ','
+    )]
+    pub quay_organization: Vec<String>,
+}
+
+pub static PROVIDER: Provider = Provider {
+    name: "quay",
+    summary: "Quay robot account federation: a robot's token for the --registry hosts",
+    audience: "the audience the robot's federation trusts (--audience)",
+    auto: None,
+    password_is_token: false,
+    flags: <Options as clap::Args>::augment_args,
+    build,
+};
+
+fn build(matches: &clap::ArgMatches, _inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
+    Ok(Box::new(Quay::new(
+        &providers::flags(matches)?,
+        &providers::flags(matches)?,
+    )?))
+}
+
+pub struct Quay {
+    allowlist: Allowlist,
+    service: Service,
+    organisations: BTreeSet<String>,
+}
+
+impl Quay {
+    pub fn new(registries: &allowlist::Options, options: &Options) -> Result<Self> {
+        let allowlist = Allowlist::new(registries)?;
+        let base = token_service::endpoint("--quay-url", &options.quay_url)?;
+        let mut organisations = BTreeSet::new();
+        for org in &options.quay_organization {
+            let org = org.trim();
+            if !ORGANISATION.matches(org) {
+                return Err(Error::new(format!(
+                    "--quay-organization {} is not a Quay organisation name ({})",
+                    quote(org),
+                    ORGANISATION.form
+                ))
+                .fix("write the organisation as Quay shows it, e.g. acme"));
+            }
+            organisations.insert(org.to_string());
+        }
+        if organisations.is_empty() {
+            return Err(Error::new("no --quay-organization is set, so no robot may be used")
+                .fix("pass --quay-organization ORG (WICP_QUAY_ORGANIZATION) for each organisation whose robots service accounts may name"));
+        }
+        Ok(Quay {
+            allowlist,
+            service: Service {
+                vendor: "Quay",
+                endpoint_flag: "--quay-url",
+                url: format!("{base}{TOKEN_PATH}"),
+            },
+            organisations,
+        })
+    }
+
+    /// The robot the service account names, checked against the allowed
+    /// organisations.
+    fn robot(&self, cx: &Context<'_>) -> Result<String> {
+        let (key, robot) = token_service::identity(cx, &ROBOT_ANNOTATIONS, &ROBOT, "Quay robot account")?
+            .ok_or_else(|| {
+                Error::new(format!(
+                    "the service account has no {} (or {}) annotation naming the Quay robot to federate to",
+                    ROBOT_ANNOTATIONS[0], ROBOT_ANNOTATIONS[1]
+                ))
+                .fix(format!(
+                    "annotate the service account with {}: <organisation>+<robot>, and list the key in the provider entry's tokenAttributes.optionalServiceAccountAnnotationKeys",
+                    ROBOT_ANNOTATIONS[0]
+                ))
+            })?;
+        let org = robot
+            .split_once('+')
+            .map(|(org, _)| org)
+            .unwrap_or_default();
+        if !self.organisations.contains(org) {
+            return Err(Error::new(format!(
+                "annotation {key} names robot {robot} of organisation {org}, which is not allowed (allowed: {})",
+                self.organisations.iter().cloned().collect::<Vec<_>>().join(", ")
+            ))
+            .fix("name a robot of an allowed organisation, or have the admin add --quay-organization for it"));
+        }
+        Ok(robot)
+    }
+
+    /// Reads Quay's answer, seen at `now`.
+    pub fn interpret(
+        &self,
+        reply: &crate::http::Reply,
+        now: i64,
+        robot: &str,
+        issuer: &str,
+        subject: &str,
+    ) -> Result<Credential> {
+        if !reply.is_success() {
+            return Err(token_service::refused(&self.service, reply, |status| {
+                match status {
+                401 | 403 => format!(
+                    "Quay did not accept the token for robot {robot}: check that the robot exists and that its federation \
+                     (Robot accounts > Set robot federation) has issuer {issuer} and subject {subject}, and that Quay can \
+                     reach the issuer's discovery document"
+                ),
+                404 => "Quay has no robot federation endpoint there: check --quay-url and that Quay is 3.13 or later".to_string(),
+                _ => format!("check the robot name {robot} and --quay-url"),
+            }
+            }));
+        }
+        let value: serde_json::Value = reply.json().ok_or_else(|| {
+            token_service::malformed(&self.service, reply, "a body that is not JSON")
+        })?;
+        let password = token_service::field(&value, "token")
+            .map(Secret::new)
+            .ok_or_else(|| token_service::malformed(&self.service, reply, "no token"))?;
+        let expires_at =
+            token_service::expiry(&self.service, now, None, &password, DEFAULT_LIFETIME_SECS)?;
+        Ok(Credential {
+            username: robot.to_string(),
+            password,
+            expires_at,
+        })
+    }
+}
+
+impl Exchanger for Quay {
+    fn provider(&self) -> &'static Provider {
+        &PROVIDER
+    }
+
+    /// Quay checks the audience only where a federation entry lists one;
+    /// `--audience` pins it.
+    fn audiences(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn annotation_keys(&self) -> Vec<String> {
+        ROBOT_ANNOTATIONS.iter().map(|k| k.to_string()).collect()
+    }
+
+    fn serves(&self, image: &ImageRef) -> bool {
+        self.allowlist.allows(image)
+    }
+
+    fn registries(&self) -> String {
+        self.allowlist.describe()
+    }
+
+    fn refusal(&self, image: &ImageRef) -> Error {
+        self.allowlist
+            .refusal("quay", "the Quay robot token", image)
+    }
+
+    fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
+        if !self.serves(cx.image) {
+            return Err(self.refusal(cx.image));
+        }
+        let token = cx.token()?;
+        let robot = self.robot(cx)?;
+        let registry = cx.image.registry().to_string();
+        let inputs = vec![
+            ("registry", registry.clone()),
+            ("token_url", self.service.url.clone()),
+            ("robot", robot.clone()),
+        ];
+        let claims = token.claims();
+        let (issuer, subject) = (claims.issuer.clone(), claims.subject.clone());
+        Ok(Plan {
+            provider: &PROVIDER,
+            auth_key: registry,
+            cache_key_type: CacheKeyType::Registry,
+            cacheable: true,
+            inputs,
+            exchange: Box::new(move |deadline: &Deadline| {
+                let reply = crate::http::block_on(deadline, &self.service.call(), async {
+                    let client = crate::http::client(deadline)?;
+                    crate::http::send(
+                        || {
+                            client
+                                .get(&self.service.url)
+                                .basic_auth(&robot, Some(token.secret().expose()))
+                                .header(reqwest::header::ACCEPT, "application/json")
+                        },
+                        &self.service.call(),
+                        deadline,
+                    )
+                    .await
+                })?;
+                self.interpret(&reply, duration::unix_now(), &robot, &issuer, &subject)
+            }),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::Reply;
+    use std::collections::BTreeMap;
+
+    fn quay() -> Quay {
+        Quay::new(
+            &allowlist::Options {
+                registries: vec!["quay.io".into()],
+            },
+            &Options {
+                quay_url: DEFAULT_URL.into(),
+                quay_organization: vec!["acme".into(), "acme-labs".into()],
+            },
+        )
+        .unwrap()
+    }
+
+    fn reply(status: u16, body: &str) -> Reply {
+        Reply {
+            status,
+            retry_after: None,
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    fn robot(annotations: &[(&str, &str)]) -> Result<String> {
+        let image = ImageRef::parse("quay.io/acme/app").unwrap();
+        let annotations: BTreeMap<String, String> = annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        quay().robot(&Context {
+            image: &image,
+            annotations: &annotations,
+            token: None,
+        })
+    }
+
+    #[test]
+    fn robots_are_anchored_and_allowed() {
+        let [ours, theirs] = ROBOT_ANNOTATIONS;
+        assert_eq!(robot(&[(ours, "acme+puller")]).unwrap(), "acme+puller");
+        assert_eq!(
+            robot(&[(theirs, "acme-labs+ci_bot")]).unwrap(),
+            "acme-labs+ci_bot"
+        );
+        // Ours first.
+        assert_eq!(
+            robot(&[(ours, "acme+a1"), (theirs, "acme+b2")]).unwrap(),
+            "acme+a1"
+        );
+        // A malformed value of ours is an error, not a reason to use theirs.
+        assert!(robot(&[(ours, "acme"), (theirs, "acme+b2")]).is_err());
+        for bad in [
+            "acme+",
+            "+puller",
+            "Acme+puller",
+            "acme+puller+x",
+            "acme+puller\n",
+            "acme+pull er",
+            "acme+../x",
+            "acme+x@evil.example",
+            "acme+x:y",
+            "acme+x/y",
+            "acme+x?y",
+            "acme+x#y",
+            "acme+x%2fy",
+            "acme+1bot",
+        ] {
+            let e = robot(&[(ours, bad)]).unwrap_err().to_string();
+            assert!(e.contains("not a Quay robot account"), "{bad:?}: {e}");
+        }
+        let e = robot(&[(ours, "other+puller")]).unwrap_err().to_string();
+        assert!(
+            e.contains("organisation other, which is not allowed (allowed: acme, acme-labs)"),
+            "{e}"
+        );
+        let e = robot(&[]).unwrap_err().to_string();
+        assert!(e.contains("no wi-credential-provider.io/quay-robot"), "{e}");
+    }
+
+    #[test]
+    fn organisations_are_required_and_checked() {
+        let r = allowlist::Options::default();
+        let options = |orgs: &[&str]| Options {
+            quay_url: DEFAULT_URL.into(),
+            quay_organization: orgs.iter().map(|o| o.to_string()).collect(),
+        };
+        assert!(
+            Quay::new(&r, &options(&[]))
+                .err()
+                .unwrap()
+                .to_string()
+                .contains("no --quay-organization")
+        );
+        assert!(Quay::new(&r, &options(&["Acme"])).is_err());
+        assert!(Quay::new(&r, &options(&["acme/x"])).is_err());
+        assert!(Quay::new(&r, &options(&["acme", "b.c"])).is_ok());
+    }
+
+    #[test]
+    fn reads_the_answer() {
+        use base64::Engine as _;
+        let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+        let jwt = format!(
+            "{}.{}.sig",
+            b64(r#"{"alg":"RS256"}"#),
+            b64(r#"{"exp":4600,"sub":"acme+puller"}"#)
+        );
+        let q = quay();
+        let c = q
+            .interpret(
+                &reply(200, &format!(r#"{{"token":"{jwt}"}}"#)),
+                1000,
+                "acme+puller",
+                "i",
+                "s",
+            )
+            .unwrap();
+        assert_eq!((c.username.as_str(), c.expires_at), ("acme+puller", 4600));
+        let e = q
+            .interpret(
+                &reply(401, r#"{"error":"Invalid robot"}"#),
+                0,
+                "acme+puller",
+                "https://oidc.cluster.test",
+                "system:serviceaccount:a:b",
+            )
+            .unwrap_err();
+        assert_eq!(
+            e.what(),
+            "Quay refused the token exchange at https://quay.io/oauth2/federation/robot/token: HTTP 401: \"Invalid robot\""
+        );
+        assert!(
+            e.remedy()
+                .unwrap()
+                .contains("subject system:serviceaccount:a:b"),
+            "{e}"
+        );
+        for body in ["{}", r#"{"token":""}"#, "nope"] {
+            assert!(
+                q.interpret(&reply(200, body), 0, "acme+puller", "i", "s")
+                    .is_err(),
+                "{body}"
+            );
+        }
+    }
+}

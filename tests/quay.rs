@@ -1,0 +1,256 @@
+//! The binary as the kubelet runs it with `--provider quay`, against a
+//! faithful fake of Quay's robot account federation.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod support;
+
+use support::http_server::Response;
+use support::quay;
+use support::token::TokenSpec;
+use support::token_service::{self as ts, FakeService, Trust, invoke};
+
+const AUDIENCE: &str = "quay.example.com";
+const REGISTRY: &str = "quay.example.com";
+const IMAGE: &str = "quay.example.com/acme/app:v1";
+const ROBOT: &str = "acme+puller";
+const OURS: &str = "wi-credential-provider.io/quay-robot";
+const THEIRS: &str = "quay.io/federated-robot-account";
+
+fn fake() -> FakeService {
+    quay::start(Trust::service_account("team", "app", AUDIENCE), ROBOT)
+}
+
+fn args(fake: &FakeService, registry: &str) -> Vec<String> {
+    [
+        "--provider",
+        "quay",
+        "--registry",
+        registry,
+        "--audience",
+        AUDIENCE,
+        "--quay-url",
+        &fake.url(),
+        "--quay-organization",
+        "acme,acme-labs",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn token() -> String {
+    TokenSpec::new("team", "app", AUDIENCE).mint()
+}
+
+#[test]
+fn exchanges_for_the_robots_token() {
+    let fake = fake();
+    let token = token();
+    for key in [OURS, THEIRS] {
+        let out = invoke(&args(&fake, REGISTRY), IMAGE, &token, &[(key, ROBOT)]);
+        let response = out.response_for(IMAGE);
+        assert_eq!(response["cacheKeyType"], "Registry");
+        let auth = &response["auth"][REGISTRY];
+        assert_eq!(auth["username"], ROBOT);
+        let password = auth["password"].as_str().unwrap();
+        assert_eq!(Some(password), fake.issued().last().map(String::as_str));
+        assert!(
+            ["48m0s", "47m59s"].contains(&response["cacheDuration"].as_str().unwrap()),
+            "{response}"
+        );
+        ts::assert_no_secrets(&out.stderr, &[&token, password]);
+    }
+    // Ours wins over theirs.
+    let out = invoke(
+        &args(&fake, REGISTRY),
+        IMAGE,
+        &token,
+        &[(OURS, ROBOT), (THEIRS, "acme+other")],
+    );
+    assert_eq!(out.response_for(IMAGE)["auth"][REGISTRY]["username"], ROBOT);
+}
+
+#[test]
+fn refusals_name_quay_the_status_and_the_fix() {
+    let fake = fake();
+    let token = token();
+    let run = || invoke(&args(&fake, REGISTRY), IMAGE, &token, &[(OURS, ROBOT)]);
+    ts::assert_failures(
+        &fake,
+        run,
+        vec![
+            (
+                vec![quay::error(401, "Invalid robot")],
+                vec![
+                    "Quay refused the token exchange",
+                    "HTTP 401: \"Invalid robot\"",
+                    "subject system:serviceaccount:team:app",
+                ],
+            ),
+            (
+                vec![quay::error(403, "Robot federation is not enabled")],
+                vec!["HTTP 403", "Robot federation is not enabled"],
+            ),
+            (
+                vec![Response::text(429, "Too Many Requests").with_header("Retry-After", "120")],
+                vec!["HTTP 429", "asking to retry after 2m0s"],
+            ),
+            (
+                vec![Response::text(500, "<html>Internal Server Error</html>"); 4],
+                vec![
+                    "Quay failed the token exchange",
+                    "HTTP 500 (",
+                    "throttling or unavailable",
+                ],
+            ),
+            (
+                vec![Response::json(200, serde_json::json!({"robot": ROBOT}))],
+                vec!["with no token", "--quay-url"],
+            ),
+            (
+                vec![Response::text(200, "{\"token\":")],
+                vec!["with a body that is not JSON"],
+            ),
+        ],
+        &[&token],
+    );
+    fake.script([Response::text(429, "slow down").with_header("Retry-After", "1")]);
+    let before = fake.request_count();
+    invoke(&args(&fake, REGISTRY), IMAGE, &token, &[(OURS, ROBOT)]).response_for(IMAGE);
+    assert_eq!(fake.request_count(), before + 2);
+    // The fake's own refusals: a robot without this federation, another
+    // service account.
+    let line = invoke(
+        &args(&fake, REGISTRY),
+        IMAGE,
+        &token,
+        &[(OURS, "acme+other")],
+    )
+    .failure();
+    assert!(line.contains("HTTP 401: \"Invalid robot\""), "{line}");
+    let other = TokenSpec::new("team", "intruder", AUDIENCE).mint();
+    let line = invoke(&args(&fake, REGISTRY), IMAGE, &other, &[(OURS, ROBOT)]).failure();
+    assert!(line.contains("Invalid federated token: subject"), "{line}");
+}
+
+#[test]
+fn an_expired_robot_token_is_an_error() {
+    let fake = fake();
+    fake.set_lifetime(-30);
+    let token = token();
+    let out = invoke(&args(&fake, REGISTRY), IMAGE, &token, &[(OURS, ROBOT)]);
+    let line = out.failure();
+    assert!(
+        line.contains("returned a credential that expired at"),
+        "{line}"
+    );
+    let issued = fake.issued();
+    ts::assert_no_secrets(&out.stderr, &[&token, &issued[0]]);
+}
+
+#[test]
+fn annotations_never_move_the_token() {
+    let fake = fake();
+    let token = token();
+    for key in [OURS, THEIRS] {
+        ts::assert_hostile_refused(&fake, key, |value| {
+            invoke(
+                &args(&fake, REGISTRY),
+                IMAGE,
+                &token,
+                &[(key, &format!("acme+{value}"))],
+            )
+        });
+        ts::assert_hostile_refused(&fake, key, |value| {
+            invoke(&args(&fake, REGISTRY), IMAGE, &token, &[(key, value)])
+        });
+    }
+    // A robot of an organisation the admin did not allow.
+    let line = invoke(
+        &args(&fake, REGISTRY),
+        IMAGE,
+        &token,
+        &[(OURS, "evil+puller")],
+    )
+    .failure();
+    assert!(
+        line.contains("organisation evil, which is not allowed"),
+        "{line}"
+    );
+    // No robot at all.
+    let line = invoke(&args(&fake, REGISTRY), IMAGE, &token, &[]).failure();
+    assert!(
+        line.contains("no wi-credential-provider.io/quay-robot"),
+        "{line}"
+    );
+    // Another registry.
+    let line = invoke(
+        &args(&fake, REGISTRY),
+        "quay.io/acme/app",
+        &token,
+        &[(OURS, ROBOT)],
+    )
+    .failure();
+    assert!(
+        line.contains("not allowed to receive the Quay robot token"),
+        "{line}"
+    );
+    assert_eq!(fake.request_count(), 0);
+}
+
+#[test]
+fn missing_settings_fail_with_the_flag_to_set() {
+    let token = token();
+    for (args, needle) in [
+        (
+            vec!["--provider", "quay", "--registry", REGISTRY],
+            "no --quay-organization is set",
+        ),
+        (
+            vec![
+                "--provider",
+                "quay",
+                "--registry",
+                REGISTRY,
+                "--quay-organization",
+                "Acme",
+            ],
+            "not a Quay organisation name",
+        ),
+        (
+            vec![
+                "--provider",
+                "quay",
+                "--registry",
+                REGISTRY,
+                "--quay-organization",
+                "acme",
+                "--quay-url",
+                "quay.io",
+            ],
+            "not an http(s) URL",
+        ),
+    ] {
+        let out = support::plugin::run(
+            &args,
+            &[],
+            support::plugin::request(IMAGE, Some(&token), &[(OURS, ROBOT)]).as_bytes(),
+        );
+        assert!(out.failure().contains(needle), "{}", out.stderr);
+    }
+}
+
+#[test]
+fn skopeo_pulls_with_the_robot_credentials() {
+    let fake = fake();
+    let token = token();
+    ts::skopeo_pulls(&fake, ROBOT, ROBOT, |host| {
+        let image = format!("{host}/team/app:v1");
+        invoke(&args(&fake, host), &image, &token, &[(OURS, ROBOT)]).response_for(&image)
+    });
+}
