@@ -246,8 +246,7 @@ impl Exchanger for Jfrog {
             inputs,
             exchange: Box::new(move |deadline: &Deadline| {
                 let body = self.body(token.secret(), mapping.as_deref());
-                let reply = crate::http::block_on(deadline, &self.service.call(), async {
-                    let client = crate::http::client(deadline)?;
+                let reply = token_service::call(&self.service, deadline, |client| async move {
                     token_service::post_json(&client, &self.service, &body, deadline).await
                 })?;
                 let now = duration::unix_now();
@@ -278,34 +277,31 @@ impl Jfrog {
         subject: &str,
         mapping: Option<&str>,
     ) -> Result<Credential> {
-        if !reply.is_success() {
-            return Err(token_service::refused(&self.service, reply, |status| {
+        let (value, password) = token_service::read_token(
+            &self.service,
+            reply,
+            "access_token",
+            |status| {
                 match status {
-                    401 | 403 => format!(
-                        "JFrog did not accept the token: check that the OIDC integration {:?} has the cluster's issuer ({issuer}) \
-                         as its provider URL, with keys JFrog can fetch, and that {} has claims matching {subject}",
-                        self.provider_name,
-                        match mapping {
-                            Some(m) => format!("the identity mapping {m:?}"),
-                            None => "one of its identity mappings".to_string(),
-                        }
-                    ),
-                    404 => "JFrog has no OIDC token endpoint there: check that --jfrog-url is the platform's base URL \
-                            (Artifactory 7.73.1 cloud or 7.77.3 self-hosted and later)"
-                        .to_string(),
-                    _ => format!(
-                        "check --jfrog-provider-name {:?}, --jfrog-project-key and the identity mapping name against the integration in JFrog",
-                        self.provider_name
-                    ),
-                }
-            }));
-        }
-        let value: serde_json::Value = reply.json().ok_or_else(|| {
-            token_service::malformed(&self.service, reply, "a body that is not JSON")
-        })?;
-        let password = token_service::field(&value, "access_token")
-            .map(Secret::new)
-            .ok_or_else(|| token_service::malformed(&self.service, reply, "no access_token"))?;
+                401 | 403 => format!(
+                    "JFrog did not accept the token: check that the OIDC integration {:?} has the cluster's issuer ({issuer}) \
+                     as its provider URL, with keys JFrog can fetch, and that {} has claims matching {subject}",
+                    self.provider_name,
+                    match mapping {
+                        Some(m) => format!("the identity mapping {m:?}"),
+                        None => "one of its identity mappings".to_string(),
+                    }
+                ),
+                404 => "JFrog has no OIDC token endpoint there: check that --jfrog-url is the platform's base URL \
+                        (Artifactory 7.73.1 cloud or 7.77.3 self-hosted and later)"
+                    .to_string(),
+                _ => format!(
+                    "check --jfrog-provider-name {:?}, --jfrog-project-key and the identity mapping name against the integration in JFrog",
+                    self.provider_name
+                ),
+            }
+            },
+        )?;
         let username = token_service::field(&value, "username")
             .filter(|u| !u.contains(['\n', '\r', ':']))
             .ok_or_else(|| token_service::malformed(&self.service, reply, "no usable username"))?;

@@ -39,7 +39,6 @@ use crate::protocol::CacheKeyType;
 use crate::providers::allowlist::{self, Allowlist};
 use crate::providers::token_service::{self, Pattern, Service};
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
-use crate::secret::Secret;
 
 pub const TOKEN_PATH: &str = "/oauth2/federation/robot/token";
 pub const DEFAULT_URL: &str = "https://quay.io";
@@ -183,25 +182,17 @@ impl Quay {
         issuer: &str,
         subject: &str,
     ) -> Result<Credential> {
-        if !reply.is_success() {
-            return Err(token_service::refused(&self.service, reply, |status| {
-                match status {
-                401 | 403 => format!(
-                    "Quay did not accept the token for robot {robot}: check that the robot exists and that its federation \
-                     (Robot accounts > Set robot federation) has issuer {issuer} and subject {subject}, and that Quay can \
-                     reach the issuer's discovery document"
-                ),
-                404 => "Quay has no robot federation endpoint there: check --quay-url and that Quay is 3.13 or later".to_string(),
-                _ => format!("check the robot name {robot} and --quay-url"),
-            }
-            }));
+        let (_, password) = token_service::read_token(&self.service, reply, "token", |status| {
+            match status {
+            401 | 403 => format!(
+                "Quay did not accept the token for robot {robot}: check that the robot exists and that its federation \
+                 (Robot accounts > Set robot federation) has issuer {issuer} and subject {subject}, and that Quay can \
+                 reach the issuer's discovery document"
+            ),
+            404 => "Quay has no robot federation endpoint there: check --quay-url and that Quay is 3.13 or later".to_string(),
+            _ => format!("check the robot name {robot} and --quay-url"),
         }
-        let value: serde_json::Value = reply.json().ok_or_else(|| {
-            token_service::malformed(&self.service, reply, "a body that is not JSON")
         })?;
-        let password = token_service::field(&value, "token")
-            .map(Secret::new)
-            .ok_or_else(|| token_service::malformed(&self.service, reply, "no token"))?;
         let expires_at =
             token_service::expiry(&self.service, now, None, &password, DEFAULT_LIFETIME_SECS)?;
         Ok(Credential {
@@ -261,13 +252,13 @@ impl Exchanger for Quay {
             cacheable: true,
             inputs,
             exchange: Box::new(move |deadline: &Deadline| {
-                let reply = crate::http::block_on(deadline, &self.service.call(), async {
-                    let client = crate::http::client(deadline)?;
+                let robot_name = robot.as_str();
+                let reply = token_service::call(&self.service, deadline, |client| async move {
                     crate::http::send(
                         || {
                             client
                                 .get(&self.service.url)
-                                .basic_auth(&robot, Some(token.secret().expose()))
+                                .basic_auth(robot_name, Some(token.secret().expose()))
                                 .header(reqwest::header::ACCEPT, "application/json")
                         },
                         &self.service.call(),

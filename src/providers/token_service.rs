@@ -203,6 +203,44 @@ pub fn malformed(service: &Service, reply: &Reply, why: &str) -> Error {
     ))
 }
 
+/// Runs one exchange on the shared HTTP client within the deadline:
+/// `send` gets the client and returns the reply.
+pub fn call<F>(
+    service: &Service,
+    deadline: &Deadline,
+    send: impl FnOnce(reqwest::Client) -> F,
+) -> Result<Reply>
+where
+    F: std::future::Future<Output = Result<Reply>>,
+{
+    http::block_on(deadline, &service.call(), async {
+        let client = http::client(deadline)?;
+        send(client).await
+    })
+}
+
+/// Reads a reply that should carry the credential in the string field
+/// `name`: a refusal (with `fix` for the vendor's 4xx), a body that is not
+/// JSON, or one without the field is an error. Returns the body, for the
+/// other fields, and the credential.
+pub fn read_token(
+    service: &Service,
+    reply: &Reply,
+    name: &str,
+    fix: impl FnOnce(u16) -> String,
+) -> Result<(serde_json::Value, Secret)> {
+    if !reply.is_success() {
+        return Err(refused(service, reply, fix));
+    }
+    let value: serde_json::Value = reply
+        .json()
+        .ok_or_else(|| malformed(service, reply, "a body that is not JSON"))?;
+    let token = field(&value, name)
+        .map(Secret::new)
+        .ok_or_else(|| malformed(service, reply, &format!("no {name}")))?;
+    Ok((value, token))
+}
+
 /// A non-empty string field of a success body.
 pub fn field(value: &serde_json::Value, name: &str) -> Option<String> {
     value
