@@ -16,7 +16,7 @@
 set -eu
 
 PROG=wi-credential-provider
-PROVIDERS="aws azure gcp passthrough jfrog quay"
+PROVIDERS="aws azure gcp passthrough jfrog quay cloudsmith"
 
 usage() {
   cat <<'EOF'

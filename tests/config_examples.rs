@@ -21,10 +21,11 @@ use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use serde::Deserialize;
 
-const SCENARIOS: [&str; 9] = [
+const SCENARIOS: [&str; 10] = [
     "aws-pod-identity",
     "aws-web-identity",
     "azure",
+    "cloudsmith",
     "gcp-federation",
     "gke",
     "jfrog",

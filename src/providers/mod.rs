@@ -14,6 +14,7 @@
 pub mod allowlist;
 pub mod aws;
 pub mod azure;
+pub mod cloudsmith;
 pub mod gcp;
 pub mod jfrog;
 pub mod passthrough;
@@ -85,6 +86,7 @@ pub static ALL: &[&Provider] = &[
     &passthrough::PROVIDER,
     &jfrog::PROVIDER,
     &quay::PROVIDER,
+    &cloudsmith::PROVIDER,
 ];
 
 impl PartialEq for Provider {

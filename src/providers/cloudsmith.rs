@@ -1,0 +1,370 @@
+//! Cloudsmith OpenID Connect: the service account token for a Cloudsmith
+//! service account's short-lived API token, pulled with the username
+//! `token`.
+//!
+//! Wire format, from Cloudsmith's docs ("OpenID Connect",
+//! <https://help.cloudsmith.io/docs/openid-connect>, and the API reference
+//! "Openid Create", <https://docs.cloudsmith.com/api/openid/create>):
+//!
+//! ```text
+//! POST {--cloudsmith-url}/openid/{--cloudsmith-org}/
+//! Content-Type: application/json          (no Authorization header)
+//! {"oidc_token": "<service account JWT>", "service_slug": "<annotation>"}
+//! → 200 or 201 {"token": "<Cloudsmith JWT>"}
+//! → 400/401/422 {"detail": "..."}         (deliberately generic)
+//! ```
+//!
+//! The API reference names the path `/v2/openid/{owner}`; the OIDC guide,
+//! Cloudsmith's own CLI and its Kubernetes plugin use `/openid/{org}/`,
+//! which is what we call (unverified which of the two is current; both are
+//! documented). The pull credential is username `token` and the returned
+//! JWT as password, as Cloudsmith's CLI Docker credential helper does.
+//!
+//! Lifetime: the guide says "around 90 minutes" in one place and "2 hours"
+//! in another, and the response has no expiry field, so we read the JWT's
+//! `exp`; a token without one is assumed to live an hour, under both.
+//!
+//! The organisation comes from a flag, the service account slug from an
+//! annotation. Cloudsmith's own plugin also lets annotations override the
+//! organisation and the API host (`cloudsmith.io/org-slug`,
+//! `cloudsmith.io/api-host`): those move the token and are never read.
+
+use crate::deadline::Deadline;
+use crate::duration;
+use crate::error::{Error, Result, quote};
+use crate::image::ImageRef;
+use crate::inputs::Inputs;
+use crate::protocol::CacheKeyType;
+use crate::providers::allowlist::{self, Allowlist};
+use crate::providers::token_service::{self, Pattern, Service};
+use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
+
+pub const DEFAULT_URL: &str = "https://api.cloudsmith.io";
+
+/// The username Cloudsmith expects with an API token as the password.
+pub const USERNAME: &str = "token";
+
+/// The annotations naming the Cloudsmith service account, in order: ours,
+/// then cloudsmith-kubernetes-credential-provider's.
+pub const SERVICE_ANNOTATIONS: [&str; 2] = [
+    "wi-credential-provider.io/cloudsmith-service",
+    "cloudsmith.io/service-slug",
+];
+
+/// Assumed when the returned token carries no readable `exp`: below both
+/// lifetimes Cloudsmith documents.
+pub const DEFAULT_LIFETIME_SECS: i64 = 3600;
+
+/// A Cloudsmith slug (organisation or service account): letters, digits,
+/// `-` and `_`, starting with a letter or digit. It becomes a URL path
+/// segment (the organisation) or a JSON string (the service), so nothing
+/// else is let through.
+static SLUG: Pattern = Pattern::new(
+    "a slug: letters, digits, '-' or '_', starting with a letter or digit, at most 128",
+    || regex_lite::Regex::new(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$").ok(),
+);
+
+#[derive(clap::Args, Clone, Debug)]
+#[command(next_help_heading = "Cloudsmith")]
+#[group(id = "cloudsmith_options")]
+pub struct Options {
+    /// The Cloudsmith API base URL; the exchange goes to its
+    /// /openid/ORG/, and nowhere else.
+    #[arg(long, value_name = "URL", env = "WICP_CLOUDSMITH_URL", default_value = DEFAULT_URL)]
+    pub cloudsmith_url: String,
+
+    /// The Cloudsmith organisation (its slug) whose OpenID Connect provider
+    /// trusts the cluster's service account issuer.
+    #[arg(long, value_name = "SLUG", env = "WICP_CLOUDSMITH_ORG")]
+    pub cloudsmith_org: Option<String>,
+}
+
+pub static PROVIDER: Provider = Provider {
+    name: "cloudsmith",
+    summary: "Cloudsmith OpenID Connect: a service account's API token for the --registry hosts",
+    audience: "the audience the Cloudsmith OIDC provider's claims require (--audience; Cloudsmith suggests https://api.cloudsmith.io)",
+    auto: None,
+    password_is_token: false,
+    flags: <Options as clap::Args>::augment_args,
+    build,
+};
+
+fn build(matches: &clap::ArgMatches, _inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
+    Ok(Box::new(Cloudsmith::new(
+        &providers::flags(matches)?,
+        &providers::flags(matches)?,
+    )?))
+}
+
+pub struct Cloudsmith {
+    allowlist: Allowlist,
+    service: Service,
+    org: String,
+}
+
+impl Cloudsmith {
+    pub fn new(registries: &allowlist::Options, options: &Options) -> Result<Self> {
+        let allowlist = Allowlist::new(registries)?;
+        let base = token_service::endpoint("--cloudsmith-url", &options.cloudsmith_url)?;
+        let org = options
+            .cloudsmith_org
+            .as_deref()
+            .map(str::trim)
+            .ok_or_else(|| {
+                Error::new("--cloudsmith-org is not set")
+                    .fix("pass --cloudsmith-org (WICP_CLOUDSMITH_ORG) with the organisation's slug")
+            })?;
+        if !SLUG.matches(org) {
+            return Err(Error::new(format!(
+                "--cloudsmith-org {} is not a Cloudsmith organisation slug ({})",
+                quote(org),
+                SLUG.form
+            ))
+            .fix("write the slug as it appears in cloudsmith.io/orgs/<slug>/"));
+        }
+        Ok(Cloudsmith {
+            allowlist,
+            service: Service {
+                vendor: "Cloudsmith",
+                endpoint_flag: "--cloudsmith-url",
+                url: format!("{base}/openid/{org}/"),
+            },
+            org: org.to_string(),
+        })
+    }
+
+    fn service_slug(&self, cx: &Context<'_>) -> Result<String> {
+        token_service::identity(cx, &SERVICE_ANNOTATIONS, &SLUG, "Cloudsmith service account slug")?
+            .map(|(_, slug)| slug)
+            .ok_or_else(|| {
+                Error::new(format!(
+                    "the service account has no {} (or {}) annotation naming the Cloudsmith service account",
+                    SERVICE_ANNOTATIONS[0], SERVICE_ANNOTATIONS[1]
+                ))
+                .fix(format!(
+                    "annotate the service account with {}: <service account slug> of organisation {}, and list the key in the provider entry's tokenAttributes.optionalServiceAccountAnnotationKeys",
+                    SERVICE_ANNOTATIONS[0], self.org
+                ))
+            })
+    }
+
+    /// Reads Cloudsmith's answer, seen at `now`.
+    pub fn interpret(
+        &self,
+        reply: &crate::http::Reply,
+        now: i64,
+        slug: &str,
+        issuer: &str,
+    ) -> Result<Credential> {
+        let (_, password) = token_service::read_token(&self.service, reply, "token", |status| {
+            match status {
+            401 | 403 => format!(
+                "Cloudsmith did not accept the token (its message is deliberately generic): check that organisation {} \
+                 has an OpenID Connect provider with URL {issuer}, that its required claims match this token, and \
+                 that service account {slug} is one of that provider's service accounts",
+                self.org
+            ),
+            404 => "Cloudsmith has no OpenID endpoint for this organisation: check --cloudsmith-org and --cloudsmith-url, \
+                    and that OpenID Connect is enabled for the organisation".to_string(),
+            _ => format!("check the service account slug {slug} and --cloudsmith-org {}", self.org),
+        }
+        })?;
+        let expires_at =
+            token_service::expiry(&self.service, now, None, &password, DEFAULT_LIFETIME_SECS)?;
+        Ok(Credential {
+            username: USERNAME.to_string(),
+            password,
+            expires_at,
+        })
+    }
+}
+
+impl Exchanger for Cloudsmith {
+    fn provider(&self) -> &'static Provider {
+        &PROVIDER
+    }
+
+    /// Cloudsmith checks claims only where the provider requires them;
+    /// `--audience` pins the audience.
+    fn audiences(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn annotation_keys(&self) -> Vec<String> {
+        SERVICE_ANNOTATIONS.iter().map(|k| k.to_string()).collect()
+    }
+
+    fn serves(&self, image: &ImageRef) -> bool {
+        self.allowlist.allows(image)
+    }
+
+    fn registries(&self) -> String {
+        self.allowlist.describe()
+    }
+
+    fn refusal(&self, image: &ImageRef) -> Error {
+        self.allowlist
+            .refusal("cloudsmith", "the Cloudsmith token", image)
+    }
+
+    fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
+        if !self.serves(cx.image) {
+            return Err(self.refusal(cx.image));
+        }
+        let token = cx.token()?;
+        let slug = self.service_slug(cx)?;
+        let registry = cx.image.registry().to_string();
+        let inputs = vec![
+            ("registry", registry.clone()),
+            ("token_url", self.service.url.clone()),
+            ("organisation", self.org.clone()),
+            ("service_slug", slug.clone()),
+        ];
+        let issuer = token.claims().issuer.clone();
+        Ok(Plan {
+            provider: &PROVIDER,
+            auth_key: registry,
+            cache_key_type: CacheKeyType::Registry,
+            cacheable: true,
+            inputs,
+            exchange: Box::new(move |deadline: &Deadline| {
+                let body = serde_json::json!({
+                    "oidc_token": token.secret().expose(),
+                    "service_slug": slug,
+                });
+                let reply = token_service::call(&self.service, deadline, |client| async move {
+                    token_service::post_json(&client, &self.service, &body, deadline).await
+                })?;
+                self.interpret(&reply, duration::unix_now(), &slug, &issuer)
+            }),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::Reply;
+    use std::collections::BTreeMap;
+
+    fn cloudsmith() -> Cloudsmith {
+        Cloudsmith::new(
+            &allowlist::Options {
+                registries: vec!["docker.cloudsmith.io".into()],
+            },
+            &Options {
+                cloudsmith_url: DEFAULT_URL.into(),
+                cloudsmith_org: Some("acme".into()),
+            },
+        )
+        .unwrap()
+    }
+
+    fn reply(status: u16, body: &str) -> Reply {
+        Reply {
+            status,
+            retry_after: None,
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    fn slug(annotations: &[(&str, &str)]) -> Result<String> {
+        let image = ImageRef::parse("docker.cloudsmith.io/acme/repo/app").unwrap();
+        let annotations: BTreeMap<String, String> = annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        cloudsmith().service_slug(&Context {
+            image: &image,
+            annotations: &annotations,
+            token: None,
+        })
+    }
+
+    #[test]
+    fn the_url_comes_from_flags_only() {
+        assert_eq!(
+            cloudsmith().service.url,
+            "https://api.cloudsmith.io/openid/acme/"
+        );
+        let r = allowlist::Options::default();
+        for org in ["", "../x", "a/b", "a?b", "a b", "-a"] {
+            let options = Options {
+                cloudsmith_url: DEFAULT_URL.into(),
+                cloudsmith_org: Some(org.into()),
+            };
+            assert!(Cloudsmith::new(&r, &options).is_err(), "{org:?}");
+        }
+        let options = Options {
+            cloudsmith_url: DEFAULT_URL.into(),
+            cloudsmith_org: None,
+        };
+        assert!(
+            Cloudsmith::new(&r, &options)
+                .err()
+                .unwrap()
+                .to_string()
+                .contains("--cloudsmith-org is not set")
+        );
+    }
+
+    #[test]
+    fn slugs_are_anchored() {
+        let [ours, theirs] = SERVICE_ANNOTATIONS;
+        assert_eq!(slug(&[(ours, "puller-x1")]).unwrap(), "puller-x1");
+        assert_eq!(slug(&[(theirs, "ci_bot")]).unwrap(), "ci_bot");
+        assert_eq!(slug(&[(ours, "a"), (theirs, "b")]).unwrap(), "a");
+        assert!(slug(&[(ours, "a/b"), (theirs, "b")]).is_err());
+        for bad in [
+            "../x", "a@b", "a:b", "a/b", "a?b", "a#b", "a%2fb", "a\nb", "-a",
+        ] {
+            let e = slug(&[(ours, bad)]).unwrap_err().to_string();
+            assert!(
+                e.contains("not a Cloudsmith service account slug"),
+                "{bad:?}: {e}"
+            );
+        }
+        assert!(
+            slug(&[])
+                .unwrap_err()
+                .to_string()
+                .contains("no wi-credential-provider.io/cloudsmith-service")
+        );
+    }
+
+    #[test]
+    fn reads_the_answer() {
+        use base64::Engine as _;
+        let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+        let jwt = format!(
+            "{}.{}.sig",
+            b64(r#"{"alg":"HS256"}"#),
+            b64(r#"{"exp":6400}"#)
+        );
+        let c = cloudsmith()
+            .interpret(
+                &reply(201, &format!(r#"{{"token":"{jwt}"}}"#)),
+                1000,
+                "s",
+                "i",
+            )
+            .unwrap();
+        assert_eq!((c.username.as_str(), c.expires_at), ("token", 6400));
+        let e = cloudsmith()
+            .interpret(
+                &reply(401, r#"{"detail":"OIDC token cannot be authenticated."}"#),
+                0,
+                "puller",
+                "https://oidc.cluster.test",
+            )
+            .unwrap_err();
+        assert_eq!(
+            e.what(),
+            "Cloudsmith refused the token exchange at https://api.cloudsmith.io/openid/acme/: HTTP 401: \"OIDC token cannot be authenticated.\""
+        );
+        assert!(
+            e.remedy().unwrap().contains("service account puller"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,291 @@
+//! The binary as the kubelet runs it with `--provider cloudsmith`, against
+//! a faithful fake of Cloudsmith's OpenID Connect endpoint.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod support;
+
+use support::cloudsmith;
+use support::http_server::Response;
+use support::token::TokenSpec;
+use support::token_service::{self as ts, FakeService, Trust, invoke};
+
+const AUDIENCE: &str = "https://api.cloudsmith.io";
+const REGISTRY: &str = "docker.cloudsmith.io";
+const IMAGE: &str = "docker.cloudsmith.io/acme/repo/app:v1";
+const ORG: &str = "acme";
+const SERVICE: &str = "puller-x1";
+const OURS: &str = "wi-credential-provider.io/cloudsmith-service";
+const THEIRS: &str = "cloudsmith.io/service-slug";
+
+fn fake() -> FakeService {
+    cloudsmith::start(
+        Trust::service_account("team", "app", AUDIENCE),
+        ORG,
+        SERVICE,
+    )
+}
+
+fn args(fake: &FakeService, registry: &str, org: &str) -> Vec<String> {
+    [
+        "--provider",
+        "cloudsmith",
+        "--registry",
+        registry,
+        "--audience",
+        AUDIENCE,
+        "--cloudsmith-url",
+        &fake.url(),
+        "--cloudsmith-org",
+        org,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn token() -> String {
+    TokenSpec::new("team", "app", AUDIENCE).mint()
+}
+
+#[test]
+fn exchanges_for_a_service_account_token() {
+    let fake = fake();
+    let token = token();
+    for key in [OURS, THEIRS] {
+        let out = invoke(
+            &args(&fake, REGISTRY, ORG),
+            IMAGE,
+            &token,
+            &[(key, SERVICE)],
+        );
+        let response = out.response_for(IMAGE);
+        assert_eq!(response["cacheKeyType"], "Registry");
+        let auth = &response["auth"][REGISTRY];
+        assert_eq!(auth["username"], "token");
+        let password = auth["password"].as_str().unwrap();
+        assert_eq!(Some(password), fake.issued().last().map(String::as_str));
+        assert!(
+            ["48m0s", "47m59s"].contains(&response["cacheDuration"].as_str().unwrap()),
+            "{response}"
+        );
+        ts::assert_no_secrets(&out.stderr, &[&token, password]);
+    }
+    // A two-hour token is capped by --max-cache-duration (1h by default).
+    fake.set_lifetime(7200);
+    let out = invoke(
+        &args(&fake, REGISTRY, ORG),
+        IMAGE,
+        &token,
+        &[(OURS, SERVICE)],
+    );
+    assert_eq!(out.response_for(IMAGE)["cacheDuration"], "1h0m0s");
+}
+
+#[test]
+fn refusals_name_cloudsmith_the_status_and_the_fix() {
+    let fake = fake();
+    let token = token();
+    let run = || {
+        invoke(
+            &args(&fake, REGISTRY, ORG),
+            IMAGE,
+            &token,
+            &[(OURS, SERVICE)],
+        )
+    };
+    ts::assert_failures(
+        &fake,
+        run,
+        vec![
+            (
+                vec![cloudsmith::error(
+                    401,
+                    "OIDC token cannot be authenticated.",
+                )],
+                vec![
+                    "Cloudsmith refused the token exchange",
+                    "HTTP 401: \"OIDC token cannot be authenticated.\"",
+                    "organisation acme has an OpenID Connect provider with URL https://oidc.cluster.test",
+                ],
+            ),
+            (
+                vec![cloudsmith::error(
+                    403,
+                    "You do not have permission to perform this action.",
+                )],
+                vec!["HTTP 403", "service account puller-x1"],
+            ),
+            (
+                vec![
+                    cloudsmith::error(
+                        429,
+                        "Request was throttled. Expected available in 120 seconds.",
+                    )
+                    .with_header("Retry-After", "120"),
+                ],
+                vec!["HTTP 429", "asking to retry after 2m0s"],
+            ),
+            (
+                vec![Response::text(500, "Server Error (500)"); 4],
+                vec![
+                    "Cloudsmith failed the token exchange",
+                    "HTTP 500 (",
+                    "throttling or unavailable",
+                ],
+            ),
+            (
+                vec![Response::text(201, "{\"token\"")],
+                vec!["with a body that is not JSON", "--cloudsmith-url"],
+            ),
+        ],
+        &[&token],
+    );
+    fake.script([cloudsmith::error(429, "throttled").with_header("Retry-After", "1")]);
+    let before = fake.request_count();
+    invoke(
+        &args(&fake, REGISTRY, ORG),
+        IMAGE,
+        &token,
+        &[(OURS, SERVICE)],
+    )
+    .response_for(IMAGE);
+    assert_eq!(fake.request_count(), before + 2);
+    // The fake's own refusals: another service, another service account,
+    // another organisation.
+    let line = invoke(
+        &args(&fake, REGISTRY, ORG),
+        IMAGE,
+        &token,
+        &[(OURS, "other")],
+    )
+    .failure();
+    assert!(line.contains("HTTP 401"), "{line}");
+    let other = TokenSpec::new("team", "intruder", AUDIENCE).mint();
+    let line = invoke(
+        &args(&fake, REGISTRY, ORG),
+        IMAGE,
+        &other,
+        &[(OURS, SERVICE)],
+    )
+    .failure();
+    assert!(line.contains("HTTP 401"), "{line}");
+}
+
+#[test]
+fn an_expired_cloudsmith_token_is_an_error() {
+    let fake = fake();
+    fake.set_lifetime(-30);
+    let token = token();
+    let out = invoke(
+        &args(&fake, REGISTRY, ORG),
+        IMAGE,
+        &token,
+        &[(OURS, SERVICE)],
+    );
+    let line = out.failure();
+    assert!(
+        line.contains("returned a credential that expired at"),
+        "{line}"
+    );
+    let issued = fake.issued();
+    ts::assert_no_secrets(&out.stderr, &[&token, &issued[0]]);
+}
+
+#[test]
+fn annotations_never_move_the_token() {
+    let fake = fake();
+    let token = token();
+    for key in [OURS, THEIRS] {
+        ts::assert_hostile_refused(&fake, key, |value| {
+            invoke(&args(&fake, REGISTRY, ORG), IMAGE, &token, &[(key, value)])
+        });
+    }
+    // Cloudsmith's own plugin reads these to change the organisation and
+    // the host; here they are ignored even when the kubelet passes them.
+    let out = invoke(
+        &args(&fake, REGISTRY, ORG),
+        IMAGE,
+        &token,
+        &[
+            (OURS, SERVICE),
+            ("cloudsmith.io/org-slug", "evil"),
+            ("cloudsmith.io/api-host", "evil.example"),
+        ],
+    );
+    out.response_for(IMAGE);
+    assert_eq!(fake.request_count(), 1);
+    let line = invoke(&args(&fake, REGISTRY, ORG), IMAGE, &token, &[]).failure();
+    assert!(
+        line.contains("no wi-credential-provider.io/cloudsmith-service"),
+        "{line}"
+    );
+    let line = invoke(
+        &args(&fake, REGISTRY, ORG),
+        "evil.example/acme/app",
+        &token,
+        &[(OURS, SERVICE)],
+    )
+    .failure();
+    assert!(
+        line.contains("not allowed to receive the Cloudsmith token"),
+        "{line}"
+    );
+    assert_eq!(fake.request_count(), 1);
+}
+
+#[test]
+fn missing_settings_fail_with_the_flag_to_set() {
+    let token = token();
+    for (args, needle) in [
+        (
+            vec!["--provider", "cloudsmith", "--registry", REGISTRY],
+            "--cloudsmith-org is not set",
+        ),
+        (
+            vec![
+                "--provider",
+                "cloudsmith",
+                "--registry",
+                REGISTRY,
+                "--cloudsmith-org",
+                "../x",
+            ],
+            "not a Cloudsmith organisation slug",
+        ),
+        (
+            vec![
+                "--provider",
+                "cloudsmith",
+                "--registry",
+                REGISTRY,
+                "--cloudsmith-org",
+                "acme",
+                "--cloudsmith-url",
+                "http://u@h",
+            ],
+            "carries credentials",
+        ),
+    ] {
+        let out = support::plugin::run(
+            &args,
+            &[],
+            support::plugin::request(IMAGE, Some(&token), &[(OURS, SERVICE)]).as_bytes(),
+        );
+        assert!(out.failure().contains(needle), "{}", out.stderr);
+    }
+}
+
+#[test]
+fn skopeo_pulls_with_the_cloudsmith_credentials() {
+    let fake = fake();
+    let token = token();
+    ts::skopeo_pulls(&fake, "token", SERVICE, |host| {
+        let image = format!("{host}/team/app:v1");
+        invoke(&args(&fake, host, ORG), &image, &token, &[(OURS, SERVICE)]).response_for(&image)
+    });
+}
