@@ -18,8 +18,13 @@
 //! it stops the daemon and removes its directories, also when the test panics.
 
 // Test support, not production code: a panic is how it reports a broken environment to the
-// test that uses it.
-#![allow(clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+// test that uses it, and stderr is where Drop says what it could not clean up.
+#![allow(
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::print_stderr
+)]
 
 use std::fs;
 use std::path::{Path, PathBuf};

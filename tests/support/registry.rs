@@ -493,7 +493,10 @@ impl TokenService {
 /// `FetchTokenWithOAuth`): a form with `grant_type=password`, `username`, `password`,
 /// `client_id` (containerd's is `containerd-client`), our `service`, and the `scope`s
 /// space-separated. Returns the credentials and scopes, or what is wrong.
-fn oauth2_password_grant(req: &Request) -> Result<(Option<(String, String)>, Vec<String>), String> {
+/// The credentials and scopes of a token request.
+type Grant = (Option<(String, String)>, Vec<String>);
+
+fn oauth2_password_grant(req: &Request) -> Result<Grant, String> {
     let content_type = req.header("content-type").unwrap_or_default();
     if !content_type.starts_with("application/x-www-form-urlencoded") {
         return Err(format!("content type {content_type:?} is not a form"));
