@@ -281,10 +281,10 @@ fn missing_settings_fail_with_the_flag_to_set() {
 }
 
 #[test]
-fn skopeo_pulls_with_the_cloudsmith_credentials() {
+fn skopeo_and_containerd_pull_with_the_cloudsmith_credentials() {
     let fake = fake();
     let token = token();
-    ts::skopeo_pulls(&fake, "token", SERVICE, |host| {
+    ts::clients_pull(&fake, "token", SERVICE, |host| {
         let image = format!("{host}/team/app:v1");
         invoke(&args(&fake, host, ORG), &image, &token, &[(OURS, SERVICE)]).response_for(&image)
     });

@@ -287,10 +287,10 @@ fn missing_settings_fail_with_the_flag_to_set() {
 }
 
 #[test]
-fn skopeo_pulls_with_the_jfrog_credentials() {
+fn skopeo_and_containerd_pull_with_the_jfrog_credentials() {
     let fake = fake(None);
     let token = token();
-    ts::skopeo_pulls(&fake, "k8s-team-a", "k8s-team-a", |host| {
+    ts::clients_pull(&fake, "k8s-team-a", "k8s-team-a", |host| {
         invoke(
             &args(&fake, host, &[]),
             &format!("{host}/team/app:v1"),

@@ -246,10 +246,10 @@ fn missing_settings_fail_with_the_flag_to_set() {
 }
 
 #[test]
-fn skopeo_pulls_with_the_robot_credentials() {
+fn skopeo_and_containerd_pull_with_the_robot_credentials() {
     let fake = fake();
     let token = token();
-    ts::skopeo_pulls(&fake, ROBOT, ROBOT, |host| {
+    ts::clients_pull(&fake, ROBOT, ROBOT, |host| {
         let image = format!("{host}/team/app:v1");
         invoke(&args(&fake, host), &image, &token, &[(OURS, ROBOT)]).response_for(&image)
     });

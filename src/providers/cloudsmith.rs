@@ -111,11 +111,11 @@ impl Cloudsmith {
             .as_deref()
             .map(str::trim)
             .ok_or_else(|| {
-                Error::new("--cloudsmith-org is not set")
+                Error::config("--cloudsmith-org is not set")
                     .fix("pass --cloudsmith-org (WICP_CLOUDSMITH_ORG) with the organisation's slug")
             })?;
         if !SLUG.matches(org) {
-            return Err(Error::new(format!(
+            return Err(Error::config(format!(
                 "--cloudsmith-org {} is not a Cloudsmith organisation slug ({})",
                 quote(org),
                 SLUG.form
@@ -137,7 +137,7 @@ impl Cloudsmith {
         token_service::identity(cx, &SERVICE_ANNOTATIONS, &SLUG, "Cloudsmith service account slug")?
             .map(|(_, slug)| slug)
             .ok_or_else(|| {
-                Error::new(format!(
+                Error::annotation(format!(
                     "the service account has no {} (or {}) annotation naming the Cloudsmith service account",
                     SERVICE_ANNOTATIONS[0], SERVICE_ANNOTATIONS[1]
                 ))

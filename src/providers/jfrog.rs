@@ -115,7 +115,7 @@ impl Jfrog {
     pub fn new(registries: &allowlist::Options, options: &Options) -> Result<Self> {
         let allowlist = Allowlist::new(registries)?;
         let url = options.jfrog_url.as_deref().ok_or_else(|| {
-            Error::new("--jfrog-url is not set").fix(
+            Error::config("--jfrog-url is not set").fix(
                 "pass --jfrog-url (WICP_JFROG_URL) with the JFrog Platform base URL, e.g. https://example.jfrog.io",
             )
         })?;
@@ -125,7 +125,7 @@ impl Jfrog {
             .as_deref()
             .map(str::trim)
             .ok_or_else(|| {
-                Error::new("--jfrog-provider-name is not set").fix(
+                Error::config("--jfrog-provider-name is not set").fix(
                     "pass --jfrog-provider-name (WICP_JFROG_PROVIDER_NAME) with the name of the OIDC integration in JFrog",
                 )
             })?;
@@ -169,7 +169,7 @@ fn check_name(flag: &str, value: &str) -> Result<()> {
     if MAPPING.matches(value) {
         return Ok(());
     }
-    Err(Error::new(format!(
+    Err(Error::config(format!(
         "{flag} {} is not a JFrog name ({})",
         crate::error::quote(value),
         MAPPING.form

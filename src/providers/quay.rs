@@ -121,7 +121,7 @@ impl Quay {
         for org in &options.quay_organization {
             let org = org.trim();
             if !ORGANISATION.matches(org) {
-                return Err(Error::new(format!(
+                return Err(Error::config(format!(
                     "--quay-organization {} is not a Quay organisation name ({})",
                     quote(org),
                     ORGANISATION.form
@@ -131,7 +131,7 @@ impl Quay {
             organisations.insert(org.to_string());
         }
         if organisations.is_empty() {
-            return Err(Error::new("no --quay-organization is set, so no robot may be used")
+            return Err(Error::config("no --quay-organization is set, so no robot may be used")
                 .fix("pass --quay-organization ORG (WICP_QUAY_ORGANIZATION) for each organisation whose robots service accounts may name"));
         }
         Ok(Quay {
@@ -150,7 +150,7 @@ impl Quay {
     fn robot(&self, cx: &Context<'_>) -> Result<String> {
         let (key, robot) = token_service::identity(cx, &ROBOT_ANNOTATIONS, &ROBOT, "Quay robot account")?
             .ok_or_else(|| {
-                Error::new(format!(
+                Error::annotation(format!(
                     "the service account has no {} (or {}) annotation naming the Quay robot to federate to",
                     ROBOT_ANNOTATIONS[0], ROBOT_ANNOTATIONS[1]
                 ))
@@ -164,7 +164,7 @@ impl Quay {
             .map(|(org, _)| org)
             .unwrap_or_default();
         if !self.organisations.contains(org) {
-            return Err(Error::new(format!(
+            return Err(Error::annotation(format!(
                 "annotation {key} names robot {robot} of organisation {org}, which is not allowed (allowed: {})",
                 self.organisations.iter().cloned().collect::<Vec<_>>().join(", ")
             ))

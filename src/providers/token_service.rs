@@ -57,7 +57,7 @@ pub async fn post_json(
     deadline: &Deadline,
 ) -> Result<Reply> {
     let bytes = serde_json::to_vec(body)
-        .map_err(|e| Error::new(format!("cannot encode the request body: {e}")))?;
+        .map_err(|e| Error::internal(format!("cannot encode the request body: {e}")))?;
     http::send(
         || {
             client
@@ -179,7 +179,7 @@ pub fn refused(service: &Service, reply: &Reply, fix: impl FnOnce(u16) -> String
     } else {
         fix(reply.status)
     };
-    Error::new(format!(
+    Error::upstream(format!(
         "{} {} the token exchange at {}: {}",
         service.vendor,
         crate::redact::verb(reply.status),
@@ -191,7 +191,7 @@ pub fn refused(service: &Service, reply: &Reply, fix: impl FnOnce(u16) -> String
 
 /// The error for a success whose body is not what the service documents.
 pub fn malformed(service: &Service, reply: &Reply, why: &str) -> Error {
-    Error::new(format!(
+    Error::upstream(format!(
         "{} answered HTTP {} with {why} ({})",
         service.call(),
         reply.status,
@@ -288,7 +288,7 @@ pub fn expiry(
         }
     };
     if expires_at <= now {
-        return Err(Error::new(format!(
+        return Err(Error::upstream(format!(
             "{} returned a credential that expired at {}, before it was used",
             service.call(),
             crate::duration::format_unix(expires_at)
@@ -340,7 +340,7 @@ pub fn identity(
         // Not trimmed: a value with a stray newline or space is refused as
         // written, so what is checked is exactly what would be sent.
         if !pattern.matches(value) {
-            return Err(Error::new(format!(
+            return Err(Error::annotation(format!(
                 "annotation {key} is {}, not a {what} ({})",
                 quote(value),
                 pattern.form
@@ -364,7 +364,7 @@ pub fn endpoint(flag: &str, value: &str) -> Result<String> {
         .unwrap_or_default();
     if rest.contains('@') {
         return Err(
-            Error::new(format!("{flag} {} carries credentials", quote(value)))
+            Error::config(format!("{flag} {} carries credentials", quote(value)))
                 .fix("write it as https://host[:port], without user information"),
         );
     }

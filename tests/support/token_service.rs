@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde_json::Value;
 
+use super::containerd::Containerd;
 use super::http_server::{Request, Response, TestServer};
 use super::plugin::{self, Run};
 use super::registry::Registry;
@@ -307,10 +308,11 @@ pub fn assert_hostile_refused(fake: &FakeService, key: &str, run: impl Fn(&str) 
 
 /// End to end: Debian's docker-registry behind a token service that
 /// accepts exactly `username` with a token the fake minted for `subject`,
-/// an image pushed to it, and skopeo pulling with the credentials the
-/// plugin returns for it. `run` gets the registry host and returns the
-/// plugin's response.
-pub fn skopeo_pulls(
+/// an image pushed to it, and both skopeo and containerd (`ctr images pull`,
+/// the runtime a node uses) pulling with the credentials the plugin returns
+/// for it. `run` gets the registry host and returns the plugin's response.
+/// A wrong password and another username must fail with each client.
+pub fn clients_pull(
     fake: &FakeService,
     username: &'static str,
     subject: &'static str,
@@ -320,8 +322,9 @@ pub fn skopeo_pulls(
     let registry = Registry::start_with_token_auth(move |user, password| {
         user == username && verify(password, subject)
     });
-    registry.push_test_image("team/app", "v1");
+    let digest = registry.push_test_image("team/app", "v1");
     let host = registry.host().to_string();
+    let image = format!("{host}/team/app:v1");
     let response = run(&host);
     let auth = &response["auth"][host.as_str()];
     let (user, password) = (
@@ -329,12 +332,22 @@ pub fn skopeo_pulls(
         auth["password"].as_str().unwrap(),
     );
     assert_eq!(user, username);
+
+    let containerd = Containerd::start();
+    // Refused first, so nothing is in containerd's store yet.
+    let err = containerd
+        .pull(&image, user, &format!("{password}x"))
+        .expect_err("a wrong password must not pull");
+    assert!(err.contains("401 Unauthorized"), "{err}");
+    let pulled = containerd
+        .pull(&image, user, password)
+        .unwrap_or_else(|e| panic!("containerd refused the plugin's credentials:\n{e}"));
+    assert_eq!(pulled, digest);
+
     registry
         .pull("team/app", "v1", user, password)
         .expect("skopeo pulls with the plugin's credentials");
     let accepted = registry.token_requests_accepted();
-    // Another user with the same password, and the service account token
-    // itself, are refused: the registry takes exactly what was exchanged.
     let err = registry
         .pull("team/app", "v1", "someone-else", password)
         .expect_err("another username must not pull");
