@@ -87,6 +87,14 @@ fn exchanges_for_a_service_account_token() {
 }
 
 #[test]
+fn no_token_on_stderr_at_info_or_debug() {
+    let fake = fake();
+    let args = args(&fake, REGISTRY, ORG);
+    ts::assert_quiet_at_every_level(&args, IMAGE, &token(), &[(OURS, SERVICE)]);
+    assert_eq!(fake.request_count(), 2);
+}
+
+#[test]
 fn refusals_name_cloudsmith_the_status_and_the_fix() {
     let fake = fake();
     let token = token();

@@ -103,6 +103,14 @@ fn a_short_jfrog_lifetime_is_surfaced() {
 }
 
 #[test]
+fn no_token_on_stderr_at_info_or_debug() {
+    let fake = fake(None);
+    let args = args(&fake, REGISTRY, &[]);
+    ts::assert_quiet_at_every_level(&args, IMAGE, &token(), &[]);
+    assert_eq!(fake.request_count(), 2);
+}
+
+#[test]
 fn refusals_name_jfrog_the_status_and_the_fix() {
     let fake = fake(None);
     let token = token();

@@ -346,6 +346,14 @@ mod tests {
             let e = robot(&[(ours, bad)]).unwrap_err().to_string();
             assert!(e.contains("not a Quay robot account"), "{bad:?}: {e}");
         }
+        assert_eq!(
+            robot(&[(ours, "a/b")]).unwrap_err().kind(),
+            crate::error::Kind::Annotation
+        );
+        assert_eq!(
+            robot(&[(ours, "other+puller")]).unwrap_err().kind(),
+            crate::error::Kind::Annotation
+        );
         let e = robot(&[(ours, "other+puller")]).unwrap_err().to_string();
         assert!(
             e.contains("organisation other, which is not allowed (allowed: acme, acme-labs)"),

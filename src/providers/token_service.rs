@@ -449,6 +449,15 @@ mod tests {
             "Acme refused the token exchange at https://acme.example/token: HTTP 401: \"bad token <token>\""
         );
         assert_eq!(r.remedy(), Some("FIX"));
+        assert_eq!(r.kind(), crate::error::Kind::Upstream);
+        assert_eq!(
+            malformed(&service(), &reply(200, "x"), "no token").kind(),
+            crate::error::Kind::Upstream
+        );
+        assert_eq!(
+            endpoint("--x", "https://u@a").unwrap_err().kind(),
+            crate::error::Kind::Config
+        );
         let r = refused(&service(), &reply(503, "<html>down</html>"), |_| {
             "FIX".into()
         });

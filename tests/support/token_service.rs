@@ -260,13 +260,57 @@ pub fn assert_no_secrets(stderr: &str, secrets: &[&str]) {
 
 /// Runs the plugin as the kubelet does for `image`, at debug level.
 pub fn invoke(args: &[String], image: &str, token: &str, annotations: &[(&str, &str)]) -> Run {
+    invoke_at("debug", args, image, token, annotations)
+}
+
+/// Runs the plugin as the kubelet does for `image`, at `level`.
+pub fn invoke_at(
+    level: &str,
+    args: &[String],
+    image: &str,
+    token: &str,
+    annotations: &[(&str, &str)],
+) -> Run {
     let mut all: Vec<&str> = args.iter().map(String::as_str).collect();
-    all.extend(["--log-level", "debug"]);
+    all.extend(["--log-level", level]);
     plugin::run(
         &all,
         &[],
         plugin::request(image, Some(token), annotations).as_bytes(),
     )
+}
+
+/// Runs the plugin at info level (what nodes run) and at debug level, and
+/// checks that neither stderr holds the service account token, its
+/// signature or the password it returned. Returns the last response.
+pub fn assert_quiet_at_every_level(
+    args: &[String],
+    image: &str,
+    token: &str,
+    annotations: &[(&str, &str)],
+) -> Value {
+    let mut response = Value::Null;
+    for level in ["info", "debug"] {
+        let out = invoke_at(level, args, image, token, annotations);
+        response = out.response_for(image);
+        let entry = response["auth"]
+            .as_object()
+            .unwrap()
+            .values()
+            .next()
+            .unwrap();
+        let password = entry["password"].as_str().unwrap();
+        assert_no_secrets(&out.stderr, &[token, password]);
+        if let Some((_, signature)) = token.rsplit_once('.') {
+            assert!(!out.stderr.contains(signature), "{level}: {}", out.stderr);
+        }
+        assert!(
+            out.stderr.contains("credentials for"),
+            "{level}: {}",
+            out.stderr
+        );
+    }
+    response
 }
 
 /// For each case, scripts the fake's answers, runs `run`, and checks the
