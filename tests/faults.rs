@@ -30,6 +30,8 @@ use support::moto::Moto;
 use support::net::{CA_PEM, Proxy, Raw, RawServer, Relay, Target, TlsFront, closed_port};
 use support::plugin::{Run, request, run};
 use support::token::{self, TokenSpec};
+use support::token_service::{FakeService, Trust};
+use support::{cloudsmith, jfrog, quay};
 
 const ACR_HOST: &str = "contoso.azurecr.io";
 
@@ -46,6 +48,68 @@ struct Case {
 enum Fakes {
     Azure(FakeEntra, FakeAcr),
     Gcp(FakeSts),
+    /// A vendor token service in front of a registry (jfrog, quay,
+    /// cloudsmith): one call, to the endpoint its flag names.
+    Vendor(FakeService, Vendor),
+}
+
+#[derive(Clone, Copy)]
+enum Vendor {
+    Jfrog,
+    Quay,
+    Cloudsmith,
+}
+
+impl Vendor {
+    const AUDIENCE: &'static str = "registry.vendor.test";
+
+    fn flag(self) -> &'static str {
+        match self {
+            Vendor::Jfrog => "--jfrog-url",
+            Vendor::Quay => "--quay-url",
+            Vendor::Cloudsmith => "--cloudsmith-url",
+        }
+    }
+
+    fn path(self) -> &'static str {
+        match self {
+            Vendor::Jfrog => jfrog::PATH,
+            Vendor::Quay => quay::PATH,
+            Vendor::Cloudsmith => "/openid/acme/",
+        }
+    }
+
+    fn vendor(self) -> &'static str {
+        match self {
+            Vendor::Jfrog => "JFrog",
+            Vendor::Quay => "Quay",
+            Vendor::Cloudsmith => "Cloudsmith",
+        }
+    }
+
+    /// The flags besides the endpoint.
+    fn args(self) -> Vec<String> {
+        let mut args = vec![
+            "--registry",
+            "registry.vendor.test",
+            "--audience",
+            Self::AUDIENCE,
+        ];
+        args.extend(match self {
+            Vendor::Jfrog => ["--jfrog-provider-name", "k8s"],
+            Vendor::Quay => ["--quay-organization", "acme"],
+            Vendor::Cloudsmith => ["--cloudsmith-org", "acme"],
+        });
+        args.into_iter().map(str::to_string).collect()
+    }
+
+    fn refusal(self, status: u16, code: &str, message: &str) -> Response {
+        match self {
+            Vendor::Jfrog => jfrog::error(status, code, message),
+            Vendor::Quay => quay::error(status, message),
+            Vendor::Cloudsmith => cloudsmith::error(status, message),
+        }
+    }
 }
 
 impl Case {
@@ -74,8 +138,50 @@ impl Case {
         }
     }
 
-    fn all() -> [Case; 2] {
-        [Case::azure(), Case::gcp()]
+    fn vendor(vendor: Vendor) -> Case {
+        let trust = Trust::service_account("team", "puller", Vendor::AUDIENCE);
+        let (name, fake, annotations) = match vendor {
+            Vendor::Jfrog => (
+                "jfrog",
+                jfrog::start(
+                    trust,
+                    jfrog::Integration {
+                        provider_name: "k8s".into(),
+                        project_key: None,
+                        mapping: "team".into(),
+                        username: "k8s-team".into(),
+                    },
+                ),
+                vec![],
+            ),
+            Vendor::Quay => (
+                "quay",
+                quay::start(trust, "acme+puller"),
+                vec![("wi-credential-provider.io/quay-robot", "acme+puller")],
+            ),
+            Vendor::Cloudsmith => (
+                "cloudsmith",
+                cloudsmith::start(trust, "acme", "puller"),
+                vec![("wi-credential-provider.io/cloudsmith-service", "puller")],
+            ),
+        };
+        Case {
+            name,
+            image: "registry.vendor.test/team/app".to_string(),
+            token: TokenSpec::new("team", "puller", Vendor::AUDIENCE).mint(),
+            annotations,
+            fakes: Fakes::Vendor(fake, vendor),
+        }
+    }
+
+    fn all() -> [Case; 5] {
+        [
+            Case::azure(),
+            Case::gcp(),
+            Case::vendor(Vendor::Jfrog),
+            Case::vendor(Vendor::Quay),
+            Case::vendor(Vendor::Cloudsmith),
+        ]
     }
 
     /// The flag that points the first upstream call somewhere.
@@ -83,6 +189,7 @@ impl Case {
         match self.fakes {
             Fakes::Azure(..) => "--azure-authority-host",
             Fakes::Gcp(_) => "--gcp-sts-endpoint",
+            Fakes::Vendor(_, vendor) => vendor.flag(),
         }
     }
 
@@ -91,6 +198,7 @@ impl Case {
         match &self.fakes {
             Fakes::Azure(entra, _) => entra.url(),
             Fakes::Gcp(sts) => sts.server.url(),
+            Fakes::Vendor(fake, _) => fake.url(),
         }
     }
 
@@ -98,6 +206,7 @@ impl Case {
         match &self.fakes {
             Fakes::Azure(entra, _) => entra.server.addr(),
             Fakes::Gcp(sts) => sts.server.addr(),
+            Fakes::Vendor(fake, _) => fake.server.addr(),
         }
     }
 
@@ -106,6 +215,11 @@ impl Case {
         match self.fakes {
             Fakes::Azure(..) => format!("the Entra ID token request to {url}"),
             Fakes::Gcp(_) => format!("the Google STS token exchange at {url}/v1/token"),
+            Fakes::Vendor(_, vendor) => format!(
+                "the {} token exchange at {url}{}",
+                vendor.vendor(),
+                vendor.path()
+            ),
         }
     }
 
@@ -113,6 +227,7 @@ impl Case {
         match &self.fakes {
             Fakes::Azure(entra, _) => entra.server.request_count(),
             Fakes::Gcp(sts) => sts.server.request_count(),
+            Fakes::Vendor(fake, _) => fake.request_count(),
         }
     }
 
@@ -121,6 +236,7 @@ impl Case {
         match &self.fakes {
             Fakes::Azure(entra, _) => entra.script(responses),
             Fakes::Gcp(sts) => sts.script(responses),
+            Fakes::Vendor(fake, _) => fake.script(responses),
         }
     }
 
@@ -136,6 +252,11 @@ impl Case {
             Fakes::Gcp(_) => Response::json(
                 403,
                 json!({"error": {"code": 403, "message": "Request is prohibited by organization's policy.", "status": "PERMISSION_DENIED"}}),
+            ),
+            Fakes::Vendor(_, vendor) => vendor.refusal(
+                403,
+                "FORBIDDEN",
+                "You do not have permission to perform this action.",
             ),
         }
     }
@@ -153,6 +274,9 @@ impl Case {
                 429,
                 json!({"error": {"code": 429, "message": "Quota exceeded.", "status": "RESOURCE_EXHAUSTED"}}),
             ),
+            Fakes::Vendor(_, vendor) => {
+                vendor.refusal(429, "TOO_MANY_REQUESTS", "Request was throttled.")
+            }
         };
         response.with_header("Retry-After", retry_after)
     }
@@ -182,6 +306,7 @@ impl Case {
                 ]
                 .map(str::to_string),
             ),
+            Fakes::Vendor(_, vendor) => args.extend(vendor.args()),
         }
         args.extend([self.first_flag().to_string(), first.to_string()]);
         args.extend(extra.iter().map(|s| s.to_string()));
@@ -214,6 +339,7 @@ impl Case {
                 secrets.extend(acr.minted());
             }
             Fakes::Gcp(sts) => secrets.extend(sts.issued()),
+            Fakes::Vendor(fake, _) => secrets.extend(fake.issued()),
         }
         secrets
     }
@@ -605,6 +731,10 @@ fn tls_fronts(case: &Case) -> (Vec<TlsFront>, Vec<String>) {
         }
         Fakes::Gcp(sts) => (
             vec![TlsFront::start(sts.server.addr())],
+            vec!["--ca-file".to_string(), CA_PEM.to_string()],
+        ),
+        Fakes::Vendor(fake, _) => (
+            vec![TlsFront::start(fake.server.addr())],
             vec!["--ca-file".to_string(), CA_PEM.to_string()],
         ),
     }

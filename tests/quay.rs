@@ -122,7 +122,7 @@ fn refusals_name_quay_the_status_and_the_fix() {
             ),
             (
                 vec![Response::text(200, "{\"token\":")],
-                vec!["with a body that is not JSON"],
+                vec!["with a body that is not a JSON token response"],
             ),
         ],
         &[&token],

@@ -440,7 +440,7 @@ mod tests {
             ("k8s-team", "opaque", 4600)
         );
         for (body, needle) in [
-            ("<html>", "not JSON"),
+            ("<html>", "not a JSON token response"),
             (r#"{"username":"u","expires_in":60}"#, "no access_token"),
             (
                 r#"{"access_token":"t","expires_in":60}"#,

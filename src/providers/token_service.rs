@@ -234,7 +234,7 @@ pub fn read_token(
     }
     let value: serde_json::Value = reply
         .json()
-        .ok_or_else(|| malformed(service, reply, "a body that is not JSON"))?;
+        .ok_or_else(|| malformed(service, reply, "a body that is not a JSON token response"))?;
     let token = field(&value, name)
         .map(Secret::new)
         .ok_or_else(|| malformed(service, reply, &format!("no {name}")))?;
