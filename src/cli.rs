@@ -128,6 +128,9 @@ pub enum Command {
     /// Show, without any network call, what the kubelet would send for an
     /// image and a service account, and what this plugin would do with it.
     Explain(crate::explain::Args),
+    /// Install into, remove from, or diagnose a node's kubelet set-up.
+    #[command(subcommand)]
+    Node(crate::commands::node::Command),
 }
 
 /// Runs an admin command.
@@ -136,6 +139,7 @@ fn run_command(cli: &Cli, command: &Command) -> ExitCode {
         Command::Cache(command) => cache::command::run(&cli.cache, cli.max_cache_duration, command),
         Command::CheckConfig(args) => crate::config::check::run(args),
         Command::Explain(args) => crate::explain::run(args),
+        Command::Node(command) => crate::commands::node::run(command),
     }
 }
 

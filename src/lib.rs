@@ -12,6 +12,7 @@ pub mod log;
 pub mod build_info;
 pub mod cache;
 pub mod cli;
+pub mod commands;
 pub mod config;
 pub mod deadline;
 pub mod duration;

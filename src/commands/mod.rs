@@ -1,0 +1,3 @@
+//! Admin commands that are not the kubelet's request/response cycle.
+
+pub mod node;
