@@ -178,6 +178,8 @@ pub fn diagnose(target: &Target) -> Report {
     };
     let report = check_with(&local_config, Some(&local_bin), &facts);
     for f in &report.findings {
+        let mut f = f.clone();
+        f.file = super::install::host_path(&host, &f.file);
         let verdict = if f.severity == Severity::Error {
             Verdict::Fail
         } else {

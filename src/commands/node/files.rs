@@ -32,7 +32,7 @@ pub fn backup_path(path: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
-fn io_error(what: &str, path: &Path, e: std::io::Error) -> Error {
+pub fn io_error(what: &str, path: &Path, e: std::io::Error) -> Error {
     let fix = if e.kind() == std::io::ErrorKind::PermissionDenied
         || e.raw_os_error() == Some(libc::EROFS)
     {

@@ -559,8 +559,7 @@ fn install_binary(
         std::fs::read(&local).is_ok_and(|old| old == bytes) && files::mode_of(&local) & 0o111 != 0;
     if !same {
         let dir = host.path(bin_dir);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| Error::new(format!("cannot create {}: {e}", dir.display())))?;
+        std::fs::create_dir_all(&dir).map_err(|e| files::io_error("create", &dir, e))?;
         let tmp = dir.join(format!(".{BINARY}.wicp-tmp.{}", std::process::id()));
         files::atomic_write(&tmp, &bytes, 0o755)?;
         if let Err(e) = answers_version(&tmp) {
@@ -702,6 +701,7 @@ fn install(args: &Args, report: &mut Report) -> Result<()> {
         .cloned()
         .map(|mut f| {
             f.file = unstage(&f.file, &stage_dir, &staged.config, &plan);
+            f.file = host_path(&host, &f.file);
             f
         })
         .collect();
@@ -815,6 +815,14 @@ fn install(args: &Args, report: &mut Report) -> Result<()> {
         report.restart = Some("the kubelet reads its credential-provider config only at start: restart it (or pass --restart-kubelet)".into());
     }
     Ok(())
+}
+
+/// A local path under the root, shown as the node's path.
+pub fn host_path(host: &Host, file: &str) -> String {
+    match Path::new(file).strip_prefix(host.root()) {
+        Ok(rest) if !host.is_local() => Path::new("/").join(rest).display().to_string(),
+        _ => file.to_string(),
+    }
 }
 
 /// Maps a staged file name in a finding back to the node path.
@@ -939,7 +947,7 @@ fn render(report: &Report) -> String {
         }
     }
     for f in &report.findings {
-        t.push_str(&format!("{f}\n"));
+        t.push_str(&format!("{f} [{}]\n", f.rule));
     }
     for c in &report.changes {
         t.push_str(&format!("{c}\n"));

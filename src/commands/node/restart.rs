@@ -31,8 +31,9 @@ fn through_nsenter(host: &Host) -> bool {
         std::fs::read_link("/proc/self/ns/mnt"),
     ) {
         (Ok(one), Ok(me)) => one != me,
-        // Cannot tell: a host root seen from a container is the usual case.
-        _ => true,
+        // Cannot tell (no hostPID, or not allowed to look): nsenter would
+        // fail the same way, so run systemctl here and let it say why.
+        _ => false,
     }
 }
 
@@ -89,7 +90,12 @@ pub fn probe(address: &str, port: u16) -> std::result::Result<(), String> {
     stream
         .set_read_timeout(Some(Duration::from_secs(2)))
         .map_err(|e| e.to_string())?;
-    write!(stream, "GET /healthz HTTP/1.0\r\nHost: {target}\r\n\r\n").map_err(|e| e.to_string())?;
+    // One write: a server that answers after the first bytes must not see
+    // the rest of the request arrive on a closed connection.
+    let request = format!("GET /healthz HTTP/1.0\r\nHost: {target}\r\n\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .map_err(|e| e.to_string())?;
     let mut response = String::new();
     stream
         .take(64 * 1024)
