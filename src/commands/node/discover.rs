@@ -172,12 +172,9 @@ fn find_process(proc: &Path) -> Option<Process> {
             });
         }
         let is_agent = |w: &str| matches!(w, "agent" | "server");
-        if k3s.is_none()
-            && (base == "k3s" || base == "rke2")
-            && argv.get(1).is_some_and(|w| is_agent(w))
-        {
-            k3s = Some(process);
-        } else if k3s.is_none() && (comm.starts_with("k3s-") || comm.starts_with("rke2")) {
+        let by_argv = (base == "k3s" || base == "rke2") && argv.get(1).is_some_and(|w| is_agent(w));
+        let by_comm = comm.starts_with("k3s-") || comm.starts_with("rke2");
+        if k3s.is_none() && (by_argv || by_comm) {
             k3s = Some(process);
         }
     }

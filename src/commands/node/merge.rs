@@ -142,14 +142,14 @@ pub fn merge(
     for entry in list {
         let name = entry_name(&entry).to_string();
         if let Some(i) = ours.iter().position(|o| entry_name(o) == name) {
-            if let (Some(mine), Some(slot)) = (ours.get(i), placed.get_mut(i)) {
-                if !*slot {
-                    if *mine != entry {
-                        changes.push(format!("replaced {name}"));
-                    }
-                    out.push(mine.clone());
-                    *slot = true;
+            if let (Some(mine), Some(slot)) = (ours.get(i), placed.get_mut(i))
+                && !*slot
+            {
+                if *mine != entry {
+                    changes.push(format!("replaced {name}"));
                 }
+                out.push(mine.clone());
+                *slot = true;
             }
             continue;
         }

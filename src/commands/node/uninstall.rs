@@ -3,7 +3,7 @@
 //! install created it); a config changed since loses only our entries; an
 //! environment file changed since loses only the text we appended.
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -147,7 +147,7 @@ fn uninstall(args: &Args, report: &mut Report) -> Result<()> {
     }
     for link in &manifest.binaries {
         let local = host.path(link);
-        if std::fs::read_link(&local).is_ok_and(|t| t == PathBuf::from(BINARY)) {
+        if std::fs::read_link(&local).is_ok_and(|t| t == Path::new(BINARY)) {
             std::fs::remove_file(&local)
                 .map_err(|e| Error::new(format!("cannot remove {}: {e}", local.display())))?;
             report.changes.push(format!("removed {}", link.display()));
