@@ -197,6 +197,7 @@ impl Node {
             "etc/kubernetes/kubelet/config.json",
             "var/lib/kubelet/config.yaml",
             "etc/default/kubeletconfig.json",
+            "home/kubernetes/kubelet-config.yaml",
         ] {
             let path = self.path(p);
             let Ok(text) = std::fs::read_to_string(&path) else {
@@ -263,9 +264,15 @@ fn json(out: &Output) -> Value {
 /// install, install again (nothing changes), doctor clean, uninstall
 /// (every original file byte-identical, every added file gone).
 fn full_cycle(node: &Node, install: &[&str]) -> Value {
+    full_cycle_with(node, install, &[])
+}
+
+/// [`full_cycle`] with `common` arguments for every command.
+fn full_cycle_with(node: &Node, install: &[&str], common: &[&str]) -> Value {
     let original = node.snapshot();
     let mut args = vec!["install"];
     args.extend_from_slice(install);
+    args.extend_from_slice(common);
     args.extend(["--output", "json"]);
     let first = node.run(&args);
     assert_eq!(first.status.code(), Some(0), "{}", show(&first));
@@ -288,11 +295,15 @@ fn full_cycle(node: &Node, install: &[&str]) -> Value {
         show(&again_text)
     );
 
-    let doctor = node.run(&["doctor"]);
+    let mut doctor_args = vec!["doctor"];
+    doctor_args.extend_from_slice(common);
+    let doctor = node.run(&doctor_args);
     assert_eq!(doctor.status.code(), Some(0), "doctor: {}", show(&doctor));
     assert!(!text(&doctor.stdout).contains("FAIL"), "{}", show(&doctor));
 
-    let un = node.run(&["uninstall"]);
+    let mut un_args = vec!["uninstall"];
+    un_args.extend_from_slice(common);
+    let un = node.run(&un_args);
     assert_eq!(un.status.code(), Some(0), "{}", show(&un));
     let diff = changed(&original, &node.snapshot());
     assert!(
@@ -686,4 +697,223 @@ fn doctor_reports_an_unhealthy_kubelet() {
     assert!(
         text(&out.stdout).contains("FAIL health") || text(&out.stdout).contains("FAIL discovery")
     );
+}
+
+#[test]
+fn aks_merges_into_agentbakers_yaml_and_narrows_the_node_entry() {
+    let node = Node::new("aks", true);
+    let install = [
+        "--provider",
+        "azure",
+        "--replace",
+        "acr-credential-provider=contosoregistry.azurecr.io",
+    ];
+    let report = full_cycle(&node, &install);
+    assert_eq!(report["plan"]["config"]["mode"], "file", "{report:#}");
+    assert_eq!(
+        report["plan"]["config"]["path"],
+        "/var/lib/kubelet/credential-provider-config.yaml"
+    );
+    assert!(
+        report["discovery"]["credential_config"]["source"]
+            .as_str()
+            .unwrap()
+            .contains("systemd unit kubelet.service")
+    );
+    // Installed again to look at the result: YAML, AgentBaker's entry kept
+    // in place with its args, narrowed; ours after it.
+    let mut args = vec!["install"];
+    args.extend(install);
+    assert_eq!(node.run(&args).status.code(), Some(0));
+    let text =
+        std::fs::read_to_string(node.path("/var/lib/kubelet/credential-provider-config.yaml"))
+            .unwrap();
+    let doc: Value = serde_json::to_value(yaml_to_json(&text)).unwrap();
+    assert_eq!(doc["providers"][0]["name"], "acr-credential-provider");
+    assert_eq!(
+        doc["providers"][0]["args"],
+        serde_json::json!(["/etc/kubernetes/azure.json"])
+    );
+    assert_eq!(
+        doc["providers"][0]["matchImages"],
+        serde_json::json!(["contosoregistry.azurecr.io"])
+    );
+    assert_eq!(doc["providers"][1]["name"], "wi-credential-provider-azure");
+    // AgentBaker's mode on the flags file is kept.
+    assert_eq!(
+        std::fs::metadata(node.path("/etc/default/kubelet"))
+            .unwrap()
+            .mode()
+            & 0o777,
+        0o600
+    );
+}
+
+fn yaml_to_json(text: &str) -> Value {
+    // The written YAML, read back as JSON values for the assertions.
+    let value: yaml_serde::Value = yaml_serde::from_str(text).unwrap();
+    serde_json::to_value(&value).unwrap()
+}
+
+#[test]
+fn gke_cos_merges_into_cri_auth_config_and_warns_about_the_tmpfs() {
+    let node = Node::new("gke-cos", true);
+    let install = [
+        "--provider",
+        "gcp",
+        "--replace",
+        "auth-provider-gcp=gke.gcr.io",
+    ];
+    full_cycle(&node, &install);
+    let mut args = vec!["install"];
+    args.extend(install);
+    assert_eq!(node.run(&args).status.code(), Some(0));
+    assert!(
+        node.path("/home/kubernetes/bin/wi-credential-provider-gcp")
+            .is_symlink()
+    );
+    let doctor = node.run(&["doctor"]);
+    let stdout = text(&doctor.stdout);
+    assert!(stdout.contains("WARN rewritten-at-boot"), "{stdout}");
+    assert!(stdout.contains("tmpfs"), "{stdout}");
+}
+
+fn write_health_config(node: &Node, path: &str) {
+    let p = node.path(path);
+    std::fs::write(
+        &p,
+        format!("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nhealthzPort: {}\n", node.health.port),
+    )
+    .unwrap();
+}
+
+#[test]
+fn k3s_uses_its_built_in_paths() {
+    let node = Node::new("k3s", true);
+    write_health_config(&node, "/etc/rancher/k3s/kubelet-health.yaml");
+    let common = ["--kubelet-config", "/etc/rancher/k3s/kubelet-health.yaml"];
+    let report = full_cycle_with(&node, &["--provider", "aws", "--restart-kubelet"], &common);
+    assert_eq!(
+        report["plan"]["config"]["path"],
+        "/var/lib/rancher/credentialprovider/config.yaml"
+    );
+    assert_eq!(
+        report["plan"]["bin_dir"],
+        "/var/lib/rancher/credentialprovider/bin"
+    );
+    assert_eq!(node.systemctl_log(), "restart k3s.service\n");
+}
+
+#[test]
+fn k3s_refuses_a_config_directory_it_would_ignore() {
+    let node = Node::new("k3s", true);
+    std::fs::create_dir_all(node.path("/var/lib/rancher/credentialprovider/config.yaml")).unwrap();
+    let original = node.snapshot();
+    let out = node.run(&["install", "--provider", "aws"]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(
+        text(&out.stderr).contains("is a directory"),
+        "{}",
+        show(&out)
+    );
+    assert!(changed(&original, &node.snapshot()).is_empty());
+}
+
+#[test]
+fn rke2_uses_the_same_built_in_paths() {
+    let node = Node::new("rke2", true);
+    write_health_config(&node, "/etc/rancher/rke2/kubelet-health.yaml");
+    let common = ["--kubelet-config", "/etc/rancher/rke2/kubelet-health.yaml"];
+    let report = full_cycle_with(&node, &["--provider", "gcp", "--restart-kubelet"], &common);
+    assert_eq!(report["discovery"]["distro"], "rke2");
+    assert_eq!(node.systemctl_log(), "restart rke2-server.service\n");
+}
+
+#[test]
+fn bottlerocket_is_refused_with_the_supported_route() {
+    let node = Node::new("bottlerocket", true);
+    let original = node.snapshot();
+    let out = node.run(&["install", "--provider", "aws"]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("cannot install on Bottlerocket"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("custom variant"), "{stderr}");
+    assert!(changed(&original, &node.snapshot()).is_empty());
+    let doctor = node.run(&["doctor"]);
+    assert_eq!(doctor.status.code(), Some(1));
+    assert!(
+        text(&doctor.stdout).contains("FAIL distribution"),
+        "{}",
+        show(&doctor)
+    );
+}
+
+/// Merge golden files: tests/fixtures/node/merge/<case>/{before,ours.yaml,after}.
+/// WICP_UPDATE_GOLDEN=1 rewrites `after` (then review the diff).
+#[test]
+fn merge_golden_files() {
+    use wi_credential_provider::commands::node::merge::{self, Format, Replace};
+    let dir = repo().join("tests/fixtures/node/merge");
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    cases.sort();
+    assert!(cases.len() >= 3, "{cases:?}");
+    for case in cases {
+        let files: Vec<PathBuf> = std::fs::read_dir(&case)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        let find = |stem: &str| {
+            files
+                .iter()
+                .find(|p| p.file_stem().unwrap() == stem)
+                .cloned()
+        };
+        let before = find("before").unwrap();
+        let after = case.join(format!(
+            "after.{}",
+            before.extension().unwrap().to_str().unwrap()
+        ));
+        let ours_doc =
+            merge::parse(&std::fs::read(case.join("ours.yaml")).unwrap(), &case).unwrap();
+        let ours = merge::providers(&ours_doc);
+        let replace: Vec<Replace> = std::fs::read_to_string(case.join("replace"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(|l| l.parse().unwrap())
+            .collect();
+        let merged = merge::merge(
+            Some(&std::fs::read(&before).unwrap()),
+            &before,
+            Format::of(&before),
+            &ours,
+            &replace,
+        )
+        .unwrap();
+        let bytes = merged.bytes.expect("the merge changes something");
+        if std::env::var_os("WICP_UPDATE_GOLDEN").is_some() {
+            std::fs::write(&after, &bytes).unwrap();
+        }
+        assert_eq!(
+            text(&bytes),
+            std::fs::read_to_string(&after).unwrap(),
+            "{}",
+            case.display()
+        );
+        // Merging again into the result changes nothing, byte for byte.
+        let again =
+            merge::merge(Some(&bytes), &after, Format::of(&after), &ours, &replace).unwrap();
+        assert!(
+            again.bytes.is_none(),
+            "{}: second merge changed the file",
+            case.display()
+        );
+    }
 }
