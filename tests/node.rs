@@ -917,3 +917,60 @@ fn merge_golden_files() {
         );
     }
 }
+
+#[test]
+fn install_sh_checks_the_checksum_then_hands_over() {
+    let node = Node::new("kubeadm-deb", true);
+    let release = node.dir.path().join("release");
+    std::fs::create_dir(&release).unwrap();
+    let binary = release.join("wi-credential-provider-0.0.0-linux-test");
+    std::fs::copy(stripped_binary(), &binary).unwrap();
+    let sum = Command::new("sha256sum").arg(&binary).output().unwrap();
+    let hex = text(&sum.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    let script = repo().join("node-install/install.sh");
+    let run = |sha: &str| {
+        Command::new("busybox")
+            .arg("sh")
+            .arg(&script)
+            .args(["--node", "--sha256", sha, "--binary"])
+            .arg(&binary)
+            .arg("--root")
+            .arg(node.root())
+            .args(["--", "--provider", "aws", "--proc", "none"])
+            .env_clear()
+            .env(
+                "PATH",
+                format!(
+                    "{}:/usr/bin:/bin",
+                    node.dir.path().join("fakebin").display()
+                ),
+            )
+            .output()
+            .unwrap()
+    };
+    let original = node.snapshot();
+    let bad = run(&"0".repeat(64));
+    assert_eq!(bad.status.code(), Some(1), "{}", show(&bad));
+    assert!(
+        text(&bad.stderr).contains("sha256 mismatch"),
+        "{}",
+        show(&bad)
+    );
+    assert!(changed(&original, &node.snapshot()).is_empty());
+    let out = run(&hex);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert!(text(&out.stdout).contains("handing over"), "{}", show(&out));
+    assert!(
+        node.path("/etc/kubernetes/credential-provider.yaml")
+            .is_file()
+    );
+    assert!(
+        std::fs::read_to_string(node.path("/etc/default/kubelet"))
+            .unwrap()
+            .contains("--image-credential-provider-config=")
+    );
+}
