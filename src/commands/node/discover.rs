@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::distro::{self, Distro};
 use super::host::Host;
 use super::systemd::Unit;
-use crate::config::kubelet_config::{KubeletConfig, Version};
+use crate::commands::check_config::kubelet_config::{KubeletConfig, Version};
 
 pub const CONFIG_FLAG: &str = "image-credential-provider-config";
 pub const BIN_DIR_FLAG: &str = "image-credential-provider-bin-dir";

@@ -14,11 +14,11 @@ use serde::Serialize;
 use super::discover::{self, Discovery};
 use super::distro::{self, Distro};
 use super::{Target, print, rbac, restart};
-use crate::cli::BINARY;
-use crate::config::check::{Output, check_with};
-use crate::config::isolation::KubeletFacts;
-use crate::config::{Severity, lint};
+use crate::commands::check_config::check::{Output, check_with};
+use crate::commands::check_config::isolation::KubeletFacts;
+use crate::commands::check_config::{Severity, lint};
 use crate::matching;
+use crate::options::BINARY;
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct Args {
@@ -201,8 +201,8 @@ pub fn diagnose(target: &Target) -> Report {
         ));
     }
     // Our entries, the binary, the audiences.
-    let loaded = crate::config::load(&local_config);
-    let ours: Vec<&crate::config::Entry> = loaded
+    let loaded = crate::commands::check_config::load(&local_config);
+    let ours: Vec<&crate::commands::check_config::Entry> = loaded
         .entries
         .iter()
         .filter(|e| lint::runs_this_binary(e, Some(&local_bin)))

@@ -17,11 +17,11 @@ use super::host::Host;
 use super::merge::{self, Format, Replace};
 use super::systemd;
 use super::{Target, print, rbac, restart};
-use crate::cli::BINARY;
-use crate::config::Finding;
-use crate::config::check::{Output, check_with};
-use crate::config::isolation::KubeletFacts;
+use crate::commands::check_config::Finding;
+use crate::commands::check_config::check::{Output, check_with};
+use crate::commands::check_config::isolation::KubeletFacts;
 use crate::error::{Error, Result};
+use crate::options::BINARY;
 
 /// The ready entry for each provider: the one in config-examples.
 const AWS: &str =
@@ -239,10 +239,9 @@ pub fn plan(host: &Host, d: &Discovery, replace: &[Replace]) -> Result<Plan> {
                 .bin_dir
                 .as_ref()
                 .map_or(PathBuf::from(distro::EKS_PROVIDER_DIR), |f| f.value.clone());
-            let directory_ok = d
-                .version
-                .is_some_and(|v| v >= crate::config::kubelet_config::DIRECTORY_CONFIG_SINCE)
-                && replace.is_empty();
+            let directory_ok = d.version.is_some_and(|v| {
+                v >= crate::commands::check_config::kubelet_config::DIRECTORY_CONFIG_SINCE
+            }) && replace.is_empty();
             let nodeadm_config = PathBuf::from(distro::EKS_CONFIG);
             let (config, flag_value) = if directory_ok {
                 let dir = PathBuf::from(distro::EKS_PROVIDER_DIR);

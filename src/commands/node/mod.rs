@@ -26,7 +26,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::config::kubelet_config::Version;
+use crate::commands::check_config::kubelet_config::Version;
 
 /// Where the node is and what is known about its kubelet.
 #[derive(clap::Args, Clone, Debug)]
@@ -60,7 +60,7 @@ pub struct Target {
 
     /// Report format.
     #[arg(long, value_enum, value_name = "FORMAT", default_value = "text")]
-    pub output: crate::config::check::Output,
+    pub output: crate::commands::check_config::check::Output,
 }
 
 fn parse_version(text: &str) -> Result<Version, String> {

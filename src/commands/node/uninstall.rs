@@ -12,9 +12,9 @@ use serde::Serialize;
 use super::discover;
 use super::files::{self, Kind, Manifest};
 use super::{Target, merge, print, restart};
-use crate::cli::BINARY;
-use crate::config::check::Output;
+use crate::commands::check_config::check::Output;
 use crate::error::{Error, Result};
+use crate::options::BINARY;
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct Args {
