@@ -974,3 +974,39 @@ fn install_sh_checks_the_checksum_then_hands_over() {
             .contains("--image-credential-provider-config=")
     );
 }
+
+#[test]
+fn a_failed_second_install_rolls_back_to_the_first() {
+    let node = Node::new("kubeadm-deb", true);
+    let first = node.run(&["install", "--provider", "aws"]);
+    assert_eq!(first.status.code(), Some(0), "{}", show(&first));
+    let installed = node.snapshot();
+    node.health.healthy.store(false, Ordering::SeqCst);
+    let out = node.run(&[
+        "install",
+        "--provider",
+        "aws",
+        "--provider",
+        "azure",
+        "--restart-kubelet",
+        "--health-timeout",
+        "2s",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let diff = changed(&installed, &node.snapshot());
+    assert!(
+        diff.is_empty(),
+        "not back to the first install: {diff:?}\n{}",
+        show(&out)
+    );
+    // And uninstall still takes the node back to the start.
+    node.health.healthy.store(true, Ordering::SeqCst);
+    let un = node.run(&["uninstall"]);
+    assert_eq!(un.status.code(), Some(0), "{}", show(&un));
+    let original = snapshot(&fixture("kubeadm-deb").join("root"));
+    let diff: Vec<String> = changed(&original, &node.snapshot())
+        .into_iter()
+        .filter(|p| p != "var/lib/kubelet/config.yaml") // its health port was set by the test
+        .collect();
+    assert!(diff.is_empty(), "{diff:?}");
+}

@@ -749,6 +749,22 @@ fn install(args: &Args, report: &mut Report) -> Result<()> {
 
     let mut manifest = Manifest::read(&host)?.unwrap_or_default();
     let before = manifest.clone();
+    // What every file this run may write holds now, so a rollback puts back
+    // exactly these bytes, whether this is the first install or a later one.
+    let mut touched = vec![plan.bin_dir.join(BINARY), target.clone()];
+    touched.extend(own.iter().map(|(p, _)| p.clone()));
+    touched.extend(edit.iter().map(|(e, _, _)| e.file.clone()));
+    let previous: Vec<Previous> = touched
+        .into_iter()
+        .map(|path| {
+            let local = host.path(&path);
+            Previous {
+                bytes: std::fs::read(&local).ok(),
+                mode: files::mode_of(&local),
+                path,
+            }
+        })
+        .collect();
     let mut changes = Vec::new();
     let result = (|| -> Result<()> {
         install_binary(
@@ -790,7 +806,8 @@ fn install(args: &Args, report: &mut Report) -> Result<()> {
             record.appended = format!("{previous}{inserted}");
             upsert(&mut manifest, record);
             changes.push(format!(
-                "appended{inserted} to {} in {}",
+                "appended {:?} to {} in {}",
+                inserted.trim(),
                 e.var,
                 e.file.display()
             ));
@@ -808,7 +825,12 @@ fn install(args: &Args, report: &mut Report) -> Result<()> {
         if !report.changed {
             report.restart = Some("nothing changed; the kubelet was left running".into());
         } else {
-            restart_or_roll_back(&host, &d, &before, &manifest, args.health_timeout, report)?;
+            let run = Run {
+                before: &before,
+                after: &manifest,
+                previous: &previous,
+            };
+            restart_or_roll_back(&host, &d, &run, args.health_timeout, report)?;
         }
     } else if report.changed {
         report.restart = Some("the kubelet reads its credential-provider config only at start: restart it (or pass --restart-kubelet)".into());
@@ -843,11 +865,24 @@ fn unstage(file: &str, stage_dir: &Path, staged_config: &Path, plan: &Plan) -> S
         .unwrap_or_else(|_| file.to_string())
 }
 
+/// A file's bytes and mode before this run (`None`: it did not exist).
+struct Previous {
+    path: PathBuf,
+    bytes: Option<Vec<u8>>,
+    mode: u32,
+}
+
+/// What a rollback needs: the manifest before and after, the files before.
+struct Run<'a> {
+    before: &'a Manifest,
+    after: &'a Manifest,
+    previous: &'a [Previous],
+}
+
 fn restart_or_roll_back(
     host: &Host,
     d: &Discovery,
-    before: &Manifest,
-    after: &Manifest,
+    run: &Run<'_>,
     timeout: Duration,
     report: &mut Report,
 ) -> Result<()> {
@@ -867,7 +902,7 @@ fn restart_or_roll_back(
             Ok(())
         }
         Err(why) => {
-            let restored = roll_back(host, before, after);
+            let restored = roll_back(host, run);
             let again = restart::systemctl(host, &["restart", unit]);
             let health = restart::wait_healthy(&address, port, timeout);
             report.restart = Some(format!(
@@ -886,35 +921,45 @@ fn restart_or_roll_back(
     }
 }
 
-/// Restores every file this run changed to what it held before.
-fn roll_back(host: &Host, before: &Manifest, after: &Manifest) -> String {
+/// Puts back every file this run changed, byte for byte, removes what it
+/// created, and restores the manifest.
+fn roll_back(host: &Host, run: &Run<'_>) -> String {
     let mut done = Vec::new();
-    for record in after.files.iter().rev() {
-        let previous = before.record(&record.path);
-        if previous.is_some_and(|p| p.written == record.written) {
+    for p in run.previous.iter().rev() {
+        let local = host.path(&p.path);
+        let now = std::fs::read(&local).ok();
+        if now == p.bytes {
             continue;
         }
-        let result = match previous {
-            // Changed again on a later install: back to that install's bytes
-            // is not kept, so back to the original.
-            Some(_) | None => files::restore(host, record),
+        let result = match &p.bytes {
+            Some(bytes) => files::atomic_write(&local, bytes, p.mode),
+            None => std::fs::remove_file(&local).map_err(|e| files::io_error("remove", &local, e)),
         };
         match result {
-            Ok(()) => done.push(format!("restored {}", record.path.display())),
-            Err(e) => done.push(format!("FAILED to restore {}: {e}", record.path.display())),
+            Ok(()) => done.push(format!("restored {}", p.path.display())),
+            Err(e) => done.push(format!("FAILED to restore {}: {e}", p.path.display())),
         }
     }
-    for link in after
+    // Backups made by this run (a first install) are no longer needed.
+    for record in &run.after.files {
+        if run.before.record(&record.path).is_none()
+            && let Some(b) = &record.backup
+        {
+            let _ = std::fs::remove_file(host.path(b));
+        }
+    }
+    for link in run
+        .after
         .binaries
         .iter()
-        .filter(|l| !before.binaries.contains(l))
+        .filter(|l| !run.before.binaries.contains(l))
     {
         let _ = std::fs::remove_file(host.path(link));
     }
-    let _ = if before.files.is_empty() && before.binaries.is_empty() {
+    let _ = if run.before.files.is_empty() && run.before.binaries.is_empty() {
         Manifest::remove(host)
     } else {
-        before.write(host)
+        run.before.write(host)
     };
     done.join(", ")
 }
