@@ -687,16 +687,70 @@ fn doctor_reports_the_overlap_and_the_nodeadm_rewrite() {
 #[test]
 fn doctor_reports_an_unhealthy_kubelet() {
     let node = Node::new("kubeadm-deb", false);
+    let install = node.run(&["install", "--provider", "aws"]);
+    assert_eq!(install.status.code(), Some(0), "{}", show(&install));
     let out = node.run(&["doctor"]);
     assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("ok   discovery"), "{stdout}");
     assert!(
-        text(&out.stdout).contains("FAIL discovery"),
+        stdout.contains("FAIL health: http://127.0.0.1:"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("500"), "{stdout}");
+}
+
+#[test]
+fn nothing_found_changes_nothing_and_says_what_to_add_where() {
+    let node = Node::new("kubeadm-deb", true);
+    // A bare root: no unit, no distribution marker, no kubelet process.
+    std::fs::remove_dir_all(node.path("/usr/lib/systemd")).unwrap();
+    let original = node.snapshot();
+    let out = node.run(&["install", "--provider", "aws"]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("found no kubelet credential-provider set-up"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("KUBELET_EXTRA_ARGS in /etc/default/kubelet"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("nothing was changed"), "{stderr}");
+    assert!(changed(&original, &node.snapshot()).is_empty());
+    let doctor = node.run(&["doctor"]);
+    assert_eq!(doctor.status.code(), Some(1));
+    assert!(
+        text(&doctor.stdout).contains("FAIL discovery"),
         "{}",
-        show(&out)
+        show(&doctor)
+    );
+}
+
+#[test]
+fn dry_run_writes_nothing() {
+    let node = Node::new("eks-al2023", true);
+    let original = node.snapshot();
+    let out = node.run(&[
+        "install",
+        "--provider",
+        "aws",
+        "--replace",
+        "ecr-credential-provider",
+        "--dry-run",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("would: removed ecr-credential-provider (--replace)"),
+        "{stdout}"
     );
     assert!(
-        text(&out.stdout).contains("FAIL health") || text(&out.stdout).contains("FAIL discovery")
+        stdout.contains("would: write /etc/eks/nodeadm.d/90-wi-credential-provider.yaml"),
+        "{stdout}"
     );
+    assert!(changed(&original, &node.snapshot()).is_empty());
 }
 
 #[test]
