@@ -93,13 +93,13 @@ impl KubeletConfig {
         }
         for path in &files {
             let text = std::fs::read_to_string(path).map_err(|e| {
-                Error::new(format!(
+                Error::config(format!(
                     "cannot read the KubeletConfiguration {}: {e}",
                     path.display()
                 ))
             })?;
             let value: Value = yaml_serde::from_str(&text).map_err(|e| {
-                Error::new(format!(
+                Error::config(format!(
                     "{} is not a YAML or JSON KubeletConfiguration: {e}",
                     path.display()
                 ))

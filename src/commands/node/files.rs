@@ -40,14 +40,14 @@ pub fn io_error(what: &str, path: &Path, e: std::io::Error) -> Error {
     } else {
         "check the path and the free space"
     };
-    Error::new(format!("cannot {what} {}: {e}", path.display())).fix(fix)
+    Error::config(format!("cannot {what} {}: {e}", path.display())).fix(fix)
 }
 
 /// Writes `bytes` to `local` atomically with `mode`.
 pub fn atomic_write(local: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     let dir = local
         .parent()
-        .ok_or_else(|| Error::new(format!("{} has no directory", local.display())))?;
+        .ok_or_else(|| Error::config(format!("{} has no directory", local.display())))?;
     std::fs::create_dir_all(dir).map_err(|e| io_error("create", dir, e))?;
     let name = local
         .file_name()
@@ -123,7 +123,7 @@ impl Manifest {
         let local = host.path(Path::new(MANIFEST));
         match std::fs::read(&local) {
             Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
-                Error::new(format!(
+                Error::config(format!(
                     "{} is not a manifest written by node install: {e}",
                     local.display()
                 ))
@@ -136,7 +136,7 @@ impl Manifest {
     pub fn write(&self, host: &Host) -> Result<()> {
         let local = host.path(Path::new(MANIFEST));
         let bytes = serde_json::to_vec_pretty(self)
-            .map_err(|e| Error::new(format!("cannot encode the manifest: {e}")))?;
+            .map_err(|e| Error::config(format!("cannot encode the manifest: {e}")))?;
         atomic_write(&local, &bytes, 0o600)
     }
 

@@ -150,11 +150,11 @@ pub fn our_entries(args: &Args) -> Result<Vec<Value>> {
     }
     if let Some(file) = &args.config {
         let bytes = std::fs::read(file)
-            .map_err(|e| Error::new(format!("cannot read --config {}: {e}", file.display())))?;
+            .map_err(|e| Error::config(format!("cannot read --config {}: {e}", file.display())))?;
         let doc = merge::parse(&bytes, file)?;
         let list = merge::providers(&doc);
         if list.is_empty() {
-            return Err(Error::new(format!(
+            return Err(Error::config(format!(
                 "--config {} has no providers",
                 file.display()
             )));
@@ -162,15 +162,16 @@ pub fn our_entries(args: &Args) -> Result<Vec<Value>> {
         entries.extend(list);
     }
     if entries.is_empty() {
-        return Err(
-            Error::new("nothing to install").fix("pass --provider aws|azure|gcp or --config FILE")
-        );
+        return Err(Error::config("nothing to install")
+            .fix("pass --provider aws|azure|gcp or --config FILE"));
     }
     let mut seen = std::collections::BTreeSet::new();
     for e in &entries {
         let name = merge::entry_name(e);
         if !seen.insert(name.to_string()) {
-            return Err(Error::new(format!("the provider {name:?} is given twice")));
+            return Err(Error::config(format!(
+                "the provider {name:?} is given twice"
+            )));
         }
     }
     Ok(entries)
@@ -193,7 +194,7 @@ fn nothing_found(d: &Discovery) -> Error {
         Distro::GkeCos => "GKE sets the flags in KUBELET_OPTS in /etc/default/kubelet".into(),
         _ => "pass --kubelet-credential-config and --kubelet-bin-dir".into(),
     };
-    Error::new(format!(
+    Error::config(format!(
         "found no kubelet credential-provider set-up on {} (looked at the kubelet process, the systemd unit and the distribution's defaults); nothing was changed",
         d.distro
     ))
@@ -226,7 +227,7 @@ fn kubeadm_extra_args(host: &Host, d: &Discovery) -> Option<FlagEdit> {
 
 pub fn plan(host: &Host, d: &Discovery, replace: &[Replace]) -> Result<Plan> {
     if let Some(route) = d.distro.refusal() {
-        return Err(Error::new(format!("cannot install on {}", d.distro)).fix(route));
+        return Err(Error::config(format!("cannot install on {}", d.distro)).fix(route));
     }
     let mut notes = Vec::new();
     if let Some(r) = d.distro.rewritten_by() {
@@ -300,7 +301,7 @@ pub fn plan(host: &Host, d: &Discovery, replace: &[Replace]) -> Result<Plan> {
         Distro::K3s | Distro::Rke2 => {
             let config = found_config.unwrap_or_else(|| PathBuf::from(distro::RANCHER_CONFIG));
             if host.path(&config).is_dir() {
-                return Err(Error::new(format!(
+                return Err(Error::config(format!(
                     "{} is a directory: k3s/RKE2 pass the credential-provider flags only when the config is a file, so the kubelet would ignore it",
                     config.display()
                 ))
@@ -326,7 +327,7 @@ pub fn plan(host: &Host, d: &Discovery, replace: &[Replace]) -> Result<Plan> {
             let (config, bin_dir, flag_edit) = match (found_config, d.bin_dir.as_ref()) {
                 (Some(c), Some(b)) => (c, b.value.clone(), None),
                 (Some(_), None) | (None, Some(_)) => {
-                    return Err(Error::new(format!(
+                    return Err(Error::config(format!(
                         "the kubelet has only one of --{CONFIG_FLAG} and --{BIN_DIR_FLAG}; it needs both"
                     ))
                     .fix("pass the other with --kubelet-credential-config or --kubelet-bin-dir"));
@@ -354,7 +355,7 @@ pub fn plan(host: &Host, d: &Discovery, replace: &[Replace]) -> Result<Plan> {
             };
             let target = if host.path(&config).is_dir() {
                 if !replace.is_empty() {
-                    return Err(Error::new(
+                    return Err(Error::config(
                         "--replace cannot change the other files of a config directory",
                     )
                     .fix("edit or remove the other provider's file yourself"));
@@ -468,7 +469,7 @@ fn private_temp_dir() -> Result<PathBuf> {
     std::fs::DirBuilder::new()
         .mode(0o700)
         .create(&dir)
-        .map_err(|e| Error::new(format!("cannot create {}: {e}", dir.display())))?;
+        .map_err(|e| Error::config(format!("cannot create {}: {e}", dir.display())))?;
     Ok(dir)
 }
 
@@ -479,7 +480,8 @@ fn stage(host: &Host, plan: &Plan, bytes: &[u8], names: &[String], binary: &Path
         bin_dir: root.join("bin"),
         dir: root,
     };
-    let io = |e: std::io::Error| Error::new(format!("cannot stage the config for checking: {e}"));
+    let io =
+        |e: std::io::Error| Error::config(format!("cannot stage the config for checking: {e}"));
     let config = match &plan.config {
         ConfigTarget::File { path, .. } => {
             let p = stage.dir.join(path.file_name().unwrap_or_default());
@@ -525,14 +527,14 @@ fn answers_version(binary: &Path) -> Result<()> {
         .arg("--version")
         .output()
         .map_err(|e| {
-            Error::new(format!(
+            Error::config(format!(
                 "the binary {} cannot run here: {e}",
                 binary.display()
             ))
             .fix("use the binary built for this node's architecture")
         })?;
     if !out.status.success() || !String::from_utf8_lossy(&out.stdout).starts_with(BINARY) {
-        return Err(Error::new(format!(
+        return Err(Error::config(format!(
             "{} --version did not answer as {BINARY} does",
             binary.display()
         )));
@@ -553,7 +555,7 @@ fn install_binary(
     let dest = bin_dir.join(BINARY);
     let local = host.path(&dest);
     let bytes = std::fs::read(source)
-        .map_err(|e| Error::new(format!("cannot read the binary {}: {e}", source.display())))?;
+        .map_err(|e| Error::config(format!("cannot read the binary {}: {e}", source.display())))?;
     let same =
         std::fs::read(&local).is_ok_and(|old| old == bytes) && files::mode_of(&local) & 0o111 != 0;
     if !same {
@@ -567,8 +569,9 @@ fn install_binary(
         }
         let _ = std::fs::remove_file(&tmp);
         let record = files::replace(host, manifest, &dest, Kind::Own, &bytes)?;
-        std::fs::set_permissions(&local, std::fs::Permissions::from_mode(0o755))
-            .map_err(|e| Error::new(format!("cannot make {} executable: {e}", local.display())))?;
+        std::fs::set_permissions(&local, std::fs::Permissions::from_mode(0o755)).map_err(|e| {
+            Error::config(format!("cannot make {} executable: {e}", local.display()))
+        })?;
         upsert(manifest, record);
         changes.push(format!("installed {}", dest.display()));
     }
@@ -581,7 +584,7 @@ fn install_binary(
                 if std::fs::symlink_metadata(&local_link).is_ok()
                     && !manifest.binaries.contains(&link) =>
             {
-                return Err(Error::new(format!(
+                return Err(Error::config(format!(
                     "{} exists and is not a symlink to {BINARY}; not replacing another provider's executable",
                     local_link.display()
                 ))
@@ -593,7 +596,7 @@ fn install_binary(
         let _ = std::fs::remove_file(&tmp);
         std::os::unix::fs::symlink(BINARY, &tmp)
             .and_then(|()| std::fs::rename(&tmp, &local_link))
-            .map_err(|e| Error::new(format!("cannot link {}: {e}", local_link.display())))?;
+            .map_err(|e| Error::config(format!("cannot link {}: {e}", local_link.display())))?;
         if !manifest.binaries.contains(&link) {
             manifest.binaries.push(link.clone());
         }
@@ -651,7 +654,7 @@ fn install(args: &Args, report: &mut Report) -> Result<()> {
     let binary = match &args.binary {
         Some(b) => b.clone(),
         None => std::env::current_exe().map_err(|e| {
-            Error::new(format!("cannot find this executable: {e}")).fix("pass --binary PATH")
+            Error::config(format!("cannot find this executable: {e}")).fix("pass --binary PATH")
         })?,
     };
 
@@ -664,7 +667,12 @@ fn install(args: &Args, report: &mut Report) -> Result<()> {
     let existing = match std::fs::read(host.path(&base)) {
         Ok(b) => Some(b),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(Error::new(format!("cannot read {}: {e}", base.display()))),
+        Err(e) => {
+            return Err(Error::config(format!(
+                "cannot read {}: {e}",
+                base.display()
+            )));
+        }
     };
     let merged = merge::merge(
         existing.as_deref(),
@@ -705,7 +713,7 @@ fn install(args: &Args, report: &mut Report) -> Result<()> {
         })
         .collect();
     if !checked.ok() {
-        return Err(Error::new(format!(
+        return Err(Error::config(format!(
             "the merged config has {} error(s) the kubelet would trip on (listed above); nothing was written",
             checked.errors
         ))
@@ -913,7 +921,7 @@ fn restart_or_roll_back(
                     (Ok(()), Err(e)) => format!("still unhealthy: {e}"),
                 }
             ));
-            Err(Error::new(format!(
+            Err(Error::config(format!(
                 "the kubelet was not healthy after the install ({why}); the previous files were restored"
             ))
             .fix("run `wi-credential-provider node doctor` and the kubelet's journal (journalctl -u kubelet) to see why"))

@@ -81,9 +81,9 @@ pub struct Merged {
 
 pub fn parse(bytes: &[u8], what: &Path) -> Result<Value> {
     let text = std::str::from_utf8(bytes)
-        .map_err(|_| Error::new(format!("{} is not UTF-8", what.display())))?;
+        .map_err(|_| Error::config(format!("{} is not UTF-8", what.display())))?;
     yaml_serde::from_str(text).map_err(|e| {
-        Error::new(format!("cannot read {}: {e}", what.display()))
+        Error::config(format!("cannot read {}: {e}", what.display()))
             .fix("fix the file first: the kubelet would refuse it too")
     })
 }
@@ -124,7 +124,7 @@ pub fn merge(
     let mut doc = before.clone().unwrap_or_else(empty_document);
     let mut changes = Vec::new();
     let Some(map) = doc.as_mapping_mut() else {
-        return Err(Error::new(format!(
+        return Err(Error::config(format!(
             "{} is not a CredentialProviderConfig document",
             path.display()
         )));
@@ -205,12 +205,11 @@ pub fn render(doc: &Value, format: Format) -> Result<Vec<u8>> {
     let text = match format {
         Format::Json => {
             serde_json::to_string_pretty(doc)
-                .map_err(|e| Error::new(format!("cannot write JSON: {e}")))?
+                .map_err(|e| Error::config(format!("cannot write JSON: {e}")))?
                 + "\n"
         }
-        Format::Yaml => {
-            yaml_serde::to_string(doc).map_err(|e| Error::new(format!("cannot write YAML: {e}")))?
-        }
+        Format::Yaml => yaml_serde::to_string(doc)
+            .map_err(|e| Error::config(format!("cannot write YAML: {e}")))?,
     };
     Ok(text.into_bytes())
 }

@@ -59,12 +59,12 @@ pub fn systemctl(host: &Host, args: &[&str]) -> Result<()> {
     command.args(args);
     let shown = format!("systemctl {}", args.join(" "));
     let out = command.output().map_err(|e| {
-        Error::new(format!("cannot run {shown}: {e}"))
+        Error::config(format!("cannot run {shown}: {e}"))
             .fix("run on a systemd node (or from a privileged pod with hostPID and nsenter)")
     })?;
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
-        return Err(Error::new(format!(
+        return Err(Error::config(format!(
             "{shown} failed ({}): {}",
             out.status,
             stderr.trim().lines().last().unwrap_or("")

@@ -149,7 +149,7 @@ fn uninstall(args: &Args, report: &mut Report) -> Result<()> {
         let local = host.path(link);
         if std::fs::read_link(&local).is_ok_and(|t| t == Path::new(BINARY)) {
             std::fs::remove_file(&local)
-                .map_err(|e| Error::new(format!("cannot remove {}: {e}", local.display())))?;
+                .map_err(|e| Error::config(format!("cannot remove {}: {e}", local.display())))?;
             report.changes.push(format!("removed {}", link.display()));
         }
     }
@@ -162,7 +162,7 @@ fn uninstall(args: &Args, report: &mut Report) -> Result<()> {
             Some((a, p)) => match restart::wait_healthy(&a, p, args.health_timeout) {
                 Ok(()) => format!("restarted {unit}; healthy"),
                 Err(e) => {
-                    return Err(Error::new(format!(
+                    return Err(Error::config(format!(
                         "restarted {unit}, which is not healthy: {e}"
                     )));
                 }
