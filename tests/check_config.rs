@@ -114,6 +114,10 @@ const WARNING_FIXTURES: &[(&str, i32)] = &[
     ("env.unknown/fail.yaml", 0),
     ("kubelet.multiple-documents/fail.yaml", 0),
     ("name.unknown-suffix/fail.yaml", 1),
+    // A node entry narrowed to one registry: deliberate, so a warning.
+    ("overlap.node-identity/fail-narrowed.yaml", 0),
+    ("image-reuse/fail.yaml", 0),
+    ("image-reuse/fail-allowlist.yaml", 0),
 ];
 
 #[test]
