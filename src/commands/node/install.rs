@@ -1019,3 +1019,65 @@ fn render(report: &Report) -> String {
     }
     t
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flags(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter()
+            .map(|(f, v)| (f.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn appends_to_an_empty_unquoted_value() {
+        let (text, ins) = append_flags(
+            "KUBELET_EXTRA_ARGS=\n",
+            "KUBELET_EXTRA_ARGS",
+            &flags(&[("a", "1"), ("b", "2")]),
+        )
+        .unwrap();
+        assert_eq!(text, "KUBELET_EXTRA_ARGS=--a=1 --b=2\n");
+        assert_eq!(ins, "--a=1 --b=2");
+    }
+
+    #[test]
+    fn appends_inside_quotes_and_without_a_trailing_newline() {
+        let (text, ins) =
+            append_flags("X=1\nARGS=\"--v=2\"", "ARGS", &flags(&[("a", "1")])).unwrap();
+        assert_eq!(text, "X=1\nARGS=\"--v=2 --a=1\"");
+        assert_eq!(ins, " --a=1");
+        let (text, _) = append_flags(
+            "NODEADM_KUBELET_ARGS=--a=0 --v=2",
+            "NODEADM_KUBELET_ARGS",
+            &flags(&[("a", "1")]),
+        )
+        .unwrap();
+        assert_eq!(text, "NODEADM_KUBELET_ARGS=--a=0 --v=2 --a=1");
+    }
+
+    #[test]
+    fn nothing_when_the_last_value_already_holds() {
+        assert!(append_flags("ARGS=--a=0 --a=1\n", "ARGS", &flags(&[("a", "1")])).is_none());
+        assert!(append_flags("ARGS=--a 1\n", "ARGS", &flags(&[("a", "1")])).is_none());
+    }
+
+    #[test]
+    fn adds_a_missing_variable() {
+        let (text, ins) = append_flags("OTHER=1", "ARGS", &flags(&[("a", "1")])).unwrap();
+        assert_eq!(text, "OTHER=1\nARGS=\"--a=1\"\n");
+        assert_eq!(ins, "\nARGS=\"--a=1\"\n");
+    }
+
+    #[test]
+    fn replace_values_parse() {
+        let r: Replace = "ecr-credential-provider=a.io, b.io".parse().unwrap();
+        assert_eq!(
+            r.narrow_to,
+            Some(vec!["a.io".to_string(), "b.io".to_string()])
+        );
+        assert!("x=".parse::<Replace>().is_err());
+        assert!("a/b".parse::<Replace>().is_err());
+    }
+}
