@@ -10,3 +10,4 @@ pub mod net;
 pub mod plugin;
 pub mod registry;
 pub mod token;
+pub mod vault;
