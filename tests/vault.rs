@@ -68,7 +68,11 @@ fn args(vault: &FakeVault, extra: &[&str]) -> Vec<String> {
 fn invoke(vault: &FakeVault, extra: &[&str], token: &str, annotations: &[(&str, &str)]) -> Run {
     let args = args(vault, extra);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    run(&args, &[], request(&image(), Some(token), annotations).as_bytes())
+    run(
+        &args,
+        &[],
+        request(&image(), Some(token), annotations).as_bytes(),
+    )
 }
 
 const TEAM_APP: [(&str, &str); 2] = [(ROLE_KEY, "puller"), (SECRET_KEY, "team/app")];
@@ -76,11 +80,27 @@ const TEAM_APP: [(&str, &str); 2] = [(ROLE_KEY, "puller"), (SECRET_KEY, "team/ap
 /// No secret on stderr: the service account token, every client token the
 /// fake issued, the registry password.
 fn assert_quiet(run: &Run, vault: &FakeVault, token: &str) {
-    assert!(!run.stderr.contains(token), "SA token on stderr: {}", run.stderr);
-    assert!(!run.stderr.contains(PASSWORD), "password on stderr: {}", run.stderr);
-    assert!(!run.stderr.contains("hvs."), "client token on stderr: {}", run.stderr);
+    assert!(
+        !run.stderr.contains(token),
+        "SA token on stderr: {}",
+        run.stderr
+    );
+    assert!(
+        !run.stderr.contains(PASSWORD),
+        "password on stderr: {}",
+        run.stderr
+    );
+    assert!(
+        !run.stderr.contains("hvs."),
+        "client token on stderr: {}",
+        run.stderr
+    );
     for issued in vault.issued_tokens() {
-        assert!(!run.stderr.contains(&issued), "client token on stderr: {}", run.stderr);
+        assert!(
+            !run.stderr.contains(&issued),
+            "client token on stderr: {}",
+            run.stderr
+        );
     }
 }
 
@@ -185,7 +205,10 @@ fn failure(vault: &FakeVault, extra: &[&str], annotations: &[(&str, &str)]) -> S
     let out = invoke(vault, &extra, &token, annotations);
     let line = out.failure();
     assert_quiet(&out, vault, &token);
-    assert!(line.contains("team/puller"), "names the service account: {line}");
+    assert!(
+        line.contains("team/puller"),
+        "names the service account: {line}"
+    );
     line
 }
 
@@ -195,7 +218,10 @@ fn unknown_role() {
     let line = failure(&vault, &[], &[(ROLE_KEY, "nope"), (SECRET_KEY, "team/app")]);
     assert!(line.contains("HTTP 400"), "{line}");
     assert!(line.contains(r#"invalid role name \"nope\""#), "{line}");
-    assert!(line.contains("vault write auth/kubernetes/role/nope"), "{line}");
+    assert!(
+        line.contains("vault write auth/kubernetes/role/nope"),
+        "{line}"
+    );
 
     let jwt = FakeVault::start(Method::Jwt, "jwt", None);
     let line = failure(
@@ -210,13 +236,30 @@ fn unknown_role() {
 #[test]
 fn role_not_bound_to_this_service_account() {
     let vault = kubernetes_vault();
-    vault.role("other", Role::new("team", "someone-else", &["registry-team"]));
-    let line = failure(&vault, &[], &[(ROLE_KEY, "other"), (SECRET_KEY, "team/app")]);
+    vault.role(
+        "other",
+        Role::new("team", "someone-else", &["registry-team"]),
+    );
+    let line = failure(
+        &vault,
+        &[],
+        &[(ROLE_KEY, "other"), (SECRET_KEY, "team/app")],
+    );
     assert!(line.contains("HTTP 403"), "{line}");
-    assert!(line.contains("service account name not authorized"), "{line}");
+    assert!(
+        line.contains("service account name not authorized"),
+        "{line}"
+    );
     assert!(line.contains("bound_service_account_names"), "{line}");
-    vault.role("elsewhere", Role::new("other-ns", "puller", &["registry-team"]));
-    let line = failure(&vault, &[], &[(ROLE_KEY, "elsewhere"), (SECRET_KEY, "team/app")]);
+    vault.role(
+        "elsewhere",
+        Role::new("other-ns", "puller", &["registry-team"]),
+    );
+    let line = failure(
+        &vault,
+        &[],
+        &[(ROLE_KEY, "elsewhere"), (SECRET_KEY, "team/app")],
+    );
     assert!(line.contains("namespace not authorized"), "{line}");
 }
 
@@ -243,23 +286,47 @@ fn jwt_role_without_bound_audiences() {
 #[test]
 fn policy_does_not_grant_the_path() {
     let vault = kubernetes_vault();
-    vault.kv2("registry/other/app", json!({"username": "u", "password": PASSWORD}));
-    let line = failure(&vault, &[], &[(ROLE_KEY, "puller"), (SECRET_KEY, "other/app")]);
+    vault.kv2(
+        "registry/other/app",
+        json!({"username": "u", "password": PASSWORD}),
+    );
+    let line = failure(
+        &vault,
+        &[],
+        &[(ROLE_KEY, "puller"), (SECRET_KEY, "other/app")],
+    );
     assert!(line.contains("HTTP 403"), "{line}");
     assert!(line.contains("permission denied"), "{line}");
-    assert!(line.contains(r#"path "secret/data/registry/other/app""#), "{line}");
+    assert!(
+        line.contains(r#"path "secret/data/registry/other/app""#),
+        "{line}"
+    );
     assert!(line.contains("puller"), "{line}");
 }
 
 #[test]
 fn missing_secret_and_missing_field() {
     let vault = kubernetes_vault();
-    let line = failure(&vault, &[], &[(ROLE_KEY, "puller"), (SECRET_KEY, "team/none")]);
+    let line = failure(
+        &vault,
+        &[],
+        &[(ROLE_KEY, "puller"), (SECRET_KEY, "team/none")],
+    );
     assert!(line.contains("HTTP 404"), "{line}");
-    assert!(line.contains("no secret at secret/data/registry/team/none"), "{line}");
+    assert!(
+        line.contains("no secret at secret/data/registry/team/none"),
+        "{line}"
+    );
 
-    vault.kv2("registry/team/half", json!({"login": "u", "password": PASSWORD}));
-    let line = failure(&vault, &[], &[(ROLE_KEY, "puller"), (SECRET_KEY, "team/half")]);
+    vault.kv2(
+        "registry/team/half",
+        json!({"login": "u", "password": PASSWORD}),
+    );
+    let line = failure(
+        &vault,
+        &[],
+        &[(ROLE_KEY, "puller"), (SECRET_KEY, "team/half")],
+    );
     assert!(line.contains(r#"no field "username""#), "{line}");
     assert!(line.contains("login, password"), "{line}");
     assert!(line.contains("--vault-username-field"), "{line}");
@@ -279,7 +346,10 @@ fn kv_version_mismatch() {
     // A KV v2 mount read as v1 (no data/ segment): Vault answers 404.
     let vault = kubernetes_vault();
     let line = failure(&vault, &["--vault-kv-version", "1"], &TEAM_APP);
-    assert!(line.contains("no secret at secret/registry/team/app"), "{line}");
+    assert!(
+        line.contains("no secret at secret/registry/team/app"),
+        "{line}"
+    );
     assert!(line.contains("--vault-kv-version"), "{line}");
     assert!(vault.violations().is_empty(), "{:?}", vault.violations());
 }
@@ -303,11 +373,10 @@ fn throttling_is_retried_after_retry_after() {
 #[test]
 fn retry_after_beyond_the_deadline_fails_at_once() {
     let vault = kubernetes_vault();
-    vault.script([Response::json(
-        429,
-        json!({"errors": ["rate limit quota exceeded"]}),
-    )
-    .with_header("Retry-After", "120")]);
+    vault.script([
+        Response::json(429, json!({"errors": ["rate limit quota exceeded"]}))
+            .with_header("Retry-After", "120"),
+    ]);
     let started = std::time::Instant::now();
     let line = failure(&vault, &[], &TEAM_APP);
     assert!(started.elapsed() < std::time::Duration::from_secs(20));
@@ -337,7 +406,10 @@ fn server_errors_and_sealed_vault() {
 #[test]
 fn malformed_answers() {
     let vault = kubernetes_vault();
-    vault.script([Response::text(200, "<html>Welcome to the load balancer</html>")]);
+    vault.script([Response::text(
+        200,
+        "<html>Welcome to the load balancer</html>",
+    )]);
     let line = failure(&vault, &[], &TEAM_APP);
     assert!(line.contains("not JSON"), "{line}");
     assert!(line.contains("--vault-address"), "{line}");
@@ -369,7 +441,10 @@ fn vault_errors_that_quote_secrets_are_scrubbed() {
     vault.echo_secrets_in_errors();
     vault.policy("registry-team", &[]);
     let line = failure(&vault, &[], &TEAM_APP);
-    assert!(line.contains("permission denied for token <redacted>"), "{line}");
+    assert!(
+        line.contains("permission denied for token <redacted>"),
+        "{line}"
+    );
 }
 
 #[test]
@@ -404,12 +479,22 @@ fn hostile_annotations_never_reach_the_network() {
         "http://evil.example.com/v1/x",
     ];
     for role in roles {
-        let out = invoke(&vault, &[], &token, &[(ROLE_KEY, role), (SECRET_KEY, "team/app")]);
+        let out = invoke(
+            &vault,
+            &[],
+            &token,
+            &[(ROLE_KEY, role), (SECRET_KEY, "team/app")],
+        );
         let line = out.failure();
         assert!(line.contains(ROLE_KEY), "{role:?}: {line}");
     }
     for secret in secrets {
-        let out = invoke(&vault, &[], &token, &[(ROLE_KEY, "puller"), (SECRET_KEY, secret)]);
+        let out = invoke(
+            &vault,
+            &[],
+            &token,
+            &[(ROLE_KEY, "puller"), (SECRET_KEY, secret)],
+        );
         let line = out.failure();
         assert!(line.contains(SECRET_KEY), "{secret:?}: {line}");
     }
@@ -418,21 +503,42 @@ fn hostile_annotations_never_reach_the_network() {
         "secrets-store.deckhouse.io/registry-credentials",
         "secres-store.deckhouse.io/registry-credentials",
     ] {
-        for value in ["secret/data/other/app", "secret/data/registry/../../sys", "/secret/data/registry/x"] {
-            let out = invoke(&vault, &[], &token, &[(ROLE_KEY, "puller"), (compat, value)]);
+        for value in [
+            "secret/data/other/app",
+            "secret/data/registry/../../sys",
+            "/secret/data/registry/x",
+        ] {
+            let out = invoke(
+                &vault,
+                &[],
+                &token,
+                &[(ROLE_KEY, "puller"), (compat, value)],
+            );
             out.failure();
         }
     }
     // An annotated secret without an admin prefix is refused too.
     let args: Vec<String> = [
-        "--provider", "vault", "--registry", REGISTRY, "--vault-address", &vault.url(),
-        "--vault-secret-path", "registry/{namespace}/{name}", "--vault-role", "puller",
+        "--provider",
+        "vault",
+        "--registry",
+        REGISTRY,
+        "--vault-address",
+        &vault.url(),
+        "--vault-secret-path",
+        "registry/{namespace}/{name}",
+        "--vault-role",
+        "puller",
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = run(&args, &[], request(&image(), Some(&token), &[(SECRET_KEY, "team/app")]).as_bytes());
+    let out = run(
+        &args,
+        &[],
+        request(&image(), Some(&token), &[(SECRET_KEY, "team/app")]).as_bytes(),
+    );
     assert!(out.failure().contains("--vault-secret-prefix"));
     // Not one request reached Vault.
     assert!(vault.requests().is_empty(), "{:?}", vault.requests());
@@ -453,11 +559,17 @@ fn hostile_annotations_never_reach_the_network() {
         &token,
         &[
             (ROLE_KEY, "puller"),
-            ("secrets-store.deckhouse.io/registry-credentials", "secret/data/registry/team/app"),
+            (
+                "secrets-store.deckhouse.io/registry-credentials",
+                "secret/data/registry/team/app",
+            ),
         ],
     );
     assert_eq!(out.response()["auth"][REGISTRY]["password"], PASSWORD);
-    assert_eq!(vault.requests()[1].path, "/v1/secret/data/registry/team/app");
+    assert_eq!(
+        vault.requests()[1].path,
+        "/v1/secret/data/registry/team/app"
+    );
 }
 
 #[test]
@@ -466,14 +578,30 @@ fn configuration_errors_name_the_flag() {
     let req = request(&image(), Some(&token), &TEAM_APP);
     for (extra, flag) in [
         (vec![], "--vault-address"),
-        (vec!["--vault-address", "vault.example.com:8200"], "--vault-address"),
-        (vec!["--vault-address", "https://v.example.com"], "--vault-secret-path"),
         (
-            vec!["--vault-address", "https://v.example.com", "--vault-secret-prefix", "a/../b"],
+            vec!["--vault-address", "vault.example.com:8200"],
+            "--vault-address",
+        ),
+        (
+            vec!["--vault-address", "https://v.example.com"],
+            "--vault-secret-path",
+        ),
+        (
+            vec![
+                "--vault-address",
+                "https://v.example.com",
+                "--vault-secret-prefix",
+                "a/../b",
+            ],
             "--vault-secret-prefix",
         ),
         (
-            vec!["--vault-address", "https://v.example.com", "--vault-secret-path", "x/{pod}"],
+            vec![
+                "--vault-address",
+                "https://v.example.com",
+                "--vault-secret-path",
+                "x/{pod}",
+            ],
             "--vault-secret-path",
         ),
     ] {
@@ -488,7 +616,10 @@ fn configuration_errors_name_the_flag() {
 #[test]
 fn the_cache_key_covers_the_secret_path() {
     let vault = kubernetes_vault();
-    vault.kv2("registry/team/other", json!({"username": "other-robot", "password": PASSWORD}));
+    vault.kv2(
+        "registry/team/other",
+        json!({"username": "other-robot", "password": PASSWORD}),
+    );
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
     let cache = cache.to_str().unwrap();
@@ -504,12 +635,18 @@ fn the_cache_key_covers_the_secret_path() {
         &token,
         &[(ROLE_KEY, "puller"), (SECRET_KEY, "team/other")],
     );
-    assert_eq!(other.response()["auth"][REGISTRY]["username"], "other-robot");
+    assert_eq!(
+        other.response()["auth"][REGISTRY]["username"],
+        "other-robot"
+    );
     assert_eq!(vault.requests().len(), 4);
-    assert!(!std::fs::read_dir(dir.path().join("cache"))
-        .unwrap()
-        .flatten()
-        .any(|e| std::fs::read(e.path()).is_ok_and(|b| String::from_utf8_lossy(&b).contains("hvs."))));
+    assert!(
+        !std::fs::read_dir(dir.path().join("cache"))
+            .unwrap()
+            .flatten()
+            .any(|e| std::fs::read(e.path())
+                .is_ok_and(|b| String::from_utf8_lossy(&b).contains("hvs.")))
+    );
 }
 
 /// End to end: Debian's docker-registry with htpasswd holding the
@@ -527,15 +664,27 @@ fn skopeo_pulls_with_the_credentials_from_vault() {
     let vault = kubernetes_vault();
     let token = token();
     let args: Vec<String> = [
-        "--provider", "vault", "--registry", &host, "--audience", AUDIENCE,
-        "--vault-address", &vault.url(), "--vault-secret-prefix", "registry",
+        "--provider",
+        "vault",
+        "--registry",
+        &host,
+        "--audience",
+        AUDIENCE,
+        "--vault-address",
+        &vault.url(),
+        "--vault-secret-prefix",
+        "registry",
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let image = format!("{host}/team/app:v1");
-    let out = run(&args, &[], request(&image, Some(&token), &TEAM_APP).as_bytes());
+    let out = run(
+        &args,
+        &[],
+        request(&image, Some(&token), &TEAM_APP).as_bytes(),
+    );
     let response = out.response_for(&image);
     let auth = &response["auth"][host.as_str()];
     let (username, password) = (

@@ -207,7 +207,10 @@ fn handle(state: &State, request: &Request) -> Response {
         violation(state, format!("Authorization header on {}", request.path));
     }
     if !request.query.is_empty() {
-        violation(state, format!("query string on {}: {}", request.path, request.query));
+        violation(
+            state,
+            format!("query string on {}: {}", request.path, request.query),
+        );
     }
     if let Some(scripted) = state.script.lock().unwrap().pop_front() {
         return scripted;
@@ -224,17 +227,31 @@ fn handle(state: &State, request: &Request) -> Response {
     let kv2 = format!("/v1/{}/data/", state.kv2_mount);
     let kv1 = format!("/v1/{}/", state.kv1_mount);
     let (version, api_path, path) = if let Some(p) = request.path.strip_prefix(&kv2) {
-        (2, request.path.trim_start_matches("/v1/").to_string(), p.to_string())
+        (
+            2,
+            request.path.trim_start_matches("/v1/").to_string(),
+            p.to_string(),
+        )
     } else if let Some(p) = request.path.strip_prefix(&kv1) {
-        (1, request.path.trim_start_matches("/v1/").to_string(), p.to_string())
-    } else if request.path.starts_with(&format!("/v1/{}/", state.kv2_mount)) {
+        (
+            1,
+            request.path.trim_start_matches("/v1/").to_string(),
+            p.to_string(),
+        )
+    } else if request
+        .path
+        .starts_with(&format!("/v1/{}/", state.kv2_mount))
+    {
         // A KV v2 mount read without data/ (the client thinks it is v1).
         return Response::json(
             404,
             json!({"errors": [], "warnings": ["Invalid path for a versioned K/V secrets engine. See the API docs for the appropriate API endpoints to use. If using the Vault CLI, use 'vault kv get' for this operation."]}),
         );
     } else {
-        violation(state, format!("unexpected request {} {}", request.method, request.path));
+        violation(
+            state,
+            format!("unexpected request {} {}", request.method, request.path),
+        );
         return error(
             404,
             &[&format!(
@@ -308,7 +325,10 @@ fn handle(state: &State, request: &Request) -> Response {
         "deletion_time": deleted.clone().unwrap_or_default(), "destroyed": false, "version": 1,
     });
     if deleted.is_some() {
-        return Response::json(404, json!({ "data": { "data": null, "metadata": metadata } }));
+        return Response::json(
+            404,
+            json!({ "data": { "data": null, "metadata": metadata } }),
+        );
     }
     Response::json(
         200,
@@ -339,7 +359,10 @@ fn handle_login(state: &State, request: &Request, namespace: Option<String>) -> 
         .header("content-type")
         .is_some_and(|c| c.starts_with("application/json"))
     {
-        violation(state, format!("login content type {:?}", request.header("content-type")));
+        violation(
+            state,
+            format!("login content type {:?}", request.header("content-type")),
+        );
     }
     let body: Value = match serde_json::from_slice(&request.body) {
         Ok(v) => v,
@@ -397,7 +420,10 @@ fn handle_login(state: &State, request: &Request, namespace: Option<String>) -> 
         .unwrap_or("");
     let audiences: Vec<String> = match &claims["aud"] {
         Value::String(s) => vec![s.clone()],
-        Value::Array(a) => a.iter().filter_map(|v| v.as_str().map(String::from)).collect(),
+        Value::Array(a) => a
+            .iter()
+            .filter_map(|v| v.as_str().map(String::from))
+            .collect(),
         _ => Vec::new(),
     };
     match state.method {
@@ -405,21 +431,40 @@ fn handle_login(state: &State, request: &Request, namespace: Option<String>) -> 
             if let Some(aud) = &role.audience
                 && !audiences.contains(aud)
             {
-                return error(403, &["invalid audience (aud) claim: audience claim does not match any expected audience"]);
+                return error(
+                    403,
+                    &[
+                        "invalid audience (aud) claim: audience claim does not match any expected audience",
+                    ],
+                );
             }
-            if !role.service_account_names.iter().any(|n| n == "*" || n == name_claim) {
+            if !role
+                .service_account_names
+                .iter()
+                .any(|n| n == "*" || n == name_claim)
+            {
                 return error(403, &["service account name not authorized"]);
             }
-            if !role.service_account_namespaces.iter().any(|n| n == "*" || n == namespace_claim) {
+            if !role
+                .service_account_namespaces
+                .iter()
+                .any(|n| n == "*" || n == namespace_claim)
+            {
                 return error(403, &["namespace not authorized"]);
             }
         }
         Method::Jwt => {
             let Some(aud) = &role.audience else {
-                return error(400, &["audience claim found in JWT but no audiences bound to the role"]);
+                return error(
+                    400,
+                    &["audience claim found in JWT but no audiences bound to the role"],
+                );
             };
             if !audiences.contains(aud) {
-                return error(400, &["error validating claims: aud claim does not match any bound audience"]);
+                return error(
+                    400,
+                    &["error validating claims: aud claim does not match any bound audience"],
+                );
             }
             let subject = claims["sub"].as_str().unwrap_or("");
             let allowed = role.service_account_namespaces.iter().any(|ns| {
@@ -428,7 +473,10 @@ fn handle_login(state: &State, request: &Request, namespace: Option<String>) -> 
                     .any(|n| subject == format!("system:serviceaccount:{ns}:{n}"))
             });
             if !allowed {
-                return error(400, &["error validating claims: sub claim does not match bound subject"]);
+                return error(
+                    400,
+                    &["error validating claims: sub claim does not match bound subject"],
+                );
             }
         }
     }

@@ -105,7 +105,13 @@ pub struct Options {
     pub vault_namespace: Option<String>,
 
     /// Auth method that verifies the service account token.
-    #[arg(long, value_name = "METHOD", env = "WICP_VAULT_AUTH_METHOD", value_enum, default_value = "kubernetes")]
+    #[arg(
+        long,
+        value_name = "METHOD",
+        env = "WICP_VAULT_AUTH_METHOD",
+        value_enum,
+        default_value = "kubernetes"
+    )]
     pub vault_auth_method: Method,
 
     /// Where the auth method is mounted (auth/<MOUNT>/login); default: the
@@ -119,7 +125,12 @@ pub struct Options {
     pub vault_role: Option<String>,
 
     /// Where the KV secrets engine is mounted.
-    #[arg(long, value_name = "MOUNT", env = "WICP_VAULT_KV_MOUNT", default_value = "secret")]
+    #[arg(
+        long,
+        value_name = "MOUNT",
+        env = "WICP_VAULT_KV_MOUNT",
+        default_value = "secret"
+    )]
     pub vault_kv_mount: String,
 
     /// KV secrets engine version of that mount (1 or 2).
@@ -139,11 +150,21 @@ pub struct Options {
     pub vault_secret_prefix: Option<String>,
 
     /// Secret field holding the registry username.
-    #[arg(long, value_name = "FIELD", env = "WICP_VAULT_USERNAME_FIELD", default_value = "username")]
+    #[arg(
+        long,
+        value_name = "FIELD",
+        env = "WICP_VAULT_USERNAME_FIELD",
+        default_value = "username"
+    )]
     pub vault_username_field: String,
 
     /// Secret field holding the registry password.
-    #[arg(long, value_name = "FIELD", env = "WICP_VAULT_PASSWORD_FIELD", default_value = "password")]
+    #[arg(
+        long,
+        value_name = "FIELD",
+        env = "WICP_VAULT_PASSWORD_FIELD",
+        default_value = "password"
+    )]
     pub vault_password_field: String,
 }
 
@@ -214,8 +235,11 @@ impl Vault {
                 if path::is_role(r) {
                     Ok(r.to_string())
                 } else {
-                    Err(Error::new(format!("--vault-role {} is not a Vault role name", quote(r)))
-                        .fix("use letters, digits and _ at both ends, - and . inside"))
+                    Err(Error::new(format!(
+                        "--vault-role {} is not a Vault role name",
+                        quote(r)
+                    ))
+                    .fix("use letters, digits and _ at both ends, - and . inside"))
                 }
             })
             .transpose()?;
@@ -240,8 +264,10 @@ impl Vault {
         let field = |flag: &str, value: &str| -> Result<String> {
             let value = value.trim();
             if value.is_empty() || value.len() > 128 || value.chars().any(char::is_control) {
-                return Err(Error::new(format!("{flag} {} is not a field name", quote(value)))
-                    .fix("name the secret's field, e.g. username"));
+                return Err(
+                    Error::new(format!("{flag} {} is not a field name", quote(value)))
+                        .fix("name the secret's field, e.g. username"),
+                );
             }
             Ok(value.to_string())
         };
@@ -287,7 +313,9 @@ impl Vault {
     /// The secret path inside the KV mount: an annotation under the prefix,
     /// else the template.
     fn secret_path(&self, cx: &Context<'_>) -> Result<String> {
-        let ours = cx.annotation(SECRET_ANNOTATION).map(|v| (SECRET_ANNOTATION, v, false));
+        let ours = cx
+            .annotation(SECRET_ANNOTATION)
+            .map(|v| (SECRET_ANNOTATION, v, false));
         let compat = COMPAT_SECRET_ANNOTATIONS
             .iter()
             .find_map(|k| cx.annotation(k).map(|v| (*k, v, true)));
@@ -399,7 +427,10 @@ impl Vault {
                     .map(|n| format!(" of namespace {n}"))
                     .unwrap_or_default()
             )
-        } else if reply.status == 403 || wire::mentions(reply, "claim") || wire::mentions(reply, "audience") {
+        } else if reply.status == 403
+            || wire::mentions(reply, "claim")
+            || wire::mentions(reply, "audience")
+        {
             match self.method {
                 Method::Kubernetes => format!(
                     "the role {role} does not accept this service account: check its bound_service_account_names and \
@@ -413,7 +444,9 @@ impl Vault {
                 ),
             }
         } else if reply.status == 404 {
-            format!("no auth method is mounted at auth/{mount}: check --vault-auth-mount and --vault-auth-method")
+            format!(
+                "no auth method is mounted at auth/{mount}: check --vault-auth-mount and --vault-auth-method"
+            )
         } else if http::is_retryable_status(reply.status) {
             "Vault was rate limiting, sealed or unavailable through every retry; the kubelet retries the pull".to_string()
         } else {
@@ -553,12 +586,8 @@ impl Exchanger for Vault {
                     Ok((login, secrets, started))
                 })?;
                 let what = format!("the Vault secret {}", self.api_path(&secret));
-                let (username, password) = wire::credentials(
-                    &secrets,
-                    &self.username_field,
-                    &self.password_field,
-                    &what,
-                )?;
+                let (username, password) =
+                    wire::credentials(&secrets, &self.username_field, &self.password_field, &what)?;
                 let expires_at = expiry(started, login.lease_duration, secrets.lease_duration);
                 crate::debug!(
                     "read {what} (lease {}s): credential valid until {}",
@@ -633,14 +662,20 @@ mod tests {
         assert!(bad(|o| o.vault_secret_prefix = None));
         assert!(bad(|o| o.vault_username_field = " ".into()));
         let v = Vault::new(&registries(), &options()).unwrap();
-        assert_eq!(v.login_url(), "https://vault.example.com:8200/v1/auth/kubernetes/login");
+        assert_eq!(
+            v.login_url(),
+            "https://vault.example.com:8200/v1/auth/kubernetes/login"
+        );
         assert_eq!(v.api_path("registry/app"), "secret/data/registry/app");
         let mut o = options();
         o.vault_auth_method = Method::Jwt;
         o.vault_kv_version = 1;
         o.vault_kv_mount = "/kv/".into();
         let v = Vault::new(&registries(), &o).unwrap();
-        assert_eq!(v.login_url(), "https://vault.example.com:8200/v1/auth/jwt/login");
+        assert_eq!(
+            v.login_url(),
+            "https://vault.example.com:8200/v1/auth/jwt/login"
+        );
         assert_eq!(v.api_path("registry/app"), "kv/registry/app");
     }
 
@@ -677,19 +712,43 @@ mod tests {
     fn annotations_are_checked() {
         let o = options();
         assert_eq!(
-            plan_error(&o, &[(ROLE_ANNOTATION, "puller"), (SECRET_ANNOTATION, "team/app")]),
+            plan_error(
+                &o,
+                &[(ROLE_ANNOTATION, "puller"), (SECRET_ANNOTATION, "team/app")]
+            ),
             None
         );
-        for role in ["a/b", "../x", "x?y", "x#y", "%2e%2e", "a\nb", "-x", "puller\n", " puller"] {
-            let e = plan_error(&o, &[(ROLE_ANNOTATION, role), (SECRET_ANNOTATION, "team/app")]);
+        for role in [
+            "a/b", "../x", "x?y", "x#y", "%2e%2e", "a\nb", "-x", "puller\n", " puller",
+        ] {
+            let e = plan_error(
+                &o,
+                &[(ROLE_ANNOTATION, role), (SECRET_ANNOTATION, "team/app")],
+            );
             assert!(e.is_some_and(|e| e.contains(ROLE_ANNOTATION)), "{role:?}");
         }
-        for secret in ["../x", "/etc", "a/../../sys", "a?b", "a#b", "%2e%2e/x", "a\nb", "a//b"] {
+        for secret in [
+            "../x",
+            "/etc",
+            "a/../../sys",
+            "a?b",
+            "a#b",
+            "%2e%2e/x",
+            "a\nb",
+            "a//b",
+        ] {
             let e = plan_error(&o, &[(ROLE_ANNOTATION, "r"), (SECRET_ANNOTATION, secret)]);
-            assert!(e.is_some_and(|e| e.contains(SECRET_ANNOTATION)), "{secret:?}");
+            assert!(
+                e.is_some_and(|e| e.contains(SECRET_ANNOTATION)),
+                "{secret:?}"
+            );
         }
         // No role anywhere.
-        assert!(plan_error(&o, &[(SECRET_ANNOTATION, "a")]).unwrap().contains("--vault-role"));
+        assert!(
+            plan_error(&o, &[(SECRET_ANNOTATION, "a")])
+                .unwrap()
+                .contains("--vault-role")
+        );
         // An annotation without a prefix allowing it.
         let mut t = options();
         t.vault_secret_prefix = None;
@@ -701,9 +760,23 @@ mod tests {
         );
         // The compatibility key: a full API path under the prefix only.
         let k = COMPAT_SECRET_ANNOTATIONS[0];
-        assert_eq!(plan_error(&o, &[(ROLE_ANNOTATION, "r"), (k, "secret/data/registry/app")]), None);
-        for bad in ["secret/data/other/app", "secret/data/registry/../x", "registry/app", "secret/data/registry/"] {
-            assert!(plan_error(&o, &[(ROLE_ANNOTATION, "r"), (k, bad)]).is_some(), "{bad}");
+        assert_eq!(
+            plan_error(
+                &o,
+                &[(ROLE_ANNOTATION, "r"), (k, "secret/data/registry/app")]
+            ),
+            None
+        );
+        for bad in [
+            "secret/data/other/app",
+            "secret/data/registry/../x",
+            "registry/app",
+            "secret/data/registry/",
+        ] {
+            assert!(
+                plan_error(&o, &[(ROLE_ANNOTATION, "r"), (k, bad)]).is_some(),
+                "{bad}"
+            );
         }
         // Ours wins over the compatibility key.
         let v = Vault::new(&registries(), &o).unwrap();
@@ -713,7 +786,11 @@ mod tests {
         ]
         .into();
         let image = ImageRef::parse("registry.example.com/a").unwrap();
-        let cx = Context { image: &image, annotations: &annotations, token: None };
+        let cx = Context {
+            image: &image,
+            annotations: &annotations,
+            token: None,
+        };
         assert_eq!(v.secret_path(&cx).unwrap(), "registry/ours");
     }
 

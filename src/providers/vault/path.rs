@@ -74,9 +74,7 @@ impl Template {
     /// account: only the two placeholders, every literal part a path segment.
     pub fn parse(value: &str) -> Result<Self> {
         let trimmed = value.trim().trim_matches('/');
-        let sample = trimmed
-            .replace("{namespace}", "ns")
-            .replace("{name}", "sa");
+        let sample = trimmed.replace("{namespace}", "ns").replace("{name}", "sa");
         if !is_relative_path(&sample) {
             return Err(Error::new(format!(
                 "--vault-secret-path {} is not a Vault secret path template",
@@ -135,8 +133,7 @@ mod tests {
             assert!(is_role(ok), "{ok}");
         }
         for bad in [
-            "", "-a", "a-", ".a", "a.", "a/b", "../x", "a b", "a?b", "a#b", "a%2f", "é",
-            "a\nb",
+            "", "-a", "a-", ".a", "a.", "a/b", "../x", "a b", "a?b", "a#b", "a%2f", "é", "a\nb",
         ] {
             assert!(!is_role(bad), "{bad:?}");
         }
@@ -149,23 +146,8 @@ mod tests {
             assert!(is_relative_path(ok), "{ok}");
         }
         for bad in [
-            "",
-            "/a",
-            "a/",
-            "a//b",
-            "../a",
-            "a/../b",
-            "a/./b",
-            ".",
-            "..",
-            "a?b",
-            "a#b",
-            "%2e%2e/a",
-            "a b",
-            "a\nb",
-            "a\\b",
-            "a:b",
-            "a@b",
+            "", "/a", "a/", "a//b", "../a", "a/../b", "a/./b", ".", "..", "a?b", "a#b", "%2e%2e/a",
+            "a b", "a\nb", "a\\b", "a:b", "a@b",
         ] {
             assert!(!is_relative_path(bad), "{bad:?}");
         }
@@ -187,7 +169,13 @@ mod tests {
         assert_eq!(t.render("team", "puller").unwrap(), "registry/team/puller");
         assert!(t.render("..", "x").is_err());
         assert!(t.render("a/b", "x").is_err());
-        for bad in ["registry/{pod}", "{namespace}/../x", "a?{name}", "", "a//{name}"] {
+        for bad in [
+            "registry/{pod}",
+            "{namespace}/../x",
+            "a?{name}",
+            "",
+            "a//{name}",
+        ] {
             assert!(Template::parse(bad).is_err(), "{bad}");
         }
     }

@@ -114,8 +114,8 @@ pub fn read_login(reply: &Reply, what: &str) -> Result<Login> {
         .and_then(Value::as_str)
         .filter(|t| !t.is_empty())
         .ok_or_else(|| malformed("no auth.client_token"))?;
-    let lease_duration =
-        lease(auth.get("lease_duration")).ok_or_else(|| malformed("a malformed auth.lease_duration"))?;
+    let lease_duration = lease(auth.get("lease_duration"))
+        .ok_or_else(|| malformed("a malformed auth.lease_duration"))?;
     Ok(Login {
         client_token: Secret::new(token),
         lease_duration,
@@ -296,10 +296,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!(v2.lease_duration, 0);
-        assert!(credentials(&v2, "username", "password", "read")
-            .unwrap_err()
-            .to_string()
-            .contains("pass, user"));
+        assert!(
+            credentials(&v2, "username", "password", "read")
+                .unwrap_err()
+                .to_string()
+                .contains("pass, user")
+        );
         assert!(credentials(&v2, "user", "pass", "read").is_ok());
 
         // A v2 answer read as v1 has no string fields; a v1 answer read as v2 has no data.data.
@@ -317,7 +319,10 @@ mod tests {
         )
         .err()
         .unwrap();
-        assert!(deleted.to_string().contains("deleted at 2026-01-01"), "{deleted}");
+        assert!(
+            deleted.to_string().contains("deleted at 2026-01-01"),
+            "{deleted}"
+        );
     }
 
     #[test]
@@ -331,7 +336,10 @@ mod tests {
         assert!(!shown.contains("SECRETTOKEN"), "{shown}");
         assert!(!shown.contains("eyJ"), "{shown}");
         assert!(!shown.contains("4th"), "{shown}");
-        assert!(shown.starts_with("HTTP 403 [\"permission denied\""), "{shown}");
+        assert!(
+            shown.starts_with("HTTP 403 [\"permission denied\""),
+            "{shown}"
+        );
         assert!(mentions(&r, "permission denied"));
         assert_eq!(
             describe(&reply(502, "<html>bad gateway</html>"), &[]),
