@@ -572,6 +572,67 @@ fn hostile_annotations_never_reach_the_network() {
     );
 }
 
+/// Vault behind TLS with a private CA: trusted only with --ca-file; without
+/// it the handshake fails and the token is never sent.
+#[test]
+fn https_vault_with_a_private_ca() {
+    use support::net::{CA_PEM, TlsFront, closed_port};
+
+    let vault = kubernetes_vault();
+    let front = TlsFront::start(vault.addr());
+    let token = token();
+    let args_for = |address: &str, ca: bool| {
+        let mut args = vec![
+            "--provider".to_string(),
+            "vault".into(),
+            "--registry".into(),
+            REGISTRY.into(),
+            "--vault-address".into(),
+            address.to_string(),
+            "--vault-secret-prefix".into(),
+            "registry".into(),
+        ];
+        if ca {
+            args.extend(["--ca-file".to_string(), CA_PEM.to_string()]);
+        }
+        args
+    };
+    let req = request(&image(), Some(&token), &TEAM_APP);
+    let untrusted = args_for(&front.url(), false);
+    let out = run(
+        &untrusted.iter().map(String::as_str).collect::<Vec<_>>(),
+        &[],
+        req.as_bytes(),
+    );
+    let line = out.failure();
+    assert!(line.contains("not trusted"), "{line}");
+    assert!(line.contains("--ca-file"), "{line}");
+    assert!(
+        vault.requests().is_empty(),
+        "the token never left over an untrusted connection"
+    );
+
+    let trusted = args_for(&front.url(), true);
+    let out = run(
+        &trusted.iter().map(String::as_str).collect::<Vec<_>>(),
+        &[],
+        req.as_bytes(),
+    );
+    assert_eq!(out.response()["auth"][REGISTRY]["password"], PASSWORD);
+    assert_eq!(vault.requests().len(), 2);
+    assert_quiet(&out, &vault, &token);
+
+    // Nothing listening: a transport error naming the login call.
+    let refused = args_for(&format!("http://127.0.0.1:{}", closed_port()), false);
+    let out = run(
+        &refused.iter().map(String::as_str).collect::<Vec<_>>(),
+        &[],
+        req.as_bytes(),
+    );
+    let line = out.failure();
+    assert!(line.contains("Vault kubernetes login"), "{line}");
+}
+
 #[test]
 fn configuration_errors_name_the_flag() {
     let token = token();

@@ -137,6 +137,10 @@ impl FakeVault {
         self.server.url()
     }
 
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.server.addr()
+    }
+
     pub fn role(&self, name: &str, role: Role) -> &Self {
         self.state.roles.lock().unwrap().insert(name.into(), role);
         self

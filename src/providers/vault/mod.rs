@@ -25,7 +25,9 @@
 //!    does not grant `read` gives 403 `permission denied`; no secret, 404.
 //!
 //! Vault Enterprise namespaces go in the `X-Vault-Namespace` header of both
-//! calls (api-docs "Namespaces"), from `--vault-namespace`.
+//! calls (docs/enterprise/namespaces: "providing the relative request path
+//! along with the namespace path using the X-Vault-Namespace header"), from
+//! `--vault-namespace`.
 //!
 //! What the tenant may choose, and what not: the Vault address, namespace,
 //! auth method and mount, KV mount and version, field names and the secret
