@@ -622,6 +622,24 @@ fn https_vault_with_a_private_ca() {
     assert_eq!(vault.requests().len(), 2);
     assert_quiet(&out, &vault, &token);
 
+    // Through an HTTPS proxy: every tunnel goes to the configured Vault.
+    let proxy = support::net::Proxy::start();
+    let out = run(
+        &trusted.iter().map(String::as_str).collect::<Vec<_>>(),
+        &[("HTTPS_PROXY", &proxy.url())],
+        req.as_bytes(),
+    );
+    assert_eq!(out.response()["auth"][REGISTRY]["password"], PASSWORD);
+    let targets = proxy.targets();
+    assert!(!targets.is_empty());
+    for target in targets {
+        assert_eq!(
+            target,
+            support::net::Target::Tunnel(front.addr().to_string())
+        );
+    }
+    assert_eq!(vault.requests().len(), 4);
+
     // Nothing listening: a transport error naming the login call.
     let refused = args_for(&format!("http://127.0.0.1:{}", closed_port()), false);
     let out = run(
