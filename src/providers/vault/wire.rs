@@ -104,7 +104,7 @@ pub fn read_login(reply: &Reply, what: &str) -> Result<Login> {
     };
     let value: Value = reply
         .json()
-        .ok_or_else(|| malformed("a body that is not JSON"))?;
+        .ok_or_else(|| malformed("a body that is not a Vault token response (not JSON)"))?;
     let auth = value
         .get("auth")
         .filter(|a| a.is_object())
