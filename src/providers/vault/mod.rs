@@ -212,7 +212,7 @@ impl Vault {
     pub fn new(registries: &allowlist::Options, options: &Options) -> Result<Self> {
         let allowlist = Allowlist::new(registries)?;
         let address = options.vault_address.as_deref().ok_or_else(|| {
-            Error::new("the vault provider needs --vault-address")
+            Error::config("the vault provider needs --vault-address")
                 .fix("pass --vault-address https://vault.example.com:8200 (or WICP_VAULT_ADDRESS)")
         })?;
         let address = http::endpoint_override("--vault-address", address)?;
@@ -237,7 +237,7 @@ impl Vault {
                 if path::is_role(r) {
                     Ok(r.to_string())
                 } else {
-                    Err(Error::new(format!(
+                    Err(Error::config(format!(
                         "--vault-role {} is not a Vault role name",
                         quote(r)
                     ))
@@ -258,7 +258,7 @@ impl Vault {
                 .transpose()?,
         };
         if secrets.prefix.is_none() && secrets.template.is_none() {
-            return Err(Error::new(
+            return Err(Error::config(
                 "the vault provider needs --vault-secret-path or --vault-secret-prefix to know which secret to read",
             )
             .fix("pass --vault-secret-path registry/{namespace}/{name} (one secret per service account), or --vault-secret-prefix registry to let the wi-credential-provider.io/vault-secret annotation name one under it"));
@@ -267,7 +267,7 @@ impl Vault {
             let value = value.trim();
             if value.is_empty() || value.len() > 128 || value.chars().any(char::is_control) {
                 return Err(
-                    Error::new(format!("{flag} {} is not a field name", quote(value)))
+                    Error::config(format!("{flag} {} is not a field name", quote(value)))
                         .fix("name the secret's field, e.g. username"),
                 );
             }
@@ -294,7 +294,7 @@ impl Vault {
         // repaired.
         if let Some(value) = cx.annotation(ROLE_ANNOTATION) {
             if !path::is_role(value) {
-                return Err(Error::new(format!(
+                return Err(Error::annotation(format!(
                     "annotation {ROLE_ANNOTATION} {} is not a Vault role name",
                     quote(value)
                 ))
@@ -303,7 +303,7 @@ impl Vault {
             return Ok(value.to_string());
         }
         self.default_role.clone().ok_or_else(|| {
-            Error::new(format!(
+            Error::annotation(format!(
                 "no Vault role: the service account has no {ROLE_ANNOTATION} annotation and --vault-role is not set"
             ))
             .fix(format!(
@@ -323,7 +323,7 @@ impl Vault {
             .find_map(|k| cx.annotation(k).map(|v| (*k, v, true)));
         if let Some((key, value, full_api_path)) = ours.or(compat) {
             let Some(prefix) = &self.secrets.prefix else {
-                return Err(Error::new(format!(
+                return Err(Error::annotation(format!(
                     "annotation {key} names a Vault secret, but no --vault-secret-prefix allows secrets from annotations"
                 ))
                 .fix("remove the annotation (the secret comes from --vault-secret-path), or have the admin set --vault-secret-prefix"));
@@ -332,7 +332,7 @@ impl Vault {
                 // The full API path: <kv mount>/[data/]<prefix>/<rest>.
                 let base = format!("{}/{}{prefix}/", self.kv_mount, self.data_segment());
                 value.strip_prefix(&base).ok_or_else(|| {
-                    Error::new(format!(
+                    Error::annotation(format!(
                         "annotation {key} {} is not under {base}",
                         quote(value)
                     ))
@@ -350,7 +350,7 @@ impl Vault {
                 let sa = cx.token()?.service_account();
                 template.render(&sa.namespace, &sa.name)
             }
-            None => Err(Error::new(format!(
+            None => Err(Error::annotation(format!(
                 "no Vault secret: the service account has no {SECRET_ANNOTATION} annotation and --vault-secret-path is not set"
             ))
             .fix(format!(
@@ -454,7 +454,7 @@ impl Vault {
         } else {
             "check --vault-address, --vault-auth-method and --vault-auth-mount".to_string()
         };
-        Error::new(what).fix(fix)
+        Error::upstream(what).fix(fix)
     }
 
     async fn read(
@@ -508,7 +508,7 @@ impl Vault {
             }
             _ => "check --vault-kv-mount and --vault-kv-version".to_string(),
         };
-        Err(Error::new(what).fix(fix))
+        Err(Error::upstream(what).fix(fix))
     }
 }
 
@@ -650,7 +650,9 @@ mod tests {
         let bad = |f: fn(&mut Options)| {
             let mut o = options();
             f(&mut o);
-            Vault::new(&registries(), &o).is_err()
+            Vault::new(&registries(), &o)
+                .err()
+                .is_some_and(|e| e.kind() == crate::error::Kind::Config)
         };
         assert!(bad(|o| o.vault_address = None));
         assert!(bad(|o| o.vault_address = Some("vault:8200".into())));
@@ -706,7 +708,10 @@ mod tests {
         // only for a template.
         match vault.role(&cx).and_then(|_| vault.secret_path(&cx)) {
             Ok(_) => None,
-            Err(e) => Some(e.to_string()),
+            Err(e) => {
+                assert_eq!(e.kind(), crate::error::Kind::Annotation, "{e}");
+                Some(e.to_string())
+            }
         }
     }
 

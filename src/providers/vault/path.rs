@@ -47,7 +47,7 @@ pub fn is_relative_path(path: &str) -> bool {
 pub fn mount(flag: &str, value: &str) -> Result<String> {
     let trimmed = value.trim().trim_matches('/');
     if !is_relative_path(trimmed) {
-        return Err(Error::new(format!(
+        return Err(Error::config(format!(
             "{flag} {} is not a Vault path",
             quote(value)
         ))
@@ -76,7 +76,7 @@ impl Template {
         let trimmed = value.trim().trim_matches('/');
         let sample = trimmed.replace("{namespace}", "ns").replace("{name}", "sa");
         if !is_relative_path(&sample) {
-            return Err(Error::new(format!(
+            return Err(Error::config(format!(
                 "--vault-secret-path {} is not a Vault secret path template",
                 quote(value)
             ))
@@ -94,7 +94,7 @@ impl Template {
             .replace("{namespace}", namespace)
             .replace("{name}", name);
         if !is_segment(namespace) || !is_segment(name) || !is_relative_path(&path) {
-            return Err(Error::new(format!(
+            return Err(Error::token(format!(
                 "the secret path {} from --vault-secret-path is not a Vault path for service account {namespace}/{name}",
                 quote(&path)
             ))
@@ -112,7 +112,7 @@ impl Template {
 /// what follows the prefix, checked as a relative path.
 pub fn under_prefix(annotation: &str, prefix: &str, rest: &str) -> Result<String> {
     if !is_relative_path(rest) {
-        return Err(Error::new(format!(
+        return Err(Error::annotation(format!(
             "annotation {annotation} {} is not a secret path under the prefix {prefix}/",
             quote(rest)
         ))

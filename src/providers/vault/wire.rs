@@ -95,7 +95,7 @@ fn lease(value: Option<&Value>) -> Option<i64> {
 /// Reads a 2xx login answer. `what` names the call for messages.
 pub fn read_login(reply: &Reply, what: &str) -> Result<Login> {
     let malformed = |why: &str| {
-        Error::new(format!(
+        Error::upstream(format!(
             "{what} answered HTTP {} with {why} ({})",
             reply.status,
             crate::redact::body_shape(&reply.body)
@@ -125,7 +125,7 @@ pub fn read_login(reply: &Reply, what: &str) -> Result<Login> {
 /// Reads a 2xx KV answer (`version` 1 or 2) for `path` (shown in messages).
 pub fn read_secret(reply: &Reply, version: u8, what: &str) -> Result<Secrets> {
     let malformed = |why: &str| {
-        Error::new(format!(
+        Error::upstream(format!(
             "{what} answered HTTP {} with {why} ({})",
             reply.status,
             crate::redact::body_shape(&reply.body)
@@ -177,7 +177,7 @@ pub fn deleted(what: &str, data: Option<&Value>) -> Error {
         .and_then(|m| m.get("destroyed"))
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    Error::new(format!(
+    Error::upstream(format!(
         "{what}: the latest version of the secret is {}{}",
         if destroyed { "destroyed" } else { "deleted" },
         when.unwrap_or_default()
@@ -195,12 +195,12 @@ pub fn credentials(
     let field = |name: &str, flag: &str| -> Result<String> {
         match secrets.data.get(name) {
             Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
-            Some(Value::String(_)) => Err(Error::new(format!(
+            Some(Value::String(_)) => Err(Error::upstream(format!(
                 "{what}: field {} of the secret is empty",
                 quote(name)
             ))
             .fix("write the registry credentials into the secret")),
-            Some(_) => Err(Error::new(format!(
+            Some(_) => Err(Error::upstream(format!(
                 "{what}: field {} of the secret is not a string",
                 quote(name)
             ))
@@ -213,7 +213,7 @@ pub fn credentials(
                     .map(|k| crate::redact::clean(k, 40))
                     .collect();
                 keys.sort();
-                Err(Error::new(format!(
+                Err(Error::upstream(format!(
                     "{what}: the secret has no field {} (its fields: {})",
                     quote(name),
                     if keys.is_empty() {
@@ -265,7 +265,8 @@ mod tests {
             r#"{"auth":{"client_token":"t","lease_duration":-1}}"#,
             r#"{"auth":{"client_token":"t","lease_duration":"1h"}}"#,
         ] {
-            assert!(read_login(&reply(200, bad), "login").is_err(), "{bad}");
+            let e = read_login(&reply(200, bad), "login").err().unwrap();
+            assert_eq!(e.kind(), crate::error::Kind::Upstream, "{bad}");
         }
         let root = read_login(&reply(200, r#"{"auth":{"client_token":"t"}}"#), "l").unwrap();
         assert_eq!(root.lease_duration, 0);
