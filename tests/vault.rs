@@ -776,3 +776,53 @@ fn skopeo_pulls_with_the_credentials_from_vault() {
     assert!(registry.pull("team/app", "v1", username, "wrong").is_err());
     assert_quiet(&out, &vault, &token);
 }
+
+/// The same with the client a node really uses: containerd, fed exactly the
+/// username and password the plugin printed, logging in to an htpasswd
+/// registry with Basic credentials.
+#[test]
+fn containerd_pulls_with_the_credentials_from_vault() {
+    use support::containerd::Containerd;
+    use support::registry::Registry;
+
+    const USER: &str = "team-robot";
+    let registry = Registry::start_with_htpasswd(USER, PASSWORD);
+    let digest = registry.push_test_image("team/app", "v1");
+    let host = registry.host().to_string();
+
+    let vault = kubernetes_vault();
+    let token = token();
+    let url = vault.url();
+    let args = [
+        "--provider",
+        "vault",
+        "--registry",
+        &host,
+        "--vault-address",
+        &url,
+        "--vault-secret-prefix",
+        "registry",
+    ];
+    let image = format!("{host}/team/app:v1");
+    let out = run(
+        &args,
+        &[],
+        request(&image, Some(&token), &TEAM_APP).as_bytes(),
+    );
+    let response = out.response_for(&image);
+    let auth = &response["auth"][host.as_str()];
+    let (username, password) = (
+        auth["username"].as_str().unwrap(),
+        auth["password"].as_str().unwrap(),
+    );
+    let containerd = Containerd::start();
+    let err = containerd
+        .pull(&image, username, "not-the-password")
+        .expect_err("a wrong password must not pull");
+    assert!(err.contains("401"), "{err}");
+    let pulled = containerd
+        .pull(&image, username, password)
+        .unwrap_or_else(|e| panic!("containerd refused the credentials from Vault:\n{e}"));
+    assert_eq!(pulled, digest);
+    assert_quiet(&out, &vault, &token);
+}
