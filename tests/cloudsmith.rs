@@ -148,7 +148,10 @@ fn refusals_name_cloudsmith_the_status_and_the_fix() {
             ),
             (
                 vec![Response::text(201, "{\"token\"")],
-                vec!["with a body that is not a JSON token response", "--cloudsmith-url"],
+                vec![
+                    "with a body that is not a JSON token response",
+                    "--cloudsmith-url",
+                ],
             ),
         ],
         &[&token],

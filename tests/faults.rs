@@ -31,6 +31,7 @@ use support::net::{CA_PEM, Proxy, Raw, RawServer, Relay, Target, TlsFront, close
 use support::plugin::{Run, request, run};
 use support::token::{self, TokenSpec};
 use support::token_service::{FakeService, Trust};
+use support::vault::{FakeVault, Method as VaultMethod, Role as VaultRole};
 use support::{cloudsmith, jfrog, quay};
 
 const ACR_HOST: &str = "contoso.azurecr.io";
@@ -48,6 +49,7 @@ struct Case {
 enum Fakes {
     Azure(FakeEntra, FakeAcr),
     Gcp(FakeSts),
+    Vault(FakeVault),
     /// A vendor token service in front of a registry (jfrog, quay,
     /// cloudsmith): one call, to the endpoint its flag names.
     Vendor(FakeService, Vendor),
@@ -112,6 +114,8 @@ impl Vendor {
     }
 }
 
+const VAULT_REGISTRY: &str = "registry.example.com";
+
 impl Case {
     fn azure() -> Case {
         let entra = FakeEntra::start(App::trusting("team", "puller"));
@@ -174,14 +178,46 @@ impl Case {
         }
     }
 
-    fn all() -> [Case; 5] {
+    fn vault() -> Case {
+        let vault = FakeVault::start(VaultMethod::Kubernetes, "kubernetes", None);
+        vault
+            .policy("registry-team", &["secret/data/registry/team/*"])
+            .role(
+                "puller",
+                VaultRole::new("team", "puller", &["registry-team"]),
+            )
+            .kv2(
+                "registry/team/app",
+                json!({"username": "team-robot", "password": "vault-stored-registry-password"}),
+            );
+        Case {
+            name: "vault",
+            image: format!("{VAULT_REGISTRY}/team/app"),
+            token: TokenSpec::new("team", "puller", "vault.cluster.test").mint(),
+            annotations: vec![
+                ("wi-credential-provider.io/vault-role", "puller"),
+                ("wi-credential-provider.io/vault-secret", "team/app"),
+            ],
+            fakes: Fakes::Vault(vault),
+        }
+    }
+
+    fn all() -> [Case; 6] {
         [
             Case::azure(),
             Case::gcp(),
+            Case::vault(),
             Case::vendor(Vendor::Jfrog),
             Case::vendor(Vendor::Quay),
             Case::vendor(Vendor::Cloudsmith),
         ]
+    }
+
+    fn calls_to_first(&self) -> usize {
+        match self.fakes {
+            Fakes::Vault(_) => 2,
+            _ => 1,
+        }
     }
 
     /// The flag that points the first upstream call somewhere.
@@ -190,6 +226,7 @@ impl Case {
             Fakes::Azure(..) => "--azure-authority-host",
             Fakes::Gcp(_) => "--gcp-sts-endpoint",
             Fakes::Vendor(_, vendor) => vendor.flag(),
+            Fakes::Vault(_) => "--vault-address",
         }
     }
 
@@ -199,6 +236,7 @@ impl Case {
             Fakes::Azure(entra, _) => entra.url(),
             Fakes::Gcp(sts) => sts.server.url(),
             Fakes::Vendor(fake, _) => fake.url(),
+            Fakes::Vault(vault) => vault.url(),
         }
     }
 
@@ -207,6 +245,7 @@ impl Case {
             Fakes::Azure(entra, _) => entra.server.addr(),
             Fakes::Gcp(sts) => sts.server.addr(),
             Fakes::Vendor(fake, _) => fake.server.addr(),
+            Fakes::Vault(vault) => vault.addr(),
         }
     }
 
@@ -220,6 +259,9 @@ impl Case {
                 vendor.vendor(),
                 vendor.path()
             ),
+            Fakes::Vault(_) => {
+                format!("the Vault kubernetes login at {url}/v1/auth/kubernetes/login")
+            }
         }
     }
 
@@ -228,6 +270,11 @@ impl Case {
             Fakes::Azure(entra, _) => entra.server.request_count(),
             Fakes::Gcp(sts) => sts.server.request_count(),
             Fakes::Vendor(fake, _) => fake.request_count(),
+            Fakes::Vault(vault) => vault
+                .requests()
+                .iter()
+                .filter(|r| r.path.ends_with("/login"))
+                .count(),
         }
     }
 
@@ -237,6 +284,7 @@ impl Case {
             Fakes::Azure(entra, _) => entra.script(responses),
             Fakes::Gcp(sts) => sts.script(responses),
             Fakes::Vendor(fake, _) => fake.script(responses),
+            Fakes::Vault(vault) => vault.script(responses),
         }
     }
 
@@ -258,6 +306,7 @@ impl Case {
                 "FORBIDDEN",
                 "You do not have permission to perform this action.",
             ),
+            Fakes::Vault(_) => Response::json(403, json!({"errors": ["permission denied"]})),
         }
     }
 
@@ -277,6 +326,10 @@ impl Case {
             Fakes::Vendor(_, vendor) => {
                 vendor.refusal(429, "TOO_MANY_REQUESTS", "Request was throttled.")
             }
+            Fakes::Vault(_) => Response::json(
+                429,
+                json!({"errors": ["request path \"auth/kubernetes/login\": rate limit quota exceeded"]}),
+            ),
         };
         response.with_header("Retry-After", retry_after)
     }
@@ -307,6 +360,15 @@ impl Case {
                 .map(str::to_string),
             ),
             Fakes::Vendor(_, vendor) => args.extend(vendor.args()),
+            Fakes::Vault(_) => args.extend(
+                [
+                    "--registry",
+                    VAULT_REGISTRY,
+                    "--vault-secret-prefix",
+                    "registry",
+                ]
+                .map(str::to_string),
+            ),
         }
         args.extend([self.first_flag().to_string(), first.to_string()]);
         args.extend(extra.iter().map(|s| s.to_string()));
@@ -340,6 +402,7 @@ impl Case {
             }
             Fakes::Gcp(sts) => secrets.extend(sts.issued()),
             Fakes::Vendor(fake, _) => secrets.extend(fake.issued()),
+            Fakes::Vault(vault) => secrets.extend(vault.issued_tokens()),
         }
         secrets
     }
@@ -679,7 +742,7 @@ fn tls_with_an_unknown_ca_fails_unless_the_ca_is_trusted() {
         // SSL_CERT_FILE replaces the node's trust store.
         case.run(&front.url(), &[], &[("SSL_CERT_FILE", CA_PEM)])
             .response();
-        assert_eq!(front.requests(), 3);
+        assert_eq!(front.requests(), 3 * case.calls_to_first());
         assert_eq!(case.first_requests(), 3);
     }
 }
@@ -737,6 +800,10 @@ fn tls_fronts(case: &Case) -> (Vec<TlsFront>, Vec<String>) {
             vec![TlsFront::start(fake.server.addr())],
             vec!["--ca-file".to_string(), CA_PEM.to_string()],
         ),
+        Fakes::Vault(vault) => (
+            vec![TlsFront::start(vault.addr())],
+            vec!["--ca-file".to_string(), CA_PEM.to_string()],
+        ),
     }
 }
 
@@ -745,9 +812,12 @@ fn https_proxy_carries_every_call_and_no_proxy_bypasses_it() {
     for case in Case::all() {
         let (fronts, extra) = tls_fronts(&case);
         let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        // One tunnel per call: the fakes close each connection after answering.
         let tunnels: Vec<Target> = fronts
             .iter()
-            .map(|f| Target::Tunnel(f.addr().to_string()))
+            .flat_map(|f| {
+                std::iter::repeat_n(Target::Tunnel(f.addr().to_string()), case.calls_to_first())
+            })
             .collect();
 
         let proxy = Proxy::start();

@@ -157,7 +157,10 @@ fn refusals_name_jfrog_the_status_and_the_fix() {
             ),
             (
                 vec![Response::text(200, "{\"access_token\":")],
-                vec!["with a body that is not a JSON token response", "--jfrog-url"],
+                vec![
+                    "with a body that is not a JSON token response",
+                    "--jfrog-url",
+                ],
             ),
         ],
         &[&token],

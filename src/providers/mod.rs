@@ -21,6 +21,7 @@ pub mod passthrough;
 pub mod quay;
 pub mod route;
 pub mod token_service;
+pub mod vault;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -87,6 +88,7 @@ pub static ALL: &[&Provider] = &[
     &jfrog::PROVIDER,
     &quay::PROVIDER,
     &cloudsmith::PROVIDER,
+    &vault::PROVIDER,
 ];
 
 impl PartialEq for Provider {

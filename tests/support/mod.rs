@@ -15,3 +15,4 @@ pub mod quay;
 pub mod registry;
 pub mod token;
 pub mod token_service;
+pub mod vault;
