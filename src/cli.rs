@@ -9,6 +9,7 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{CommandFactory, FromArgMatches, Parser};
@@ -21,6 +22,7 @@ use crate::exchange::{self, Context, Exchanger, Provider, aws, azure, gcp, passt
 use crate::image::ImageRef;
 use crate::log::{self, Level};
 use crate::matching;
+use crate::net;
 use crate::protocol::{self, Response};
 use crate::token::ServiceAccountToken;
 
@@ -216,7 +218,6 @@ pub fn main() -> ExitCode {
         Err(e) => e.exit(),
     };
     log::set_level(cli.log_level);
-    crate::trust::set_ca_file(cli.ca_file.clone());
     if let Some(command) = &cli.command {
         return run_command(&cli, command);
     }
@@ -224,7 +225,10 @@ pub fn main() -> ExitCode {
     let choice = provider_choice(&cli, named);
     let mut subject = Subject::default();
     let stdin = std::io::stdin().lock();
-    match respond(&cli, choice, stdin, &mut subject) {
+    // Proxy and trust settings, read once; nothing is loaded until a
+    // client is built.
+    let net = Arc::new(net::Settings::from_process(cli.ca_file.clone()));
+    match respond(&cli, &net, choice, stdin, &mut subject) {
         Ok(json) => {
             let mut out = std::io::stdout().lock();
             if let Err(e) = out.write_all(&json).and_then(|()| out.flush()) {
@@ -248,12 +252,12 @@ pub fn main() -> ExitCode {
 
 /// Builds every exchanger from its options. Construction does no I/O: a
 /// network client is built only when a plan's exchange runs.
-pub fn exchangers(cli: &Cli) -> Result<Vec<Box<dyn Exchanger>>> {
+pub fn exchangers(cli: &Cli, net: &Arc<net::Settings>) -> Result<Vec<Box<dyn Exchanger>>> {
     let list: Vec<Box<dyn Exchanger>> = vec![
         Box::new(passthrough::Passthrough::new(&cli.passthrough)?),
-        Box::new(aws::Aws::new(&cli.aws)),
-        Box::new(azure::Azure::new(&cli.azure)),
-        Box::new(gcp::Gcp::new(&cli.gcp)?),
+        Box::new(aws::Aws::new(&cli.aws, Arc::clone(net))),
+        Box::new(azure::Azure::new(&cli.azure, Arc::clone(net))),
+        Box::new(gcp::Gcp::new(&cli.gcp, Arc::clone(net))?),
     ];
     Ok(list)
 }
@@ -261,6 +265,7 @@ pub fn exchangers(cli: &Cli) -> Result<Vec<Box<dyn Exchanger>>> {
 /// Reads one request and produces the response bytes.
 fn respond(
     cli: &Cli,
+    net: &Arc<net::Settings>,
     choice: Option<Provider>,
     input: impl std::io::Read,
     subject: &mut Subject,
@@ -276,7 +281,7 @@ fn respond(
     let image = ImageRef::parse(&request.image)?;
     subject.registry = Some(image.registry().to_string());
 
-    let all = exchangers(cli)?;
+    let all = exchangers(cli, net)?;
     let exchanger = exchange::route(choice, &image, &all)?;
     let provider = exchanger.provider();
     subject.provider = Some(provider);

@@ -648,7 +648,9 @@ fn sts_expired_token_points_at_the_clock() {
 fn sts_throttling_is_retried_within_bounds_then_explained() {
     let started = Instant::now();
     let (line, count, _) = sts_refusal(sts_error(400, "Throttling", "Rate exceeded"));
-    assert_eq!(count, 3, "three attempts, then give up");
+    // The attempts of every other upstream call (src/net/http.rs), then
+    // give up.
+    assert_eq!(count, 4, "four attempts, then give up");
     assert!(
         started.elapsed() < Duration::from_secs(20),
         "{:?}",
@@ -658,6 +660,7 @@ fn sts_throttling_is_retried_within_bounds_then_explained() {
         line.contains("STS throttled AssumeRoleWithWebIdentity"),
         "{line}"
     );
+    assert!(line.contains("after 4 attempt(s)"), "{line}");
     assert!(line.contains("cacheType: ServiceAccount"), "{line}");
 }
 

@@ -17,12 +17,14 @@
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
+use std::sync::Arc;
 
 use clap::{CommandFactory, FromArgMatches};
 
 use crate::cli::{self, Cli, provider_choice, provider_from_program_name};
 use crate::error::{Error, Result};
 use crate::exchange::{Exchanger, Provider, aws};
+use crate::net;
 
 /// A provider entry as the binary would see it.
 pub struct Routing {
@@ -102,13 +104,15 @@ pub fn route(name: &str, args: &[String], env: &[(String, String)]) -> Result<Ro
     cli.azure = cli.azure.clone().with_standard_env(standard);
     let named = provider_from_program_name(&OsString::from(name));
     let choice = provider_choice(&cli, named);
-    let mut exchangers = cli::exchangers(&cli)
+    let net = Arc::new(net::Settings::from_lookup(standard, cli.ca_file.clone()));
+    let mut exchangers = cli::exchangers(&cli, &net)
         .map_err(|e| e.context("the binary would fail to start with these args/env"))?;
     for exchanger in exchangers.iter_mut() {
         if exchanger.provider() == Provider::Aws {
             *exchanger = Box::new(aws::Aws::with_environment(
                 &cli.aws,
                 aws::endpoints::Environment::from_lookup(standard),
+                Arc::clone(&net),
             ));
         }
     }

@@ -20,7 +20,7 @@ use std::task::{Context, Poll, Waker};
 
 use super::host::{Partition, Registry};
 use crate::error::{Error, Result, quote};
-use crate::http;
+use crate::net::http;
 
 /// An AWS API the exchange calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

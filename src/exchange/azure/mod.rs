@@ -9,7 +9,7 @@
 //!    ([`acr`]), which the container runtime uses as a password with the
 //!    null-GUID username.
 //!
-//! Both are single form POSTs on the shared [`crate::http`] client rather
+//! Both are single form POSTs on the shared [`crate::net::http`] client rather
 //! than calls through `azure_identity`: that SDK retries for up to 60 s by
 //! default (the kubelet kills us at 60 s), insists on an `https://`
 //! authority (so no faithful local fake), brings a second async HTTP stack,
@@ -26,7 +26,8 @@ pub mod identity;
 
 use crate::error::{Error, Result, quote};
 use crate::exchange::{Context, Credential, Exchanger, Plan, Provider};
-use crate::http;
+use crate::net::{self, http};
+use std::sync::Arc;
 use crate::image::ImageRef;
 use crate::protocol::CacheKeyType;
 
@@ -131,16 +132,18 @@ pub struct Azure {
     /// AZURE_TENANT_ID in the kubelet's environment) fails Azure pulls only,
     /// with its own message, and not every provider this binary serves.
     settings: std::result::Result<Settings, Error>,
+    net: Arc<net::Settings>,
 }
 
 impl Azure {
     /// Builds the exchanger; no I/O beyond reading the standard variables.
-    pub fn new(options: &Options) -> Self {
+    pub fn new(options: &Options, net: Arc<net::Settings>) -> Self {
         let options = options
             .clone()
             .with_standard_env(|name| std::env::var(name).ok());
         Azure {
             settings: Settings::new(&options),
+            net,
         }
     }
 }
@@ -212,6 +215,7 @@ impl Exchanger for Azure {
             ("acr_endpoint", endpoint.clone()),
             ("scope", entra::SCOPE.to_string()),
         ];
+        let net = &self.net;
         Ok(Plan {
             provider: Provider::Azure,
             auth_key: cx.image.registry().to_string(),
@@ -219,7 +223,7 @@ impl Exchanger for Azure {
             cacheable: true,
             inputs,
             exchange: Box::new(move |deadline| {
-                let client = http::client(deadline)?;
+                let client = net.client(deadline)?;
                 let entra_request = entra::TokenRequest {
                     authority: &authority,
                     tenant: &identity.tenant,
@@ -285,6 +289,7 @@ mod tests {
     fn azure(options: Options) -> Azure {
         Azure {
             settings: Settings::new(&options),
+            net: Arc::default(),
         }
     }
 

@@ -30,7 +30,8 @@ use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result};
 use crate::exchange::{Context, Credential, Exchanger, Plan, Provider};
-use crate::http;
+use crate::net::{self, http};
+use std::sync::Arc;
 use crate::image::ImageRef;
 use crate::protocol::CacheKeyType;
 use crate::secret::Secret;
@@ -114,14 +115,16 @@ pub struct Gcp {
     token_lifetime: Duration,
     sts_endpoint: String,
     iam_endpoint: String,
+    net: Arc<net::Settings>,
 }
 
 impl Gcp {
     /// Checks the flags. Setting a malformed or conflicting GCP flag is an
     /// error whatever the provider; setting none is not, until a request is
     /// routed here.
-    pub fn new(options: &Options) -> Result<Self> {
+    pub fn new(options: &Options, net: Arc<net::Settings>) -> Result<Self> {
         Ok(Gcp {
+            net,
             mode: Mode::from_flags(
                 options.gcp_workload_identity_provider.as_deref(),
                 options.gcp_project_id.as_deref(),
@@ -218,7 +221,7 @@ impl Exchanger for Gcp {
                     None => "the Google STS token exchange",
                 };
                 let access = http::block_on(deadline, call, async {
-                    let client = http::client(deadline)?;
+                    let client = self.net.client(deadline)?;
                     let federated = sts::exchange(&client, &sts_request, deadline).await?;
                     crate::debug!(
                         "Google STS issued a federated token for {} that expires at {}",
