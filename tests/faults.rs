@@ -584,7 +584,13 @@ fn traced(args: &[String], stdin: &[u8]) -> (Run, String) {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("trace");
     let mut child = Command::new("strace")
-        .args(["-f", "-qq", "-e", "trace=openat,open,statx,newfstatat,stat,lstat,getdents64", "-o"])
+        .args([
+            "-f",
+            "-qq",
+            "-e",
+            "trace=openat,open,statx,newfstatat,stat,lstat,getdents64",
+            "-o",
+        ])
         .arg(&trace)
         .arg(support::plugin::bin())
         .args(args)
@@ -621,7 +627,12 @@ fn the_trust_store_is_read_once_from_the_bundle_file_and_never_on_a_hit() {
     let cache = tempfile::tempdir().unwrap();
     let args = case.args(
         &front.url(),
-        &["--ca-file", CA_PEM, "--cache-dir", cache.path().to_str().unwrap()],
+        &[
+            "--ca-file",
+            CA_PEM,
+            "--cache-dir",
+            cache.path().to_str().unwrap(),
+        ],
     );
     let stdin = request(&case.image, Some(&case.token), &case.annotations);
 

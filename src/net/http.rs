@@ -150,10 +150,7 @@ async fn send_once(
     request: reqwest::RequestBuilder,
     deadline: &Deadline,
 ) -> std::result::Result<Reply, reqwest::Error> {
-    let mut response = request
-        .timeout(attempt_timeout(deadline))
-        .send()
-        .await?;
+    let mut response = request.timeout(attempt_timeout(deadline)).send().await?;
     let status = response.status().as_u16();
     let retry_after = response
         .headers()

@@ -93,7 +93,10 @@ mod tests {
         assert!(net.tls_loaded());
         let first = net.tls().unwrap();
         let _direct = net.direct_client(&deadline).unwrap();
-        assert!(Arc::ptr_eq(&first, &net.tls().unwrap()), "one configuration");
+        assert!(
+            Arc::ptr_eq(&first, &net.tls().unwrap()),
+            "one configuration"
+        );
         // An error is kept too: the same message for every client.
         let bad = Settings::from_lookup(|_| None, Some(PathBuf::from("/nonexistent/ca.pem")));
         let e = bad.client(&deadline).unwrap_err();

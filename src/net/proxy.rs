@@ -100,11 +100,11 @@ impl Proxies {
 /// URL cannot be (reqwest would skip such a value silently).
 fn proxy_url(setting: &Setting) -> Result<url::Url> {
     let value = setting.value.trim();
-    if value
-        .chars()
-        .any(|c| c.is_whitespace() || c.is_control())
-    {
-        return Err(unusable(setting, "it contains a space or a control character"));
+    if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(unusable(
+            setting,
+            "it contains a space or a control character",
+        ));
     }
     let full = if value.contains("://") {
         value.to_string()
@@ -125,7 +125,10 @@ fn proxy_url(setting: &Setting) -> Result<url::Url> {
         return Err(unusable(setting, "it names no host"));
     }
     if !matches!(url.path(), "" | "/") || url.query().is_some() || url.fragment().is_some() {
-        return Err(unusable(setting, "a proxy URL has no path, query or fragment"));
+        return Err(unusable(
+            setting,
+            "a proxy URL has no path, query or fragment",
+        ));
     }
     Ok(url)
 }
@@ -191,7 +194,10 @@ mod tests {
     #[test]
     fn settings_hide_credentials() {
         assert_eq!(Proxies::from_lookup(env(&[])).describe(), None);
-        assert_eq!(Proxies::from_lookup(env(&[("HTTPS_PROXY", "")])).describe(), None);
+        assert_eq!(
+            Proxies::from_lookup(env(&[("HTTPS_PROXY", "")])).describe(),
+            None
+        );
         assert_eq!(
             Proxies::from_lookup(env(&[
                 ("https_proxy", "http://user:p%40ss@proxy.corp:3128/"),

@@ -104,7 +104,11 @@ impl Sources {
                 }
             }
         } else if let Some(bundle) = bundles.iter().map(Path::new).find(|p| p.is_file()) {
-            add_lenient(bundle, &read_bounded(bundle).unwrap_or_default(), &mut store);
+            add_lenient(
+                bundle,
+                &read_bounded(bundle).unwrap_or_default(),
+                &mut store,
+            );
             looked.push(bundle.display().to_string());
         } else {
             for dir in dirs {
@@ -162,7 +166,8 @@ fn add_ssl_cert_file(path: &Path, store: &mut RootCertStore) -> Result<usize> {
                to add a CA to the system's, use --ca-file";
     let pem = read_bounded(path)
         .map_err(|e| Error::new(format!("cannot read SSL_CERT_FILE {shown}: {e}")).fix(fix))?;
-    add_anchors(&pem, store).map_err(|why| Error::new(format!("SSL_CERT_FILE {shown} {why}")).fix(fix))
+    add_anchors(&pem, store)
+        .map_err(|why| Error::new(format!("SSL_CERT_FILE {shown} {why}")).fix(fix))
 }
 
 /// The certificates of a PEM bundle, each checked as a webpki trust anchor,
@@ -253,7 +258,10 @@ mod tests {
     fn reads_a_bundle_and_refuses_anything_else() {
         let dir = tempfile::tempdir().unwrap();
         let two = format!("# comment\n{CA_PEM}\n{CA_PEM}");
-        assert_eq!(ca_file(&write(dir.path(), "ok.pem", two.as_bytes())).unwrap(), 2);
+        assert_eq!(
+            ca_file(&write(dir.path(), "ok.pem", two.as_bytes())).unwrap(),
+            2
+        );
 
         let key = include_str!("../../tests/fixtures/tls/server.key");
         let with_key = format!("{key}{CA_PEM}");
@@ -352,7 +360,9 @@ mod tests {
         let missing = files.path().join("none.crt").display().to_string();
         let system = Sources::default();
         // The first bundle that exists wins; the directory is not walked.
-        let roots = system.roots_from(&[&missing, &bundle], &[&dir_name]).unwrap();
+        let roots = system
+            .roots_from(&[&missing, &bundle], &[&dir_name])
+            .unwrap();
         assert_eq!(roots.len(), 1);
         // No bundle: the directory, every certificate file in it.
         let roots = system.roots_from(&[&missing], &[&dir_name]).unwrap();
@@ -364,7 +374,10 @@ mod tests {
         assert_eq!(s.roots_from(&[&bundle], &[]).unwrap().len(), 5);
         // SSL_CERT_FILE and SSL_CERT_DIR together: both.
         let s = sources(
-            &[(SSL_CERT_DIR, dir_name.clone()), (SSL_CERT_FILE, bundle.clone())],
+            &[
+                (SSL_CERT_DIR, dir_name.clone()),
+                (SSL_CERT_FILE, bundle.clone()),
+            ],
             None,
         );
         assert_eq!(s.roots_from(&[], &[]).unwrap().len(), 4);
@@ -375,7 +388,10 @@ mod tests {
         // Nothing at all: a clear error, and --ca-file alone is enough.
         let e = system.roots_from(&[&missing], &[&missing]).unwrap_err();
         assert!(e.what().contains("no CA certificates found"), "{e}");
-        assert!(e.remedy().unwrap().contains("install ca-certificates"), "{e}");
+        assert!(
+            e.remedy().unwrap().contains("install ca-certificates"),
+            "{e}"
+        );
         assert_eq!(s.roots_from(&[&missing], &[]).unwrap().len(), 1);
     }
 

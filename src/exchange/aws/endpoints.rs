@@ -149,63 +149,41 @@ pub fn resolve(service: Service, registry: &Registry, env: &Environment) -> Resu
     Ok(Endpoint { url, from: None })
 }
 
+/// Runs the endpoint rules of one SDK crate (`aws_sdk_sts`, `aws_sdk_ecr`,
+/// `aws_sdk_ecrpublic`: different types, the same shape) for a region,
+/// FIPS and dual-stack choice, plus that service's own parameters.
+macro_rules! rules {
+    ($sdk:ident, $region:expr, $fips:expr, $dual_stack:expr $(, $param:ident($value:expr))*) => {{
+        use $sdk::config::endpoint::{DefaultResolver, Params, ResolveEndpoint};
+        Params::builder()
+            .region($region.to_string())
+            .use_fips($fips)
+            .use_dual_stack($dual_stack)
+            $(.$param($value))*
+            .build()
+            .map_err(|e| e.to_string())
+            .and_then(|p| {
+                now(ResolveEndpoint::resolve_endpoint(&DefaultResolver::new(), &p))
+                    .map(|e| e.url().to_string())
+            })
+    }};
+}
+
 /// Runs the SDK's endpoint rules for `service` in the registry's region.
 fn sdk_rules(service: Service, registry: &Registry) -> Result<String> {
     let region = registry.region().to_string();
     let (fips, dual_stack) = (registry.fips(), registry.dual_stack());
     let resolved = match service {
-        Service::Sts => {
-            use aws_sdk_sts::config::endpoint::{DefaultResolver, Params, ResolveEndpoint};
-            let params = Params::builder()
-                .region(region.clone())
-                .use_fips(fips)
-                .use_dual_stack(dual_stack)
-                .use_global_endpoint(false)
-                .build()
-                .map_err(|e| e.to_string());
-            params.and_then(|p| {
-                now(ResolveEndpoint::resolve_endpoint(
-                    &DefaultResolver::new(),
-                    &p,
-                ))
-                .map(|e| e.url().to_string())
-                .map_err(|e| e.to_string())
-            })
-        }
-        Service::Ecr => {
-            use aws_sdk_ecr::config::endpoint::{DefaultResolver, Params, ResolveEndpoint};
-            let params = Params::builder()
-                .region(region.clone())
-                .use_fips(fips)
-                .use_dual_stack(dual_stack)
-                .build()
-                .map_err(|e| e.to_string());
-            params.and_then(|p| {
-                now(ResolveEndpoint::resolve_endpoint(
-                    &DefaultResolver::new(),
-                    &p,
-                ))
-                .map(|e| e.url().to_string())
-                .map_err(|e| e.to_string())
-            })
-        }
-        Service::EcrPublic => {
-            use aws_sdk_ecrpublic::config::endpoint::{DefaultResolver, Params, ResolveEndpoint};
-            let params = Params::builder()
-                .region(region.clone())
-                .use_fips(false)
-                .use_dual_stack(false)
-                .build()
-                .map_err(|e| e.to_string());
-            params.and_then(|p| {
-                now(ResolveEndpoint::resolve_endpoint(
-                    &DefaultResolver::new(),
-                    &p,
-                ))
-                .map(|e| e.url().to_string())
-                .map_err(|e| e.to_string())
-            })
-        }
+        Service::Sts => rules!(
+            aws_sdk_sts,
+            &region,
+            fips,
+            dual_stack,
+            use_global_endpoint(false)
+        ),
+        Service::Ecr => rules!(aws_sdk_ecr, &region, fips, dual_stack),
+        // ECR Public has one endpoint, in us-east-1, in no other form.
+        Service::EcrPublic => rules!(aws_sdk_ecrpublic, &region, false, false),
     };
     resolved.map_err(|why| {
         let mut form = Vec::new();

@@ -28,10 +28,10 @@ use std::time::Duration;
 use crate::duration;
 use crate::error::{Error, Result};
 use crate::exchange::{Context, Credential, Exchanger, Plan, Provider};
-use crate::net::{self, http};
-use std::sync::Arc;
 use crate::image::ImageRef;
+use crate::net::{self, http};
 use crate::protocol::CacheKeyType;
+use std::sync::Arc;
 
 use endpoints::{Environment, Service};
 use host::Registry;
@@ -445,7 +445,8 @@ mod tests {
             (name == "AWS_ENDPOINT_URL_ECR_PUBLIC")
                 .then(|| "https://ecr-public.vpce.example".to_string())
         });
-        let aws = Aws::with_environment(&options(CredentialSource::PodIdentity), env, Arc::default());
+        let aws =
+            Aws::with_environment(&options(CredentialSource::PodIdentity), env, Arc::default());
         assert_eq!(aws.audiences(), ["pods.eks.amazonaws.com"]);
         assert!(aws.annotation_keys().is_empty());
         let t = token(pod_identity::AUDIENCE);

@@ -178,7 +178,8 @@ pub async fn assume_role_with_web_identity(
             .send()
     })
     .await?;
-    let output = outcome.map_err(|e| sts_error(classify(&e), call, deadline, &tried(net, attempts)))?;
+    let output =
+        outcome.map_err(|e| sts_error(classify(&e), call, deadline, &tried(net, attempts)))?;
     let credentials = output.credentials().ok_or_else(|| {
         Error::new(format!("{} answered without credentials", call.call_name()))
             .fix("check that the endpoint is AWS STS (AWS_ENDPOINT_URL_STS / AWS_ENDPOINT_URL)")
@@ -254,8 +255,8 @@ pub async fn get_authorization_token(
             );
             let (outcome, attempts) =
                 with_retries(&name, deadline, || client.get_authorization_token().send()).await?;
-            let output =
-                outcome.map_err(|e| ecr_error(classify(&e), call, deadline, &tried(net, attempts)))?;
+            let output = outcome
+                .map_err(|e| ecr_error(classify(&e), call, deadline, &tried(net, attempts)))?;
             let data = output.authorization_data().first();
             (
                 data.and_then(|d| d.authorization_token()).map(Secret::new),
@@ -273,8 +274,8 @@ pub async fn get_authorization_token(
             );
             let (outcome, attempts) =
                 with_retries(&name, deadline, || client.get_authorization_token().send()).await?;
-            let output =
-                outcome.map_err(|e| ecr_error(classify(&e), call, deadline, &tried(net, attempts)))?;
+            let output = outcome
+                .map_err(|e| ecr_error(classify(&e), call, deadline, &tried(net, attempts)))?;
             let data = output.authorization_data();
             (
                 data.and_then(|d| d.authorization_token()).map(Secret::new),

@@ -26,10 +26,10 @@ pub mod identity;
 
 use crate::error::{Error, Result, quote};
 use crate::exchange::{Context, Credential, Exchanger, Plan, Provider};
-use crate::net::{self, http};
-use std::sync::Arc;
 use crate::image::ImageRef;
+use crate::net::{self, http};
 use crate::protocol::CacheKeyType;
+use std::sync::Arc;
 
 /// The audience of Entra ID federated identity credentials.
 pub const AUDIENCE: &str = "api://AzureADTokenExchange";

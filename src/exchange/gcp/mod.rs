@@ -30,11 +30,11 @@ use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result};
 use crate::exchange::{Context, Credential, Exchanger, Plan, Provider};
-use crate::net::{self, http};
-use std::sync::Arc;
 use crate::image::ImageRef;
+use crate::net::{self, http};
 use crate::protocol::CacheKeyType;
 use crate::secret::Secret;
+use std::sync::Arc;
 
 pub use identity::{Mode, SERVICE_ACCOUNT_ANNOTATION};
 pub use registry::is_google_registry;
