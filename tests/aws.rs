@@ -1333,6 +1333,43 @@ fn pod_identity_refuses_plain_http_to_other_hosts() {
     );
 }
 
+/// Issue 15 item 4: a backslash before `@` made the loopback check read the
+/// host after it while the client connected to the host before it, sending
+/// the token in clear there. Refused now before any connection: the "other
+/// host" here is a listener on 127.0.0.1 that must see no connection.
+#[test]
+fn pod_identity_refuses_a_url_whose_host_is_hidden_behind_a_backslash_or_user_info() {
+    let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = other.local_addr().unwrap().port();
+    let token = TokenSpec::new("team", "puller", POD_IDENTITY_AUDIENCE).mint();
+    for uri in [
+        format!("http://127.0.0.1:{port}\\@localhost/v1/credentials"),
+        format!("http://198.51.100.7:{port}\\@127.0.0.1/v1/credentials"),
+        format!("http://agent:secret@127.0.0.1:{port}/v1/credentials"),
+    ] {
+        let run = plugin(
+            &["--aws-credential-source", "pod-identity", "--timeout", "5s"],
+            &[("AWS_CONTAINER_CREDENTIALS_FULL_URI", &uri)],
+            "123456789012.dkr.ecr.us-east-1.amazonaws.com/app",
+            &token,
+            &[],
+        );
+        let line = run.failure();
+        assert!(
+            line.contains("AWS_CONTAINER_CREDENTIALS_FULL_URI")
+                && line.contains("is not an http(s) URL"),
+            "{uri}: {line}"
+        );
+        assert!(!run.stderr.contains("secret"), "{}", run.stderr);
+        assert!(!run.stderr.contains(&token));
+    }
+    other.set_nonblocking(true).unwrap();
+    assert!(
+        matches!(other.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "a connection reached the other host"
+    );
+}
+
 /// A server that answers every request with a 2 GiB body, streamed for as
 /// long as the client reads; it counts connections and bytes written.
 struct EndlessBody {

@@ -466,20 +466,49 @@ fn jitter() -> f64 {
 /// Checks an endpoint override: `https://` always, `http://` only because an
 /// admin wrote it explicitly (tests, a local agent). Returns it without a
 /// trailing slash.
+///
+/// It is parsed with the `url` crate, the parser reqwest itself uses, so
+/// the host checked here ([`endpoint_host`]) is the host the client
+/// connects to. A `\` (which that parser reads as `/`, where a hand-written
+/// split would not) and user information (`user@`) are refused: neither
+/// has a use in an endpoint, and both have been used to make one host look
+/// like another.
 pub fn endpoint_override(flag: &str, value: &str) -> Result<String> {
     let trimmed = value.trim().trim_end_matches('/');
-    let ok = trimmed
-        .strip_prefix("https://")
-        .or_else(|| trimmed.strip_prefix("http://"))
-        .is_some_and(|rest| !rest.is_empty() && !rest.contains(['?', '#', ' ']));
-    if !ok {
-        return Err(Error::new(format!(
-            "{flag} {} is not an http(s) URL",
-            crate::error::quote(value)
+    let refuse = |why: &str| {
+        Error::new(format!(
+            "{flag} {} is not an http(s) URL{why}",
+            crate::error::quote(&super::proxy::hide_credentials(value))
         ))
-        .fix("write it as https://host[:port][/path]"));
+        .fix("write it as https://host[:port][/path]")
+    };
+    if trimmed.contains(['\\', '?', '#', ' ']) || trimmed.chars().any(char::is_control) {
+        return Err(refuse(
+            ": it holds a backslash, a query, a fragment, a space or a control character",
+        ));
+    }
+    let url = url::Url::parse(trimmed).map_err(|e| refuse(&format!(" ({e})")))?;
+    if !matches!(url.scheme(), "http" | "https")
+        || !trimmed.starts_with(&format!("{}://", url.scheme()))
+        || url.host_str().is_none_or(str::is_empty)
+    {
+        return Err(refuse(""));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(refuse(
+            ": it holds user information (user@), which an endpoint never needs",
+        ));
     }
     Ok(trimmed.to_string())
+}
+
+/// The host a checked endpoint URL connects to (IPv6 without brackets).
+pub fn endpoint_host(url: &str) -> Option<String> {
+    match url::Url::parse(url).ok()?.host()? {
+        url::Host::Ipv6(ip) => Some(ip.to_string()),
+        url::Host::Ipv4(ip) => Some(ip.to_string()),
+        url::Host::Domain(name) => Some(name.to_string()),
+    }
 }
 
 #[cfg(test)]
@@ -567,8 +596,28 @@ mod tests {
             endpoint_override("--x", "http://127.0.0.1:5/p").unwrap(),
             "http://127.0.0.1:5/p"
         );
-        for bad in ["a.io", "ftp://a", "https://", "https://a?b"] {
+        for bad in [
+            "a.io",
+            "ftp://a",
+            "https://",
+            "https://a?b",
+            "http://198.51.100.7:80\\@127.0.0.1/v1/credentials",
+            "http://user@127.0.0.1/",
+            "https://u:p@sts.amazonaws.com",
+            "https:sts.amazonaws.com",
+            "http://a b",
+        ] {
             assert!(endpoint_override("--x", bad).is_err(), "{bad}");
         }
+        assert_eq!(
+            endpoint_host("http://[fd00:ec2::23]/v1").as_deref(),
+            Some("fd00:ec2::23")
+        );
+        assert_eq!(endpoint_host("https://A.b:1/x").as_deref(), Some("a.b"));
+        // What reqwest would connect to, which a split on '@' gets wrong.
+        assert_eq!(
+            endpoint_host("http://198.51.100.7:80\\@127.0.0.1/").as_deref(),
+            Some("198.51.100.7")
+        );
     }
 }

@@ -164,10 +164,10 @@ pub fn hide_userinfo(url: &str) -> String {
     }
 }
 
-/// For a value that did not parse: everything before the last `@` is
+/// For a value that did not parse (a proxy setting, an endpoint): everything before the last `@` is
 /// hidden, wherever it stands, since a malformed password may hold any of
 /// the characters that would end an authority.
-fn hide_credentials(value: &str) -> String {
+pub fn hide_credentials(value: &str) -> String {
     let (scheme, rest) = match value.split_once("://") {
         Some((scheme, rest)) => (format!("{scheme}://"), rest),
         None => (String::new(), value),

@@ -225,20 +225,6 @@ fn now<T, E: ToString>(
     }
 }
 
-/// The host of an `http(s)://host[:port]/path` URL, without brackets.
-fn url_host(url: &str) -> &str {
-    let rest = url
-        .strip_prefix("https://")
-        .or_else(|| url.strip_prefix("http://"))
-        .unwrap_or(url);
-    let authority = rest.split('/').next().unwrap_or(rest);
-    let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    if let Some(v6) = authority.strip_prefix('[') {
-        return v6.split(']').next().unwrap_or(v6);
-    }
-    authority.split(':').next().unwrap_or(authority)
-}
-
 /// The DNS suffixes of AWS endpoints, public and VPC, and their partitions.
 const AWS_SUFFIXES: [(&str, &[Partition]); 10] = [
     (".amazonaws.com", &[Partition::Aws, Partition::AwsUsGov]),
@@ -275,7 +261,8 @@ pub fn implied_region(host: &str) -> Option<(String, Partition)> {
 /// Refuses an override that names another region (ECR) or partition (STS)
 /// than the registry's.
 fn check_override(service: Service, var: &str, url: &str, registry: &Registry) -> Result<()> {
-    let Some((region, partition)) = implied_region(url_host(url)) else {
+    let Some((region, partition)) = http::endpoint_host(url).and_then(|h| implied_region(&h))
+    else {
         return Ok(());
     };
     let region_matters = service != Service::Sts;
@@ -316,7 +303,8 @@ pub fn agent(env: &Environment) -> Result<Endpoint> {
     };
     let url = http::endpoint_override(FULL_URI, value)?;
     if url.starts_with("http://") {
-        let host = url_host(&url);
+        // The host the client will connect to, by the parser it uses.
+        let host = http::endpoint_host(&url).unwrap_or_default();
         let allowed = match host.parse::<IpAddr>() {
             Ok(ip) => {
                 ip.is_loopback()
@@ -542,8 +530,6 @@ mod tests {
         );
         assert_eq!(implied_region("us-west-2.example.com"), None);
         assert_eq!(implied_region("127.0.0.1"), None);
-        assert_eq!(url_host("http://user@[::1]:8080/p"), "::1");
-        assert_eq!(url_host("https://a.b:1/x"), "a.b");
     }
 
     #[test]
@@ -565,6 +551,11 @@ mod tests {
             "http://10.0.0.5/creds",
             "http://agent.example.com/",
             "ftp://x",
+            // The client connects to the host before the backslash.
+            "http://198.51.100.7:8080\\@127.0.0.1/v1/credentials",
+            "http://198.51.100.7:8080/\\@127.0.0.1/v1/credentials",
+            "http://u:p@127.0.0.1/v1/credentials",
+            "http://127.0.0.1.nip.io/v1/credentials",
         ] {
             let e = agent(&env(&[(FULL_URI, bad)])).unwrap_err();
             assert!(e.to_string().contains(FULL_URI), "{e}");
