@@ -808,6 +808,43 @@ fn an_unreachable_proxy_is_reported() {
     }
 }
 
+/// Proxy values reqwest would skip silently (connecting directly while the
+/// error messages claim the proxy settings), each with what the refusal
+/// says about it.
+const UNUSABLE_PROXIES: [(&str, &str, &str); 4] = [
+    ("HTTPS_PROXY", "http://u:pa ss@127.0.0.1:3128", "a space"),
+    ("https_proxy", "ftp://127.0.0.1:21", "scheme ftp://"),
+    ("HTTP_PROXY", "http://127.0.0.1:3128/a path", "a space"),
+    ("ALL_PROXY", "http://u:pa/ss@127.0.0.1:3128", "invalid port"),
+];
+
+/// Issue 15 item 5: an unusable proxy setting is an error naming the
+/// variable (never its password), before any connection.
+#[test]
+fn an_unusable_proxy_setting_is_refused_not_bypassed() {
+    for case in Case::all() {
+        for (var, value, why) in UNUSABLE_PROXIES {
+            let out = case.run_normal(&[], &[(var, value)]);
+            let line = case.failure(&out);
+            assert!(
+                line.contains(&format!("{var} is ")) && line.contains("not a usable proxy URL"),
+                "{line}"
+            );
+            assert!(line.contains(why), "{line}");
+            assert!(
+                !out.stderr.contains("pa ss") && !out.stderr.contains("pa/ss"),
+                "{}",
+                out.stderr
+            );
+            assert_eq!(
+                case.first_requests(),
+                0,
+                "{var}={value}: connected directly"
+            );
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------
 // aws: the same faults through the AWS SDK's client (built by us with the
 // proxy variables and --ca-file), against moto, the AWS emulator, with a
@@ -1070,4 +1107,26 @@ fn aws_refused_failing_refusing_and_cut_answers() {
         "{}",
         out.stderr
     );
+}
+
+/// Issue 15 item 5, through the AWS SDK: the same refusal as for the
+/// hand-written calls, before STS sees anything.
+#[test]
+fn aws_an_unusable_proxy_setting_is_refused_not_bypassed() {
+    let aws = Aws::start();
+    for (var, value, why) in UNUSABLE_PROXIES {
+        let out = aws.run_normal(&[], &[(var, value)]);
+        let line = aws.failure(&out);
+        assert!(
+            line.contains(&format!("{var} is ")) && line.contains("not a usable proxy URL"),
+            "{line}"
+        );
+        assert!(line.contains(why), "{line}");
+        assert!(
+            !out.stderr.contains("pa ss") && !out.stderr.contains("pa/ss"),
+            "{}",
+            out.stderr
+        );
+    }
+    assert_eq!(aws.sts.server.request_count(), 0, "connected directly");
 }

@@ -65,7 +65,7 @@ impl Proxies {
         let lines: Vec<String> = [&self.https, &self.http, &self.all, &self.no_proxy]
             .into_iter()
             .flatten()
-            .map(|s| format!("{}={}", s.name, hide_userinfo(&s.value)))
+            .map(|s| format!("{}={}", s.name, hide_credentials(&s.value)))
             .collect();
         (!lines.is_empty()).then(|| lines.join(", "))
     }
@@ -146,27 +146,11 @@ fn unusable(setting: &Setting, why: &str) -> Error {
     ))
 }
 
-/// `http://user:pass@proxy:3128` as `http://<credentials>@proxy:3128`.
-pub fn hide_userinfo(url: &str) -> String {
-    let (scheme, rest) = match url.split_once("://") {
-        Some((scheme, rest)) => (Some(scheme), rest),
-        None => (None, url),
-    };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(authority_end);
-    let authority = match authority.rsplit_once('@') {
-        Some((_, host)) => format!("<credentials>@{host}"),
-        None => authority.to_string(),
-    };
-    match scheme {
-        Some(scheme) => format!("{scheme}://{authority}{path}"),
-        None => format!("{authority}{path}"),
-    }
-}
-
-/// For a value that did not parse (a proxy setting, an endpoint): everything before the last `@` is
-/// hidden, wherever it stands, since a malformed password may hold any of
-/// the characters that would end an authority.
+/// `http://user:pass@proxy:3128` as `http://<credentials>@proxy:3128`:
+/// everything between the scheme and the last `@` is hidden, wherever it
+/// stands, since a malformed password may hold any of the characters that
+/// would end an authority (`/`, `?`, `#`). For proxy settings and endpoint
+/// URLs, in logs and errors.
 pub fn hide_credentials(value: &str) -> String {
     let (scheme, rest) = match value.split_once("://") {
         Some((scheme, rest)) => (format!("{scheme}://"), rest),
@@ -218,11 +202,17 @@ mod tests {
             .unwrap(),
             "HTTPS_PROXY=http://a:3128"
         );
-        assert_eq!(hide_userinfo("u:p@h:1"), "<credentials>@h:1");
-        assert_eq!(hide_userinfo("http://h/p@x"), "http://h/p@x");
+        assert_eq!(hide_credentials("u:p@h:1"), "<credentials>@h:1");
+        assert_eq!(hide_credentials("http://h:1"), "http://h:1");
         assert_eq!(
-            hide_userinfo("socks5://u:p@a@h"),
+            hide_credentials("socks5://u:p@a@h"),
             "socks5://<credentials>@h"
+        );
+        // A password holding '/' is hidden whole (an authority split at
+        // the first '/' would show "u:pa").
+        assert_eq!(
+            hide_credentials("http://u:pa/ss@h:1"),
+            "http://<credentials>@h:1"
         );
         let shown = format!(
             "{:?}",
