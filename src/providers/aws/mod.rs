@@ -27,10 +27,11 @@ use std::time::Duration;
 
 use crate::duration;
 use crate::error::{Error, Result};
-use crate::exchange::{Context, Credential, Exchanger, Plan, Provider};
 use crate::image::ImageRef;
+use crate::inputs::Inputs;
 use crate::net::{self, http};
 use crate::protocol::CacheKeyType;
+use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
 use std::sync::Arc;
 
 use endpoints::{Environment, Service};
@@ -119,6 +120,25 @@ fn parse_session_duration(text: &str) -> std::result::Result<Duration, String> {
     Ok(whole)
 }
 
+pub static PROVIDER: Provider = Provider {
+    name: "aws",
+    summary: "STS web identity or EKS Pod Identity, then ECR and ECR Public",
+    audience: "sts.amazonaws.com (web-identity) or pods.eks.amazonaws.com (pod-identity)",
+    auto: Some(|image| host::parse(image.hostname()).is_some()),
+    password_is_token: false,
+    flags: <Options as clap::Args>::augment_args,
+    build,
+};
+
+fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
+    let env = Environment::from_lookup(|name| inputs.env.get(name).map(str::to_string));
+    Ok(Box::new(Aws::with_environment(
+        &providers::flags(matches)?,
+        env,
+        Arc::clone(&inputs.net),
+    )))
+}
+
 pub struct Aws {
     source: CredentialSource,
     role_annotations: Vec<String>,
@@ -130,10 +150,6 @@ pub struct Aws {
 impl Aws {
     /// Takes the options and the AWS_* variables; checks nothing that could
     /// fail for a request this exchanger never sees.
-    pub fn new(options: &Options, net: Arc<net::Settings>) -> Self {
-        Self::with_environment(options, Environment::from_process(), net)
-    }
-
     pub fn with_environment(options: &Options, env: Environment, net: Arc<net::Settings>) -> Self {
         Aws {
             net,
@@ -151,8 +167,8 @@ impl Aws {
 }
 
 impl Exchanger for Aws {
-    fn provider(&self) -> Provider {
-        Provider::Aws
+    fn provider(&self) -> &'static Provider {
+        &PROVIDER
     }
 
     fn audiences(&self) -> Vec<String> {
@@ -191,7 +207,7 @@ impl Exchanger for Aws {
             Registry::Public => "ecr-public".to_string(),
         };
         let mut inputs = vec![("credential source", self.source.name().to_string())];
-        let exchange: crate::exchange::Exchange<'a> = match self.source {
+        let exchange: crate::providers::Exchange<'a> = match self.source {
             CredentialSource::WebIdentity => {
                 if self.role_annotations.is_empty() {
                     return Err(Error::new("--aws-role-arn-annotation lists no annotation key")
@@ -288,7 +304,7 @@ impl Exchanger for Aws {
             }
         };
         Ok(Plan {
-            provider: Provider::Aws,
+            provider: &PROVIDER,
             auth_key: cx.image.registry().to_string(),
             cache_key_type: CacheKeyType::Registry,
             cacheable: true,

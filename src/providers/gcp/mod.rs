@@ -29,10 +29,11 @@ use std::time::Duration;
 use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result};
-use crate::exchange::{Context, Credential, Exchanger, Plan, Provider};
 use crate::image::ImageRef;
+use crate::inputs::Inputs;
 use crate::net::{self, http};
 use crate::protocol::CacheKeyType;
+use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
 use crate::secret::Secret;
 use std::sync::Arc;
 
@@ -109,6 +110,23 @@ fn parse_lifetime(text: &str) -> std::result::Result<Duration, String> {
     Ok(d)
 }
 
+pub static PROVIDER: Provider = Provider {
+    name: "gcp",
+    summary: "Google STS (GKE Workload Identity or Workload Identity Federation), optional impersonation",
+    audience: "PROJECT_ID.svc.id.goog (GKE) or the pool provider's name (federation)",
+    auto: Some(|image| is_google_registry(image.registry())),
+    password_is_token: false,
+    flags: <Options as clap::Args>::augment_args,
+    build,
+};
+
+fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
+    Ok(Box::new(Gcp::new(
+        &providers::flags(matches)?,
+        Arc::clone(&inputs.net),
+    )?))
+}
+
 pub struct Gcp {
     /// `None` when no GCP flag is set: the exchanger then only refuses.
     mode: Option<Mode>,
@@ -141,8 +159,8 @@ impl Gcp {
 }
 
 impl Exchanger for Gcp {
-    fn provider(&self) -> Provider {
-        Provider::Gcp
+    fn provider(&self) -> &'static Provider {
+        &PROVIDER
     }
 
     fn audiences(&self) -> Vec<String> {
@@ -203,7 +221,7 @@ impl Exchanger for Gcp {
         let (grant_fix, target_fix) = fixes(mode, &claims.issuer, &claims.subject);
         let principal = mode.principal(token.service_account());
         Ok(Plan {
-            provider: Provider::Gcp,
+            provider: &PROVIDER,
             auth_key: registry.to_string(),
             cache_key_type: CacheKeyType::Registry,
             cacheable: true,
@@ -303,7 +321,7 @@ impl Upstream {
                 code,
                 description: Some(d),
             }) => {
-                let shown = crate::upstream::clean(d, MAX_DESCRIPTION_CHARS);
+                let shown = crate::redact::clean(d, MAX_DESCRIPTION_CHARS);
                 format!("HTTP {status} {code}: {shown:?}")
             }
             Some(Upstream { code, .. }) => format!("HTTP {status} {code}"),
