@@ -18,6 +18,7 @@
 //! rest of the binary uses), shared by every client of the invocation,
 //! the AWS SDK's included ([`crate::net::Settings::tls`]).
 
+use std::collections::HashSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -90,7 +91,7 @@ impl Sources {
     /// The trust anchors, with the system's locations as given (tests pass
     /// their own).
     fn roots_from(&self, bundles: &[&str], dirs: &[&str]) -> Result<RootCertStore> {
-        let mut store = RootCertStore::empty();
+        let mut store = Roots::default();
         let mut looked = Vec::new();
         if self.ssl_cert_file.is_some() || self.ssl_cert_dir.is_some() {
             if let Some(file) = &self.ssl_cert_file {
@@ -139,13 +140,58 @@ impl Sources {
             ))
             .fix("the node has no CA bundle: install ca-certificates, set SSL_CERT_FILE, or pass --ca-file"));
         }
-        Ok(store)
+        Ok(store.store)
+    }
+}
+
+/// Trust anchors being collected, each certificate parsed once however
+/// many files hold it (a bundle, the directory it sits in, and that
+/// directory's hash links all hold the same certificates).
+pub struct Roots {
+    store: RootCertStore,
+    seen: HashSet<Vec<u8>>,
+    /// The files read, by device and inode: a hash link, or the bundle
+    /// inside a directory also listed, is not read twice.
+    files: HashSet<(u64, u64)>,
+}
+
+impl Default for Roots {
+    fn default() -> Self {
+        Roots {
+            store: RootCertStore::empty(),
+            seen: HashSet::new(),
+            files: HashSet::new(),
+        }
+    }
+}
+
+impl Roots {
+    fn len(&self) -> usize {
+        self.store.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.store.is_empty()
+    }
+
+    /// Whether the file at `path` has not been read yet, remembering it.
+    fn first_read(&mut self, path: &Path) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        match std::fs::metadata(path) {
+            Ok(meta) => self.files.insert((meta.dev(), meta.ino())),
+            Err(_) => true,
+        }
+    }
+
+    /// Whether `der` is new, remembering it.
+    fn first_sight(&mut self, der: &CertificateDer<'_>) -> bool {
+        self.seen.insert(der.as_ref().to_vec())
     }
 }
 
 /// Adds the `--ca-file` bundle: at least one certificate, each usable as a
 /// trust anchor. Returns how many.
-pub fn add_ca_file(path: &Path, store: &mut RootCertStore) -> Result<usize> {
+pub fn add_ca_file(path: &Path, store: &mut Roots) -> Result<usize> {
     let shown = quote(&path.display().to_string());
     let fix = "pass a PEM file of CA certificates (-----BEGIN CERTIFICATE-----) readable by the kubelet's user, \
                or unset --ca-file (WICP_CA_FILE)";
@@ -160,7 +206,8 @@ pub fn add_ca_file(path: &Path, store: &mut RootCertStore) -> Result<usize> {
 /// Adds `SSL_CERT_FILE`, checked as strictly as `--ca-file`: a TLS stack
 /// that treated an unreadable one as an empty trust store would report
 /// every server as untrusted, far from the cause.
-fn add_ssl_cert_file(path: &Path, store: &mut RootCertStore) -> Result<usize> {
+fn add_ssl_cert_file(path: &Path, store: &mut Roots) -> Result<usize> {
+    store.first_read(path);
     let shown = quote(&path.display().to_string());
     let fix = "point SSL_CERT_FILE at a PEM bundle of CA certificates (it replaces the system's trust store) or unset it; \
                to add a CA to the system's, use --ca-file";
@@ -172,7 +219,7 @@ fn add_ssl_cert_file(path: &Path, store: &mut RootCertStore) -> Result<usize> {
 
 /// The certificates of a PEM bundle, each checked as a webpki trust anchor,
 /// all or nothing. Other PEM sections (keys, CRLs) are skipped.
-fn add_anchors(pem: &[u8], store: &mut RootCertStore) -> std::result::Result<usize, String> {
+fn add_anchors(pem: &[u8], store: &mut Roots) -> std::result::Result<usize, String> {
     let ders = CertificateDer::pem_slice_iter(pem)
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|e| format!("is not a PEM bundle: {e}"))?;
@@ -180,8 +227,8 @@ fn add_anchors(pem: &[u8], store: &mut RootCertStore) -> std::result::Result<usi
         return Err("holds no PEM certificate".to_string());
     }
     let mut checked = RootCertStore::empty();
-    for (n, der) in ders.into_iter().enumerate() {
-        checked.add(der).map_err(|e| {
+    for (n, der) in ders.iter().enumerate() {
+        checked.add(der.clone()).map_err(|e| {
             format!(
                 "holds a certificate (number {}) that cannot be parsed: {e}",
                 n.saturating_add(1)
@@ -189,16 +236,23 @@ fn add_anchors(pem: &[u8], store: &mut RootCertStore) -> std::result::Result<usi
         })?;
     }
     let added = checked.len();
-    store.roots.extend(checked.roots);
+    for (der, anchor) in ders.iter().zip(checked.roots) {
+        if store.first_sight(der) {
+            store.store.roots.push(anchor);
+        }
+    }
     Ok(added)
 }
 
 /// Adds what parses from a system file, skipping the rest, as OpenSSL does
 /// with the system's own store: one odd certificate a distribution ships
 /// must not leave the node without any.
-fn add_lenient(path: &Path, pem: &[u8], store: &mut RootCertStore) {
-    let ders = CertificateDer::pem_slice_iter(pem).filter_map(std::result::Result::ok);
-    let (_, skipped) = store.add_parsable_certificates(ders);
+fn add_lenient(path: &Path, pem: &[u8], store: &mut Roots) {
+    let ders: Vec<_> = CertificateDer::pem_slice_iter(pem)
+        .filter_map(std::result::Result::ok)
+        .filter(|der| store.first_sight(der))
+        .collect();
+    let (_, skipped) = store.store.add_parsable_certificates(ders);
     if skipped > 0 {
         crate::debug!(
             "skipped {skipped} unusable certificate(s) in {}",
@@ -209,12 +263,15 @@ fn add_lenient(path: &Path, pem: &[u8], store: &mut RootCertStore) {
 
 /// Adds the certificates of every file in a directory (OpenSSL's hashed
 /// layout holds links to the same files: duplicates are harmless).
-fn add_dir(dir: &Path, store: &mut RootCertStore) {
+fn add_dir(dir: &Path, store: &mut Roots) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for entry in entries.flatten() {
         let path = entry.path();
+        if !store.first_read(&path) {
+            continue;
+        }
         if let Ok(pem) = read_bounded(&path) {
             add_lenient(&path, &pem, store);
         }
@@ -251,7 +308,7 @@ mod tests {
     }
 
     fn ca_file(path: &Path) -> Result<usize> {
-        add_ca_file(path, &mut RootCertStore::empty())
+        add_ca_file(path, &mut Roots::default())
     }
 
     #[test]
@@ -339,12 +396,17 @@ mod tests {
         assert!(e.what().contains("holds no PEM certificate"), "{e}");
     }
 
-    /// A directory of `n` copies of the test CA, as OpenSSL's layout has.
-    fn cert_dir(n: usize) -> tempfile::TempDir {
+    /// Another certificate (the test server's), parsable as an anchor.
+    const OTHER_PEM: &str = include_str!("../../tests/fixtures/tls/server.pem");
+
+    /// A directory as OpenSSL's layout has it: each certificate, plus a
+    /// second name for one of them (the hash link), plus a file that is
+    /// not a certificate.
+    fn cert_dir() -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
-        for i in 0..n {
-            write(dir.path(), &format!("ca{i}.pem"), CA_PEM.as_bytes());
-        }
+        write(dir.path(), "ca.pem", CA_PEM.as_bytes());
+        write(dir.path(), "a1b2c3d4.0", CA_PEM.as_bytes());
+        write(dir.path(), "server.pem", OTHER_PEM.as_bytes());
         write(dir.path(), "README", b"not a certificate");
         dir
     }
@@ -355,7 +417,7 @@ mod tests {
         let bundle = write(files.path(), "bundle.crt", CA_PEM.as_bytes())
             .display()
             .to_string();
-        let dir = cert_dir(3);
+        let dir = cert_dir();
         let dir_name = dir.path().display().to_string();
         let missing = files.path().join("none.crt").display().to_string();
         let system = Sources::default();
@@ -364,15 +426,15 @@ mod tests {
             .roots_from(&[&missing, &bundle], &[&dir_name])
             .unwrap();
         assert_eq!(roots.len(), 1);
-        // No bundle: the directory, every certificate file in it.
+        // No bundle: the directory, each certificate once.
         let roots = system.roots_from(&[&missing], &[&dir_name]).unwrap();
-        assert_eq!(roots.len(), 3);
+        assert_eq!(roots.len(), 2);
         // SSL_CERT_DIR replaces the system's store, and may list several.
-        let other = cert_dir(2);
+        let other = cert_dir();
         let both = format!("{dir_name}:{}", other.path().display());
         let s = sources(&[(SSL_CERT_DIR, both)], None);
-        assert_eq!(s.roots_from(&[&bundle], &[]).unwrap().len(), 5);
-        // SSL_CERT_FILE and SSL_CERT_DIR together: both.
+        assert_eq!(s.roots_from(&[&bundle], &[]).unwrap().len(), 2);
+        // SSL_CERT_FILE and SSL_CERT_DIR together: both, without repeats.
         let s = sources(
             &[
                 (SSL_CERT_DIR, dir_name.clone()),
@@ -380,10 +442,10 @@ mod tests {
             ],
             None,
         );
-        assert_eq!(s.roots_from(&[], &[]).unwrap().len(), 4);
+        assert_eq!(s.roots_from(&[], &[]).unwrap().len(), 2);
         // --ca-file adds to whichever base.
-        let ca = write(files.path(), "extra.pem", CA_PEM.as_bytes());
-        let s = sources(&[], Some(ca.clone()));
+        let extra = write(files.path(), "extra.pem", OTHER_PEM.as_bytes());
+        let s = sources(&[], Some(extra.clone()));
         assert_eq!(s.roots_from(&[&bundle], &[&dir_name]).unwrap().len(), 2);
         // Nothing at all: a clear error, and --ca-file alone is enough.
         let e = system.roots_from(&[&missing], &[&missing]).unwrap_err();
