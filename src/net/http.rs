@@ -56,7 +56,7 @@ pub fn block_on<T>(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| Error::new(format!("cannot start the async runtime: {e}")))?;
+        .map_err(|e| Error::internal(format!("cannot start the async runtime: {e}")))?;
     runtime.block_on(async {
         match tokio::time::timeout_at(deadline.instant().into(), future).await {
             Ok(result) => result,
@@ -66,7 +66,7 @@ pub fn block_on<T>(
 }
 
 pub fn deadline_exceeded(deadline: &Deadline, call: &str) -> Error {
-    Error::new(format!(
+    Error::network(format!(
         "the deadline of {} ran out while waiting for {call}",
         crate::duration::format_go(deadline.budget())
     ))
@@ -105,7 +105,9 @@ impl Client {
         let inner = builder
             .tls_backend_preconfigured(rustls::ClientConfig::clone(&tls))
             .build()
-            .map_err(|e| Error::new(format!("cannot build the HTTP client: {}", describe(&e))))?;
+            .map_err(|e| {
+                Error::config(format!("cannot build the HTTP client: {}", describe(&e)))
+            })?;
         Ok(Client { inner, proxies })
     }
 
@@ -301,7 +303,7 @@ fn transport_error(
     if e.is_timeout() && deadline.expired() {
         return deadline_exceeded(deadline, call);
     }
-    let error = Error::new(format!(
+    let error = Error::network(format!(
         "{call} failed after {attempt} attempt(s): {}{}",
         describe(e),
         proxies
@@ -321,7 +323,7 @@ fn transport_error(
 
 /// The error for a server whose certificate no trusted CA vouches for.
 pub fn untrusted_certificate(call: &str, detail: &str) -> Error {
-    Error::new(format!(
+    Error::network(format!(
         "{call} failed: the server's TLS certificate is not trusted ({detail})"
     ))
     .fix(
@@ -336,7 +338,7 @@ fn retry_after_beyond_deadline(
     asked: Duration,
     deadline: &Deadline,
 ) -> Error {
-    Error::new(format!(
+    Error::upstream(format!(
         "{call} answered{} asking to retry after {}, beyond the {} left of the {} deadline",
         status.map(|s| format!(" HTTP {s}")).unwrap_or_default(),
         crate::duration::format_go(asked),
@@ -476,7 +478,7 @@ fn jitter() -> f64 {
 pub fn endpoint_override(flag: &str, value: &str) -> Result<String> {
     let trimmed = value.trim().trim_end_matches('/');
     let refuse = |why: &str| {
-        Error::new(format!(
+        Error::config(format!(
             "{flag} {} is not an http(s) URL{why}",
             crate::error::quote(&super::proxy::hide_credentials(value))
         ))

@@ -134,7 +134,7 @@ fn proxy_url(setting: &Setting) -> Result<url::Url> {
 }
 
 fn unusable(setting: &Setting, why: &str) -> Error {
-    Error::new(format!(
+    Error::config(format!(
         "{} is {}, which is not a usable proxy URL: {why}",
         setting.name,
         quote(&hide_credentials(&setting.value))

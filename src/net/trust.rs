@@ -82,7 +82,7 @@ impl Sources {
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let config = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map_err(|e| Error::new(format!("cannot set up TLS: {e}")))?
+            .map_err(|e| Error::internal(format!("cannot set up TLS: {e}")))?
             .with_root_certificates(roots)
             .with_no_client_auth();
         Ok(Arc::new(config))
@@ -130,7 +130,7 @@ impl Sources {
             add_ca_file(ca_file, &mut store)?;
         }
         if store.is_empty() {
-            return Err(Error::new(format!(
+            return Err(Error::config(format!(
                 "cannot build the HTTP client: no CA certificates found (looked in {})",
                 if looked.is_empty() {
                     "no location".to_string()
@@ -196,9 +196,9 @@ pub fn add_ca_file(path: &Path, store: &mut Roots) -> Result<usize> {
     let fix = "pass a PEM file of CA certificates (-----BEGIN CERTIFICATE-----) readable by the kubelet's user, \
                or unset --ca-file (WICP_CA_FILE)";
     let pem = read_bounded(path)
-        .map_err(|e| Error::new(format!("cannot read the --ca-file {shown}: {e}")).fix(fix))?;
+        .map_err(|e| Error::config(format!("cannot read the --ca-file {shown}: {e}")).fix(fix))?;
     let added = add_anchors(&pem, store)
-        .map_err(|why| Error::new(format!("the --ca-file {shown} {why}")).fix(fix))?;
+        .map_err(|why| Error::config(format!("the --ca-file {shown} {why}")).fix(fix))?;
     crate::debug!("trusting {added} extra CA certificate(s) from {shown}");
     Ok(added)
 }
@@ -212,9 +212,9 @@ fn add_ssl_cert_file(path: &Path, store: &mut Roots) -> Result<usize> {
     let fix = "point SSL_CERT_FILE at a PEM bundle of CA certificates (it replaces the system's trust store) or unset it; \
                to add a CA to the system's, use --ca-file";
     let pem = read_bounded(path)
-        .map_err(|e| Error::new(format!("cannot read SSL_CERT_FILE {shown}: {e}")).fix(fix))?;
+        .map_err(|e| Error::config(format!("cannot read SSL_CERT_FILE {shown}: {e}")).fix(fix))?;
     add_anchors(&pem, store)
-        .map_err(|why| Error::new(format!("SSL_CERT_FILE {shown} {why}")).fix(fix))
+        .map_err(|why| Error::config(format!("SSL_CERT_FILE {shown} {why}")).fix(fix))
 }
 
 /// The certificates of a PEM bundle, each checked as a webpki trust anchor,
@@ -353,6 +353,7 @@ mod tests {
         ];
         for (name, content, expect) in cases {
             let e = ca_file(&write(dir.path(), name, content)).unwrap_err();
+            assert_eq!(e.kind(), crate::error::Kind::Config, "{name}: {e}");
             assert!(e.what().contains(expect), "{name}: {e}");
             assert!(e.what().contains(name), "{e}");
             assert!(e.remedy().unwrap().contains("--ca-file"), "{e}");

@@ -181,7 +181,7 @@ pub async fn assume_role_with_web_identity(
     let output =
         outcome.map_err(|e| sts_error(classify(&e), call, deadline, &tried(net, attempts)))?;
     let credentials = output.credentials().ok_or_else(|| {
-        Error::new(format!("{} answered without credentials", call.call_name()))
+        Error::upstream(format!("{} answered without credentials", call.call_name()))
             .fix("check that the endpoint is AWS STS (AWS_ENDPOINT_URL_STS / AWS_ENDPOINT_URL)")
     })?;
     Ok(AwsCredentials {
@@ -284,7 +284,7 @@ pub async fn get_authorization_token(
         }
     };
     let token = token.ok_or_else(|| {
-        Error::new(format!(
+        Error::upstream(format!(
             "{} answered without an authorization token",
             call.call_name()
         ))
@@ -295,7 +295,7 @@ pub async fn get_authorization_token(
         ))
     })?;
     let (username, password) = decode_authorization_token(&token).map_err(|why| {
-        Error::new(format!(
+        Error::upstream(format!(
             "{} returned an authorization token that {why}",
             call.call_name()
         ))
@@ -464,7 +464,7 @@ fn transport_error(
         Failure::Timeout if deadline.remaining() < Duration::from_secs(1) => {
             http::deadline_exceeded(deadline, call)
         }
-        Failure::Timeout => Error::new(format!(
+        Failure::Timeout => Error::network(format!(
             "{call} did not answer within {}s per attempt, {attempts} attempt(s)",
             http::ATTEMPT_TIMEOUT.as_secs()
         ))
@@ -472,7 +472,7 @@ fn transport_error(
             "check that the node can reach the endpoint (proxy via HTTPS_PROXY/NO_PROXY, firewall, VPC endpoint; {var})"
         )),
         Failure::Untrusted(detail) => http::untrusted_certificate(call, &detail),
-        Failure::Unreachable(detail) => Error::new(format!(
+        Failure::Unreachable(detail) => Error::network(format!(
             "cannot reach {call} after {attempts} attempt(s): {detail}{}",
             tried
                 .proxies
@@ -483,10 +483,10 @@ fn transport_error(
         .fix(format!(
             "check DNS and routing from the node to the endpoint (HTTPS_PROXY/NO_PROXY, firewall, VPC endpoint), or set {var}"
         )),
-        Failure::TooLarge(detail) => Error::new(format!("{call} failed: {detail}")).fix(format!(
+        Failure::TooLarge(detail) => Error::upstream(format!("{call} failed: {detail}")).fix(format!(
             "check that {var} (or AWS_ENDPOINT_URL) points at the AWS service, and that no proxy rewrites the answer"
         )),
-        Failure::Garbled { status, detail } => Error::new(format!(
+        Failure::Garbled { status, detail } => Error::upstream(format!(
             "{call} answered{} with something that is not an AWS response: {}",
             status.map(|s| format!(" HTTP {s}")).unwrap_or_default(),
             redact::clean(&detail, MAX_MESSAGE_CHARS)
@@ -494,13 +494,13 @@ fn transport_error(
         .fix(format!(
             "check that {var} (or AWS_ENDPOINT_URL) points at the AWS service, and that no proxy rewrites the answer"
         )),
-        Failure::Other(detail) => Error::new(format!("{call} failed: {detail}"))
+        Failure::Other(detail) => Error::internal(format!("{call} failed: {detail}"))
             .fix("report this with the message; it is not an upstream refusal"),
         Failure::Service {
             code,
             message,
             status,
-        } => Error::new(format!(
+        } => Error::upstream(format!(
             "{call} failed{}: {code}: {}",
             status.map(|s| format!(" (HTTP {s})")).unwrap_or_default(),
             said(&message)
@@ -556,7 +556,7 @@ pub fn sts_error(
         format!("{code}: {}", said(message))
     };
     let what = |summary: &str| {
-        Error::new(format!(
+        Error::upstream(format!(
             "STS refused to let service account {sa} assume role {role} ({summary}); STS said {said}"
         ))
     };
@@ -591,7 +591,7 @@ pub fn sts_error(
                 call.duration.as_secs()
             ))
         }
-        c if is_throttling(c, *status) => Error::new(format!(
+        c if is_throttling(c, *status) => Error::upstream(format!(
             "STS throttled AssumeRoleWithWebIdentity for service account {sa} after {} attempt(s); STS said {said}",
             tried.attempts
         ))
@@ -639,25 +639,25 @@ pub fn ecr_error(
                      ecr:GetDownloadUrlForLayer on the repositories (the managed policy AmazonEC2ContainerRegistryReadOnly has them)"
                 )
             };
-            Error::new(format!(
+            Error::upstream(format!(
                 "{name} was denied for {principal}; {} said {said}",
                 call.service().name()
             ))
             .fix(fix)
         }
         "UnrecognizedClientException" | "InvalidClientTokenId" | "InvalidSignatureException"
-        | "ExpiredTokenException" | "SignatureDoesNotMatch" => Error::new(format!(
+        | "ExpiredTokenException" | "SignatureDoesNotMatch" => Error::upstream(format!(
             "{name} did not accept the temporary credentials of {principal}; {} said {said}",
             call.service().name()
         ))
         .fix("check the node's clock (NTP), and that the credentials come from the registry's partition (AWS_ENDPOINT_URL_STS must not point at another partition)"),
-        c if is_throttling(c, *status) => Error::new(format!(
+        c if is_throttling(c, *status) => Error::upstream(format!(
             "{} throttled GetAuthorizationToken after {} attempt(s); it said {said}",
             call.service().name(),
             tried.attempts
         ))
         .fix("let the kubelet cache credentials longer (tokenAttributes.cacheType: ServiceAccount, a larger --max-cache-duration); GetAuthorizationToken allows about 20 calls per second per account and region"),
-        _ => Error::new(format!(
+        _ => Error::upstream(format!(
             "{name} failed for {principal}; {} said {said}",
             call.service().name()
         ))
