@@ -39,11 +39,6 @@ impl Settings {
         }
     }
 
-    /// From the process's environment.
-    pub fn from_process(ca_file: Option<PathBuf>) -> Self {
-        Self::from_lookup(|name| std::env::var(name).ok(), ca_file)
-    }
-
     pub fn proxies(&self) -> &proxy::Proxies {
         &self.proxies
     }

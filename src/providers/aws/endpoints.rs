@@ -74,10 +74,6 @@ impl Environment {
         FULL_URI,
     ];
 
-    pub fn from_process() -> Self {
-        Self::from_lookup(|name| std::env::var(name).ok())
-    }
-
     /// Reads the variables through `lookup`; empty values count as unset,
     /// as the SDKs treat them.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Self {
