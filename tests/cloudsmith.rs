@@ -279,7 +279,7 @@ fn missing_settings_fail_with_the_flag_to_set() {
                 "--cloudsmith-url",
                 "http://u@h",
             ],
-            "carries credentials",
+            "holds user information",
         ),
     ] {
         let out = support::plugin::run(

@@ -285,7 +285,7 @@ fn missing_settings_fail_with_the_flag_to_set() {
                 "--jfrog-provider-name",
                 "x",
             ],
-            "carries credentials",
+            "holds user information",
         ),
     ] {
         let out = support::plugin::run(

@@ -29,11 +29,14 @@
 //! organisation and the API host (`cloudsmith.io/org-slug`,
 //! `cloudsmith.io/api-host`): those move the token and are never read.
 
+use std::sync::Arc;
+
 use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result, quote};
 use crate::image::ImageRef;
 use crate::inputs::Inputs;
+use crate::net;
 use crate::protocol::CacheKeyType;
 use crate::providers::allowlist::{self, Allowlist};
 use crate::providers::token_service::{self, Pattern, Service};
@@ -89,10 +92,11 @@ pub static PROVIDER: Provider = Provider {
     build,
 };
 
-fn build(matches: &clap::ArgMatches, _inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
+fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
     Ok(Box::new(Cloudsmith::new(
         &providers::flags(matches)?,
         &providers::flags(matches)?,
+        Arc::clone(&inputs.net),
     )?))
 }
 
@@ -103,9 +107,14 @@ pub struct Cloudsmith {
 }
 
 impl Cloudsmith {
-    pub fn new(registries: &allowlist::Options, options: &Options) -> Result<Self> {
+    pub fn new(
+        registries: &allowlist::Options,
+        options: &Options,
+        net: Arc<net::Settings>,
+    ) -> Result<Self> {
         let allowlist = Allowlist::new(registries)?;
-        let base = token_service::endpoint("--cloudsmith-url", &options.cloudsmith_url)?;
+        let base =
+            crate::net::http::endpoint_override("--cloudsmith-url", &options.cloudsmith_url)?;
         let org = options
             .cloudsmith_org
             .as_deref()
@@ -128,6 +137,7 @@ impl Cloudsmith {
                 vendor: "Cloudsmith",
                 endpoint_flag: "--cloudsmith-url",
                 url: format!("{base}/openid/{org}/"),
+                net,
             },
             org: org.to_string(),
         })
@@ -151,7 +161,7 @@ impl Cloudsmith {
     /// Reads Cloudsmith's answer, seen at `now`.
     pub fn interpret(
         &self,
-        reply: &crate::http::Reply,
+        reply: &crate::net::http::Reply,
         now: i64,
         slug: &str,
         issuer: &str,
@@ -244,7 +254,7 @@ impl Exchanger for Cloudsmith {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::Reply;
+    use crate::net::http::Reply;
     use std::collections::BTreeMap;
 
     fn cloudsmith() -> Cloudsmith {
@@ -256,6 +266,7 @@ mod tests {
                 cloudsmith_url: DEFAULT_URL.into(),
                 cloudsmith_org: Some("acme".into()),
             },
+            Arc::default(),
         )
         .unwrap()
     }
@@ -293,14 +304,17 @@ mod tests {
                 cloudsmith_url: DEFAULT_URL.into(),
                 cloudsmith_org: Some(org.into()),
             };
-            assert!(Cloudsmith::new(&r, &options).is_err(), "{org:?}");
+            assert!(
+                Cloudsmith::new(&r, &options, Arc::default()).is_err(),
+                "{org:?}"
+            );
         }
         let options = Options {
             cloudsmith_url: DEFAULT_URL.into(),
             cloudsmith_org: None,
         };
         assert!(
-            Cloudsmith::new(&r, &options)
+            Cloudsmith::new(&r, &options, Arc::default())
                 .err()
                 .unwrap()
                 .to_string()

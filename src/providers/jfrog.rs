@@ -31,11 +31,14 @@
 //! expiry, so neither do we; the cache still never keeps it beyond its own
 //! `expires_in` (or the access token's `exp`, if earlier).
 
+use std::sync::Arc;
+
 use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result};
 use crate::image::ImageRef;
 use crate::inputs::Inputs;
+use crate::net;
 use crate::protocol::CacheKeyType;
 use crate::providers::allowlist::{self, Allowlist};
 use crate::providers::token_service::{self, Pattern, Service};
@@ -97,10 +100,11 @@ pub static PROVIDER: Provider = Provider {
     build,
 };
 
-fn build(matches: &clap::ArgMatches, _inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
+fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
     Ok(Box::new(Jfrog::new(
         &providers::flags(matches)?,
         &providers::flags(matches)?,
+        Arc::clone(&inputs.net),
     )?))
 }
 
@@ -112,14 +116,18 @@ pub struct Jfrog {
 }
 
 impl Jfrog {
-    pub fn new(registries: &allowlist::Options, options: &Options) -> Result<Self> {
+    pub fn new(
+        registries: &allowlist::Options,
+        options: &Options,
+        net: Arc<net::Settings>,
+    ) -> Result<Self> {
         let allowlist = Allowlist::new(registries)?;
         let url = options.jfrog_url.as_deref().ok_or_else(|| {
             Error::config("--jfrog-url is not set").fix(
                 "pass --jfrog-url (WICP_JFROG_URL) with the JFrog Platform base URL, e.g. https://example.jfrog.io",
             )
         })?;
-        let base = token_service::endpoint("--jfrog-url", url)?;
+        let base = crate::net::http::endpoint_override("--jfrog-url", url)?;
         let provider_name = options
             .jfrog_provider_name
             .as_deref()
@@ -140,6 +148,7 @@ impl Jfrog {
                 vendor: "JFrog",
                 endpoint_flag: "--jfrog-url",
                 url: format!("{base}{TOKEN_PATH}"),
+                net,
             },
             provider_name: provider_name.to_string(),
             project_key: project_key.map(str::to_string),
@@ -271,7 +280,7 @@ impl Jfrog {
     /// Reads JFrog's answer, seen at `now`.
     pub fn interpret(
         &self,
-        reply: &crate::http::Reply,
+        reply: &crate::net::http::Reply,
         now: i64,
         issuer: &str,
         subject: &str,
@@ -323,7 +332,7 @@ impl Jfrog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::Reply;
+    use crate::net::http::Reply;
 
     fn jfrog(project: Option<&str>) -> Jfrog {
         Jfrog::new(
@@ -335,6 +344,7 @@ mod tests {
                 jfrog_provider_name: Some("k8s-prod".into()),
                 jfrog_project_key: project.map(str::to_string),
             },
+            Arc::default(),
         )
         .unwrap()
     }
@@ -355,7 +365,7 @@ mod tests {
             jfrog_project_key: None,
         };
         let r = allowlist::Options::default();
-        assert!(Jfrog::new(&r, &ok).is_ok());
+        assert!(Jfrog::new(&r, &ok, Arc::default()).is_ok());
         for (options, needle) in [
             (
                 Options {
@@ -393,7 +403,10 @@ mod tests {
                 "not a JFrog name",
             ),
         ] {
-            let e = Jfrog::new(&r, &options).err().unwrap().to_string();
+            let e = Jfrog::new(&r, &options, Arc::default())
+                .err()
+                .unwrap()
+                .to_string();
             assert!(e.contains(needle), "{e}");
         }
     }

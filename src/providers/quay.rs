@@ -30,11 +30,14 @@
 
 use std::collections::BTreeSet;
 
+use std::sync::Arc;
+
 use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result, quote};
 use crate::image::ImageRef;
 use crate::inputs::Inputs;
+use crate::net;
 use crate::protocol::CacheKeyType;
 use crate::providers::allowlist::{self, Allowlist};
 use crate::providers::token_service::{self, Pattern, Service};
@@ -100,10 +103,11 @@ pub static PROVIDER: Provider = Provider {
     build,
 };
 
-fn build(matches: &clap::ArgMatches, _inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
+fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
     Ok(Box::new(Quay::new(
         &providers::flags(matches)?,
         &providers::flags(matches)?,
+        Arc::clone(&inputs.net),
     )?))
 }
 
@@ -114,9 +118,13 @@ pub struct Quay {
 }
 
 impl Quay {
-    pub fn new(registries: &allowlist::Options, options: &Options) -> Result<Self> {
+    pub fn new(
+        registries: &allowlist::Options,
+        options: &Options,
+        net: Arc<net::Settings>,
+    ) -> Result<Self> {
         let allowlist = Allowlist::new(registries)?;
-        let base = token_service::endpoint("--quay-url", &options.quay_url)?;
+        let base = crate::net::http::endpoint_override("--quay-url", &options.quay_url)?;
         let mut organisations = BTreeSet::new();
         for org in &options.quay_organization {
             let org = org.trim();
@@ -140,6 +148,7 @@ impl Quay {
                 vendor: "Quay",
                 endpoint_flag: "--quay-url",
                 url: format!("{base}{TOKEN_PATH}"),
+                net,
             },
             organisations,
         })
@@ -176,7 +185,7 @@ impl Quay {
     /// Reads Quay's answer, seen at `now`.
     pub fn interpret(
         &self,
-        reply: &crate::http::Reply,
+        reply: &crate::net::http::Reply,
         now: i64,
         robot: &str,
         issuer: &str,
@@ -254,7 +263,8 @@ impl Exchanger for Quay {
             exchange: Box::new(move |deadline: &Deadline| {
                 let robot_name = robot.as_str();
                 let reply = token_service::call(&self.service, deadline, |client| async move {
-                    crate::http::send(
+                    crate::net::http::send(
+                        &client,
                         || {
                             client
                                 .get(&self.service.url)
@@ -275,7 +285,7 @@ impl Exchanger for Quay {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::Reply;
+    use crate::net::http::Reply;
     use std::collections::BTreeMap;
 
     fn quay() -> Quay {
@@ -287,6 +297,7 @@ mod tests {
                 quay_url: DEFAULT_URL.into(),
                 quay_organization: vec!["acme".into(), "acme-labs".into()],
             },
+            Arc::default(),
         )
         .unwrap()
     }
@@ -371,15 +382,15 @@ mod tests {
             quay_organization: orgs.iter().map(|o| o.to_string()).collect(),
         };
         assert!(
-            Quay::new(&r, &options(&[]))
+            Quay::new(&r, &options(&[]), Arc::default())
                 .err()
                 .unwrap()
                 .to_string()
                 .contains("no --quay-organization")
         );
-        assert!(Quay::new(&r, &options(&["Acme"])).is_err());
-        assert!(Quay::new(&r, &options(&["acme/x"])).is_err());
-        assert!(Quay::new(&r, &options(&["acme", "b.c"])).is_ok());
+        assert!(Quay::new(&r, &options(&["Acme"]), Arc::default()).is_err());
+        assert!(Quay::new(&r, &options(&["acme/x"]), Arc::default()).is_err());
+        assert!(Quay::new(&r, &options(&["acme", "b.c"]), Arc::default()).is_ok());
     }
 
     #[test]

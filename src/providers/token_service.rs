@@ -16,13 +16,16 @@
 //!   `exp`, whichever ends first, and a credential already expired is an
 //!   error ([`expiry`]).
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use regex_lite::Regex;
 
 use crate::deadline::Deadline;
 use crate::error::{Error, Result, quote};
-use crate::http::{self, Reply};
+use crate::net::{
+    self,
+    http::{self, Reply},
+};
 use crate::providers::Context;
 use crate::secret::Secret;
 
@@ -38,6 +41,8 @@ pub struct Service {
     pub endpoint_flag: &'static str,
     /// The full URL the token is sent to.
     pub url: String,
+    /// How the process reaches upstreams (proxies, trust store).
+    pub net: Arc<net::Settings>,
 }
 
 impl Service {
@@ -51,7 +56,7 @@ impl Service {
 /// Sends `body` as JSON with `POST`, with no `Authorization` header: the
 /// service account token in the body is the only credential.
 pub async fn post_json(
-    client: &reqwest::Client,
+    client: &http::Client,
     service: &Service,
     body: &serde_json::Value,
     deadline: &Deadline,
@@ -59,6 +64,7 @@ pub async fn post_json(
     let bytes = serde_json::to_vec(body)
         .map_err(|e| Error::internal(format!("cannot encode the request body: {e}")))?;
     http::send(
+        client,
         || {
             client
                 .post(&service.url)
@@ -208,13 +214,13 @@ pub fn malformed(service: &Service, reply: &Reply, why: &str) -> Error {
 pub fn call<F>(
     service: &Service,
     deadline: &Deadline,
-    send: impl FnOnce(reqwest::Client) -> F,
+    send: impl FnOnce(http::Client) -> F,
 ) -> Result<Reply>
 where
     F: std::future::Future<Output = Result<Reply>>,
 {
     http::block_on(deadline, &service.call(), async {
-        let client = http::client(deadline)?;
+        let client = service.net.client(deadline)?;
         send(client).await
     })
 }
@@ -354,23 +360,6 @@ pub fn identity(
     Ok(None)
 }
 
-/// Checks an admin-given endpoint flag (`https://host[:port]`, `http://`
-/// only when written so), and returns it without a trailing slash.
-pub fn endpoint(flag: &str, value: &str) -> Result<String> {
-    let endpoint = http::endpoint_override(flag, value)?;
-    let rest = endpoint
-        .split_once("://")
-        .map(|(_, rest)| rest)
-        .unwrap_or_default();
-    if rest.contains('@') {
-        return Err(
-            Error::config(format!("{flag} {} carries credentials", quote(value)))
-                .fix("write it as https://host[:port], without user information"),
-        );
-    }
-    Ok(endpoint)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -380,6 +369,7 @@ mod tests {
             vendor: "Acme",
             endpoint_flag: "--acme-url",
             url: "https://acme.example/token".into(),
+            net: Arc::default(),
         }
     }
 
@@ -454,10 +444,7 @@ mod tests {
             malformed(&service(), &reply(200, "x"), "no token").kind(),
             crate::error::Kind::Upstream
         );
-        assert_eq!(
-            endpoint("--x", "https://u@a").unwrap_err().kind(),
-            crate::error::Kind::Config
-        );
+
         let r = refused(&service(), &reply(503, "<html>down</html>"), |_| {
             "FIX".into()
         });
@@ -503,22 +490,6 @@ mod tests {
             serde_json::json!({"expires_in": "soon"}),
         ] {
             assert_eq!(expires_in(&v), None, "{v}");
-        }
-    }
-
-    #[test]
-    fn endpoints_carry_no_credentials() {
-        assert_eq!(
-            endpoint("--x", "https://a.example/").unwrap(),
-            "https://a.example"
-        );
-        for bad in [
-            "https://u:p@a.example",
-            "a.example",
-            "ftp://a",
-            "https://a?x",
-        ] {
-            assert!(endpoint("--x", bad).is_err(), "{bad}");
         }
     }
 }
