@@ -174,6 +174,27 @@ fn segment(segment: &str, what: &str) -> Result<Vec<u8>> {
     })
 }
 
+/// The `exp` claim of a token an upstream issued, if it is a JWT, read
+/// without verifying it: the token exchanges use it only to know how long
+/// the credential they were handed will work (`cacheDuration`), never to
+/// trust it. `None` for anything that is not a JWS compact token with a
+/// numeric `exp`.
+pub fn unverified_expiry(token: &str) -> Option<i64> {
+    if token.len() > MAX_TOKEN_BYTES {
+        return None;
+    }
+    let mut parts = token.split('.');
+    let (_, payload, _, None) = (parts.next()?, parts.next()?, parts.next()?, parts.next()) else {
+        return None;
+    };
+    let claims: serde_json::Value =
+        serde_json::from_slice(&segment(payload, "payload").ok()?).ok()?;
+    match claims.get("exp")? {
+        serde_json::Value::Number(n) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)),
+        _ => None,
+    }
+}
+
 fn number(n: Option<serde_json::Number>, claim: &str) -> Result<i64> {
     let n = n.ok_or_else(|| missing(claim))?;
     n.as_i64()

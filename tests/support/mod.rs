@@ -9,4 +9,5 @@ pub mod moto;
 pub mod net;
 pub mod plugin;
 pub mod registry;
+pub mod sts;
 pub mod token;
