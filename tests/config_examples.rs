@@ -21,10 +21,11 @@ use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use serde::Deserialize;
 
-const SCENARIOS: [&str; 8] = [
+const SCENARIOS: [&str; 9] = [
     "aws-pod-identity",
     "aws-web-identity",
     "azure",
+    "chainguard",
     "gcp-federation",
     "gke",
     "multi-provider",

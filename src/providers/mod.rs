@@ -14,6 +14,7 @@
 pub mod allowlist;
 pub mod aws;
 pub mod azure;
+pub mod chainguard;
 pub mod gcp;
 pub mod passthrough;
 pub mod route;
@@ -82,6 +83,7 @@ pub static ALL: &[&Provider] = &[
     &gcp::PROVIDER,
     &passthrough::PROVIDER,
     &token_exchange::PROVIDER,
+    &chainguard::PROVIDER,
 ];
 
 impl PartialEq for Provider {
