@@ -117,3 +117,85 @@ fn skopeo_pulls_with_the_passthrough_credentials() {
         "no refused credential was accepted"
     );
 }
+
+/// Zot (v2.1.19+) set up as docs/providers/passthrough.md shows: the bearer
+/// realm is Zot's `/zot/auth/token`, which verifies the service account
+/// token against the cluster's issuer for its configured audiences. A fake
+/// of that endpoint (tests/support/zot.rs, from Zot's source) sits in front
+/// of Debian's docker-registry, and skopeo pulls with exactly the
+/// credentials the plugin returned; tokens Zot would refuse do not pull.
+#[test]
+fn skopeo_pulls_through_zots_token_endpoint_with_the_passthrough_credentials() {
+    use support::registry::Registry;
+    use support::zot::FakeZot;
+
+    const AUDIENCE: &str = "zot.cluster.test";
+    let zot = FakeZot::start(
+        support::token::ISSUER,
+        &[AUDIENCE, "https://zot.cluster.test"],
+        ("zot-admin", "admin-password"),
+    );
+    let registry = Registry::start_with_token_realm(&zot.realm(), "zot-admin", "admin-password");
+    registry.push_test_image("team/app", "v1");
+    let host = registry.host().to_string();
+    let args = [
+        "--provider",
+        "passthrough",
+        "--registry",
+        &host,
+        "--audience",
+        AUDIENCE,
+        "--passthrough-username",
+        "zot",
+    ];
+
+    let token = TokenSpec::new("team", "puller", AUDIENCE).mint();
+    let out = run(
+        &args,
+        &[],
+        request(&format!("{host}/team/app"), Some(&token), &[]).as_bytes(),
+    );
+    let response = out.response();
+    let auth = &response["auth"][host.as_str()];
+    assert_eq!(auth["username"], "zot");
+    assert_eq!(auth["password"], token.as_str());
+    registry
+        .pull("team/app", "v1", "zot", auth["password"].as_str().unwrap())
+        .expect("skopeo pulls through Zot's token endpoint");
+    let accepted = zot.seen().accepted;
+    assert!(!accepted.is_empty());
+    assert!(
+        accepted
+            .iter()
+            .all(|s| s == "system:serviceaccount:team:puller"),
+        "{accepted:?}"
+    );
+
+    // Signed by another key: owned by the provider (issuer and audience
+    // match), then refused by verification.
+    let forged = TokenSpec::new("team", "puller", AUDIENCE).mint_with_wrong_key();
+    assert!(registry.pull("team/app", "v1", "zot", &forged).is_err());
+    // An audience Zot is not configured for: owned by nobody.
+    let other = TokenSpec::new("team", "puller", "harbor.cluster.test").mint();
+    assert!(registry.pull("team/app", "v1", "zot", &other).is_err());
+    // Expired.
+    let mut spec = TokenSpec::new("team", "puller", AUDIENCE);
+    spec.expires_in = -120;
+    assert!(
+        registry
+            .pull("team/app", "v1", "zot", &spec.mint())
+            .is_err()
+    );
+    let seen = zot.seen();
+    assert_eq!(seen.accepted.len(), accepted.len(), "{seen:?}");
+    assert!(
+        seen.refused
+            .iter()
+            .any(|r| r.contains("failed verification")),
+        "{seen:?}"
+    );
+    assert!(
+        seen.refused.iter().any(|r| r.contains("belongs to")),
+        "{seen:?}"
+    );
+}

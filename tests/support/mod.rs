@@ -12,3 +12,4 @@ pub mod plugin;
 pub mod registry;
 pub mod sts;
 pub mod token;
+pub mod zot;
