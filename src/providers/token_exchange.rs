@@ -2,7 +2,9 @@
 //! for token servers placed in front of a registry.
 //!
 //! The wire format is RFC 8693 §2.1 and §2.2 on RFC 6749's token endpoint
-//! rules (read in the RFC text, <https://www.rfc-editor.org/rfc/rfc8693>):
+//! rules (<https://www.rfc-editor.org/rfc/rfc8693>; §2.1 checked against its
+//! text as quoted verbatim in public OAuth server code, §2.2 against
+//! implementers' documentation, Janssen, Airlock and Pulumi's schema):
 //!
 //! - `POST` to the token endpoint, `Content-Type:
 //!   application/x-www-form-urlencoded` (RFC 6749 §3.2, §4.5), with
@@ -12,10 +14,12 @@
 //!   token is a JWT, RFC 8693 §3 and RFC 7519 §9), and the optional
 //!   `resource` and `audience` (each repeatable, §2.1), `scope` and
 //!   `requested_token_type`. No actor token: the kubelet acts for nobody.
-//! - Client authentication is optional in RFC 8693 (§2.1: "the client MAY
-//!   authenticate"), but servers that implement it as an OAuth grant
-//!   (Keycloak, most commercial authorization servers) want a registered
-//!   client. We support the two RFC 6749 forms that need no key material:
+//! - Client authentication is "at the discretion of the authorization
+//!   server" (§2.1), which also warns that without it "a compromised token
+//!   [can] be leveraged via an STS into other tokens by anyone possessing
+//!   [it]"; servers that implement the exchange as an OAuth grant (Keycloak,
+//!   most commercial authorization servers) want a registered client. We
+//!   support the two RFC 6749 forms that need no key material:
 //!   `client_secret_basic` (§2.3.1: id and secret form-urlencoded, then
 //!   HTTP Basic) when a client ID and a secret file are configured, and a
 //!   bare `client_id` form field (§3.2.1, a public client) with an ID
