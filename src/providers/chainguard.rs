@@ -127,7 +127,7 @@ impl Chainguard {
                 .chars()
                 .any(|c| c.is_whitespace() || c.is_control())
         {
-            return Err(Error::new(format!(
+            return Err(Error::config(format!(
                 "--chainguard-registry-audience {} is not an audience",
                 quote(audience)
             ))
@@ -141,7 +141,7 @@ impl Chainguard {
                 if is_identity_id(id) {
                     Ok(id.to_string())
                 } else {
-                    Err(Error::new(format!("--chainguard-identity {} is not a Chainguard identity ID", quote(id)))
+                    Err(Error::config(format!("--chainguard-identity {} is not a Chainguard identity ID", quote(id)))
                         .fix("copy the ID chainctl iam identities create printed (40 hex digits, then /16 hex digits per level)"))
                 }
             })
@@ -160,7 +160,7 @@ impl Chainguard {
             if let Some(raw) = cx.annotations.get(key) {
                 let id = raw.trim();
                 if !is_identity_id(id) {
-                    return Err(Error::new(format!(
+                    return Err(Error::annotation(format!(
                         "service account annotation {key} is {}, not a Chainguard identity ID",
                         quote(&crate::redact::clean(raw, 100))
                     ))
@@ -171,7 +171,7 @@ impl Chainguard {
         }
         match &self.identity {
             Some(id) => Ok((id.clone(), "--chainguard-identity")),
-            None => Err(Error::new("no Chainguard identity to assume: the service account has no identity annotation and --chainguard-identity is not set")
+            None => Err(Error::annotation("no Chainguard identity to assume: the service account has no identity annotation and --chainguard-identity is not set")
                 .fix(format!("annotate the service account with {IDENTITY_ANNOTATION}: <identity ID> (and list the key in tokenAttributes.optionalServiceAccountAnnotationKeys), or set --chainguard-identity"))),
         }
     }
@@ -208,7 +208,7 @@ impl Exchanger for Chainguard {
     }
 
     fn refusal(&self, image: &ImageRef) -> Error {
-        Error::new(format!(
+        Error::registry(format!(
             "registry {} is not served by the chainguard provider, which sends a Chainguard token only to {}",
             quote(image.registry()),
             self.registries()
@@ -353,7 +353,7 @@ fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential> {
             }
             _ => "check --chainguard-issuer-url and the node's proxy settings: the answer is not Chainguard's".to_string(),
         };
-        return Err(Error::new(format!(
+        return Err(Error::upstream(format!(
             "Chainguard's STS at {} {} the exchange for identity {} ({}): {what}",
             d.url,
             crate::redact::verb(reply.status),
@@ -363,7 +363,7 @@ fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential> {
         .fix(fix));
     }
     let malformed = |why: String| {
-        Error::new(format!(
+        Error::upstream(format!(
             "Chainguard's STS at {} answered HTTP {} for identity {} with {why}",
             d.url, reply.status, d.identity
         ))

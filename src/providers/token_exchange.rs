@@ -178,12 +178,12 @@ impl TokenExchange {
     pub fn new(registries: &allowlist::Options, options: &Options) -> Result<Self> {
         let allowlist = Allowlist::new(registries)?;
         let url = options.token_exchange_url.as_deref().ok_or_else(|| {
-            Error::new("the token-exchange provider has no token server (--token-exchange-url is not set)")
+            Error::config("the token-exchange provider has no token server (--token-exchange-url is not set)")
                 .fix("pass --token-exchange-url https://HOST/PATH (or WICP_TOKEN_EXCHANGE_URL) with the token server's token endpoint")
         })?;
         let url = http::endpoint_override("--token-exchange-url", url)?;
         if url.contains('@') {
-            return Err(Error::new(format!(
+            return Err(Error::config(format!(
                 "--token-exchange-url {} carries user information",
                 quote(&url)
             ))
@@ -195,10 +195,11 @@ impl TokenExchange {
                 || !v.contains(':')
                 || v.chars().any(|c| c.is_whitespace() || c.is_control())
             {
-                return Err(
-                    Error::new(format!("{flag} {} is not a token type URI", quote(value)))
-                        .fix("write a token type URI such as urn:ietf:params:oauth:token-type:jwt"),
-                );
+                return Err(Error::config(format!(
+                    "{flag} {} is not a token type URI",
+                    quote(value)
+                ))
+                .fix("write a token type URI such as urn:ietf:params:oauth:token-type:jwt"));
             }
             Ok(v.to_string())
         };
@@ -217,7 +218,7 @@ impl TokenExchange {
                 .map(|v| {
                     let v = v.trim();
                     if v.is_empty() || v.chars().any(char::is_control) {
-                        Err(Error::new(format!(
+                        Err(Error::config(format!(
                             "{flag} {} is empty or has control characters",
                             quote(v)
                         ))
@@ -239,7 +240,7 @@ impl TokenExchange {
         for r in &resources {
             // RFC 8693 §2.1: "an absolute URI ... MUST NOT include a fragment".
             if !r.contains("://") || r.contains('#') {
-                return Err(Error::new(format!(
+                return Err(Error::config(format!(
                     "--token-exchange-resource {} is not an absolute URI without a fragment",
                     quote(r)
                 ))
@@ -257,17 +258,17 @@ impl TokenExchange {
             options.token_exchange_username_field.as_deref(),
         ) {
             (Some(_), Some(_)) => {
-                return Err(Error::new(
+                return Err(Error::config(
                     "--token-exchange-username and --token-exchange-username-field are both set",
                 )
                 .fix("keep one: a fixed username, or the answer's field that holds it"));
             }
             (None, None) => {
-                return Err(Error::new("the token-exchange provider has no registry username")
+                return Err(Error::config("the token-exchange provider has no registry username")
                     .fix("pass --token-exchange-username NAME (what the registry expects with the issued token), or --token-exchange-username-field FIELD to read it from the token server's answer"));
             }
             (Some(name), None) => Username::Fixed(check_username(name).map_err(|why| {
-                Error::new(format!("--token-exchange-username {} {why}", quote(name)))
+                Error::config(format!("--token-exchange-username {} {why}", quote(name)))
                     .fix("write the registry account name the issued token belongs to")
             })?),
             (None, Some(field)) => {
@@ -277,7 +278,7 @@ impl TokenExchange {
                         .bytes()
                         .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-' || c == b'.');
                 if !ok {
-                    return Err(Error::new(format!(
+                    return Err(Error::config(format!(
                         "--token-exchange-username-field {} is not a field name",
                         quote(field)
                     ))
@@ -292,19 +293,19 @@ impl TokenExchange {
         ) {
             (None, None) => Client::None,
             (None, Some(_)) => {
-                return Err(Error::new(
+                return Err(Error::config(
                     "--token-exchange-client-secret-file is set without --token-exchange-client-id",
                 )
                 .fix("pass the client ID the secret belongs to with --token-exchange-client-id"));
             }
             (Some(""), _) => {
-                return Err(Error::new("--token-exchange-client-id is empty")
+                return Err(Error::config("--token-exchange-client-id is empty")
                     .fix("pass the OAuth client ID registered at the token server, or leave the flag out"));
             }
             (Some(id), None) => Client::Public(id.to_string()),
             (Some(id), Some(path)) => {
                 let text = std::fs::read_to_string(path).map_err(|e| {
-                    Error::new(format!(
+                    Error::config(format!(
                         "cannot read --token-exchange-client-secret-file {}: {e}",
                         path.display()
                     ))
@@ -312,7 +313,7 @@ impl TokenExchange {
                 })?;
                 let secret = text.trim_end_matches(['\r', '\n']);
                 if secret.is_empty() || secret.contains(['\r', '\n']) {
-                    return Err(Error::new(format!(
+                    return Err(Error::config(format!(
                         "--token-exchange-client-secret-file {} is empty or holds more than one line",
                         path.display()
                     ))
@@ -573,7 +574,7 @@ fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential> {
                 crate::redact::body_shape(&reply.body)
             ),
         };
-        return Err(Error::new(format!(
+        return Err(Error::upstream(format!(
             "the token server at {url} {} the token exchange for {}: {what}",
             crate::redact::verb(reply.status),
             d.service_account
@@ -581,7 +582,7 @@ fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential> {
         .fix(fix));
     }
     let malformed = |why: String| {
-        Error::new(format!(
+        Error::upstream(format!(
             "the token server at {url} answered HTTP {} for {} with {why}",
             reply.status, d.service_account
         ))

@@ -4,6 +4,7 @@
 
 pub mod azure;
 pub mod chainguard;
+pub mod containerd;
 pub mod google;
 pub mod http_server;
 pub mod moto;
