@@ -206,7 +206,7 @@ fn skopeo_pulls_through_zots_token_endpoint_with_the_passthrough_credentials() {
         ("zot-admin", "admin-password"),
     );
     let registry = Registry::start_with_token_realm(&zot.realm(), "zot-admin", "admin-password");
-    registry.push_test_image("team/app", "v1");
+    let digest = registry.push_test_image("team/app", "v1");
     let host = registry.host().to_string();
     let args = [
         "--provider",
@@ -240,6 +240,21 @@ fn skopeo_pulls_through_zots_token_endpoint_with_the_passthrough_credentials() {
             .all(|s| s == "system:serviceaccount:team:puller"),
         "{accepted:?}"
     );
+
+    // containerd, as on a node: its OAuth2 POST carries the token as the
+    // form's `password`, which Zot reads.
+    let containerd = support::containerd::Containerd::start();
+    let image = format!("{host}/team/app:v1");
+    let pulled = containerd
+        .pull(&image, "zot", auth["password"].as_str().unwrap())
+        .unwrap_or_else(|e| panic!("containerd refused the plugin's credentials:\n{e}"));
+    assert_eq!(pulled, digest);
+    let logins = zot.seen().logins;
+    assert!(
+        logins.iter().any(|(m, s)| m == "POST" && *s == "form"),
+        "containerd logged in by POST with the form's password: {logins:?}"
+    );
+    let accepted = zot.seen().accepted;
 
     // Signed by another key: owned by the provider (issuer and audience
     // match), then refused by verification.

@@ -269,7 +269,7 @@ fn other_registries_and_annotations_never_move_the_token() {
 }
 
 #[test]
-fn skopeo_pulls_with_the_exchanged_token() {
+fn skopeo_and_containerd_pull_with_the_exchanged_token() {
     use std::sync::{Arc, Mutex};
     use support::registry::Registry;
 
@@ -280,7 +280,7 @@ fn skopeo_pulls_with_the_exchanged_token() {
     let registry = Registry::start_with_token_auth(move |username, password| {
         username == "robot" && accepted.lock().unwrap().iter().any(|t| t == password)
     });
-    registry.push_test_image("team/app", "v1");
+    let digest = registry.push_test_image("team/app", "v1");
     let host = registry.host().to_string();
     let a: Vec<String> = [
         "--provider",
@@ -311,6 +311,16 @@ fn skopeo_pulls_with_the_exchanged_token() {
             auth["password"].as_str().unwrap(),
         )
         .expect("skopeo pulls with the exchanged token");
+    // containerd, as on a node (its OAuth2 POST login).
+    let containerd = support::containerd::Containerd::start();
+    let pulled = containerd
+        .pull(
+            &image,
+            auth["username"].as_str().unwrap(),
+            auth["password"].as_str().unwrap(),
+        )
+        .unwrap_or_else(|e| panic!("containerd refused the exchanged token:\n{e}"));
+    assert_eq!(pulled, digest);
     // The service account token itself is not a registry password here.
     assert!(registry.pull("team/app", "v1", "robot", &token()).is_err());
 }

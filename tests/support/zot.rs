@@ -50,6 +50,9 @@ pub struct FakeZot {
 pub struct Seen {
     /// Subjects of service account tokens accepted.
     pub accepted: Vec<String>,
+    /// The method and the candidate's source (`basic` or `form`) of each
+    /// accepted request, in order.
+    pub logins: Vec<(String, &'static str)>,
     /// Reasons for refusals.
     pub refused: Vec<String>,
 }
@@ -149,7 +152,16 @@ fn handle(
     if authorizations > 1 {
         return unauthorized("more than one Authorization header".into());
     }
-    let scopes = req.query_values("scope");
+    // Zot ignores `scope` for OIDC tokens (its answer is the token itself);
+    // the registry token the fake signs instead needs it, from the query
+    // (GET) or the OAuth2 form (containerd's POST).
+    let mut scopes = req.query_values("scope");
+    scopes.extend(
+        form_urlencoded_pairs(&String::from_utf8_lossy(&req.body))
+            .into_iter()
+            .filter(|(k, _)| k == "scope")
+            .map(|(_, v)| v),
+    );
     let basic = req.basic_auth();
     // A local account (Zot's htpasswd), for pushing the test image.
     if let Some((u, p)) = &basic
@@ -161,11 +173,20 @@ fn handle(
             json!({"token": token, "access_token": token, "expires_in": 300}),
         );
     }
-    let mut candidates: Vec<String> = Vec::new();
+    let mut candidates: Vec<(String, &'static str)> = Vec::new();
     if let Some((_, password)) = basic {
-        candidates.push(password);
+        candidates.push((password, "basic"));
     }
-    if req.header("content-type") == Some("application/x-www-form-urlencoded") {
+    // The media type, parameters ignored: containerd sends
+    // `application/x-www-form-urlencoded; charset=utf-8`, which Zot reads.
+    let form_encoded = req
+        .header("content-type")
+        .and_then(|t| t.split(';').next())
+        .is_some_and(|t| {
+            t.trim()
+                .eq_ignore_ascii_case("application/x-www-form-urlencoded")
+        });
+    if form_encoded {
         let form = form_urlencoded_pairs(&String::from_utf8_lossy(&req.body));
         for field in [
             "password",
@@ -177,21 +198,18 @@ fn handle(
             candidates.extend(
                 form.iter()
                     .filter(|(k, _)| k == field)
-                    .map(|(_, v)| v.clone()),
+                    .map(|(_, v)| (v.clone(), "form")),
             );
         }
     }
-    let mut unique: Vec<String> = Vec::new();
-    for c in candidates
-        .into_iter()
-        .map(|c| c.trim().to_string())
-        .filter(|c| !c.is_empty())
-    {
-        if !unique.contains(&c) {
-            unique.push(c);
+    let mut unique: Vec<(String, &'static str)> = Vec::new();
+    for (c, source) in candidates {
+        let c = c.trim().to_string();
+        if !c.is_empty() && !unique.iter().any(|(u, _)| *u == c) {
+            unique.push((c, source));
         }
     }
-    for candidate in unique {
+    for (candidate, source) in unique {
         let Some(claims) = unverified_claims(&candidate) else {
             continue;
         };
@@ -207,7 +225,11 @@ fn handle(
         return match token::verify(&candidate, &audience) {
             Ok(verified) => {
                 let subject = verified["sub"].as_str().unwrap_or_default().to_string();
-                seen.lock().unwrap().accepted.push(subject.clone());
+                {
+                    let mut seen = seen.lock().unwrap();
+                    seen.accepted.push(subject.clone());
+                    seen.logins.push((req.method.clone(), source));
+                }
                 let now = token::now();
                 let registry_token = Registry::sign_token(&subject, &scopes, &["pull"]);
                 Response::json(
