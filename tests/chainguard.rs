@@ -244,3 +244,17 @@ fn refusals_and_faults_name_the_code_and_a_fix() {
     assert!(out.failure().contains("expired already"));
     assert_no_secrets(&out, &[expired, t]);
 }
+
+#[test]
+fn auto_never_routes_to_chainguard() {
+    let cg = FakeChainguard::start();
+    let t = token("puller");
+    let out = run(
+        &["--provider", "auto", "--chainguard-issuer-url", &cg.url()],
+        &[],
+        request(IMAGE, Some(&t), &[(OURS, IDENTITY)]).as_bytes(),
+    );
+    let line = out.failure();
+    assert!(!line.contains("Chainguard's STS"), "{line}");
+    assert_eq!(cg.server.request_count(), 0);
+}

@@ -282,12 +282,14 @@ impl Exchanger for Chainguard {
     }
 }
 
-struct Describe<'a> {
-    url: &'a str,
-    identity: &'a str,
-    service_account: &'a str,
-    issuer: &'a str,
-    subject: &'a str,
+/// What `interpret` needs to read and explain an answer (public for the
+/// fuzz targets).
+pub struct Describe<'a> {
+    pub url: &'a str,
+    pub identity: &'a str,
+    pub service_account: &'a str,
+    pub issuer: &'a str,
+    pub subject: &'a str,
 }
 
 /// gRPC status code names (google.golang.org/grpc/codes).
@@ -313,7 +315,7 @@ fn grpc_code(code: i64) -> Option<&'static str> {
     })
 }
 
-fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential> {
+pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential> {
     if !reply.is_success() {
         let body: Option<serde_json::Value> = reply.json();
         let code = body

@@ -150,7 +150,7 @@ fn build(matches: &clap::ArgMatches, _inputs: &Inputs) -> Result<Box<dyn Exchang
 
 /// Where the registry username comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum Username {
+pub enum Username {
     Fixed(String),
     Field(String),
 }
@@ -504,18 +504,19 @@ impl Exchanger for TokenExchange {
     }
 }
 
-/// What `interpret` needs to read and explain an answer.
-struct Describe<'a> {
-    url: &'a str,
-    service_account: &'a str,
-    issuer: &'a str,
-    subject: &'a str,
-    requested_token_type: Option<&'a str>,
-    username: &'a Username,
+/// What `interpret` needs to read and explain an answer (public for the
+/// fuzz targets).
+pub struct Describe<'a> {
+    pub url: &'a str,
+    pub service_account: &'a str,
+    pub issuer: &'a str,
+    pub subject: &'a str,
+    pub requested_token_type: Option<&'a str>,
+    pub username: &'a Username,
 }
 
 /// Reads the token server's answer, seen at `now`.
-fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential> {
+pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential> {
     let url = d.url;
     if !reply.is_success() {
         let upstream = upstream_error(&reply.body);
