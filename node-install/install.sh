@@ -16,7 +16,7 @@
 set -eu
 
 PROG=wi-credential-provider
-PROVIDERS="aws azure gcp passthrough token-exchange chainguard"
+PROVIDERS="aws azure gcp passthrough vault token-exchange chainguard"
 
 usage() {
   cat <<'EOF'

@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use serde::Deserialize;
 
-const SCENARIOS: [&str; 9] = [
+const SCENARIOS: [&str; 10] = [
     "aws-pod-identity",
     "aws-web-identity",
     "azure",
@@ -31,6 +31,7 @@ const SCENARIOS: [&str; 9] = [
     "multi-provider",
     "passthrough-harbor-zot",
     "token-exchange",
+    "vault",
 ];
 
 fn repo() -> PathBuf {

@@ -19,6 +19,7 @@ pub mod gcp;
 pub mod passthrough;
 pub mod route;
 pub mod token_exchange;
+pub mod vault;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -84,6 +85,7 @@ pub static ALL: &[&Provider] = &[
     &passthrough::PROVIDER,
     &token_exchange::PROVIDER,
     &chainguard::PROVIDER,
+    &vault::PROVIDER,
 ];
 
 impl PartialEq for Provider {

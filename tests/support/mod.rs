@@ -13,4 +13,5 @@ pub mod plugin;
 pub mod registry;
 pub mod sts;
 pub mod token;
+pub mod vault;
 pub mod zot;
