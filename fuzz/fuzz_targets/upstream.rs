@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
+use wi_credential_provider::net::http::Reply;
 use wi_credential_provider::providers::{azure, chainguard, gcp, token_exchange, vault};
-use wi_credential_provider::http::Reply;
 use wi_credential_provider::secret::Secret;
 
 fuzz_target!(|data: &[u8]| {

@@ -36,9 +36,11 @@
 use crate::deadline::Deadline;
 use crate::duration::{self, unix_now};
 use crate::error::{Error, Result, quote};
-use crate::http::{self, Reply};
+use std::sync::Arc;
+
 use crate::image::ImageRef;
 use crate::inputs::Inputs;
+use crate::net::{self, http, http::Reply};
 use crate::protocol::CacheKeyType;
 use crate::providers::allowlist::{self, Allowlist};
 use crate::providers::token_exchange::form_urlencode;
@@ -90,13 +92,17 @@ pub static PROVIDER: Provider = Provider {
     build,
 };
 
-fn build(matches: &clap::ArgMatches, _inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
+fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
     let registries: allowlist::Options = providers::flags(matches)?;
     let options: Options = providers::flags(matches)?;
-    Ok(Box::new(Chainguard::new(&registries, &options)?))
+    Ok(Box::new(
+        Chainguard::new(&registries, &options)?.with_net(Arc::clone(&inputs.net)),
+    ))
 }
 
 pub struct Chainguard {
+    /// Proxy and trust settings, for the client built on a cache miss.
+    net: Arc<net::Settings>,
     allowlist: Allowlist,
     issuer: String,
     audience: String,
@@ -118,6 +124,12 @@ pub fn is_identity_id(id: &str) -> bool {
 }
 
 impl Chainguard {
+    /// The process's network settings (proxies, `--ca-file`).
+    pub fn with_net(mut self, net: Arc<net::Settings>) -> Self {
+        self.net = net;
+        self
+    }
+
     pub fn new(registries: &allowlist::Options, options: &Options) -> Result<Self> {
         let issuer =
             http::endpoint_override("--chainguard-issuer-url", &options.chainguard_issuer_url)?;
@@ -147,6 +159,7 @@ impl Chainguard {
             })
             .transpose()?;
         Ok(Chainguard {
+            net: Arc::default(),
             allowlist: Allowlist::new(registries)?,
             issuer,
             audience: audience.to_string(),
@@ -246,8 +259,9 @@ impl Exchanger for Chainguard {
                     form_urlencode(&identity)
                 );
                 let reply = http::block_on(deadline, &call, async {
-                    let client = http::client(deadline)?;
+                    let client = self.net.client(deadline)?;
                     http::send(
+                        &client,
                         || {
                             client
                                 .get(&query_url)

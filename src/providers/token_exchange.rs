@@ -41,9 +41,11 @@ use std::path::PathBuf;
 use crate::deadline::Deadline;
 use crate::duration::{self, unix_now};
 use crate::error::{Error, Result, quote};
-use crate::http::{self, Reply};
+use std::sync::Arc;
+
 use crate::image::ImageRef;
 use crate::inputs::Inputs;
+use crate::net::{self, http, http::Reply};
 use crate::protocol::CacheKeyType;
 use crate::providers::allowlist::{self, Allowlist};
 use crate::providers::gcp::upstream_error;
@@ -142,10 +144,12 @@ pub static PROVIDER: Provider = Provider {
     build,
 };
 
-fn build(matches: &clap::ArgMatches, _inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
+fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
     let registries: allowlist::Options = providers::flags(matches)?;
     let options: Options = providers::flags(matches)?;
-    Ok(Box::new(TokenExchange::new(&registries, &options)?))
+    Ok(Box::new(
+        TokenExchange::new(&registries, &options)?.with_net(Arc::clone(&inputs.net)),
+    ))
 }
 
 /// Where the registry username comes from.
@@ -163,6 +167,8 @@ enum Client {
 }
 
 pub struct TokenExchange {
+    /// Proxy and trust settings, for the client built on a cache miss.
+    net: Arc<net::Settings>,
     allowlist: Allowlist,
     url: String,
     subject_token_type: String,
@@ -175,6 +181,12 @@ pub struct TokenExchange {
 }
 
 impl TokenExchange {
+    /// The process's network settings (proxies, `--ca-file`).
+    pub fn with_net(mut self, net: Arc<net::Settings>) -> Self {
+        self.net = net;
+        self
+    }
+
     pub fn new(registries: &allowlist::Options, options: &Options) -> Result<Self> {
         let allowlist = Allowlist::new(registries)?;
         let url = options.token_exchange_url.as_deref().ok_or_else(|| {
@@ -326,6 +338,7 @@ impl TokenExchange {
             }
         };
         Ok(TokenExchange {
+            net: Arc::default(),
             allowlist,
             url,
             subject_token_type,
@@ -460,9 +473,10 @@ impl Exchanger for TokenExchange {
                 let service_account = token.service_account().to_string();
                 let claims = token.claims();
                 let reply = http::block_on(deadline, &call, async {
-                    let client = http::client(deadline)?;
+                    let client = self.net.client(deadline)?;
                     let form = self.form(token.secret());
                     http::send(
+                        &client,
                         || {
                             let request = client
                                 .post(&self.url)
