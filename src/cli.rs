@@ -167,8 +167,6 @@ struct Subject {
     provider: Option<Provider>,
     service_account: Option<String>,
     registry: Option<String>,
-    /// Values that must not appear in the error line, whatever produced it.
-    redact: Vec<String>,
 }
 
 impl Subject {
@@ -184,11 +182,11 @@ impl Subject {
         if let Some(r) = &self.registry {
             about.push(format!("registry {r}"));
         }
-        let mut line = format!("{} failed: {error}", about.join(", "));
-        for secret in self.redact.iter().filter(|s| s.len() >= 8) {
-            line = line.replace(secret.as_str(), "<redacted>");
-        }
-        line.replace(['\n', '\r'], " ")
+        // Every secret of the invocation was registered when it was
+        // obtained; log::write redacts again, this keeps the line safe
+        // wherever it goes.
+        let line = format!("{} failed: {error}", about.join(", "));
+        crate::upstream::redact(&line).replace(['\n', '\r'], " ")
     }
 }
 
@@ -216,6 +214,7 @@ pub fn main() -> ExitCode {
         Err(e) => e.exit(),
     };
     log::set_level(cli.log_level);
+    log::redact_panics();
     crate::trust::set_ca_file(cli.ca_file.clone());
     if let Some(command) = &cli.command {
         return run_command(&cli, command);
@@ -267,12 +266,6 @@ fn respond(
 ) -> Result<Vec<u8>> {
     let deadline = Deadline::after(cli.timeout);
     let request = protocol::read_request(input)?;
-    if let Some(token) = &request.service_account_token {
-        subject.redact.push(token.expose().to_string());
-        if let Some((_, signature)) = token.expose().rsplit_once('.') {
-            subject.redact.push(signature.to_string());
-        }
-    }
     let image = ImageRef::parse(&request.image)?;
     subject.registry = Some(image.registry().to_string());
 
@@ -347,9 +340,6 @@ fn respond(
         },
     };
     let credential = served.credential;
-    subject
-        .redact
-        .push(credential.password.expose().to_string());
 
     let now = duration::unix_now();
     let cache_duration = cache::kubelet_cache_duration(
@@ -420,10 +410,10 @@ mod tests {
             provider: Some(Provider::Passthrough),
             service_account: Some("team/api".into()),
             registry: Some("reg.io".into()),
-            redact: vec!["eyJhbGciOi.secret.signature".into()],
         };
+        let _token = crate::secret::Secret::new("opaque-registered-secret-value");
         let line = subject.failure_line(
-            &Error::new("upstream echoed eyJhbGciOi.secret.signature\nback").fix("do x"),
+            &Error::new("upstream echoed opaque-registered-secret-value\nback").fix("do x"),
         );
         assert_eq!(
             line,
