@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use crate::deadline::Deadline;
 use crate::duration;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::exchange::Credential;
 use crate::token::ServiceAccount;
 
@@ -131,9 +131,19 @@ impl Cache {
     }
 
     /// Serves the credential for `key` from the cache, or runs `exchange`
-    /// and caches its result. Concurrent misses for the same key, in any
-    /// process, wait for one exchange (at most half of what is left of the
-    /// deadline, then they exchange on their own).
+    /// and caches its result.
+    ///
+    /// Concurrent misses for the same key, in any process, share one
+    /// exchange: the first takes the key's lock and exchanges, the others
+    /// wait. A waiter keeps waiting as long as the holder is alive (the
+    /// kernel releases a dead holder's lock at once), looks at the entry
+    /// every [`ENTRY_POLL`] while it waits, and never calls the upstream
+    /// while a holder is at work: a slow upstream is not helped by more
+    /// calls, and the holder's entry is what the waiter wants. If the holder
+    /// is still at work when the waiter's deadline comes, the waiter fails
+    /// with a message saying so. Only when the lock cannot be used at all
+    /// (an I/O error) does a process exchange without it, after one more
+    /// look at the entry.
     pub fn serve(
         &self,
         key: &Key,
@@ -144,27 +154,31 @@ impl Cache {
         if let Some(entry) = self.fresh(key, subject, true) {
             return Ok(hit(entry));
         }
-        let wait_until = Instant::now() + deadline.remaining() / 2;
-        let lock = match self.store.lock(key, wait_until) {
-            Ok(Acquired::Held(lock)) => {
+        let lock = match self.wait_for_lock(key, subject, deadline) {
+            Waited::Served(entry) => return Ok(hit(entry)),
+            Waited::Held(lock) => {
                 // Whoever held the lock before us may have just written it.
                 if let Some(entry) = self.fresh(key, subject, false) {
                     return Ok(hit(entry));
                 }
                 Some(lock)
             }
-            Ok(Acquired::Busy) => {
-                crate::warn!(
-                    "another plugin process is still exchanging the credential for cache key {key}; exchanging without it"
-                );
-                None
-            }
-            Err(e) => {
+            Waited::Unlockable(e) => {
                 crate::warn!(
                     "cannot lock cache key {key} in {}: {e}; exchanging without it",
                     self.store.dir().display()
                 );
+                if let Some(entry) = self.fresh(key, subject, false) {
+                    return Ok(hit(entry));
+                }
                 None
+            }
+            Waited::HolderStillBusy => {
+                return Err(Error::new(format!(
+                    "another plugin process has been exchanging the credential for cache key {key} for the whole deadline of {}s and has not finished",
+                    deadline.budget().as_secs()
+                ))
+                .fix("the upstream is slow or not answering: see the other process's error in the kubelet log; the next pull retries"));
             }
         };
         let credential = exchange(deadline)?;
@@ -206,6 +220,32 @@ impl Cache {
         })
     }
 
+    /// Waits for the key's lock until the deadline, looking at the entry
+    /// every [`ENTRY_POLL`] meanwhile.
+    fn wait_for_lock(&self, key: &Key, subject: Subject<'_>, deadline: &Deadline) -> Waited {
+        let mut waited = false;
+        loop {
+            let until = (Instant::now() + ENTRY_POLL).min(deadline.instant());
+            match self.store.lock(key, until) {
+                Ok(Acquired::Held(lock)) => return Waited::Held(lock),
+                Err(e) => return Waited::Unlockable(e),
+                Ok(Acquired::Busy) => {}
+            }
+            if !waited {
+                crate::debug!(
+                    "another plugin process is exchanging the credential for cache key {key}; waiting for it"
+                );
+                waited = true;
+            }
+            if let Some(entry) = self.fresh(key, subject, false) {
+                return Waited::Served(entry);
+            }
+            if deadline.expired() {
+                return Waited::HolderStillBusy;
+            }
+        }
+    }
+
     /// The entry for `key` if it may be served now.
     fn fresh(&self, key: &Key, subject: Subject<'_>, warn: bool) -> Option<Entry> {
         let now = duration::unix_now();
@@ -242,6 +282,21 @@ impl Cache {
         }
         None
     }
+}
+
+/// How often a waiter looks at the entry while another process holds the
+/// key's lock (it also looks as soon as it gets the lock).
+const ENTRY_POLL: Duration = Duration::from_millis(250);
+
+/// How waiting for a key's lock ended.
+enum Waited {
+    Held(lock::KeyLock),
+    /// The holder wrote the entry (it may still hold the lock).
+    Served(Entry),
+    /// The lock cannot be used (read-only directory, foreign lock file).
+    Unlockable(std::io::Error),
+    /// The deadline came while another process still held the lock.
+    HolderStillBusy,
 }
 
 fn hit(entry: Entry) -> Served {
@@ -466,6 +521,73 @@ mod tests {
             .unwrap();
         assert_eq!(served.origin, Origin::Exchange);
         assert_eq!(served.credential.password.expose(), "three");
+    }
+
+    #[test]
+    fn a_waiter_never_exchanges_while_the_holder_is_alive() {
+        let (_dir, cache) = cache(HOUR);
+        let key = store::tests::key('b');
+        let Ok(Acquired::Held(holder)) = cache.store.try_lock(&key) else {
+            panic!("the lock is free");
+        };
+        let deadline = Deadline::after(Duration::from_millis(600));
+        let started = Instant::now();
+        let err = cache
+            .serve(&key, subject(), &deadline, |_| {
+                panic!("no exchange while a holder is alive")
+            })
+            .unwrap_err();
+        assert!(started.elapsed() >= Duration::from_millis(600));
+        assert!(
+            err.what()
+                .contains("another plugin process has been exchanging"),
+            "{err}"
+        );
+        drop(holder);
+    }
+
+    #[test]
+    fn a_waiter_takes_the_entry_the_holder_wrote_while_still_holding() {
+        let (_dir, cache) = cache(HOUR);
+        let cache = std::sync::Arc::new(cache);
+        let key = store::tests::key('a');
+        let Ok(Acquired::Held(holder)) = cache.store.try_lock(&key) else {
+            panic!("the lock is free");
+        };
+        let waiter = {
+            let (cache, key) = (cache.clone(), key.clone());
+            std::thread::spawn(move || {
+                let deadline = Deadline::after(Duration::from_secs(10));
+                let served = cache
+                    .serve(&key, subject(), &deadline, |_| {
+                        panic!("no exchange while a holder is alive")
+                    })
+                    .unwrap();
+                (
+                    served.origin,
+                    served.credential.password.expose().to_string(),
+                )
+            })
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        let credential = credential("from-the-holder", 3600);
+        cache
+            .store
+            .write(&Entry {
+                key: key.clone(),
+                provider: "aws".into(),
+                service_account: None,
+                registry: "reg.example".into(),
+                username: credential.username,
+                password: credential.password,
+                created_at: duration::unix_now(),
+                expires_at: credential.expires_at,
+            })
+            .unwrap();
+        let (origin, password) = waiter.join().unwrap();
+        assert_eq!(origin, Origin::Cache);
+        assert_eq!(password, "from-the-holder");
+        drop(holder);
     }
 
     #[test]
