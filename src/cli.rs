@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use clap::{CommandFactory, FromArgMatches, Parser};
 
-use crate::cache::{self, Cache, KeyInputs, Origin};
+use crate::cache::{self, Cache, KeyInputs, Origin, Stored};
 use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result};
@@ -337,6 +337,7 @@ fn respond(
             credential: (plan.exchange)(&deadline)?,
             created_at: duration::unix_now(),
             origin: Origin::Exchange,
+            stored: Stored::NotApplicable,
         },
     };
     let credential = served.credential;
@@ -374,10 +375,14 @@ fn respond(
         auth_key,
         image,
         duration::format_go(cache_duration),
-        match (served.origin, &cache) {
+        match (served.origin, served.stored) {
             (Origin::Cache, _) => ", from the on-disk cache",
-            (Origin::Exchange, Some(_)) => ", exchanged and cached",
-            (Origin::Exchange, None) => "",
+            (Origin::Exchange, Stored::Written) => ", exchanged and cached",
+            (Origin::Exchange, Stored::WriteFailed) =>
+                ", exchanged, not cached (the cache entry could not be written)",
+            (Origin::Exchange, Stored::TooShortLived) =>
+                ", exchanged, not cached (too close to its expiry or --max-cache-duration to be served again)",
+            (Origin::Exchange, Stored::NotApplicable) => "",
         }
     );
     Ok(json)

@@ -289,6 +289,50 @@ fn sa_token(namespace: &str, name: &str) -> String {
 }
 
 #[test]
+fn the_info_line_says_whether_the_credential_was_cached() {
+    let world = World::new(&[("team", "puller")]);
+    let first = world.pull(&sa_token("team", "puller"));
+    assert!(
+        first.stderr.contains(", exchanged and cached"),
+        "{}",
+        first.stderr
+    );
+
+    // The entry's name is taken by a directory: the write fails.
+    let entry = world.entry_files().pop().unwrap();
+    std::fs::remove_file(&entry).unwrap();
+    std::fs::create_dir(&entry).unwrap();
+    let out = world.pull(&sa_token("team", "puller"));
+    out.response();
+    assert!(
+        out.stderr
+            .contains(", exchanged, not cached (the cache entry could not be written)"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        !out.stderr.contains("exchanged and cached"),
+        "{}",
+        out.stderr
+    );
+    std::fs::remove_dir(&entry).unwrap();
+
+    // Too close to --max-cache-duration to be served again: not written.
+    let out = world.pull_with(
+        &["--max-cache-duration", "0s"],
+        &sa_token("team", "puller"),
+        IDENTITY,
+    );
+    out.response();
+    assert!(
+        out.stderr.contains(", exchanged, not cached (too close to its expiry or --max-cache-duration to be served again)"),
+        "{}",
+        out.stderr
+    );
+    assert!(world.entry_files().is_empty());
+}
+
+#[test]
 fn one_exchange_then_hits_across_processes_and_pods() {
     let world = World::new(&[("team", "puller")]);
     let first = world.pull(&sa_token("team", "puller"));

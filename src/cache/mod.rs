@@ -89,6 +89,20 @@ pub enum Origin {
     Exchange,
 }
 
+/// What became of a freshly exchanged credential in the cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stored {
+    /// Written: the next pull is a hit.
+    Written,
+    /// The entry could not be written (a warning said why).
+    WriteFailed,
+    /// Not written: the credential expires within its refresh margin (or
+    /// --max-cache-duration is 0s), so it could never be served.
+    TooShortLived,
+    /// Served from the cache, or no cache.
+    NotApplicable,
+}
+
 /// A credential to answer with, and when it was minted.
 #[derive(Debug)]
 pub struct Served {
@@ -96,6 +110,7 @@ pub struct Served {
     /// Unix seconds.
     pub created_at: i64,
     pub origin: Origin,
+    pub stored: Stored,
 }
 
 /// An open cache.
@@ -193,20 +208,27 @@ impl Cache {
             created_at,
             expires_at: credential.expires_at,
         };
-        if is_fresh(entry.created_at, entry.expires_at, created_at, self.max_age) {
+        let stored = if is_fresh(entry.created_at, entry.expires_at, created_at, self.max_age) {
             match self.store.write(&entry) {
-                Ok(()) => crate::debug!("cached the credential under key {key}"),
-                Err(e) => crate::warn!(
-                    "cannot write the cache entry {}: {e}; the credential is returned but not cached",
-                    self.store.entry_path(key).display()
-                ),
+                Ok(()) => {
+                    crate::debug!("cached the credential under key {key}");
+                    Stored::Written
+                }
+                Err(e) => {
+                    crate::warn!(
+                        "cannot write the cache entry {}: {e}; the credential is returned but not cached",
+                        self.store.entry_path(key).display()
+                    );
+                    Stored::WriteFailed
+                }
             }
         } else {
             crate::debug!(
                 "not caching the credential: it expires at {}, within its refresh margin",
                 duration::format_unix(entry.expires_at)
             );
-        }
+            Stored::TooShortLived
+        };
         drop(lock);
         match housekeeping::run(&self.store, created_at, self.max_age, self.max_entries, key) {
             Ok(report) if report.removed() > 0 => crate::debug!("cache housekeeping: {report}"),
@@ -217,6 +239,7 @@ impl Cache {
             credential,
             created_at,
             origin: Origin::Exchange,
+            stored,
         })
     }
 
@@ -308,6 +331,7 @@ fn hit(entry: Entry) -> Served {
         },
         created_at: entry.created_at,
         origin: Origin::Cache,
+        stored: Stored::NotApplicable,
     }
 }
 
