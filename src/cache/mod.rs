@@ -231,8 +231,17 @@ impl Cache {
         };
         drop(lock);
         match housekeeping::run(&self.store, created_at, self.max_age, self.max_entries, key) {
-            Ok(report) if report.removed() > 0 => crate::debug!("cache housekeeping: {report}"),
-            Ok(_) => {}
+            Ok(report) => {
+                if let Some(first) = &report.first_failure {
+                    crate::warn!(
+                        "cache housekeeping skipped {} entries it cannot remove (first: {first}); remove them by hand",
+                        report.unremovable
+                    );
+                }
+                if report.removed() > 0 {
+                    crate::debug!("cache housekeeping: {report}");
+                }
+            }
             Err(e) => crate::debug!("cache housekeeping stopped: {e}"),
         }
         Ok(Served {
