@@ -78,8 +78,9 @@ pub struct Cli {
     #[arg(long, value_name = "DURATION", env = "WICP_MAX_CACHE_DURATION", default_value = "1h", value_parser = parse_duration)]
     pub max_cache_duration: Duration,
 
-    /// Overall deadline for one invocation, shared by every upstream call.
-    /// Keep it below the kubelet's hard 60s kill.
+    /// Overall deadline for one invocation, shared by reading the request on
+    /// stdin and every upstream call. Keep it below the kubelet's hard 60s
+    /// kill.
     #[arg(long, value_name = "DURATION", env = "WICP_TIMEOUT", default_value = "45s", value_parser = parse_timeout)]
     pub timeout: Duration,
 
@@ -222,8 +223,7 @@ pub fn main() -> ExitCode {
     let named = args.first().and_then(provider_from_program_name);
     let choice = provider_choice(&cli, named);
     let mut subject = Subject::default();
-    let stdin = std::io::stdin().lock();
-    match respond(&cli, choice, stdin, &mut subject) {
+    match respond(&cli, choice, std::io::stdin(), &mut subject) {
         Ok(json) => {
             let mut out = std::io::stdout().lock();
             if let Err(e) = out.write_all(&json).and_then(|()| out.flush()) {
@@ -257,15 +257,41 @@ pub fn exchangers(cli: &Cli) -> Result<Vec<Box<dyn Exchanger>>> {
     Ok(list)
 }
 
+/// Reads the request under the deadline: on a thread, because a read
+/// cannot be interrupted without unsafe code, and a writer that never closes
+/// stdin must not hang the plugin until the kubelet kills it. When the
+/// deadline passes, the caller returns and the process exits, thread and
+/// all.
+fn read_request_within(
+    input: impl std::io::Read + Send + 'static,
+    deadline: &Deadline,
+) -> Result<protocol::Request> {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("stdin".into())
+        .spawn(move || {
+            let _ = sender.send(protocol::read_request(input));
+        })
+        .map_err(|e| Error::new(format!("cannot start reading stdin: {e}")))?;
+    match receiver.recv_timeout(deadline.remaining()) {
+        Ok(read) => read,
+        Err(_) => Err(Error::new(format!(
+            "no complete request arrived on stdin within the deadline of {}s",
+            deadline.budget().as_secs()
+        ))
+        .fix("the kubelet writes one CredentialProviderRequest and closes stdin; by hand, pipe the request in (or end input with Ctrl-D)")),
+    }
+}
+
 /// Reads one request and produces the response bytes.
 fn respond(
     cli: &Cli,
     choice: Option<Provider>,
-    input: impl std::io::Read,
+    input: impl std::io::Read + Send + 'static,
     subject: &mut Subject,
 ) -> Result<Vec<u8>> {
     let deadline = Deadline::after(cli.timeout);
-    let request = protocol::read_request(input)?;
+    let request = read_request_within(input, &deadline)?;
     let image = ImageRef::parse(&request.image)?;
     subject.registry = Some(image.registry().to_string());
 
