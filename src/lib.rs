@@ -26,3 +26,4 @@ pub mod secret;
 pub mod token;
 pub mod trust;
 pub mod upstream;
+pub mod yaml;
