@@ -10,6 +10,14 @@
 //! The kubelet refuses a response whose password equals the token unless the
 //! provider entry says `tokenAttributes.cacheType: Token`; with
 //! `ServiceAccount` it logs an error and pulls without credentials.
+//!
+//! When only a path of a host is allowed (`--registry
+//! harbor.example.com/team-a`), the answer must not let the kubelet reuse
+//! the token for the rest of the host: its key carries that path
+//! (`harbor.example.com/team-a`) and `cacheKeyType: Image`. The kubelet
+//! matches a key's path as a literal string prefix, so `team-a` also covers
+//! `team-ab`; a pattern ending in `/` (`harbor.example.com/team-a/`) does
+//! not.
 
 use crate::error::{Error, Result};
 use crate::exchange::{Context, Credential, Exchanger, Plan, Provider};
@@ -66,6 +74,20 @@ impl Passthrough {
     }
 }
 
+impl Passthrough {
+    /// The path of the pattern that allows `image`: empty when a host-wide
+    /// pattern allows it, else the longest allowing path (the narrowest
+    /// key). `None` when no pattern allows it.
+    fn allowing_path(&self, image: &ImageRef) -> Option<&str> {
+        let target = image.to_string();
+        self.registries
+            .iter()
+            .filter(|p| matching::matches(p, &target))
+            .map(|p| matching::pattern_path(p))
+            .min_by_key(|path| (!path.is_empty(), std::cmp::Reverse(path.len())))
+    }
+}
+
 impl Exchanger for Passthrough {
     fn provider(&self) -> Provider {
         Provider::Passthrough
@@ -78,10 +100,7 @@ impl Exchanger for Passthrough {
     }
 
     fn serves(&self, image: &ImageRef) -> bool {
-        let target = image.to_string();
-        self.registries
-            .iter()
-            .any(|p| matching::matches(p, &target))
+        self.allowing_path(image).is_some()
     }
 
     fn registries(&self) -> String {
@@ -106,10 +125,16 @@ impl Exchanger for Passthrough {
             .fix("if this registry trusts the cluster's OIDC issuer, add --registry for it; otherwise route it to another provider"));
         }
         let token = cx.token()?;
+        let path = self.allowing_path(cx.image).unwrap_or_default();
+        let cache_key_type = if path.is_empty() {
+            CacheKeyType::Registry
+        } else {
+            CacheKeyType::Image
+        };
         Ok(Plan {
             provider: Provider::Passthrough,
-            auth_key: cx.image.registry().to_string(),
-            cache_key_type: CacheKeyType::Registry,
+            auth_key: format!("{}{path}", cx.image.registry()),
+            cache_key_type,
             cacheable: false,
             inputs: vec![
                 ("registry", cx.image.registry().to_string()),
