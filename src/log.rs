@@ -3,7 +3,7 @@
 //! write at most one `info` line, and `debug` is for an admin running the
 //! binary by hand.
 //!
-//! Every line goes through [`crate::upstream::redact`] here, the one place
+//! Every line goes through [`crate::redact::redact`] here, the one place
 //! stderr is written: whatever a message quotes (an upstream's error text,
 //! a value from the request), no registered secret and no token shape
 //! reaches the kubelet's log.
@@ -43,7 +43,7 @@ pub fn write(level: Level, args: std::fmt::Arguments<'_>) {
     };
     // One write(2) per line, so lines of concurrent plugin processes
     // sharing a stderr never interleave mid-line.
-    let text = crate::upstream::redact(&args.to_string());
+    let text = crate::redact::redact(&args.to_string());
     let line = format!("wi-credential-provider: {tag}: {text}\n");
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }

@@ -18,6 +18,8 @@ use std::fmt;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Mutex;
 
+use zeroize::Zeroize;
+
 /// A secret string. Cloning is allowed (the cache and the response both need
 /// it), printing is not.
 #[derive(Clone, PartialEq, Eq)]
@@ -48,20 +50,18 @@ impl fmt::Debug for Secret {
 }
 
 impl Drop for Secret {
+    /// Wipes the bytes before the allocation is released, so a core dump of
+    /// a later phase of the process does not carry the token around.
     fn drop(&mut self) {
-        // Best effort without unsafe code: overwrite the bytes we own before
-        // the allocation is released, so a core dump of a later phase of the
-        // process does not carry the token around.
-        let len = self.0.len();
-        self.0.clear();
-        self.0.extend(std::iter::repeat_n('\0', len));
-        std::hint::black_box(&self.0);
+        self.0.zeroize();
     }
 }
 
 /// Secrets shorter than this are not registered: they would mask ordinary
-/// words (and nothing we obtain is that short).
-const MIN_REGISTERED: usize = 8;
+/// words (a test's `Secret::new("assertion")` masked "assertion" in every
+/// message), and nothing we obtain is that short (tokens, keys and
+/// passwords are dozens to thousands of bytes).
+const MIN_REGISTERED: usize = WINDOW;
 
 /// Any run of this many bytes of a registered secret is masked, so an
 /// upstream quoting part of a token (cut, or only a JWT's signature) does
@@ -173,13 +173,16 @@ mod tests {
     }
 
     #[test]
-    fn short_secrets_are_masked_whole_only() {
+    fn short_values_are_not_registered() {
         let _s = Secret::new("pw-4Kq9zX1");
-        assert_eq!(mask_known("password pw-4Kq9zX1."), "password <redacted>.");
-        assert_eq!(mask_known("pw-4Kq9z"), "pw-4Kq9z");
-        // Too short to register at all.
+        assert_eq!(mask_known("password pw-4Kq9zX1."), "password pw-4Kq9zX1.");
         let _t = Secret::new("AWS");
         assert_eq!(mask_known("user AWS"), "user AWS");
+        let _u = Secret::new("pw-4Kq9zX1-Lm82Qa");
+        assert_eq!(
+            mask_known("password pw-4Kq9zX1-Lm82Qa."),
+            "password <redacted>."
+        );
     }
 
     #[test]

@@ -19,7 +19,6 @@
 //! A cache directory others could tamper with is refused with an error,
 //! because it would be an admin's mistake that must not go unnoticed.
 
-pub mod command;
 pub mod housekeeping;
 pub mod key;
 pub mod lock;
@@ -31,7 +30,7 @@ use std::time::{Duration, Instant};
 use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result};
-use crate::exchange::Credential;
+use crate::providers::Credential;
 use crate::token::ServiceAccount;
 
 pub use key::{Key, KeyInputs};
@@ -189,7 +188,7 @@ impl Cache {
                 None
             }
             Waited::HolderStillBusy => {
-                return Err(Error::new(format!(
+                return Err(Error::cache(format!(
                     "another plugin process has been exchanging the credential for cache key {key} for the whole deadline of {}s and has not finished",
                     deadline.budget().as_secs()
                 ))
@@ -490,7 +489,7 @@ mod tests {
         let deadline = Deadline::after(Duration::from_secs(10));
         let err = cache
             .serve(&key, subject(), &deadline, |_| {
-                Err(crate::error::Error::new("upstream said no"))
+                Err(crate::error::Error::upstream("upstream said no"))
             })
             .unwrap_err();
         assert_eq!(err.what(), "upstream said no");

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod azure;
+pub mod containerd;
 pub mod google;
 pub mod http_server;
 pub mod moto;

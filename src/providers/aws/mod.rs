@@ -1,0 +1,510 @@
+//! AWS: a service account's identity to an ECR (or ECR Public) login.
+//!
+//! Two ways to become an AWS identity:
+//! - `web-identity` (IRSA style): STS AssumeRoleWithWebIdentity with the
+//!   service account token (audience `sts.amazonaws.com`) and the role ARN
+//!   the service account's annotation names;
+//! - `pod-identity`: the node's EKS Pod Identity Agent trades the token
+//!   (audience `pods.eks.amazonaws.com`) for the credentials of the role
+//!   associated with the service account in EKS.
+//!
+//! Then ECR GetAuthorizationToken, with those temporary credentials, in the
+//! region and partition the registry host names, returns the registry login
+//! (user `AWS`). Nothing reads node credentials, profiles or IMDS.
+//!
+//! Module map: [`host`] parses registry hosts, [`identity`] validates role
+//! ARNs and derives session names, [`endpoints`] decides where each API is
+//! called, [`sdk`] makes the STS and ECR calls, [`pod_identity`] talks to
+//! the agent.
+
+pub mod endpoints;
+pub mod host;
+pub mod identity;
+pub mod pod_identity;
+pub mod sdk;
+
+use std::time::Duration;
+
+use crate::duration;
+use crate::error::{Error, Result};
+use crate::http;
+use crate::image::ImageRef;
+use crate::inputs::Inputs;
+use crate::protocol::CacheKeyType;
+use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
+
+use endpoints::{Environment, Service};
+use host::Registry;
+
+/// The audience of the token for STS AssumeRoleWithWebIdentity: the client
+/// ID EKS registers for a cluster's IAM OIDC provider.
+pub const STS_AUDIENCE: &str = "sts.amazonaws.com";
+
+/// STS's bounds on `DurationSeconds`.
+pub const MIN_SESSION: Duration = Duration::from_secs(900);
+pub const MAX_SESSION: Duration = Duration::from_secs(43_200);
+
+/// How the service account becomes an AWS identity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CredentialSource {
+    /// STS AssumeRoleWithWebIdentity with the role from an annotation.
+    WebIdentity,
+    /// The node's EKS Pod Identity Agent.
+    PodIdentity,
+}
+
+impl CredentialSource {
+    pub fn name(self) -> &'static str {
+        match self {
+            CredentialSource::WebIdentity => "web-identity",
+            CredentialSource::PodIdentity => "pod-identity",
+        }
+    }
+}
+
+#[derive(clap::Args, Clone, Debug)]
+#[command(next_help_heading = "AWS")]
+#[group(id = "aws_options")]
+pub struct Options {
+    /// How the service account becomes an AWS identity (aws only):
+    /// `web-identity` calls STS AssumeRoleWithWebIdentity with the token and
+    /// the role ARN from the service account's annotation (token audience
+    /// sts.amazonaws.com); `pod-identity` asks the node's EKS Pod Identity
+    /// Agent for the role associated with the service account (token
+    /// audience pods.eks.amazonaws.com).
+    #[arg(
+        long,
+        value_enum,
+        value_name = "SOURCE",
+        env = "WICP_AWS_CREDENTIAL_SOURCE",
+        default_value = "web-identity"
+    )]
+    pub aws_credential_source: CredentialSource,
+
+    /// Service account annotation holding the IAM role ARN (aws
+    /// web-identity only). Repeatable, tried in order; replaces the default
+    /// list. The kubelet passes only the keys listed in the provider entry's
+    /// tokenAttributes.
+    #[arg(
+        long = "aws-role-arn-annotation",
+        value_name = "KEY",
+        env = "WICP_AWS_ROLE_ARN_ANNOTATION",
+        value_delimiter = ',',
+        default_values = identity::DEFAULT_ROLE_ANNOTATIONS
+    )]
+    pub aws_role_arn_annotations: Vec<String>,
+
+    /// Lifetime asked of STS for the role session (aws web-identity only),
+    /// 15m to 12h; the role's maximum session duration must allow it.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        env = "WICP_AWS_SESSION_DURATION",
+        default_value = "1h",
+        value_parser = parse_session_duration
+    )]
+    pub aws_session_duration: Duration,
+}
+
+fn parse_session_duration(text: &str) -> std::result::Result<Duration, String> {
+    let d = duration::parse(text).map_err(|e| e.to_string())?;
+    let whole = Duration::from_secs(d.as_secs());
+    if whole < MIN_SESSION || whole > MAX_SESSION {
+        return Err(format!(
+            "the STS session duration must be between {} and {} (STS's own limits)",
+            duration::format_go(MIN_SESSION),
+            duration::format_go(MAX_SESSION)
+        ));
+    }
+    Ok(whole)
+}
+
+pub static PROVIDER: Provider = Provider {
+    name: "aws",
+    summary: "STS web identity or EKS Pod Identity, then ECR and ECR Public",
+    audience: "sts.amazonaws.com (web-identity) or pods.eks.amazonaws.com (pod-identity)",
+    auto: Some(|image| host::parse(image.hostname()).is_some()),
+    password_is_token: false,
+    flags: <Options as clap::Args>::augment_args,
+    build,
+};
+
+fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
+    let env = Environment::from_lookup(|name| inputs.env.get(name).map(str::to_string));
+    Ok(Box::new(Aws::with_environment(
+        &providers::flags(matches)?,
+        env,
+    )))
+}
+
+pub struct Aws {
+    source: CredentialSource,
+    role_annotations: Vec<String>,
+    session_duration: Duration,
+    env: Environment,
+}
+
+impl Aws {
+    /// Takes the options and the AWS_* variables; checks nothing that could
+    /// fail for a request this exchanger never sees.
+    pub fn with_environment(options: &Options, env: Environment) -> Self {
+        Aws {
+            source: options.aws_credential_source,
+            role_annotations: options
+                .aws_role_arn_annotations
+                .iter()
+                .map(|k| k.trim().to_string())
+                .filter(|k| !k.is_empty())
+                .collect(),
+            session_duration: options.aws_session_duration,
+            env,
+        }
+    }
+}
+
+impl Exchanger for Aws {
+    fn provider(&self) -> &'static Provider {
+        &PROVIDER
+    }
+
+    fn audiences(&self) -> Vec<String> {
+        match self.source {
+            CredentialSource::WebIdentity => vec![STS_AUDIENCE.to_string()],
+            CredentialSource::PodIdentity => vec![pod_identity::AUDIENCE.to_string()],
+        }
+    }
+
+    fn annotation_keys(&self) -> Vec<String> {
+        match self.source {
+            CredentialSource::WebIdentity => self.role_annotations.clone(),
+            CredentialSource::PodIdentity => Vec::new(),
+        }
+    }
+
+    fn serves(&self, image: &ImageRef) -> bool {
+        host::parse_registry(image.registry()).is_some()
+    }
+
+    fn registries(&self) -> String {
+        host::SERVED.to_string()
+    }
+
+    fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
+        let registry = host::require(cx.image.registry())?;
+        let token = cx.token()?;
+        let ecr_service = match registry {
+            Registry::Private(_) => Service::Ecr,
+            Registry::Public => Service::EcrPublic,
+        };
+        let ecr_endpoint = endpoints::resolve(ecr_service, &registry, &self.env)?;
+        let registry_input = match &registry {
+            Registry::Private(_) => cx.image.hostname().to_ascii_lowercase(),
+            Registry::Public => "ecr-public".to_string(),
+        };
+        let mut inputs = vec![("credential source", self.source.name().to_string())];
+        let exchange: crate::providers::Exchange<'a> = match self.source {
+            CredentialSource::WebIdentity => {
+                if self.role_annotations.is_empty() {
+                    return Err(Error::config("--aws-role-arn-annotation lists no annotation key")
+                        .fix("pass --aws-role-arn-annotation KEY (or leave it unset for eks.amazonaws.com/ecr-role-arn, eks.amazonaws.com/role-arn)"));
+                }
+                let (key, role) = identity::role_from_annotations(
+                    cx.annotations,
+                    &self.role_annotations,
+                    token.service_account(),
+                )?;
+                if role.partition() != registry.partition() {
+                    return Err(Error::annotation(format!(
+                        "the role {role} (annotation {key}) is in partition {}, but registry {} is in partition {}; roles cannot be assumed across partitions",
+                        role.partition(),
+                        cx.image.registry(),
+                        registry.partition()
+                    ))
+                    .fix(format!(
+                        "annotate the service account with a role of the {} partition (arn:{}:iam::...)",
+                        registry.partition(),
+                        registry.partition()
+                    )));
+                }
+                let session_name = identity::session_name(token.service_account());
+                let sts_endpoint = endpoints::resolve(Service::Sts, &registry, &self.env)?;
+                inputs.extend([
+                    ("role arn", role.to_string()),
+                    ("session name", session_name.clone()),
+                    (
+                        "session duration",
+                        format!("{}s", self.session_duration.as_secs()),
+                    ),
+                ]);
+                inputs.extend(location_inputs(&registry, &registry_input));
+                inputs.push(("sts endpoint", sts_endpoint.describe()));
+                inputs.push(("ecr endpoint", ecr_endpoint.describe()));
+                let duration = self.session_duration;
+                Box::new(move |deadline| {
+                    let sts_call = sdk::WebIdentity {
+                        role: &role,
+                        session_name: &session_name,
+                        duration,
+                        region: registry.region(),
+                        endpoint: &sts_endpoint,
+                        token,
+                    };
+                    let credentials = http::block_on(
+                        deadline,
+                        &sts_call.call_name(),
+                        sdk::assume_role_with_web_identity(&sts_call, deadline),
+                    )?;
+                    crate::debug!(
+                        "STS issued credentials for role {role}, session {session_name}, expiring at {}",
+                        credentials
+                            .expires_at
+                            .map_or("an unknown time".to_string(), duration::format_unix)
+                    );
+                    let ecr_call = sdk::EcrCall {
+                        registry: &registry,
+                        endpoint: &ecr_endpoint,
+                        principal: format!("role {role}"),
+                    };
+                    login(&ecr_call, &credentials, deadline)
+                })
+            }
+            CredentialSource::PodIdentity => {
+                let agent = endpoints::agent(&self.env)?;
+                inputs.extend(location_inputs(&registry, &registry_input));
+                inputs.push(("pod identity agent", agent.describe()));
+                inputs.push(("ecr endpoint", ecr_endpoint.describe()));
+                Box::new(move |deadline| {
+                    let from_agent = http::block_on(
+                        deadline,
+                        &format!("EKS Pod Identity Agent at {}", agent.url),
+                        pod_identity::fetch(&agent, token, deadline),
+                    )?;
+                    let principal = match &from_agent.account {
+                        Some(account) => format!(
+                            "the role associated with service account {} (account {account})",
+                            token.service_account()
+                        ),
+                        None => format!(
+                            "the role associated with service account {}",
+                            token.service_account()
+                        ),
+                    };
+                    let ecr_call = sdk::EcrCall {
+                        registry: &registry,
+                        endpoint: &ecr_endpoint,
+                        principal,
+                    };
+                    login(&ecr_call, &from_agent.credentials, deadline)
+                })
+            }
+        };
+        Ok(Plan {
+            provider: &PROVIDER,
+            auth_key: cx.image.registry().to_string(),
+            cache_key_type: CacheKeyType::Registry,
+            cacheable: true,
+            inputs,
+            exchange,
+        })
+    }
+}
+
+fn location_inputs(registry: &Registry, registry_input: &str) -> [(&'static str, String); 3] {
+    [
+        ("partition", registry.partition().to_string()),
+        ("region", registry.region().to_string()),
+        ("registry", registry_input.to_string()),
+    ]
+}
+
+/// GetAuthorizationToken, and the credential's lifetime: the earlier of the
+/// ECR token's and the AWS credentials' expiry.
+fn login(
+    call: &sdk::EcrCall<'_>,
+    credentials: &sdk::AwsCredentials,
+    deadline: &crate::deadline::Deadline,
+) -> Result<Credential> {
+    let login = http::block_on(
+        deadline,
+        &call.call_name(),
+        sdk::get_authorization_token(call, credentials, deadline),
+    )?;
+    let now = duration::unix_now();
+    if let Some(at) = login.expires_at.filter(|&at| at <= now) {
+        crate::warn!(
+            "{} returned a token whose expiresAt {} is already past (is the node's clock ahead, or is this an emulator?); \
+             it is handed out once, not cached",
+            call.call_name(),
+            duration::format_unix(at)
+        );
+    }
+    let expires_at = [login.expires_at, credentials.expires_at]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(now);
+    Ok(Credential {
+        username: login.username,
+        password: login.password,
+        expires_at,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::secret::Secret;
+    use crate::token::ServiceAccountToken;
+    use base64::Engine;
+    use std::collections::BTreeMap;
+
+    fn token(audience: &str) -> ServiceAccountToken {
+        let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+        let claims = format!(
+            r#"{{"aud":["{audience}"],"exp":4102444800,"iat":1000,"iss":"https://issuer.example","sub":"system:serviceaccount:team:api",
+            "kubernetes.io":{{"namespace":"team","serviceaccount":{{"name":"api","uid":"u-1"}}}}}}"#
+        );
+        let jwt = format!(
+            "{}.{}.c2lnbmF0dXJl",
+            b64(r#"{"alg":"RS256"}"#),
+            b64(&claims)
+        );
+        ServiceAccountToken::decode(Secret::new(jwt), 2000).unwrap()
+    }
+
+    fn options(source: CredentialSource) -> Options {
+        Options {
+            aws_credential_source: source,
+            aws_role_arn_annotations: identity::DEFAULT_ROLE_ANNOTATIONS
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            aws_session_duration: Duration::from_secs(1800),
+        }
+    }
+
+    fn inputs(
+        aws: &Aws,
+        image: &str,
+        token: &ServiceAccountToken,
+        annotations: &[(&str, &str)],
+    ) -> Result<Vec<(&'static str, String)>> {
+        let image = ImageRef::parse(image).unwrap();
+        let annotations: BTreeMap<String, String> = annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let cx = Context {
+            image: &image,
+            annotations: &annotations,
+            token: Some(token),
+        };
+        let plan = aws.plan(&cx)?;
+        assert_eq!(plan.auth_key, image.registry());
+        assert_eq!(plan.cache_key_type, CacheKeyType::Registry);
+        assert!(plan.cacheable);
+        Ok(plan.inputs)
+    }
+
+    #[test]
+    fn web_identity_plan_names_every_input() {
+        let aws = Aws::with_environment(
+            &options(CredentialSource::WebIdentity),
+            Environment::default(),
+        );
+        assert_eq!(aws.audiences(), ["sts.amazonaws.com"]);
+        assert_eq!(aws.annotation_keys(), identity::DEFAULT_ROLE_ANNOTATIONS);
+        let t = token(STS_AUDIENCE);
+        let got = inputs(
+            &aws,
+            "123456789012.dkr.ecr-fips.us-gov-west-1.amazonaws.com/team/app:1",
+            &t,
+            &[(
+                "eks.amazonaws.com/role-arn",
+                "arn:aws-us-gov:iam::123456789012:role/pull",
+            )],
+        )
+        .unwrap();
+        let want: Vec<(&str, String)> = [
+            ("credential source", "web-identity"),
+            ("role arn", "arn:aws-us-gov:iam::123456789012:role/pull"),
+            ("session name", "team.api"),
+            ("session duration", "1800s"),
+            ("partition", "aws-us-gov"),
+            ("region", "us-gov-west-1"),
+            (
+                "registry",
+                "123456789012.dkr.ecr-fips.us-gov-west-1.amazonaws.com",
+            ),
+            ("sts endpoint", "https://sts.us-gov-west-1.amazonaws.com"),
+            (
+                "ecr endpoint",
+                "https://api.ecr-fips.us-gov-west-1.amazonaws.com",
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k, v.to_string()))
+        .collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn pod_identity_plan_names_every_input() {
+        let env = Environment::from_lookup(|name| {
+            (name == "AWS_ENDPOINT_URL_ECR_PUBLIC")
+                .then(|| "https://ecr-public.vpce.example".to_string())
+        });
+        let aws = Aws::with_environment(&options(CredentialSource::PodIdentity), env);
+        assert_eq!(aws.audiences(), ["pods.eks.amazonaws.com"]);
+        assert!(aws.annotation_keys().is_empty());
+        let t = token(pod_identity::AUDIENCE);
+        let got = inputs(&aws, "public.ecr.aws/team/app", &t, &[]).unwrap();
+        let want: Vec<(&str, String)> = [
+            ("credential source", "pod-identity"),
+            ("partition", "aws"),
+            ("region", "us-east-1"),
+            ("registry", "ecr-public"),
+            ("pod identity agent", "http://169.254.170.23/v1/credentials"),
+            (
+                "ecr endpoint",
+                "https://ecr-public.vpce.example (from AWS_ENDPOINT_URL_ECR_PUBLIC)",
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k, v.to_string()))
+        .collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn hosts_served_and_refused() {
+        let aws = Aws::with_environment(
+            &options(CredentialSource::WebIdentity),
+            Environment::default(),
+        );
+        let serves = |i: &str| aws.serves(&ImageRef::parse(i).unwrap());
+        assert!(serves("123456789012.dkr.ecr.us-east-1.amazonaws.com/a"));
+        assert!(serves("public.ecr.aws/a/b"));
+        assert!(!serves(
+            "123456789012.dkr.ecr.us-east-1.amazonaws.com.evil.io/a"
+        ));
+        assert!(!serves("docker.io/library/nginx"));
+        let t = token(STS_AUDIENCE);
+        let e = inputs(&aws, "registry.k8s.io/pause", &t, &[]).unwrap_err();
+        assert!(e.to_string().contains("is not an ECR registry"), "{e}");
+    }
+
+    #[test]
+    fn session_duration_bounds() {
+        assert_eq!(
+            parse_session_duration("1h").unwrap(),
+            Duration::from_secs(3600)
+        );
+        assert_eq!(parse_session_duration("15m").unwrap(), MIN_SESSION);
+        assert_eq!(parse_session_duration("12h").unwrap(), MAX_SESSION);
+        assert_eq!(parse_session_duration("900.5s").unwrap(), MIN_SESSION);
+        for bad in ["14m59s", "12h0m1s", "0", "1d", "-1h", "3600"] {
+            assert!(parse_session_duration(bad).is_err(), "{bad}");
+        }
+    }
+}

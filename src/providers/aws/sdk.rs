@@ -1,0 +1,657 @@
+//! The AWS API calls, through the official SDK clients: STS
+//! AssumeRoleWithWebIdentity, ECR and ECR Public GetAuthorizationToken.
+//!
+//! Clients are built here, inside the exchange, never on a cache hit. Each
+//! gets the invocation's deadline as its operation timeout (so retries and
+//! their backoff fit inside it), a bounded per-attempt timeout, and the
+//! SDK's standard retry mode with at most [`MAX_ATTEMPTS`] attempts. The
+//! HTTP client is the SDK's own (hyper + rustls with aws-lc-rs), built by
+//! [`http_client`] with the policy of every other upstream call: the proxy
+//! variables (`HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY`, `NO_PROXY`) and the
+//! node's trust store plus `--ca-file`.
+//!
+//! Upstream errors are reduced to their code and message, which AWS writes
+//! for people; each code users actually hit gets its own remedy.
+
+use std::time::Duration;
+
+use aws_sdk_sts::config::{BehaviorVersion, Region};
+use aws_sdk_sts::error::{ProvideErrorMetadata, SdkError};
+
+use super::endpoints::{Endpoint, Service};
+use super::host::Registry;
+use super::identity::RoleArn;
+use crate::deadline::Deadline;
+use crate::error::{Error, Result};
+use crate::http;
+use crate::redact;
+use crate::secret::Secret;
+use crate::token::ServiceAccountToken;
+
+/// Attempts per AWS call, the first included.
+pub const MAX_ATTEMPTS: u32 = 3;
+
+/// Longest one attempt may take; a slow answer is retried while the
+/// deadline allows.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The SDK behaviour we were written and tested against: retries on, and
+/// the default HTTPS client reads the proxy variables.
+fn behavior_version() -> BehaviorVersion {
+    BehaviorVersion::v2026_01_12()
+}
+
+fn timeouts(deadline: &Deadline) -> aws_sdk_sts::config::timeout::TimeoutConfig {
+    let remaining = deadline.remaining();
+    aws_sdk_sts::config::timeout::TimeoutConfig::builder()
+        .connect_timeout(http::CONNECT_TIMEOUT.min(remaining))
+        .operation_attempt_timeout(ATTEMPT_TIMEOUT.min(remaining))
+        .operation_timeout(remaining)
+        .build()
+}
+
+fn retries() -> aws_sdk_sts::config::retry::RetryConfig {
+    aws_sdk_sts::config::retry::RetryConfig::standard()
+        .with_max_attempts(MAX_ATTEMPTS)
+        .with_initial_backoff(Duration::from_millis(500))
+        .with_max_backoff(Duration::from_secs(4))
+}
+
+/// The SDK's HTTP client for one invocation: the SDK's default connector
+/// (rustls with aws-lc-rs, the provider reqwest uses), with the proxy
+/// variables read from the environment and `--ca-file` added to the node's
+/// trust store (which `SSL_CERT_FILE` replaces, as for reqwest).
+fn http_client() -> Result<aws_sdk_sts::config::SharedHttpClient> {
+    use aws_smithy_http_client::proxy::ProxyConfig;
+    use aws_smithy_http_client::tls::{self, TlsContext, TrustStore};
+    use aws_smithy_runtime_api::client::http::{SharedHttpConnector, http_client_fn};
+    crate::trust::check_ssl_cert_file(std::env::var_os(crate::trust::SSL_CERT_FILE))?;
+    let mut trust = TrustStore::default();
+    // Checked by `extra_roots` exactly as the SDK loads it, which it does
+    // with `expect`: nothing unchecked reaches it.
+    if let Some(bundle) = crate::trust::extra_roots()? {
+        trust = trust.with_pem_certificate(bundle.pem);
+    }
+    let context = TlsContext::builder()
+        .with_trust_store(trust)
+        .build()
+        .map_err(|e| Error::config(format!("cannot set up TLS for the AWS SDK: {e}")))?;
+    match http::proxy_settings(|name| std::env::var(name).ok()) {
+        Some(proxies) => crate::debug!("AWS SDK proxy settings: {proxies}"),
+        None => crate::debug!("AWS SDK: no proxy variables set, connecting directly"),
+    }
+    Ok(http_client_fn(move |settings, components| {
+        let mut connector = aws_smithy_http_client::Connector::builder()
+            .tls_provider(tls::Provider::Rustls(
+                tls::rustls_provider::CryptoMode::AwsLc,
+            ))
+            .tls_context(context.clone());
+        connector.set_connector_settings(Some(settings.clone()));
+        connector.set_sleep_impl(components.sleep_impl());
+        connector.set_proxy_config(Some(ProxyConfig::from_env()));
+        SharedHttpConnector::new(connector.build())
+    }))
+}
+
+fn app_name() -> Option<aws_sdk_sts::config::AppName> {
+    aws_sdk_sts::config::AppName::new("wi-credential-provider").ok()
+}
+
+/// Temporary AWS credentials: from STS, or from the Pod Identity Agent.
+pub struct AwsCredentials {
+    pub access_key_id: String,
+    pub secret_access_key: Secret,
+    pub session_token: Secret,
+    /// Unix seconds, when the source said.
+    pub expires_at: Option<i64>,
+}
+
+impl std::fmt::Debug for AwsCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AwsCredentials")
+            .field("secret_access_key", &self.secret_access_key)
+            .field("session_token", &self.session_token)
+            .field("expires_at", &self.expires_at)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One AssumeRoleWithWebIdentity call.
+pub struct WebIdentity<'a> {
+    pub role: &'a RoleArn,
+    pub session_name: &'a str,
+    pub duration: Duration,
+    pub region: &'a str,
+    pub endpoint: &'a Endpoint,
+    pub token: &'a ServiceAccountToken,
+}
+
+impl WebIdentity<'_> {
+    pub fn call_name(&self) -> String {
+        format!("STS AssumeRoleWithWebIdentity at {}", self.endpoint.url)
+    }
+}
+
+/// Trades the service account token for temporary credentials of the role.
+/// The call is unsigned: no node credentials are read or needed.
+pub async fn assume_role_with_web_identity(
+    call: &WebIdentity<'_>,
+    deadline: &Deadline,
+) -> Result<AwsCredentials> {
+    let mut config = aws_sdk_sts::Config::builder()
+        .behavior_version(behavior_version())
+        .http_client(http_client()?)
+        .region(Region::new(call.region.to_string()))
+        .endpoint_url(call.endpoint.url.clone())
+        .timeout_config(timeouts(deadline))
+        .retry_config(retries());
+    if let Some(name) = app_name() {
+        config = config.app_name(name);
+    }
+    let client = aws_sdk_sts::Client::from_conf(config.build());
+    let duration = i32::try_from(call.duration.as_secs()).unwrap_or(i32::MAX);
+    let output = client
+        .assume_role_with_web_identity()
+        .role_arn(call.role.as_str())
+        .role_session_name(call.session_name)
+        .web_identity_token(call.token.secret().expose())
+        .duration_seconds(duration)
+        .send()
+        .await
+        .map_err(|e| sts_error(classify(&e), call, deadline))?;
+    let credentials = output.credentials().ok_or_else(|| {
+        Error::upstream(format!("{} answered without credentials", call.call_name()))
+            .fix("check that the endpoint is AWS STS (AWS_ENDPOINT_URL_STS / AWS_ENDPOINT_URL)")
+    })?;
+    Ok(AwsCredentials {
+        access_key_id: credentials.access_key_id().to_string(),
+        secret_access_key: Secret::new(credentials.secret_access_key()),
+        session_token: Secret::new(credentials.session_token()),
+        expires_at: Some(credentials.expiration().secs()),
+    })
+}
+
+/// Who the ECR call runs as, for messages.
+pub struct EcrCall<'a> {
+    pub registry: &'a Registry,
+    pub endpoint: &'a Endpoint,
+    /// "role arn:aws:iam::...:role/x" or "the Pod Identity association's role".
+    pub principal: String,
+}
+
+impl EcrCall<'_> {
+    pub fn service(&self) -> Service {
+        match self.registry {
+            Registry::Private(_) => Service::Ecr,
+            Registry::Public => Service::EcrPublic,
+        }
+    }
+
+    pub fn call_name(&self) -> String {
+        format!(
+            "{} GetAuthorizationToken at {}",
+            self.service().name(),
+            self.endpoint.url
+        )
+    }
+}
+
+/// A registry login: the decoded ECR authorization token.
+pub struct Login {
+    pub username: String,
+    pub password: Secret,
+    /// Unix seconds, when ECR said.
+    pub expires_at: Option<i64>,
+}
+
+/// Asks ECR (or ECR Public) for a registry login with `credentials`.
+pub async fn get_authorization_token(
+    call: &EcrCall<'_>,
+    credentials: &AwsCredentials,
+    deadline: &Deadline,
+) -> Result<Login> {
+    let region = Region::new(call.registry.region().to_string());
+    // No expiry is passed to the SDK: we track it ourselves, and the SDK
+    // would refuse credentials a skewed clock says have expired.
+    let sdk_credentials = aws_sdk_ecr::config::Credentials::new(
+        credentials.access_key_id.clone(),
+        credentials.secret_access_key.expose(),
+        Some(credentials.session_token.expose().to_string()),
+        None,
+        "wi-credential-provider",
+    );
+    let (token, expires_at) = match call.registry {
+        Registry::Private(_) => {
+            let mut config = aws_sdk_ecr::Config::builder()
+                .behavior_version(behavior_version())
+                .http_client(http_client()?)
+                .region(region)
+                .endpoint_url(call.endpoint.url.clone())
+                .credentials_provider(sdk_credentials)
+                .timeout_config(timeouts(deadline))
+                .retry_config(retries());
+            if let Some(name) = app_name() {
+                config = config.app_name(name);
+            }
+            let client = aws_sdk_ecr::Client::from_conf(config.build());
+            let output = client
+                .get_authorization_token()
+                .send()
+                .await
+                .map_err(|e| ecr_error(classify(&e), call, deadline))?;
+            let data = output.authorization_data().first();
+            (
+                data.and_then(|d| d.authorization_token()).map(Secret::new),
+                data.and_then(|d| d.expires_at()).map(|t| t.secs()),
+            )
+        }
+        Registry::Public => {
+            let mut config = aws_sdk_ecrpublic::Config::builder()
+                .behavior_version(behavior_version())
+                .http_client(http_client()?)
+                .region(region)
+                .endpoint_url(call.endpoint.url.clone())
+                .credentials_provider(sdk_credentials)
+                .timeout_config(timeouts(deadline))
+                .retry_config(retries());
+            if let Some(name) = app_name() {
+                config = config.app_name(name);
+            }
+            let client = aws_sdk_ecrpublic::Client::from_conf(config.build());
+            let output = client
+                .get_authorization_token()
+                .send()
+                .await
+                .map_err(|e| ecr_error(classify(&e), call, deadline))?;
+            let data = output.authorization_data();
+            (
+                data.and_then(|d| d.authorization_token()).map(Secret::new),
+                data.and_then(|d| d.expires_at()).map(|t| t.secs()),
+            )
+        }
+    };
+    let token = token.ok_or_else(|| {
+        Error::upstream(format!(
+            "{} answered without an authorization token",
+            call.call_name()
+        ))
+        .fix(format!(
+            "check that the endpoint is AWS {} ({} / AWS_ENDPOINT_URL)",
+            call.service().name(),
+            call.service().env_var()
+        ))
+    })?;
+    let (username, password) = decode_authorization_token(&token).map_err(|why| {
+        Error::upstream(format!(
+            "{} returned an authorization token that {why}",
+            call.call_name()
+        ))
+        .fix(format!(
+            "check that the endpoint is AWS {} ({} / AWS_ENDPOINT_URL)",
+            call.service().name(),
+            call.service().env_var()
+        ))
+    })?;
+    Ok(Login {
+        username,
+        password,
+        expires_at,
+    })
+}
+
+/// Decodes an ECR authorization token: base64 of `user:password`, split on
+/// the first colon (the password may contain more). Errors never include
+/// the token.
+pub fn decode_authorization_token(
+    token: &Secret,
+) -> std::result::Result<(String, Secret), &'static str> {
+    use base64::Engine;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(token.expose().trim())
+        .map_err(|_| "is not base64")?;
+    let text = Secret::new(String::from_utf8(decoded).map_err(|_| "is not UTF-8 text")?);
+    let (user, password) = text
+        .expose()
+        .split_once(':')
+        .ok_or("has no user:password separator")?;
+    if user.is_empty() || password.is_empty() {
+        return Err("has an empty user name or password");
+    }
+    Ok((user.to_string(), Secret::new(password)))
+}
+
+/// What went wrong with an SDK call, reduced to what messages need.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// AWS answered with an error code.
+    Service {
+        code: String,
+        message: String,
+        status: Option<u16>,
+    },
+    /// The SDK's operation or attempt timeout fired.
+    Timeout,
+    /// No connection (DNS, refused, TLS, proxy).
+    Unreachable(String),
+    /// The server's certificate is not trusted (no CA vouches for it).
+    Untrusted(String),
+    /// An answer that is not the service's protocol.
+    Garbled { status: Option<u16>, detail: String },
+    /// The request could not be built (a bug or a bad input).
+    Other(String),
+}
+
+fn classify<E>(error: &SdkError<E>) -> Failure
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    let status = error.raw_response().map(|r| r.status().as_u16());
+    match error {
+        SdkError::ServiceError(service) => {
+            let e = service.err();
+            match e.code() {
+                Some(code) => Failure::Service {
+                    code: code.to_string(),
+                    message: e.message().unwrap_or_default().to_string(),
+                    status,
+                },
+                // An answer the SDK could not read an error code from is
+                // not an AWS service speaking.
+                None => Failure::Garbled {
+                    status,
+                    detail: causes(error),
+                },
+            }
+        }
+        SdkError::TimeoutError(_) => Failure::Timeout,
+        SdkError::DispatchFailure(_) => match http::certificate_error(error) {
+            Some(detail) => Failure::Untrusted(detail),
+            None => Failure::Unreachable(causes(error)),
+        },
+        SdkError::ResponseError(_) => Failure::Garbled {
+            status,
+            detail: causes(error),
+        },
+        _ => Failure::Other(causes(error)),
+    }
+}
+
+/// The causes of an error, outermost first, without the SDK's own
+/// top-level label ("dispatch failure") and without repeats.
+fn causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut next = error.source();
+    while let Some(e) = next {
+        let text = e.to_string();
+        if !text.is_empty() && !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        next = e.source();
+    }
+    if parts.is_empty() {
+        parts.push(error.to_string());
+    }
+    parts.join(": ").replace(['\n', '\r'], " ")
+}
+
+fn is_throttling(code: &str, status: Option<u16>) -> bool {
+    matches!(
+        code,
+        "Throttling" | "ThrottlingException" | "TooManyRequestsException" | "RequestLimitExceeded"
+    ) || status == Some(429)
+}
+
+/// The parts of a failure every call explains the same way.
+fn transport_error(failure: Failure, call: &str, var: &str, deadline: &Deadline) -> Error {
+    match failure {
+        Failure::Timeout if deadline.remaining() < Duration::from_secs(1) => {
+            http::deadline_exceeded(deadline, call)
+        }
+        Failure::Timeout => Error::network(format!(
+            "{call} did not answer within {}s per attempt, {MAX_ATTEMPTS} attempts",
+            ATTEMPT_TIMEOUT.as_secs()
+        ))
+        .fix(format!(
+            "check that the node can reach the endpoint (proxy via HTTPS_PROXY/NO_PROXY, firewall, VPC endpoint; {var})"
+        )),
+        Failure::Untrusted(detail) => http::untrusted_certificate(call, &detail),
+        Failure::Unreachable(detail) => Error::network(format!(
+            "cannot reach {call}: {detail}{}",
+            http::proxy_settings(|name| std::env::var(name).ok())
+                .map(|p| format!(" (proxy settings: {p})"))
+                .unwrap_or_default()
+        ))
+        .fix(format!(
+            "check DNS and routing from the node to the endpoint (HTTPS_PROXY/NO_PROXY, firewall, VPC endpoint), or set {var}"
+        )),
+        Failure::Garbled { status, detail } => Error::upstream(format!(
+            "{call} answered{} with something that is not an AWS response: {}",
+            status.map(|s| format!(" HTTP {s}")).unwrap_or_default(),
+            redact::clean(&detail, MAX_MESSAGE_CHARS)
+        ))
+        .fix(format!(
+            "check that {var} (or AWS_ENDPOINT_URL) points at the AWS service, and that no proxy rewrites the answer"
+        )),
+        Failure::Other(detail) => Error::internal(format!("{call} failed: {detail}"))
+            .fix("report this with the message; it is not an upstream refusal"),
+        Failure::Service {
+            code,
+            message,
+            status,
+        } => Error::upstream(format!(
+            "{call} failed{}: {code}: {}",
+            status.map(|s| format!(" (HTTP {s})")).unwrap_or_default(),
+            said(&message)
+        ))
+        .fix("see the AWS error code above"),
+    }
+}
+
+/// How much of an AWS error message is repeated.
+const MAX_MESSAGE_CHARS: usize = 300;
+
+/// An AWS error message, cleaned for the log line: AWS writes these for
+/// people (`Not authorized to perform sts:AssumeRoleWithWebIdentity`), but
+/// whatever answers at an overridden endpoint could echo anything.
+fn said(message: &str) -> String {
+    format!("{:?}", redact::clean(message, MAX_MESSAGE_CHARS))
+}
+
+/// The issuer URL without scheme, as IAM names OIDC providers.
+fn provider_id(issuer: &str) -> &str {
+    issuer.strip_prefix("https://").unwrap_or(issuer)
+}
+
+/// Explains an STS refusal with the trust-policy facts the admin needs.
+pub fn sts_error(failure: Failure, call: &WebIdentity<'_>, deadline: &Deadline) -> Error {
+    let name = call.call_name();
+    let Failure::Service {
+        code,
+        message,
+        status,
+    } = &failure
+    else {
+        return transport_error(failure, &name, Service::Sts.env_var(), deadline);
+    };
+    let claims = call.token.claims();
+    let sa = &claims.service_account;
+    let issuer = provider_id(&claims.issuer);
+    let audiences = claims.audiences.join(", ");
+    let role = call.role;
+    let provider_arn = format!(
+        "arn:{}:iam::{}:oidc-provider/{issuer}",
+        role.partition(),
+        role.account()
+    );
+    let said = if message.is_empty() {
+        code.clone()
+    } else {
+        format!("{code}: {}", said(message))
+    };
+    let what = |summary: &str| {
+        Error::upstream(format!(
+            "STS refused to let service account {sa} assume role {role} ({summary}); STS said {said}"
+        ))
+    };
+    match code.as_str() {
+        "AccessDenied" => what("the role's trust policy does not allow this token").fix(format!(
+            "the trust policy of {role} must allow sts:AssumeRoleWithWebIdentity for the federated principal {provider_arn} \
+             with the conditions {issuer}:sub = system:serviceaccount:{}:{} and {issuer}:aud = {audiences} (the token's audience)",
+            sa.namespace, sa.name
+        )),
+        "InvalidIdentityToken" => what("the token's issuer is not trusted by IAM").fix(format!(
+            "register the cluster's issuer {} as an IAM OIDC identity provider ({provider_arn}) with client ID {audiences}; \
+             if it is registered, its /.well-known/openid-configuration and JWKS must be reachable by STS over public HTTPS",
+            claims.issuer
+        )),
+        "ExpiredToken" | "ExpiredTokenException" => what("the token has expired").fix(
+            "check the node's clock (NTP): the kubelet mints a fresh token for each pull, so STS seeing it expired means the node's time is off",
+        ),
+        "IDPRejectedClaim" => what("the identity provider rejected a claim").fix(format!(
+            "check the OIDC provider {provider_arn}: its client IDs must include {audiences}"
+        )),
+        "IDPCommunicationError" => what("STS could not fetch the issuer's keys").fix(format!(
+            "the issuer {}'s /.well-known/openid-configuration and JWKS must be reachable by STS over public HTTPS; retry once they are",
+            claims.issuer
+        )),
+        "RegionDisabledException" => what(&format!("STS is not activated in region {}", call.region)).fix(format!(
+            "activate STS for {} in the IAM account settings, or set AWS_ENDPOINT_URL_STS to the STS endpoint of an active region",
+            call.region
+        )),
+        "ValidationError" if message.contains("DurationSeconds") || message.contains("MaxSessionDuration") => {
+            what("the requested session is longer than the role allows").fix(format!(
+                "lower --aws-session-duration (now {}s), or raise the role's maximum session duration",
+                call.duration.as_secs()
+            ))
+        }
+        c if is_throttling(c, *status) => Error::upstream(format!(
+            "STS throttled AssumeRoleWithWebIdentity for service account {sa} after {MAX_ATTEMPTS} attempts; STS said {said}"
+        ))
+        .fix("let the kubelet cache credentials longer (tokenAttributes.cacheType: ServiceAccount, a larger --max-cache-duration), or ask AWS to raise the STS request quota"),
+        _ => what("see the code").fix(format!(
+            "look up STS error {code} for AssumeRoleWithWebIdentity; the role is {role}, the session {}",
+            call.session_name
+        )),
+    }
+}
+
+/// Explains an ECR refusal.
+pub fn ecr_error(failure: Failure, call: &EcrCall<'_>, deadline: &Deadline) -> Error {
+    let name = call.call_name();
+    let Failure::Service {
+        code,
+        message,
+        status,
+    } = &failure
+    else {
+        return transport_error(failure, &name, call.service().env_var(), deadline);
+    };
+    let said = if message.is_empty() {
+        code.clone()
+    } else {
+        format!("{code}: {}", said(message))
+    };
+    let principal = &call.principal;
+    let public = matches!(call.registry, Registry::Public);
+    match code.as_str() {
+        "AccessDeniedException" | "AccessDenied" => {
+            let fix = if public {
+                format!(
+                    "allow ecr-public:GetAuthorizationToken and sts:GetServiceBearerToken for {principal} \
+                     (the managed policy AmazonElasticContainerRegistryPublicReadOnly has both)"
+                )
+            } else {
+                format!(
+                    "allow ecr:GetAuthorizationToken (Resource \"*\") for {principal}, plus ecr:BatchGetImage and \
+                     ecr:GetDownloadUrlForLayer on the repositories (the managed policy AmazonEC2ContainerRegistryReadOnly has them)"
+                )
+            };
+            Error::upstream(format!(
+                "{name} was denied for {principal}; {} said {said}",
+                call.service().name()
+            ))
+            .fix(fix)
+        }
+        "UnrecognizedClientException" | "InvalidClientTokenId" | "InvalidSignatureException"
+        | "ExpiredTokenException" | "SignatureDoesNotMatch" => Error::upstream(format!(
+            "{name} did not accept the temporary credentials of {principal}; {} said {said}",
+            call.service().name()
+        ))
+        .fix("check the node's clock (NTP), and that the credentials come from the registry's partition (AWS_ENDPOINT_URL_STS must not point at another partition)"),
+        c if is_throttling(c, *status) => Error::upstream(format!(
+            "{} throttled GetAuthorizationToken after {MAX_ATTEMPTS} attempts; it said {said}",
+            call.service().name()
+        ))
+        .fix("let the kubelet cache credentials longer (tokenAttributes.cacheType: ServiceAccount, a larger --max-cache-duration); GetAuthorizationToken allows about 20 calls per second per account and region"),
+        _ => Error::upstream(format!(
+            "{name} failed for {principal}; {} said {said}",
+            call.service().name()
+        ))
+        .fix(format!("look up {} error {code} for GetAuthorizationToken", call.service().name())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base64::Engine;
+
+    fn encode(text: &str) -> Secret {
+        Secret::new(base64::engine::general_purpose::STANDARD.encode(text))
+    }
+
+    #[test]
+    fn authorization_tokens_split_on_the_first_colon() {
+        let (user, password) = decode_authorization_token(&encode("AWS:abc:def==")).unwrap();
+        assert_eq!(user, "AWS");
+        assert_eq!(password.expose(), "abc:def==");
+        let (user, password) =
+            decode_authorization_token(&encode("AWS:123456789012-auth-token")).unwrap();
+        assert_eq!(user, "AWS");
+        assert_eq!(password.expose(), "123456789012-auth-token");
+    }
+
+    #[test]
+    fn malformed_authorization_tokens_say_why_without_the_token() {
+        for (token, why) in [
+            (Secret::new("!!!not base64!!!"), "is not base64"),
+            (encode("AWS-no-separator"), "has no user:password separator"),
+            (encode(":password"), "has an empty user name or password"),
+            (encode("AWS:"), "has an empty user name or password"),
+            (
+                Secret::new(
+                    base64::engine::general_purpose::STANDARD.encode([0xff, 0xfe, b':', b'x']),
+                ),
+                "is not UTF-8 text",
+            ),
+        ] {
+            assert_eq!(decode_authorization_token(&token).err(), Some(why));
+        }
+    }
+
+    #[test]
+    fn throttling_codes() {
+        for code in [
+            "Throttling",
+            "ThrottlingException",
+            "TooManyRequestsException",
+        ] {
+            assert!(is_throttling(code, Some(400)));
+        }
+        assert!(is_throttling("Whatever", Some(429)));
+        assert!(!is_throttling("AccessDenied", Some(403)));
+    }
+
+    #[test]
+    fn credentials_debug_hides_secrets() {
+        let c = AwsCredentials {
+            access_key_id: "ASIAEXAMPLEKEYID".into(),
+            secret_access_key: Secret::new("very-secret-key-material"),
+            session_token: Secret::new("very-secret-session-token"),
+            expires_at: Some(1),
+        };
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("very-secret"), "{shown}");
+        assert!(!shown.contains("ASIAEXAMPLEKEYID"), "{shown}");
+    }
+}

@@ -1,0 +1,288 @@
+//! The ACR exchange: an Entra ID access token for an ACR refresh token.
+//!
+//! ```text
+//! POST https://<registry>/oauth2/exchange
+//! grant_type=access_token
+//! service=<registry host>
+//! tenant=<tenant>
+//! access_token=<Entra ID access token>
+//! ```
+//!
+//! ACR answers `{"refresh_token":"<JWT>"}`. Docker, containerd and CRI-O log
+//! in with the username `00000000-0000-0000-0000-000000000000` (the null GUID
+//! tells ACR the password is a refresh token) and trade it at
+//! `/oauth2/token` for short, repository-scoped access tokens on each pull.
+//!
+//! We post to the validated login server itself (or the admin's
+//! `--acr-endpoint`), not to the realm of a `/v2/` challenge: a challenge
+//! could name any host, and the Entra token must not follow it.
+
+use base64::Engine;
+use serde::Deserialize;
+
+use crate::deadline::Deadline;
+use crate::error::{Error, Result};
+use crate::http;
+use crate::redact;
+use crate::secret::Secret;
+
+/// The username that marks the password as an ACR refresh token.
+pub const USERNAME: &str = "00000000-0000-0000-0000-000000000000";
+
+pub const GRANT_TYPE: &str = "access_token";
+
+/// What the exchange needs, all checked before the network.
+pub struct ExchangeRequest<'a> {
+    /// `https://<registry>` or the `--acr-endpoint` override, no trailing slash.
+    pub endpoint: &'a str,
+    /// The login server the refresh token is for.
+    pub service: &'a str,
+    pub tenant: &'a str,
+    pub client_id: &'a str,
+}
+
+/// An ACR refresh token and its expiry (Unix seconds), read from its `exp`.
+pub struct RefreshToken {
+    pub token: Secret,
+    pub expires_at: i64,
+}
+
+#[derive(Deserialize)]
+struct ExchangeResponse {
+    refresh_token: Option<String>,
+}
+
+/// ACR's errors come in the registry API's shape, `{"errors":[{code,
+/// message}]}`, or in OAuth's, `{error, error_description}`.
+#[derive(Deserialize, Default)]
+struct ErrorResponse {
+    #[serde(default)]
+    errors: Vec<RegistryError>,
+    error: Option<String>,
+    error_description: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RegistryError {
+    code: Option<String>,
+    message: Option<String>,
+}
+
+pub fn exchange_url(endpoint: &str) -> String {
+    format!("{endpoint}/oauth2/exchange")
+}
+
+/// Trades `access_token` for a refresh token for `request.service`.
+pub async fn exchange(
+    client: &reqwest::Client,
+    request: &ExchangeRequest<'_>,
+    access_token: &Secret,
+    deadline: &Deadline,
+) -> Result<RefreshToken> {
+    let url = exchange_url(request.endpoint);
+    let call = format!("the ACR token exchange at {}", request.endpoint);
+    crate::debug!(
+        "exchanging the Entra ID token at {url} for service {}",
+        request.service
+    );
+    let reply = http::send(
+        || {
+            client.post(&url).form(&[
+                ("grant_type", GRANT_TYPE),
+                ("service", request.service),
+                ("tenant", request.tenant),
+                ("access_token", access_token.expose()),
+            ])
+        },
+        &call,
+        deadline,
+    )
+    .await?;
+    crate::debug!(
+        "ACR answered HTTP {} ({} bytes)",
+        reply.status,
+        reply.body.len()
+    );
+    if !reply.is_success() {
+        return Err(explain(request, &reply));
+    }
+    let token = reply
+        .json::<ExchangeResponse>()
+        .and_then(|r| r.refresh_token)
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| {
+            Error::upstream(format!(
+                "ACR at {} answered HTTP {} without a refresh token ({})",
+                request.endpoint,
+                reply.status,
+                redact::body_shape(&reply.body)
+            ))
+            .fix("check that the endpoint is an ACR login server (--acr-endpoint) and that no proxy rewrites the answer")
+        })?;
+    let token = Secret::new(token);
+    let expires_at = expiry(&token).ok_or_else(|| {
+        Error::upstream(format!(
+            "ACR at {} returned a refresh token that is not a JWT with an exp claim",
+            request.endpoint
+        ))
+        .fix("check that the endpoint is an ACR login server (--acr-endpoint); ACR refresh tokens are JWTs")
+    })?;
+    Ok(RefreshToken { token, expires_at })
+}
+
+/// The `exp` claim of a JWT, read without verifying the signature: ACR
+/// verifies its own token, we only need to know how long to cache it.
+pub fn expiry(token: &Secret) -> Option<i64> {
+    let mut parts = token.expose().split('.');
+    let (_header, payload, _signature) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() {
+        return None;
+    }
+    let engine = base64::engine::GeneralPurpose::new(
+        &base64::alphabet::URL_SAFE,
+        base64::engine::GeneralPurposeConfig::new()
+            .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+    );
+    let bytes = engine.decode(payload).ok()?;
+    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    let exp = claims.get("exp")?;
+    exp.as_i64()
+        .or_else(|| exp.as_f64().filter(|f| f.is_finite()).map(|f| f as i64))
+}
+
+fn explain(request: &ExchangeRequest<'_>, reply: &http::Reply) -> Error {
+    let parsed = reply.json::<ErrorResponse>().unwrap_or_default();
+    let mut detail = vec![format!("HTTP {}", reply.status)];
+    let mut said = false;
+    for e in parsed.errors.iter().take(2) {
+        let text = [e.code.as_deref(), e.message.as_deref()]
+            .into_iter()
+            .flatten()
+            .map(|t| redact::clean(t, 200))
+            .collect::<Vec<_>>()
+            .join(": ");
+        if !text.is_empty() {
+            detail.push(text);
+            said = true;
+        }
+    }
+    for text in [parsed.error.as_deref(), parsed.error_description.as_deref()]
+        .into_iter()
+        .flatten()
+    {
+        detail.push(redact::clean(text, 200));
+        said = true;
+    }
+    if !said {
+        detail.push(redact::body_shape(&reply.body));
+    }
+    let what = format!(
+        "ACR at {} {} to exchange the Entra ID token for a refresh token for {} ({})",
+        request.endpoint,
+        redact::verb(reply.status),
+        request.service,
+        detail.join(", ")
+    );
+    let fix = match reply.status {
+        400 | 401 => format!(
+            "give the identity {} the AcrPull role on the registry {} (role assignments take a few minutes to apply), \
+             and check that the registry belongs to tenant {} and allows Microsoft Entra authentication",
+            request.client_id, request.service, request.tenant
+        ),
+        403 => format!(
+            "the registry {} refuses this node: check its network rules (public network access, firewall, private endpoint)",
+            request.service
+        ),
+        404 => format!(
+            "{} has no /oauth2/exchange: check that the registry exists and that --acr-endpoint, if set, points at its login server",
+            request.endpoint
+        ),
+        429 => "ACR is throttling token exchanges: let the kubelet's cache absorb pulls (raise --max-cache-duration) and retry later".to_string(),
+        s if s >= 500 => "ACR failed on its side; the kubelet retries on the next pull".to_string(),
+        _ => format!(
+            "check that {} is the registry's login server and that no proxy rewrites the answer",
+            request.endpoint
+        ),
+    };
+    Error::upstream(what).fix(fix)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b64(s: &str) -> String {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s)
+    }
+
+    #[test]
+    fn expiry_comes_from_the_exp_claim() {
+        let jwt = format!(
+            "{}.{}.c2ln",
+            b64(r#"{"alg":"RS256"}"#),
+            b64(r#"{"exp":1700010800,"iat":1700000000}"#)
+        );
+        assert_eq!(expiry(&Secret::new(jwt)), Some(1_700_010_800));
+        for bad in [
+            "opaque".to_string(),
+            format!("{}.{}", b64("{}"), b64(r#"{"exp":1}"#)),
+            format!("{}.{}.s", b64("{}"), b64(r#"{"iat":1}"#)),
+            format!("{}.{}.s", b64("{}"), b64(r#"{"exp":"soon"}"#)),
+            format!("{}.!!!.s", b64("{}")),
+            format!("{}.{}.s.x", b64("{}"), b64(r#"{"exp":1}"#)),
+        ] {
+            assert_eq!(expiry(&Secret::new(bad.clone())), None, "{bad}");
+        }
+    }
+
+    fn explain_body(status: u16, body: &str) -> Error {
+        let request = ExchangeRequest {
+            endpoint: "https://contoso.azurecr.io",
+            service: "contoso.azurecr.io",
+            tenant: "72f988bf-86f1-41af-91ab-2d7cd011db47",
+            client_id: "11111111-2222-3333-4444-555555555555",
+        };
+        explain(
+            &request,
+            &http::Reply {
+                status,
+                retry_after: None,
+                body: body.as_bytes().to_vec(),
+            },
+        )
+    }
+
+    #[test]
+    fn errors_in_either_shape_are_reported_with_a_remedy() {
+        let e = explain_body(
+            401,
+            r#"{"errors":[{"code":"UNAUTHORIZED","message":"authentication required, visit https://aka.ms/acr/authorization for more information."}]}"#,
+        );
+        assert!(
+            e.what()
+                .contains("HTTP 401, UNAUTHORIZED: authentication required"),
+            "{e}"
+        );
+        assert!(e.remedy().unwrap_or_default().contains("AcrPull"), "{e}");
+        let e = explain_body(
+            400,
+            r#"{"error":"invalid_request","error_description":"bad tenant"}"#,
+        );
+        assert!(
+            e.what().contains("HTTP 400, invalid_request, bad tenant"),
+            "{e}"
+        );
+        let e = explain_body(403, "<html>denied</html>");
+        assert!(e.what().contains("HTML or XML"), "{e}");
+        assert!(!e.what().contains("denied"), "{e}");
+        assert!(
+            e.remedy().unwrap_or_default().contains("network rules"),
+            "{e}"
+        );
+        let e = explain_body(404, "");
+        assert!(
+            e.remedy().unwrap_or_default().contains("/oauth2/exchange"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,456 @@
+//! Azure: Entra ID workload identity federation, then the ACR exchange.
+//!
+//! 1. The service account token is the client assertion of the Entra ID
+//!    application named by the service account's annotations; Entra ID
+//!    checks it against a federated identity credential (issuer, subject
+//!    `system:serviceaccount:<ns>:<name>`, audience `api://AzureADTokenExchange`)
+//!    and returns an access token for the ACR resource ([`entra`]).
+//! 2. The registry's login server trades that for an ACR refresh token
+//!    ([`acr`]), which the container runtime uses as a password with the
+//!    null-GUID username.
+//!
+//! Both are single form POSTs on the shared [`crate::http`] client rather
+//! than calls through `azure_identity`: that SDK retries for up to 60 s by
+//! default (the kubelet kills us at 60 s), insists on an `https://`
+//! authority (so no faithful local fake), brings a second async HTTP stack,
+//! and has no ACR exchange anyway.
+//!
+//! The registry host decides everything else: it must be an ACR login
+//! server ([`host`]), and its suffix picks the cloud and so the Entra ID
+//! authority.
+
+pub mod acr;
+pub mod entra;
+pub mod host;
+pub mod identity;
+
+use crate::error::{Error, Result, quote};
+use crate::http;
+use crate::image::ImageRef;
+use crate::inputs::Inputs;
+use crate::protocol::CacheKeyType;
+use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
+
+/// The audience of Entra ID federated identity credentials.
+pub const AUDIENCE: &str = "api://AzureADTokenExchange";
+
+/// The Azure SDKs' own names for the tenant and the authority, read when
+/// neither the flag nor its `WICP_` variable is set.
+pub const STANDARD_TENANT_ENV: &str = "AZURE_TENANT_ID";
+pub const STANDARD_AUTHORITY_ENV: &str = "AZURE_AUTHORITY_HOST";
+
+// The group id must differ from the other exchangers' `Options` structs,
+// which clap would otherwise all name "Options".
+#[derive(clap::Args, Clone, Debug, Default)]
+#[group(id = "azure_options")]
+#[command(next_help_heading = "Azure")]
+pub struct Options {
+    /// Entra ID tenant (GUID or domain) for service accounts without a
+    /// tenant annotation (azure only). When neither this flag nor
+    /// WICP_AZURE_TENANT_ID is set, AZURE_TENANT_ID is used.
+    #[arg(long, value_name = "TENANT", env = "WICP_AZURE_TENANT_ID")]
+    pub azure_tenant_id: Option<String>,
+
+    /// Entra ID authority, replacing the one of the registry's cloud
+    /// (login.microsoftonline.com, login.chinacloudapi.cn,
+    /// login.microsoftonline.us) (azure only). When neither this flag nor
+    /// WICP_AZURE_AUTHORITY_HOST is set, AZURE_AUTHORITY_HOST is used.
+    /// http:// only if written so.
+    #[arg(long, value_name = "URL", env = "WICP_AZURE_AUTHORITY_HOST")]
+    pub azure_authority_host: Option<String>,
+
+    /// Where to send the ACR token exchange instead of https://<registry>
+    /// (azure only): a private endpoint or a test server. The refresh token
+    /// is still requested for the registry in the image.
+    #[arg(long, value_name = "URL", env = "WICP_ACR_ENDPOINT")]
+    pub acr_endpoint: Option<String>,
+}
+
+impl Options {
+    /// Fills what the flags left unset from the Azure SDKs' standard
+    /// variables, looked up with `env`. Empty standard variables count as
+    /// unset (shells and manifests leave them so); an empty flag does not.
+    pub fn with_standard_env(mut self, env: impl Fn(&str) -> Option<String>) -> Self {
+        let standard = |name: &str| env(name).filter(|v| !v.trim().is_empty());
+        if self.azure_tenant_id.is_none() {
+            self.azure_tenant_id = standard(STANDARD_TENANT_ENV);
+        }
+        if self.azure_authority_host.is_none() {
+            self.azure_authority_host = standard(STANDARD_AUTHORITY_ENV);
+        }
+        self
+    }
+}
+
+/// The options, checked.
+#[derive(Clone, Debug)]
+struct Settings {
+    default_tenant: Option<String>,
+    authority: Option<String>,
+    acr_endpoint: Option<String>,
+}
+
+impl Settings {
+    fn new(options: &Options) -> Result<Self> {
+        let default_tenant = match options.azure_tenant_id.as_deref() {
+            None => None,
+            Some(value) => Some(
+                identity::parse_tenant(value.trim())
+                    .ok_or_else(|| identity::invalid_tenant(&identity::Source::Default, value))?,
+            ),
+        };
+        let authority = match options.azure_authority_host.as_deref() {
+            None => None,
+            Some(value) => {
+                let value = value.trim();
+                let url = if value.contains("://") {
+                    value.to_string()
+                } else {
+                    format!("https://{value}")
+                };
+                Some(http::endpoint_override("--azure-authority-host", &url).map_err(|e| {
+                    e.fix("write the Entra ID authority as https://login.microsoftonline.com (or a bare host name)")
+                })?)
+            }
+        };
+        let acr_endpoint = options
+            .acr_endpoint
+            .as_deref()
+            .map(|value| http::endpoint_override("--acr-endpoint", value))
+            .transpose()?;
+        Ok(Settings {
+            default_tenant,
+            authority,
+            acr_endpoint,
+        })
+    }
+}
+
+pub static PROVIDER: Provider = Provider {
+    name: "azure",
+    summary: "Entra ID workload identity federation, then ACR's token exchange",
+    audience: AUDIENCE,
+    auto: Some(|image| host::parse(image.registry()).is_some()),
+    password_is_token: false,
+    flags: <Options as clap::Args>::augment_args,
+    build,
+};
+
+fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
+    let options: Options = providers::flags(matches)?;
+    let options = options.with_standard_env(|name| inputs.env.get(name).map(str::to_string));
+    Ok(Box::new(Azure::new(&options)?))
+}
+
+pub struct Azure {
+    /// The checked options. Only a request routed to Azure builds this
+    /// exchanger, so a bad Azure setting (an odd AZURE_TENANT_ID in the
+    /// kubelet's environment) fails Azure pulls only.
+    settings: Settings,
+}
+
+impl Azure {
+    /// Checks the options, the standard variables already applied
+    /// ([`Options::with_standard_env`]); no I/O.
+    pub fn new(options: &Options) -> Result<Self> {
+        Ok(Azure {
+            settings: Settings::new(options)?,
+        })
+    }
+}
+
+impl Exchanger for Azure {
+    fn provider(&self) -> &'static Provider {
+        &PROVIDER
+    }
+
+    fn audiences(&self) -> Vec<String> {
+        vec![AUDIENCE.to_string()]
+    }
+
+    fn annotation_keys(&self) -> Vec<String> {
+        identity::CLIENT_ID_KEYS
+            .iter()
+            .chain(identity::TENANT_ID_KEYS.iter())
+            .map(|k| k.to_string())
+            .collect()
+    }
+
+    fn serves(&self, image: &ImageRef) -> bool {
+        host::parse(image.registry()).is_some()
+    }
+
+    fn registries(&self) -> String {
+        format!("ACR login servers ({})", host::PATTERN)
+    }
+
+    fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
+        let settings = &self.settings;
+        let server = host::parse(cx.image.registry()).ok_or_else(|| {
+            Error::registry(format!(
+                "registry {} is not an ACR login server ({})",
+                quote(cx.image.registry()),
+                host::PATTERN
+            ))
+            .fix("the azure exchanger only sends Entra ID tokens to ACR; narrow this provider's matchImages to *.azurecr.io (and the other clouds' suffixes)")
+        })?;
+        let identity = identity::resolve(cx.annotations, settings.default_tenant.as_deref())?;
+        let authority = match (&settings.authority, server.cloud.authority_host()) {
+            (Some(authority), _) => authority.clone(),
+            (None, Some(authority)) => authority.to_string(),
+            (None, None) => {
+                return Err(Error::registry(format!(
+                    "registry {} is in the {} cloud, which has no Entra ID authority since it closed",
+                    server.host, server.cloud
+                ))
+                .fix("pass --azure-authority-host (or AZURE_AUTHORITY_HOST) naming the authority that serves this registry"));
+            }
+        };
+        let endpoint = settings
+            .acr_endpoint
+            .clone()
+            .unwrap_or_else(|| format!("https://{}", server.host));
+        let token = cx.token()?;
+        let claims = token.claims();
+        let federation = entra::Federation {
+            issuer: claims.issuer.clone(),
+            subject: claims.subject.clone(),
+            audiences: claims.audiences.clone(),
+        };
+        let inputs = vec![
+            ("client_id", identity.client_id.clone()),
+            ("tenant_id", identity.tenant.clone()),
+            ("authority", authority.clone()),
+            ("cloud", server.cloud.name().to_string()),
+            ("registry", server.host.clone()),
+            ("acr_endpoint", endpoint.clone()),
+            ("scope", entra::SCOPE.to_string()),
+        ];
+        Ok(Plan {
+            provider: &PROVIDER,
+            auth_key: cx.image.registry().to_string(),
+            cache_key_type: CacheKeyType::Registry,
+            cacheable: true,
+            inputs,
+            exchange: Box::new(move |deadline| {
+                let client = http::client(deadline)?;
+                let entra_request = entra::TokenRequest {
+                    authority: &authority,
+                    tenant: &identity.tenant,
+                    client_id: &identity.client_id,
+                    assertion: token.secret(),
+                    federation: &federation,
+                };
+                let acr_request = acr::ExchangeRequest {
+                    endpoint: &endpoint,
+                    service: &server.host,
+                    tenant: &identity.tenant,
+                    client_id: &identity.client_id,
+                };
+                http::block_on(
+                    deadline,
+                    "the Entra ID token request and ACR exchange",
+                    async {
+                        let access =
+                            entra::request_token(&client, &entra_request, deadline).await?;
+                        let refresh =
+                            acr::exchange(&client, &acr_request, &access, deadline).await?;
+                        Ok(Credential {
+                            username: acr::USERNAME.to_string(),
+                            password: refresh.token,
+                            expires_at: refresh.expires_at,
+                        })
+                    },
+                )
+            }),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use base64::Engine;
+
+    use super::*;
+    use crate::secret::Secret;
+    use crate::token::ServiceAccountToken;
+
+    const CLIENT: &str = "11111111-2222-3333-4444-555555555555";
+    const TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
+
+    fn token() -> ServiceAccountToken {
+        let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+        let now = crate::duration::unix_now();
+        let claims = serde_json::json!({
+            "iss": "https://oidc.example", "sub": "system:serviceaccount:team:puller",
+            "aud": [AUDIENCE], "exp": now + 3600, "iat": now,
+            "kubernetes.io": {"namespace": "team", "serviceaccount": {"name": "puller", "uid": "u"}},
+        });
+        let raw = format!(
+            "{}.{}.c2ln",
+            b64(r#"{"alg":"RS256"}"#),
+            b64(&claims.to_string())
+        );
+        ServiceAccountToken::decode(Secret::new(raw), now).unwrap()
+    }
+
+    fn azure(options: Options) -> Azure {
+        Azure::new(&options).unwrap()
+    }
+
+    fn plan_inputs(
+        azure: &Azure,
+        image: &str,
+        annotations: &[(&str, &str)],
+    ) -> Result<Vec<(&'static str, String)>> {
+        let image = ImageRef::parse(image).unwrap();
+        let annotations: BTreeMap<String, String> = annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let token = token();
+        let cx = Context {
+            image: &image,
+            annotations: &annotations,
+            token: Some(&token),
+        };
+        let plan = azure.plan(&cx)?;
+        assert_eq!(plan.auth_key, image.registry());
+        assert_eq!(plan.cache_key_type, CacheKeyType::Registry);
+        Ok(plan.inputs)
+    }
+
+    fn input<'a>(inputs: &'a [(&'static str, String)], name: &str) -> &'a str {
+        inputs
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
+            .unwrap()
+    }
+
+    #[test]
+    fn the_cloud_follows_the_registry_and_inputs_name_everything() {
+        let a = azure(Options::default());
+        let ids = [
+            (identity::WI_CLIENT_ID, CLIENT),
+            (identity::WI_TENANT_ID, TENANT),
+        ];
+        for (image, cloud, authority) in [
+            (
+                "contoso.azurecr.io/app",
+                "AzurePublic",
+                "https://login.microsoftonline.com",
+            ),
+            (
+                "contoso.azurecr.cn/app",
+                "AzureChina",
+                "https://login.chinacloudapi.cn",
+            ),
+            (
+                "contoso.azurecr.us/app",
+                "AzureUSGovernment",
+                "https://login.microsoftonline.us",
+            ),
+            (
+                "contoso.eastus.geo.azurecr.io/app",
+                "AzurePublic",
+                "https://login.microsoftonline.com",
+            ),
+        ] {
+            let inputs = plan_inputs(&a, image, &ids).unwrap();
+            let names: Vec<&str> = inputs.iter().map(|(n, _)| *n).collect();
+            assert_eq!(
+                names,
+                [
+                    "client_id",
+                    "tenant_id",
+                    "authority",
+                    "cloud",
+                    "registry",
+                    "acr_endpoint",
+                    "scope"
+                ]
+            );
+            assert_eq!(input(&inputs, "cloud"), cloud);
+            assert_eq!(input(&inputs, "authority"), authority);
+            let registry = image.split('/').next().unwrap();
+            assert_eq!(input(&inputs, "registry"), registry);
+            assert_eq!(
+                input(&inputs, "acr_endpoint"),
+                format!("https://{registry}")
+            );
+            assert_eq!(
+                input(&inputs, "scope"),
+                "https://containerregistry.azure.net/.default"
+            );
+        }
+        let e = plan_inputs(&a, "contoso.azurecr.de/app", &ids).unwrap_err();
+        assert!(e.to_string().contains("--azure-authority-host"), "{e}");
+        let e = plan_inputs(&a, "contoso.azurecr.io.evil.net/app", &ids).unwrap_err();
+        assert!(e.what().contains("not an ACR login server"), "{e}");
+    }
+
+    #[test]
+    fn overrides_replace_authority_endpoint_and_tenant() {
+        let a = azure(Options {
+            azure_tenant_id: Some("contoso.onmicrosoft.com".into()),
+            azure_authority_host: Some("login.example.test/".into()),
+            acr_endpoint: Some("http://127.0.0.1:8080/".into()),
+        });
+        let inputs = plan_inputs(
+            &a,
+            "contoso.azurecr.de/app",
+            &[(identity::AKS_CLIENT_ID, CLIENT)],
+        )
+        .unwrap();
+        assert_eq!(input(&inputs, "authority"), "https://login.example.test");
+        assert_eq!(input(&inputs, "acr_endpoint"), "http://127.0.0.1:8080");
+        assert_eq!(input(&inputs, "tenant_id"), "contoso.onmicrosoft.com");
+        assert_eq!(input(&inputs, "registry"), "contoso.azurecr.de");
+    }
+
+    #[test]
+    fn bad_settings_refuse_to_build() {
+        for options in [
+            Options {
+                azure_tenant_id: Some("common".into()),
+                ..Options::default()
+            },
+            Options {
+                azure_tenant_id: Some(String::new()),
+                ..Options::default()
+            },
+            Options {
+                azure_authority_host: Some("ftp://login".into()),
+                ..Options::default()
+            },
+            Options {
+                acr_endpoint: Some("contoso.azurecr.io".into()),
+                ..Options::default()
+            },
+        ] {
+            let e = Azure::new(&options).err().unwrap();
+            assert!(!e.to_string().is_empty(), "{options:?}");
+        }
+    }
+
+    #[test]
+    fn standard_variables_fill_only_what_flags_left_unset() {
+        let env = |name: &str| match name {
+            STANDARD_TENANT_ENV => Some("std-tenant.example".to_string()),
+            STANDARD_AUTHORITY_ENV => Some(String::new()),
+            _ => None,
+        };
+        let o = Options::default().with_standard_env(env);
+        assert_eq!(o.azure_tenant_id.as_deref(), Some("std-tenant.example"));
+        assert_eq!(o.azure_authority_host, None);
+        let o = Options {
+            azure_tenant_id: Some("flag.example".into()),
+            ..Options::default()
+        }
+        .with_standard_env(env);
+        assert_eq!(o.azure_tenant_id.as_deref(), Some("flag.example"));
+    }
+}

@@ -1,0 +1,429 @@
+//! GCP: GKE Workload Identity or Workload Identity Federation, optionally
+//! impersonating a Google service account, for Artifact Registry and
+//! Container Registry.
+//!
+//! The exchange is two documented REST calls, written on the shared HTTP
+//! client rather than through an SDK (`gcp_auth` has no token exchange, and
+//! `google-cloud-auth` hides the expiry we need for `cacheDuration`):
+//!
+//! 1. STS (`sts.googleapis.com/v1/token`) trades the pod's service account
+//!    token for a federated access token, in the pool the flags name.
+//! 2. If the Kubernetes service account carries
+//!    `iam.gke.io/gcp-service-account`, IAM Credentials `generateAccessToken`
+//!    trades the federated token for that Google service account's token.
+//!    Without the annotation the federated token is the credential, and the
+//!    registry's IAM policy grants the federated principal directly.
+//!
+//! Unlike GKE's own plugin, a configured exchange that fails is a failed
+//! invocation with Google's error code and a fix, never an empty answer that
+//! sends the kubelet into an anonymous pull.
+
+// Public for the fuzz targets (fuzz/), which feed them arbitrary replies.
+pub mod iam;
+mod identity;
+mod registry;
+pub mod sts;
+
+use std::time::Duration;
+
+use crate::deadline::Deadline;
+use crate::duration;
+use crate::error::{Error, Result};
+use crate::http;
+use crate::image::ImageRef;
+use crate::inputs::Inputs;
+use crate::protocol::CacheKeyType;
+use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
+use crate::secret::Secret;
+
+pub use identity::{Mode, SERVICE_ACCOUNT_ANNOTATION};
+pub use registry::is_google_registry;
+
+/// The username Artifact Registry and Container Registry expect with an
+/// OAuth access token as the password.
+pub const USERNAME: &str = "oauth2accesstoken";
+
+pub const DEFAULT_STS_ENDPOINT: &str = "https://sts.googleapis.com";
+pub const DEFAULT_IAMCREDENTIALS_ENDPOINT: &str = "https://iamcredentials.googleapis.com";
+
+/// One Google access token opens every GCR and Artifact Registry host the
+/// identity may read, so the on-disk cache keeps one credential for all of
+/// them rather than one per host.
+const REGISTRY_KEY: &str = "gcp";
+
+// Named group: clap names a flattened struct's group after the struct, and
+// every exchanger's struct is called `Options`.
+#[derive(clap::Args, Clone, Debug)]
+#[group(id = "gcp_options")]
+#[command(next_help_heading = "GCP")]
+pub struct Options {
+    /// Workload Identity Federation: the pool provider that trusts the
+    /// cluster's service account issuer, as
+    /// projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER.
+    /// The token's audience is its //iam.googleapis.com/ or
+    /// https://iam.googleapis.com/ name unless --audience says otherwise.
+    #[arg(
+        long,
+        value_name = "RESOURCE",
+        env = "WICP_GCP_WORKLOAD_IDENTITY_PROVIDER"
+    )]
+    pub gcp_workload_identity_provider: Option<String>,
+
+    /// GKE Workload Identity: the project whose pool PROJECT_ID.svc.id.goog
+    /// trusts the cluster (with --gcp-cluster). The token's audience is
+    /// PROJECT_ID.svc.id.goog.
+    #[arg(long, value_name = "PROJECT_ID", env = "WICP_GCP_PROJECT_ID")]
+    pub gcp_project_id: Option<String>,
+
+    /// GKE Workload Identity: the cluster, as
+    /// projects/PROJECT/locations/LOCATION/clusters/NAME (with --gcp-project-id).
+    #[arg(long, value_name = "RESOURCE", env = "WICP_GCP_CLUSTER")]
+    pub gcp_cluster: Option<String>,
+
+    /// Lifetime asked of IAM Credentials for an impersonated service
+    /// account's token (whole seconds, 1m to 12h; above 1h needs an
+    /// organization policy exception).
+    #[arg(long, value_name = "DURATION", env = "WICP_GCP_TOKEN_LIFETIME", default_value = "1h", value_parser = parse_lifetime)]
+    pub gcp_token_lifetime: Duration,
+
+    /// Base URL of Google STS (a restricted or Private Service Connect
+    /// endpoint); /v1/token is appended.
+    #[arg(long, value_name = "URL", env = "WICP_GCP_STS_ENDPOINT", default_value = DEFAULT_STS_ENDPOINT)]
+    pub gcp_sts_endpoint: String,
+
+    /// Base URL of IAM Credentials; /v1/projects/-/serviceAccounts/EMAIL:generateAccessToken
+    /// is appended.
+    #[arg(long, value_name = "URL", env = "WICP_GCP_IAMCREDENTIALS_ENDPOINT", default_value = DEFAULT_IAMCREDENTIALS_ENDPOINT)]
+    pub gcp_iamcredentials_endpoint: String,
+}
+
+/// IAM refuses lifetimes above 12 hours outright; below a minute the kubelet
+/// could never cache the credential.
+fn parse_lifetime(text: &str) -> std::result::Result<Duration, String> {
+    let d = duration::parse(text).map_err(|e| e.to_string())?;
+    if d.subsec_nanos() != 0 || d < Duration::from_secs(60) || d > Duration::from_secs(12 * 3600) {
+        return Err(
+            "the token lifetime must be whole seconds from 1m to 12h (IAM's limits)".into(),
+        );
+    }
+    Ok(d)
+}
+
+pub static PROVIDER: Provider = Provider {
+    name: "gcp",
+    summary: "Google STS (GKE Workload Identity or Workload Identity Federation), optional impersonation",
+    audience: "PROJECT_ID.svc.id.goog (GKE) or the pool provider's name (federation)",
+    auto: Some(|image| is_google_registry(image.registry())),
+    password_is_token: false,
+    flags: <Options as clap::Args>::augment_args,
+    build,
+};
+
+fn build(matches: &clap::ArgMatches, _inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
+    Ok(Box::new(Gcp::new(&providers::flags(matches)?)?))
+}
+
+pub struct Gcp {
+    /// `None` when no GCP flag is set: the exchanger then only refuses.
+    mode: Option<Mode>,
+    token_lifetime: Duration,
+    sts_endpoint: String,
+    iam_endpoint: String,
+}
+
+impl Gcp {
+    /// Checks the flags. Setting a malformed or conflicting GCP flag is an
+    /// error whatever the provider; setting none is not, until a request is
+    /// routed here.
+    pub fn new(options: &Options) -> Result<Self> {
+        Ok(Gcp {
+            mode: Mode::from_flags(
+                options.gcp_workload_identity_provider.as_deref(),
+                options.gcp_project_id.as_deref(),
+                options.gcp_cluster.as_deref(),
+            )?,
+            token_lifetime: options.gcp_token_lifetime,
+            sts_endpoint: http::endpoint_override("--gcp-sts-endpoint", &options.gcp_sts_endpoint)?,
+            iam_endpoint: http::endpoint_override(
+                "--gcp-iamcredentials-endpoint",
+                &options.gcp_iamcredentials_endpoint,
+            )?,
+        })
+    }
+}
+
+impl Exchanger for Gcp {
+    fn provider(&self) -> &'static Provider {
+        &PROVIDER
+    }
+
+    fn audiences(&self) -> Vec<String> {
+        self.mode
+            .as_ref()
+            .map(Mode::token_audiences)
+            .unwrap_or_default()
+    }
+
+    fn annotation_keys(&self) -> Vec<String> {
+        vec![SERVICE_ACCOUNT_ANNOTATION.to_string()]
+    }
+
+    fn serves(&self, image: &ImageRef) -> bool {
+        is_google_registry(image.registry())
+    }
+
+    fn registries(&self) -> String {
+        registry::REGISTRIES.to_string()
+    }
+
+    fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
+        let mode = self.mode.as_ref().ok_or_else(Mode::not_configured)?;
+        let registry = cx.image.registry();
+        if !self.serves(cx.image) {
+            return Err(Error::registry(format!(
+                "registry {} is not a Google registry ({}); a Google access token is only sent to those",
+                crate::error::quote(registry),
+                registry::REGISTRIES
+            ))
+            .fix(format!(
+                "narrow this provider's matchImages to {}",
+                registry::MATCH_IMAGES.join(", ")
+            )));
+        }
+        let token = cx.token()?;
+        let service_account = cx
+            .annotation(SERVICE_ACCOUNT_ANNOTATION)
+            .map(|v| identity::parse_service_account(v.trim()))
+            .transpose()?;
+        let sts_audience = mode.sts_audience();
+        let inputs = vec![
+            ("mode", mode.name().to_string()),
+            ("sts_audience", sts_audience.clone()),
+            (
+                "service_account",
+                service_account.clone().unwrap_or_else(|| "none".into()),
+            ),
+            (
+                "token_lifetime",
+                format!("{}s", self.token_lifetime.as_secs()),
+            ),
+            ("sts_endpoint", self.sts_endpoint.clone()),
+            ("iamcredentials_endpoint", self.iam_endpoint.clone()),
+            ("registry_key", REGISTRY_KEY.to_string()),
+        ];
+        let claims = token.claims();
+        let (grant_fix, target_fix) = fixes(mode, &claims.issuer, &claims.subject);
+        let principal = mode.principal(token.service_account());
+        Ok(Plan {
+            provider: &PROVIDER,
+            auth_key: registry.to_string(),
+            cache_key_type: CacheKeyType::Registry,
+            cacheable: true,
+            inputs,
+            exchange: Box::new(move |deadline: &Deadline| {
+                let sts_request = sts::Request {
+                    endpoint: &self.sts_endpoint,
+                    audience: &sts_audience,
+                    subject_token: token.secret(),
+                    grant_fix: &grant_fix,
+                    target_fix: &target_fix,
+                };
+                let call = match &service_account {
+                    Some(_) => "the Google token exchange (STS, then IAM Credentials)",
+                    None => "the Google STS token exchange",
+                };
+                let access = http::block_on(deadline, call, async {
+                    let client = http::client(deadline)?;
+                    let federated = sts::exchange(&client, &sts_request, deadline).await?;
+                    crate::debug!(
+                        "Google STS issued a federated token for {} that expires at {}",
+                        principal,
+                        duration::format_unix(federated.expires_at)
+                    );
+                    let Some(email) = &service_account else {
+                        return Ok(federated);
+                    };
+                    let iam_request = iam::Request {
+                        endpoint: &self.iam_endpoint,
+                        service_account: email,
+                        federated_token: &federated.token,
+                        lifetime: self.token_lifetime,
+                        principal: &principal,
+                    };
+                    iam::generate_access_token(&client, &iam_request, deadline).await
+                })?;
+                Ok(Credential {
+                    username: USERNAME.to_string(),
+                    password: access.token,
+                    // A federated token dies with its subject token; an
+                    // impersonated one is not handed out for longer than
+                    // the token that justified it either.
+                    expires_at: access.expires_at.min(token.claims().expires_at),
+                })
+            }),
+        })
+    }
+}
+
+/// The fixes for STS's two refusals, which depend on the pool.
+fn fixes(mode: &Mode, issuer: &str, subject: &str) -> (String, String) {
+    match mode {
+        Mode::Federation { .. } => (
+            format!(
+                "the pool provider did not accept the token: check that its issuer is the cluster's ({issuer}) with the cluster's \
+                 current signing keys, that its attribute condition admits {subject}, and that its allowed audiences (if any) \
+                 include the token's audience (tokenAttributes.serviceAccountTokenAudience, --audience)"
+            ),
+            "no enabled pool provider has this name: check the project number, pool ID and provider ID in \
+             --gcp-workload-identity-provider, and that neither the pool nor the provider is disabled or deleted"
+                .to_string(),
+        ),
+        Mode::Gke { project, cluster } => (
+            format!(
+                "GKE Workload Identity did not accept the token: check that Workload Identity (pool {project}.svc.id.goog) \
+                 is enabled on {cluster} and that the token comes from that cluster (issuer {issuer})"
+            ),
+            format!(
+                "check --gcp-project-id and --gcp-cluster: {project} must own the pool {project}.svc.id.goog and {cluster} \
+                 must exist with Workload Identity enabled"
+            ),
+        ),
+    }
+}
+
+/// A Google access token and when it stops working (Unix seconds).
+#[derive(Debug)]
+pub struct AccessToken {
+    pub token: Secret,
+    pub expires_at: i64,
+}
+
+/// The parts of an upstream error body we repeat: an error code and its
+/// description, never the rest of the body.
+pub struct Upstream {
+    pub code: String,
+    pub description: Option<String>,
+}
+
+/// Descriptions longer than this are cut; Google's run to about 200 chars.
+const MAX_DESCRIPTION_CHARS: usize = 300;
+
+impl Upstream {
+    fn describe(status: u16, upstream: Option<&Upstream>, body_len: usize) -> String {
+        match upstream {
+            Some(Upstream {
+                code,
+                description: Some(d),
+            }) => {
+                let shown = crate::redact::clean(d, MAX_DESCRIPTION_CHARS);
+                format!("HTTP {status} {code}: {shown:?}")
+            }
+            Some(Upstream { code, .. }) => format!("HTTP {status} {code}"),
+            None => {
+                format!("HTTP {status} with a body that is not a Google error ({body_len} bytes)")
+            }
+        }
+    }
+}
+
+/// Reads either error shape Google uses: OAuth's
+/// `{"error":"invalid_grant","error_description":"..."}` (STS) or the API
+/// shape `{"error":{"code":403,"status":"PERMISSION_DENIED","message":"..."}}`
+/// (IAM Credentials, and STS behind VPC Service Controls).
+pub fn upstream_error(body: &[u8]) -> Option<Upstream> {
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let error = value.get("error")?;
+    let text = |v: Option<&serde_json::Value>| {
+        v.and_then(serde_json::Value::as_str)
+            .map(str::to_string)
+            .filter(|s| !s.is_empty())
+    };
+    let (code, description) = match error {
+        serde_json::Value::String(code) => (code.clone(), text(value.get("error_description"))),
+        serde_json::Value::Object(_) => (
+            text(error.get("status")).or_else(|| error.get("code").map(|c| c.to_string()))?,
+            text(error.get("message")),
+        ),
+        _ => return None,
+    };
+    // A code is an identifier; anything else is not one we repeat.
+    let is_code = !code.is_empty()
+        && code.len() <= 64
+        && code
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'.' || c == b'-');
+    is_code.then_some(Upstream { code, description })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lifetimes() {
+        assert_eq!(parse_lifetime("1h").unwrap(), Duration::from_secs(3600));
+        assert_eq!(parse_lifetime("3600s").unwrap(), Duration::from_secs(3600));
+        assert_eq!(parse_lifetime("12h").unwrap(), Duration::from_secs(43200));
+        assert_eq!(parse_lifetime("1m").unwrap(), Duration::from_secs(60));
+        for bad in ["59s", "12h1s", "1500ms", "90.5s", "0", "1d", ""] {
+            assert!(parse_lifetime(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn upstream_errors_are_reduced_to_code_and_description() {
+        let u =
+            upstream_error(br#"{"error":"invalid_grant","error_description":"stale"}"#).unwrap();
+        assert_eq!(
+            (u.code.as_str(), u.description.as_deref()),
+            ("invalid_grant", Some("stale"))
+        );
+        let u = upstream_error(
+            br#"{"error":{"code":403,"message":"denied","status":"PERMISSION_DENIED"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (u.code.as_str(), u.description.as_deref()),
+            ("PERMISSION_DENIED", Some("denied"))
+        );
+        let u = upstream_error(br#"{"error":{"code":500}}"#).unwrap();
+        assert_eq!((u.code.as_str(), u.description), ("500", None));
+        for body in [
+            &b"not json"[..],
+            br#"{"message":"x"}"#,
+            br#"{"error":42}"#,
+            br#"{"error":"has spaces and maybe a token eyJ..."}"#,
+            br#"{"error":""}"#,
+        ] {
+            assert!(
+                upstream_error(body).is_none(),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        let long = "x".repeat(1000);
+        let shown = Upstream::describe(
+            400,
+            Some(&Upstream {
+                code: "invalid_grant".into(),
+                description: Some(long),
+            }),
+            0,
+        );
+        assert!(shown.len() < 330, "{shown}");
+        assert!(shown.ends_with("…\""), "{shown}");
+        // A description that quotes a token never repeats it.
+        let shown = Upstream::describe(
+            400,
+            Some(&Upstream {
+                code: "invalid_grant".into(),
+                description: Some("bad subject eyJhbGciOiJSUzI1NiJ9.eyJ4IjoxfQ.c2ln\nnext".into()),
+            }),
+            0,
+        );
+        assert_eq!(
+            shown,
+            "HTTP 400 invalid_grant: \"bad subject <token> next\""
+        );
+    }
+}

@@ -1,0 +1,237 @@
+//! Exchangers turn a service account identity into registry credentials.
+//!
+//! Each exchanger owns everything specific to its cloud: the audience it
+//! presents the token to, the annotations it reads, the registry hosts it
+//! serves and the errors it explains. The rest of the program sees only the
+//! [`Exchanger`] trait and the [`Plan`] it returns.
+//!
+//! Planning and exchanging are separate steps on purpose. [`Exchanger::plan`]
+//! does every check that needs no network (registry host, annotations,
+//! identity, endpoints) and names every input that shapes the credential;
+//! the cache keys on those inputs, `explain` prints them, and only a miss
+//! runs [`Plan::exchange`], which does the network calls.
+
+pub mod allowlist;
+pub mod aws;
+pub mod azure;
+pub mod gcp;
+pub mod passthrough;
+pub mod route;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::deadline::Deadline;
+use crate::error::{Error, Result};
+use crate::image::ImageRef;
+use crate::inputs::Inputs;
+use crate::protocol::CacheKeyType;
+use crate::secret::Secret;
+use crate::token::ServiceAccountToken;
+
+/// One identity system, declared once.
+///
+/// Everything the rest of the program knows about a provider comes from
+/// its declaration and from the [`Exchanger`] it builds: the router and
+/// `auto`, `--help` and `--version`, `check-config`, `explain` and the
+/// cache key all read [`ALL`]. Adding a provider is one module that
+/// declares a `PROVIDER` and one line in [`ALL`].
+pub struct Provider {
+    /// `--provider` value, binary-name suffix (`wi-credential-provider-aws`),
+    /// log and cache-key name.
+    pub name: &'static str,
+    /// One line for `--help` and the docs.
+    pub summary: &'static str,
+    /// The audience the service account token needs when `--audience` is
+    /// not given, in words (the built exchanger's [`Exchanger::audiences`]
+    /// is authoritative: some depend on flags).
+    pub audience: &'static str,
+    /// The registry test `auto` uses, for providers whose registries are
+    /// recognisable by host alone (the clouds). `None`: `auto` never picks
+    /// this provider, so sending a token to it is always an explicit choice.
+    pub auto: Option<fn(&ImageRef) -> bool>,
+    /// The registry password is the service account token itself: the
+    /// kubelet's `cacheType` must be `Token`, and the credential lives no
+    /// longer than the token.
+    pub password_is_token: bool,
+    /// Adds the provider's flags to the command line (a `clap::Args`
+    /// struct's `augment_args`).
+    pub flags: fn(clap::Command) -> clap::Command,
+    /// Builds the exchanger from the parsed command line and the process
+    /// inputs. Only the provider a request is routed to is built, so a
+    /// provider's configuration errors surface on its own requests only.
+    pub build: fn(&clap::ArgMatches, &Inputs) -> Result<Box<dyn Exchanger>>,
+}
+
+impl Provider {
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The provider called `name`.
+    pub fn find(name: &str) -> Option<&'static Provider> {
+        ALL.iter().copied().find(|p| p.name == name)
+    }
+}
+
+/// Every provider this binary carries, in `auto`'s order of preference.
+pub static ALL: &[&Provider] = &[
+    &aws::PROVIDER,
+    &azure::PROVIDER,
+    &gcp::PROVIDER,
+    &passthrough::PROVIDER,
+];
+
+impl PartialEq for Provider {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for Provider {}
+
+impl fmt::Debug for Provider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+impl fmt::Display for Provider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// Parses a provider's flags out of the command line, for its `build`.
+pub fn flags<T: clap::FromArgMatches>(matches: &clap::ArgMatches) -> Result<T> {
+    T::from_arg_matches(matches).map_err(|e| {
+        Error::config(format!("cannot read the provider's flags: {e}"))
+            .fix("run `wi-credential-provider --help` for the flags")
+    })
+}
+
+/// Registry credentials and when they stop working.
+pub struct Credential {
+    pub username: String,
+    pub password: Secret,
+    /// Unix seconds.
+    pub expires_at: i64,
+}
+
+impl fmt::Debug for Credential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credential")
+            .field("username", &self.username)
+            .field("password", &self.password)
+            .field("expires_at", &self.expires_at)
+            .finish()
+    }
+}
+
+/// What an exchanger is asked to serve.
+pub struct Context<'a> {
+    pub image: &'a ImageRef,
+    /// The annotations the kubelet passed (only those the provider entry
+    /// lists in `tokenAttributes`).
+    pub annotations: &'a BTreeMap<String, String>,
+    /// Present whenever the exchanger requires a token: the caller checks.
+    pub token: Option<&'a ServiceAccountToken>,
+}
+
+impl<'a> Context<'a> {
+    /// The token, for exchangers that require one. The caller refuses a
+    /// request without a token before planning, so this only fails if an
+    /// exchanger forgot to say it needs one.
+    pub fn token(&self) -> Result<&'a ServiceAccountToken> {
+        self.token.ok_or_else(|| {
+            Error::internal(
+                "internal error: the exchanger needs a service account token but none was checked",
+            )
+        })
+    }
+
+    /// A non-empty annotation, or `None`. An empty value counts as absent:
+    /// `eks.amazonaws.com/role-arn: ""` is a mistake, not a choice.
+    pub fn annotation(&self, key: &str) -> Option<&'a str> {
+        self.annotations
+            .get(key)
+            .map(String::as_str)
+            .filter(|v| !v.trim().is_empty())
+    }
+}
+
+/// The network step of a plan.
+pub type Exchange<'a> = Box<dyn FnOnce(&Deadline) -> Result<Credential> + 'a>;
+
+/// Everything decided before the network: where the credential goes, how
+/// widely it may be cached, and the inputs that shape it.
+pub struct Plan<'a> {
+    pub provider: &'static Provider,
+    /// The key of the response's `auth` map: the registry host, which the
+    /// kubelet matches against the image with its own rules.
+    pub auth_key: String,
+    pub cache_key_type: CacheKeyType,
+    /// Whether the on-disk cache may keep the credential. Never for the
+    /// passthrough token.
+    pub cacheable: bool,
+    /// Every input besides the service account that changes the credential
+    /// (identity, registry scope, endpoints, lifetimes), as ordered name and
+    /// value pairs. None of them is secret.
+    pub inputs: Vec<(&'static str, String)>,
+    pub exchange: Exchange<'a>,
+}
+
+impl fmt::Debug for Plan<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Plan")
+            .field("provider", &self.provider)
+            .field("auth_key", &self.auth_key)
+            .field("cache_key_type", &self.cache_key_type)
+            .field("cacheable", &self.cacheable)
+            .field("inputs", &self.inputs)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One identity system.
+pub trait Exchanger {
+    fn provider(&self) -> &'static Provider;
+
+    /// The audiences the token may carry for this exchanger, any one of
+    /// which is enough; empty means the exchanger does not care.
+    fn audiences(&self) -> Vec<String>;
+
+    /// The service account annotation keys the exchanger reads, in the
+    /// order it prefers them. The kubelet passes only keys listed in the
+    /// provider entry's `tokenAttributes`, so `check-config` compares the two.
+    fn annotation_keys(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Whether the exchanger needs the kubelet's service account token.
+    fn requires_token(&self) -> bool {
+        true
+    }
+
+    /// Whether `image` is on a registry this exchanger serves. `auto`
+    /// routing asks every cloud exchanger in turn.
+    fn serves(&self, image: &ImageRef) -> bool;
+
+    /// The registries this exchanger serves, for error messages.
+    fn registries(&self) -> String;
+
+    /// Why `image`, which [`Exchanger::serves`] refused, gets no
+    /// credential from this exchanger, and what to change.
+    fn refusal(&self, image: &ImageRef) -> Error {
+        let provider = self.provider();
+        Error::registry(format!(
+            "registry {} is not served by the {provider} exchanger, which serves {}",
+            image.registry(),
+            self.registries()
+        ))
+        .fix("narrow this provider's matchImages in the kubelet's CredentialProviderConfig to those registries, or pick another provider")
+    }
+
+    /// Checks the request and decides everything but the network calls.
+    fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>>;
+}

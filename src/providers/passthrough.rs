@@ -1,0 +1,133 @@
+//! Passthrough: the service account token itself is the registry password.
+//!
+//! For registries that trust the cluster's OIDC issuer directly (Harbor,
+//! Zot, a token server of your own), no exchange is needed: the registry's
+//! token endpoint verifies the JWT against the issuer's keys. The token is a
+//! bearer credential for whatever audience it names, so it is only ever sent
+//! to registries an admin allowed with `--registry`, and never written to the
+//! on-disk cache.
+//!
+//! The kubelet refuses a response whose password equals the token unless the
+//! provider entry says `tokenAttributes.cacheType: Token`; with
+//! `ServiceAccount` it logs an error and pulls without credentials.
+//!
+//! When only a path of a host is allowed (`--registry
+//! harbor.example.com/team-a`), the answer must not let the kubelet reuse
+//! the token for the rest of the host: its key carries that path
+//! (`harbor.example.com/team-a`) and `cacheKeyType: Image`. The kubelet
+//! matches a key's path as a literal string prefix, so `team-a` also covers
+//! `team-ab`; a pattern ending in `/` (`harbor.example.com/team-a/`) does
+//! not.
+
+use crate::error::{Error, Result};
+use crate::image::ImageRef;
+use crate::inputs::Inputs;
+use crate::protocol::CacheKeyType;
+use crate::providers::allowlist::{self, Allowlist};
+use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
+
+/// The username sent with the token when none is configured. Harbor and Zot
+/// ignore it on their OIDC token path; it shows up in registry audit logs.
+pub const DEFAULT_USERNAME: &str = "serviceaccount";
+
+#[derive(clap::Args, Clone, Debug)]
+#[command(next_help_heading = "Passthrough")]
+#[group(id = "passthrough_options")]
+pub struct Options {
+    /// Username sent with the token (passthrough only).
+    #[arg(long, value_name = "NAME", env = "WICP_PASSTHROUGH_USERNAME", default_value = DEFAULT_USERNAME)]
+    pub passthrough_username: String,
+}
+
+pub static PROVIDER: Provider = Provider {
+    name: "passthrough",
+    summary: "the service account token itself, for registries that verify it (--registry only)",
+    audience: "whatever the registry trusts (--audience)",
+    auto: None,
+    password_is_token: true,
+    flags: <Options as clap::Args>::augment_args,
+    build,
+};
+
+fn build(matches: &clap::ArgMatches, _inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
+    Ok(Box::new(Passthrough::new(
+        &providers::flags(matches)?,
+        &providers::flags(matches)?,
+    )?))
+}
+
+pub struct Passthrough {
+    allowlist: Allowlist,
+    username: String,
+}
+
+impl Passthrough {
+    pub fn new(registries: &allowlist::Options, options: &Options) -> Result<Self> {
+        let allowlist = Allowlist::new(registries)?;
+        if options.passthrough_username.is_empty() {
+            return Err(Error::config("--passthrough-username is empty")
+                .fix("set a non-empty username; registries log it"));
+        }
+        Ok(Passthrough {
+            allowlist,
+            username: options.passthrough_username.clone(),
+        })
+    }
+}
+
+impl Exchanger for Passthrough {
+    fn provider(&self) -> &'static Provider {
+        &PROVIDER
+    }
+
+    /// Whatever audience the registry trusts: the core checks `--audience`
+    /// when it is given.
+    fn audiences(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn serves(&self, image: &ImageRef) -> bool {
+        self.allowlist.allows(image)
+    }
+
+    fn registries(&self) -> String {
+        self.allowlist.describe()
+    }
+
+    fn refusal(&self, image: &ImageRef) -> Error {
+        self.allowlist
+            .refusal("passthrough", "the service account token", image)
+    }
+
+    fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
+        // The router checked already; the token must never leave for a
+        // registry that was not allowed, so check again where it is sent.
+        if !self.serves(cx.image) {
+            return Err(self.refusal(cx.image));
+        }
+        let token = cx.token()?;
+        let path = self.allowlist.scope(cx.image).unwrap_or_default();
+        let cache_key_type = if path.is_empty() {
+            CacheKeyType::Registry
+        } else {
+            CacheKeyType::Image
+        };
+        Ok(Plan {
+            provider: &PROVIDER,
+            auth_key: format!("{}{path}", cx.image.registry()),
+            cache_key_type,
+            cacheable: false,
+            inputs: vec![
+                ("registry", cx.image.registry().to_string()),
+                ("username", self.username.clone()),
+            ],
+            exchange: Box::new(move |_deadline| {
+                Ok(Credential {
+                    username: self.username.clone(),
+                    password: token.secret().clone(),
+                    expires_at: token.claims().expires_at,
+                })
+            }),
+        })
+    }
+}

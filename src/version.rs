@@ -1,0 +1,38 @@
+//! What `--version` prints: the version, the git commit the binary was built
+//! from (embedded by build.rs, "unknown" outside git) and the providers this
+//! build carries, so an admin can tell from a node which build it runs.
+
+use std::sync::LazyLock;
+
+use crate::providers;
+
+/// The crate version.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The git commit, or "unknown".
+pub const COMMIT: &str = match option_env!("WICP_GIT_COMMIT") {
+    Some(commit) => commit,
+    None => "unknown",
+};
+
+/// The providers built into this binary, sorted by name.
+pub fn providers() -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = providers::ALL.iter().map(|p| p.name).collect();
+    names.sort_unstable();
+    names
+}
+
+static VERSION_LINE: LazyLock<String> = LazyLock::new(|| {
+    let providers = providers();
+    let providers = if providers.is_empty() {
+        "unknown".to_string()
+    } else {
+        providers.join(", ")
+    };
+    format!("{VERSION} (commit {COMMIT}, providers: {providers})")
+});
+
+/// `0.1.0 (commit 5d9f861abcde, providers: aws, azure, gcp, passthrough)`.
+pub fn line() -> &'static str {
+    VERSION_LINE.as_str()
+}
