@@ -17,6 +17,7 @@ pub mod azure;
 pub mod gcp;
 pub mod passthrough;
 pub mod route;
+pub mod vault;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -80,6 +81,7 @@ pub static ALL: &[&Provider] = &[
     &azure::PROVIDER,
     &gcp::PROVIDER,
     &passthrough::PROVIDER,
+    &vault::PROVIDER,
 ];
 
 impl PartialEq for Provider {

@@ -11,3 +11,4 @@ pub mod net;
 pub mod plugin;
 pub mod registry;
 pub mod token;
+pub mod vault;
