@@ -28,6 +28,7 @@ fn main() -> ExitCode {
         }
     };
     log::set_level(options.log_level);
+    log::redact_panics();
     if matches.subcommand().is_some() {
         return match Command::from_arg_matches(&matches) {
             Ok(command) => commands::run(&command, &options),

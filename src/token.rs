@@ -242,8 +242,16 @@ pub fn decode_claims(token: &str) -> Result<Claims> {
     let header: WireHeader = serde_json::from_slice(&segment(header, "header")?).map_err(|_| {
         Error::token("the service account token's header is not a JSON object").fix(TOKEN_FIX)
     })?;
-    match header.alg.as_deref() {
-        None | Some("") | Some("none") => {
+    // JOSE algorithm names are case-sensitive, but a verifier somewhere
+    // down the line may not be: refuse every spelling of "none".
+    match header.alg.as_deref().map(str::trim) {
+        None | Some("") => {
+            return Err(Error::token(
+                "the service account token is not signed (alg is none or missing)",
+            )
+            .fix(TOKEN_FIX));
+        }
+        Some(alg) if alg.eq_ignore_ascii_case("none") => {
             return Err(Error::token(
                 "the service account token is not signed (alg is none or missing)",
             )
@@ -373,6 +381,9 @@ mod tests {
             ("!!!.e30.sig".to_string(), "header is not valid base64url"),
             (jwt("[]", &good), "header is not a JSON object"),
             (jwt(r#"{"alg":"none"}"#, &good), "not signed"),
+            (jwt(r#"{"alg":"NONE"}"#, &good), "not signed"),
+            (jwt(r#"{"alg":"None"}"#, &good), "not signed"),
+            (jwt(r#"{"alg":" nOnE "}"#, &good), "not signed"),
             (jwt(HEADER, "not json"), "claims are not a JSON object"),
             (jwt(HEADER, r#"{"sub":"x"}"#), "no kubernetes.io claim"),
             (

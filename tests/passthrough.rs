@@ -118,6 +118,60 @@ fn skopeo_pulls_with_the_passthrough_credentials() {
     );
 }
 
+/// A path-scoped allowlist: the kubelet must not reuse the token for other
+/// paths of the host, so the key carries the allowed path and the kubelet
+/// caches per image.
+#[test]
+fn a_path_scoped_registry_gets_a_path_scoped_key() {
+    let token = TokenSpec::new("team", "puller", "harbor.example.com").mint();
+    let pull = |registries: &[&str], image: &str| {
+        let mut args = vec!["--provider", "passthrough"];
+        for r in registries {
+            args.extend(["--registry", r]);
+        }
+        run(&args, &[], request(image, Some(&token), &[]).as_bytes())
+    };
+
+    let image = "harbor.example.com/team-a/app:v1";
+    let response = pull(&["harbor.example.com/team-a"], image).response_for(image);
+    assert_eq!(response["cacheKeyType"], "Image", "{response}");
+    let keys: Vec<&String> = response["auth"].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["harbor.example.com/team-a"], "{response}");
+    // What the kubelet then does with the key: a literal path prefix.
+    let key = "harbor.example.com/team-a";
+    assert!(!wi_credential_provider::matching::matches(
+        key,
+        "harbor.example.com/team-b/app"
+    ));
+    assert!(wi_credential_provider::matching::matches(
+        key,
+        "harbor.example.com/team-ab/app"
+    ));
+
+    // The narrowest allowing pattern wins; a trailing slash keeps team-ab out.
+    let response = pull(
+        &["harbor.example.com/team", "harbor.example.com/team-a/"],
+        image,
+    )
+    .response_for(image);
+    let keys: Vec<&String> = response["auth"].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["harbor.example.com/team-a/"], "{response}");
+
+    // A host-wide pattern keeps the host-wide key.
+    let response =
+        pull(&["harbor.example.com", "harbor.example.com/team-a"], image).response_for(image);
+    assert_eq!(response["cacheKeyType"], "Registry", "{response}");
+    let keys: Vec<&String> = response["auth"].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["harbor.example.com"], "{response}");
+
+    // team-b is refused outright.
+    pull(
+        &["harbor.example.com/team-a"],
+        "harbor.example.com/team-b/app",
+    )
+    .failure();
+}
+
 /// The same end to end with the client a node really uses: containerd, fed
 /// exactly the username and password the plugin printed. containerd logs in
 /// with an OAuth2 POST, which this token service grants the way
