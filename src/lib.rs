@@ -1,28 +1,33 @@
 //! wi-credential-provider: a kubelet image credential provider that pulls
 //! images with each pod's own service account identity (KEP-4412).
 //!
-//! The data flows one way:
-//! request ([`protocol`]) -> token claims ([`token`]) -> route and plan
-//! ([`exchange`]) -> exchange -> response ([`protocol`]).
+//! The data flows one way, and the modules say so:
+//! process inputs ([`options`], [`inputs`]) -> request ([`protocol`]) ->
+//! token claims ([`token`]) -> route and plan ([`providers`]) -> cache
+//! ([`cache`]) -> response ([`protocol`]), driven by [`serve`]. The admin
+//! [`commands`] reuse those parts. Below them sit the shared pieces: the
+//! network ([`http`], [`trust`]), [`error`], [`secret`], [`redact`],
+//! [`log`], [`duration`], [`deadline`].
 
 #![forbid(unsafe_code)]
 
 pub mod log;
 
-pub mod build_info;
 pub mod cache;
-pub mod cli;
-pub mod config;
+pub mod commands;
 pub mod deadline;
 pub mod duration;
 pub mod error;
-pub mod exchange;
-pub mod explain;
 pub mod http;
 pub mod image;
+pub mod inputs;
 pub mod matching;
+pub mod options;
 pub mod protocol;
+pub mod providers;
+pub mod redact;
 pub mod secret;
+pub mod serve;
 pub mod token;
 pub mod trust;
-pub mod upstream;
+pub mod version;

@@ -1,6 +1,44 @@
-//! The kubelet execs this binary once per image pull; everything lives in
-//! the library so it can be tested without a process.
+//! The kubelet execs this binary once per image pull; an admin runs it with
+//! a command. This is the only dispatcher: it parses the command line,
+//! reads the process inputs once, and hands over to the serving pipeline
+//! or to a command. Everything else lives in the library.
 
-fn main() -> std::process::ExitCode {
-    wi_credential_provider::cli::main()
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+use clap::{FromArgMatches, Subcommand};
+
+use wi_credential_provider::commands::{self, Command};
+use wi_credential_provider::inputs::{Env, Inputs};
+use wi_credential_provider::options::{self, Options};
+use wi_credential_provider::{log, serve, trust, version};
+
+fn main() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let command = Command::augment_subcommands(options::command().version(version::line()));
+    let matches = match command.try_get_matches_from(&args) {
+        Ok(matches) => matches,
+        Err(e) => e.exit(),
+    };
+    let options = match Options::from_matches(&matches) {
+        Ok(options) => options,
+        Err(e) => {
+            log::write(log::Level::Error, format_args!("{e}"));
+            return ExitCode::from(2);
+        }
+    };
+    log::set_level(options.log_level);
+    trust::set_ca_file(options.ca_file.clone());
+    if matches.subcommand().is_some() {
+        return match Command::from_arg_matches(&matches) {
+            Ok(command) => commands::run(&command, &options),
+            Err(e) => e.exit(),
+        };
+    }
+    let inputs = Inputs {
+        env: Env::from_process(),
+        ca_file: options.ca_file.clone(),
+    };
+    let arg0 = args.first().cloned().unwrap_or_default();
+    serve::run(&arg0, &matches, &options, &inputs)
 }

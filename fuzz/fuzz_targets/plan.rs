@@ -4,42 +4,29 @@
 //! namespace and name on the next two, then `key=value` annotations.
 #![no_main]
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::sync::LazyLock;
 
 use base64::Engine as _;
 use libfuzzer_sys::fuzz_target;
-use wi_credential_provider::exchange::{self, Context, Exchanger, aws, azure, gcp, passthrough};
 use wi_credential_provider::image::ImageRef;
+use wi_credential_provider::inputs::{Env, Inputs};
+use wi_credential_provider::options::{self, ArgMatches, BINARY};
+use wi_credential_provider::providers::{Provider, route};
 use wi_credential_provider::secret::Secret;
+use wi_credential_provider::serve;
 use wi_credential_provider::token::ServiceAccountToken;
 
-fn exchangers() -> Vec<Box<dyn Exchanger>> {
-    let passthrough = passthrough::Options {
-        registries: vec!["harbor.example.com".into()],
-        passthrough_username: passthrough::DEFAULT_USERNAME.into(),
-    };
-    let gcp = gcp::Options {
-        gcp_workload_identity_provider: None,
-        gcp_project_id: Some("my-project".into()),
-        gcp_cluster: Some("projects/my-project/locations/us-central1/clusters/prod".into()),
-        gcp_token_lifetime: Duration::from_secs(3600),
-        gcp_sts_endpoint: gcp::DEFAULT_STS_ENDPOINT.into(),
-        gcp_iamcredentials_endpoint: gcp::DEFAULT_IAMCREDENTIALS_ENDPOINT.into(),
-    };
-    let aws = aws::Options {
-        aws_credential_source: aws::CredentialSource::WebIdentity,
-        aws_role_arn_annotations: aws::identity::DEFAULT_ROLE_ANNOTATIONS
-            .map(str::to_string)
-            .to_vec(),
-        aws_session_duration: Duration::from_secs(3600),
-    };
-    vec![
-        Box::new(passthrough::Passthrough::new(&passthrough).unwrap()),
-        Box::new(aws::Aws::new(&aws)),
-        Box::new(azure::Azure::new(&azure::Options::default())),
-        Box::new(gcp::Gcp::new(&gcp).unwrap()),
+/// The command line of a node that configures every provider, parsed once
+/// by the binary's own parser.
+static MATCHES: LazyLock<ArgMatches> = LazyLock::new(|| {
+    let args = [
+        "--registry=harbor.example.com",
+        "--gcp-project-id=my-project",
+        "--gcp-cluster=projects/my-project/locations/us-central1/clusters/prod",
     ]
-}
+    .map(String::from);
+    options::parse_as(BINARY, &args, &Env::default()).unwrap()
+});
 
 fn token(namespace: &str, name: &str) -> Option<ServiceAccountToken> {
     let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
@@ -73,27 +60,33 @@ fuzz_target!(|data: &[u8]| {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     let token = token(namespace, name);
-    let cx = Context {
-        image: &image,
-        annotations: &annotations,
-        token: token.as_ref(),
-    };
-    let all = exchangers();
-    for choice in [
-        None,
-        Some(exchange::Provider::Azure),
-        Some(exchange::Provider::Gcp),
-    ] {
-        let Ok(exchanger) = exchange::route(choice, &image, &all) else {
+    let inputs = Inputs::default();
+    let choices = [None, Provider::find("azure"), Provider::find("gcp"), Provider::find("passthrough")];
+    for choice in choices {
+        let Ok(provider) = route::choose(choice, &image) else {
             continue;
         };
-        assert!(exchanger.serves(&image));
-        if let Ok(plan) = exchanger.plan(&cx) {
+        // `auto` picks only providers that recognise the registry by host.
+        assert!(choice.is_some() || provider.auto.is_some_and(|serves| serves(&image)));
+        let exchanger = (provider.build)(&MATCHES, &inputs).unwrap();
+        if route::require_served(exchanger.as_ref(), &image).is_err() {
+            continue;
+        }
+        // The serving pipeline's own offline step: admission, plan, and
+        // the check that the kubelet can match the auth key.
+        if let Ok(prepared) = serve::prepare(
+            exchanger.as_ref(),
+            None,
+            &image,
+            token.as_ref(),
+            &annotations,
+            "credentialprovider.kubelet.k8s.io/v1",
+        ) {
             // The credential is for the image's own registry, and the plan
             // names what shapes it.
-            assert_eq!(plan.auth_key, image.registry());
-            assert!(!plan.inputs.is_empty());
-            let _ = format!("{plan:?}");
+            assert_eq!(prepared.plan.auth_key, image.registry());
+            assert!(!prepared.plan.inputs.is_empty());
+            let _ = format!("{:?}", prepared.plan);
         }
     }
 });

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
-use wi_credential_provider::exchange::{azure, gcp};
+use wi_credential_provider::providers::{azure, gcp};
 use wi_credential_provider::http::Reply;
 use wi_credential_provider::secret::Secret;
 
@@ -42,9 +42,9 @@ fuzz_target!(|data: &[u8]| {
         assert!(reply.is_success() && !token.token.is_empty());
     }
     let _ = gcp::upstream_error(body);
-    let _ = wi_credential_provider::upstream::body_shape(body);
+    let _ = wi_credential_provider::redact::body_shape(body);
     let text = String::from_utf8_lossy(body);
-    let cleaned = wi_credential_provider::upstream::clean(&text, 300);
+    let cleaned = wi_credential_provider::redact::clean(&text, 300);
     assert!(cleaned.chars().count() <= 301);
     let _ = azure::acr::expiry(&Secret::new(text));
 });

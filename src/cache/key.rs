@@ -18,7 +18,7 @@
 //!   sorted, so editing any of them (a new role, another client ID) is a
 //!   different entry;
 //! - `auth_key`, the registry host the response is for;
-//! - every [`Plan::inputs`](crate::exchange::Plan) pair, prefixed `input.`:
+//! - every [`Plan::inputs`](crate::providers::Plan) pair, prefixed `input.`:
 //!   identity, registry scope, endpoints, lifetimes, authority.
 //!
 //! Values are escaped (`\`, newline, carriage return, and `=` in names) so
@@ -56,7 +56,7 @@ impl<'a> KeyInputs<'a> {
     /// The inputs of a planned exchange: what `respond()` keys the cache on
     /// and `explain` prints, built in one place so the two cannot drift.
     pub fn for_plan(
-        plan: &'a crate::exchange::Plan<'_>,
+        plan: &'a crate::providers::Plan<'_>,
         audiences: &'a [String],
         token: Option<&'a crate::token::ServiceAccountToken>,
         annotations: &'a BTreeMap<String, String>,

@@ -19,7 +19,6 @@
 //! A cache directory others could tamper with is refused with an error,
 //! because it would be an admin's mistake that must not go unnoticed.
 
-pub mod command;
 pub mod housekeeping;
 pub mod key;
 pub mod lock;
@@ -31,7 +30,7 @@ use std::time::{Duration, Instant};
 use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::Result;
-use crate::exchange::Credential;
+use crate::providers::Credential;
 use crate::token::ServiceAccount;
 
 pub use key::{Key, KeyInputs};

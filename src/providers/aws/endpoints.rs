@@ -367,7 +367,7 @@ pub fn agent(env: &Environment) -> Result<Endpoint> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exchange::aws::host;
+    use crate::providers::aws::host;
 
     fn env(pairs: &[(&str, &str)]) -> Environment {
         let pairs: Vec<(String, String)> = pairs

@@ -23,8 +23,8 @@ use serde::Deserialize;
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::http;
+use crate::redact;
 use crate::secret::Secret;
-use crate::upstream;
 
 /// The username that marks the password as an ACR refresh token.
 pub const USERNAME: &str = "00000000-0000-0000-0000-000000000000";
@@ -115,7 +115,7 @@ pub async fn exchange(
                 "ACR at {} answered HTTP {} without a refresh token ({})",
                 request.endpoint,
                 reply.status,
-                upstream::body_shape(&reply.body)
+                redact::body_shape(&reply.body)
             ))
             .fix("check that the endpoint is an ACR login server (--acr-endpoint) and that no proxy rewrites the answer")
         })?;
@@ -158,7 +158,7 @@ fn explain(request: &ExchangeRequest<'_>, reply: &http::Reply) -> Error {
         let text = [e.code.as_deref(), e.message.as_deref()]
             .into_iter()
             .flatten()
-            .map(|t| upstream::clean(t, 200))
+            .map(|t| redact::clean(t, 200))
             .collect::<Vec<_>>()
             .join(": ");
         if !text.is_empty() {
@@ -170,16 +170,16 @@ fn explain(request: &ExchangeRequest<'_>, reply: &http::Reply) -> Error {
         .into_iter()
         .flatten()
     {
-        detail.push(upstream::clean(text, 200));
+        detail.push(redact::clean(text, 200));
         said = true;
     }
     if !said {
-        detail.push(upstream::body_shape(&reply.body));
+        detail.push(redact::body_shape(&reply.body));
     }
     let what = format!(
         "ACR at {} {} to exchange the Entra ID token for a refresh token for {} ({})",
         request.endpoint,
-        upstream::verb(reply.status),
+        redact::verb(reply.status),
         request.service,
         detail.join(", ")
     );

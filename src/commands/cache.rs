@@ -8,8 +8,8 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use super::lock::{Acquired, KeyLock};
-use super::store::{Entry, Lookup, OpenError, Store};
+use crate::cache::lock::{Acquired, KeyLock};
+use crate::cache::store::{Entry, Lookup, OpenError, Store};
 use crate::duration::{self, format_unix};
 use crate::error::{Error, Result};
 use crate::log::{self, Level};
@@ -51,7 +51,7 @@ pub struct PurgeArgs {
 }
 
 /// Runs a `cache` subcommand; exit status 0, 1 on failure, 2 on usage.
-pub fn run(options: &super::Options, max_age: Duration, command: &Command) -> ExitCode {
+pub fn run(options: &crate::cache::Options, max_age: Duration, command: &Command) -> ExitCode {
     let Some(dir) = &options.cache_dir else {
         log::write(
             Level::Error,
@@ -168,10 +168,10 @@ fn row(entry: &Entry, now: i64, max_age: Duration) -> [String; 8] {
     };
     let state = if entry.expires_at <= now {
         "expired".to_string()
-    } else if super::is_fresh(entry.created_at, entry.expires_at, now, max_age) {
+    } else if crate::cache::is_fresh(entry.created_at, entry.expires_at, now, max_age) {
         format!(
             "served until {}",
-            format_unix(super::refresh_at(
+            format_unix(crate::cache::refresh_at(
                 entry.created_at,
                 entry.expires_at,
                 max_age

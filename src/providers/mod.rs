@@ -11,10 +11,12 @@
 //! the cache keys on those inputs, `explain` prints them, and only a miss
 //! runs [`Plan::exchange`], which does the network calls.
 
+pub mod allowlist;
 pub mod aws;
 pub mod azure;
 pub mod gcp;
 pub mod passthrough;
+pub mod route;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -22,45 +24,90 @@ use std::fmt;
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::image::ImageRef;
+use crate::inputs::Inputs;
 use crate::protocol::CacheKeyType;
 use crate::secret::Secret;
 use crate::token::ServiceAccountToken;
 
-/// The exchangers this binary knows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
-pub enum Provider {
-    Aws,
-    Azure,
-    Gcp,
-    Passthrough,
+/// One identity system, declared once.
+///
+/// Everything the rest of the program knows about a provider comes from
+/// its declaration and from the [`Exchanger`] it builds: the router and
+/// `auto`, `--help` and `--version`, `check-config`, `explain` and the
+/// cache key all read [`ALL`]. Adding a provider is one module that
+/// declares a `PROVIDER` and one line in [`ALL`].
+pub struct Provider {
+    /// `--provider` value, binary-name suffix (`wi-credential-provider-aws`),
+    /// log and cache-key name.
+    pub name: &'static str,
+    /// One line for `--help` and the docs.
+    pub summary: &'static str,
+    /// The audience the service account token needs when `--audience` is
+    /// not given, in words (the built exchanger's [`Exchanger::audiences`]
+    /// is authoritative: some depend on flags).
+    pub audience: &'static str,
+    /// The registry test `auto` uses, for providers whose registries are
+    /// recognisable by host alone (the clouds). `None`: `auto` never picks
+    /// this provider, so sending a token to it is always an explicit choice.
+    pub auto: Option<fn(&ImageRef) -> bool>,
+    /// The registry password is the service account token itself: the
+    /// kubelet's `cacheType` must be `Token`, and the credential lives no
+    /// longer than the token.
+    pub password_is_token: bool,
+    /// Adds the provider's flags to the command line (a `clap::Args`
+    /// struct's `augment_args`).
+    pub flags: fn(clap::Command) -> clap::Command,
+    /// Builds the exchanger from the parsed command line and the process
+    /// inputs. Only the provider a request is routed to is built, so a
+    /// provider's configuration errors surface on its own requests only.
+    pub build: fn(&clap::ArgMatches, &Inputs) -> Result<Box<dyn Exchanger>>,
 }
 
 impl Provider {
-    pub fn name(self) -> &'static str {
-        match self {
-            Provider::Aws => "aws",
-            Provider::Azure => "azure",
-            Provider::Gcp => "gcp",
-            Provider::Passthrough => "passthrough",
-        }
+    pub fn name(&self) -> &'static str {
+        self.name
     }
 
-    pub fn from_name(name: &str) -> Option<Self> {
-        [
-            Provider::Aws,
-            Provider::Azure,
-            Provider::Gcp,
-            Provider::Passthrough,
-        ]
-        .into_iter()
-        .find(|p| p.name() == name)
+    /// The provider called `name`.
+    pub fn find(name: &str) -> Option<&'static Provider> {
+        ALL.iter().copied().find(|p| p.name == name)
+    }
+}
+
+/// Every provider this binary carries, in `auto`'s order of preference.
+pub static ALL: &[&Provider] = &[
+    &aws::PROVIDER,
+    &azure::PROVIDER,
+    &gcp::PROVIDER,
+    &passthrough::PROVIDER,
+];
+
+impl PartialEq for Provider {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for Provider {}
+
+impl fmt::Debug for Provider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name)
     }
 }
 
 impl fmt::Display for Provider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        f.write_str(self.name)
     }
+}
+
+/// Parses a provider's flags out of the command line, for its `build`.
+pub fn flags<T: clap::FromArgMatches>(matches: &clap::ArgMatches) -> Result<T> {
+    T::from_arg_matches(matches).map_err(|e| {
+        Error::new(format!("cannot read the provider's flags: {e}"))
+            .fix("run `wi-credential-provider --help` for the flags")
+    })
 }
 
 /// Registry credentials and when they stop working.
@@ -119,7 +166,7 @@ pub type Exchange<'a> = Box<dyn FnOnce(&Deadline) -> Result<Credential> + 'a>;
 /// Everything decided before the network: where the credential goes, how
 /// widely it may be cached, and the inputs that shape it.
 pub struct Plan<'a> {
-    pub provider: Provider,
+    pub provider: &'static Provider,
     /// The key of the response's `auth` map: the registry host, which the
     /// kubelet matches against the image with its own rules.
     pub auth_key: String,
@@ -148,7 +195,7 @@ impl fmt::Debug for Plan<'_> {
 
 /// One identity system.
 pub trait Exchanger {
-    fn provider(&self) -> Provider;
+    fn provider(&self) -> &'static Provider;
 
     /// The audiences the token may carry for this exchanger, any one of
     /// which is enough; empty means the exchanger does not care.
@@ -173,91 +220,18 @@ pub trait Exchanger {
     /// The registries this exchanger serves, for error messages.
     fn registries(&self) -> String;
 
+    /// Why `image`, which [`Exchanger::serves`] refused, gets no
+    /// credential from this exchanger, and what to change.
+    fn refusal(&self, image: &ImageRef) -> Error {
+        let provider = self.provider();
+        Error::new(format!(
+            "registry {} is not served by the {provider} exchanger, which serves {}",
+            image.registry(),
+            self.registries()
+        ))
+        .fix("narrow this provider's matchImages in the kubelet's CredentialProviderConfig to those registries, or pick another provider")
+    }
+
     /// Checks the request and decides everything but the network calls.
     fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>>;
-}
-
-/// Checks the service account token against what `exchanger` needs before
-/// anything is planned: present when it is required, and minted for one of
-/// the audiences it will be presented to (`audience_override` is
-/// `--audience`). Returns those audiences, which also key the cache.
-pub fn admit_token(
-    exchanger: &dyn Exchanger,
-    audience_override: Option<&str>,
-    token: Option<&ServiceAccountToken>,
-    api_version: &str,
-) -> Result<Vec<String>> {
-    let audiences = match audience_override {
-        Some(audience) => vec![audience.to_string()],
-        None => exchanger.audiences(),
-    };
-    match token {
-        Some(token) => token.require_audience(&audiences, exchanger.provider().name())?,
-        None if exchanger.requires_token() => {
-            return Err(Error::new("the request carries no service account token").fix(format!(
-                "give this provider entry tokenAttributes (serviceAccountTokenAudience, cacheType, requireServiceAccount) \
-                 and apiVersion credentialprovider.kubelet.k8s.io/v1 in the kubelet's CredentialProviderConfig; \
-                 the request used {api_version}"
-            )));
-        }
-        None => {}
-    }
-    Ok(audiences)
-}
-
-/// Picks the exchanger for `image`: the one named, or under `auto` the
-/// cloud exchanger whose registry pattern matches. `auto` never picks
-/// passthrough: sending the token to a host is always an explicit choice.
-pub fn route<'e>(
-    choice: Option<Provider>,
-    image: &ImageRef,
-    exchangers: &'e [Box<dyn Exchanger>],
-) -> Result<&'e dyn Exchanger> {
-    match choice {
-        Some(provider) => {
-            let exchanger = exchangers
-                .iter()
-                .find(|e| e.provider() == provider)
-                .ok_or_else(|| {
-                    Error::new(format!(
-                        "the {provider} exchanger is not available in this build"
-                    ))
-                    .fix("run `wi-credential-provider --version` to see the providers it has")
-                })?;
-            if provider != Provider::Passthrough && !exchanger.serves(image) {
-                return Err(Error::new(format!(
-                    "registry {} is not served by the {provider} exchanger, which serves {}",
-                    image.registry(),
-                    exchanger.registries()
-                ))
-                .fix("narrow this provider's matchImages in the kubelet's CredentialProviderConfig to those registries, or pick another provider"));
-            }
-            Ok(exchanger.as_ref())
-        }
-        None => {
-            let clouds = || {
-                exchangers
-                    .iter()
-                    .filter(|e| e.provider() != Provider::Passthrough)
-            };
-            clouds()
-                .find(|e| e.serves(image))
-                .map(|e| e.as_ref())
-                .ok_or_else(|| {
-                    let served = clouds()
-                        .map(|e| format!("{} ({})", e.provider(), e.registries()))
-                        .collect::<Vec<_>>();
-                    let served = if served.is_empty() {
-                        "no cloud exchanger is built in".to_string()
-                    } else {
-                        format!("known registries: {}", served.join("; "))
-                    };
-                    Error::new(format!(
-                        "registry {} is not a cloud registry this plugin recognises ({served})",
-                        image.registry()
-                    ))
-                    .fix("for a registry that trusts the cluster's OIDC issuer use --provider passthrough --registry <host>; otherwise remove it from matchImages")
-                })
-        }
-    }
 }

@@ -24,9 +24,9 @@ use super::identity::RoleArn;
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::http;
+use crate::redact;
 use crate::secret::Secret;
 use crate::token::ServiceAccountToken;
-use crate::upstream;
 
 /// Attempts per AWS call, the first included.
 pub const MAX_ATTEMPTS: u32 = 3;
@@ -427,7 +427,7 @@ fn transport_error(failure: Failure, call: &str, var: &str, deadline: &Deadline)
         Failure::Garbled { status, detail } => Error::new(format!(
             "{call} answered{} with something that is not an AWS response: {}",
             status.map(|s| format!(" HTTP {s}")).unwrap_or_default(),
-            upstream::clean(&detail, MAX_MESSAGE_CHARS)
+            redact::clean(&detail, MAX_MESSAGE_CHARS)
         ))
         .fix(format!(
             "check that {var} (or AWS_ENDPOINT_URL) points at the AWS service, and that no proxy rewrites the answer"
@@ -454,7 +454,7 @@ const MAX_MESSAGE_CHARS: usize = 300;
 /// people (`Not authorized to perform sts:AssumeRoleWithWebIdentity`), but
 /// whatever answers at an overridden endpoint could echo anything.
 fn said(message: &str) -> String {
-    format!("{:?}", upstream::clean(message, MAX_MESSAGE_CHARS))
+    format!("{:?}", redact::clean(message, MAX_MESSAGE_CHARS))
 }
 
 /// The issuer URL without scheme, as IAM names OIDC providers.

@@ -23,8 +23,8 @@ use serde::Deserialize;
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::http;
+use crate::redact;
 use crate::secret::Secret;
-use crate::upstream;
 
 /// The ACR resource, the same in every cloud. Tokens for the ARM audience
 /// (`https://management.azure.com`) are refused by registries that disable
@@ -132,7 +132,7 @@ pub async fn request_token(
                     "Entra ID at {} answered HTTP {} with a body that is not a token response ({})",
                     request.authority,
                     reply.status,
-                    upstream::body_shape(&reply.body)
+                    redact::body_shape(&reply.body)
                 ))
                 .fix("check that --azure-authority-host (or AZURE_AUTHORITY_HOST) points at Entra ID and that no proxy rewrites the answer")
             })?;
@@ -148,15 +148,15 @@ fn explain(request: &TokenRequest<'_>, reply: &http::Reply) -> Error {
     let code = aadsts_code(description).or_else(|| parsed.error_codes.first().copied());
     let mut detail = vec![format!("HTTP {}", reply.status)];
     if let Some(error) = parsed.error.as_deref() {
-        detail.push(upstream::clean(error, 40));
+        detail.push(redact::clean(error, 40));
     }
     match code {
         Some(code) => detail.push(format!(
             "AADSTS{code}: {}",
-            upstream::clean(strip_code(description), 300)
+            redact::clean(strip_code(description), 300)
         )),
-        None if !description.is_empty() => detail.push(upstream::clean(description, 300)),
-        None if parsed.error.is_none() => detail.push(upstream::body_shape(&reply.body)),
+        None if !description.is_empty() => detail.push(redact::clean(description, 300)),
+        None if parsed.error.is_none() => detail.push(redact::body_shape(&reply.body)),
         None => {}
     }
     if let Some(id) = parsed
@@ -168,7 +168,7 @@ fn explain(request: &TokenRequest<'_>, reply: &http::Reply) -> Error {
     }
     let what = format!(
         "Entra ID {} to issue a token for client {} in tenant {} at {} ({})",
-        upstream::verb(reply.status),
+        redact::verb(reply.status),
         request.client_id,
         request.tenant,
         request.authority,

@@ -25,10 +25,11 @@ pub mod host;
 pub mod identity;
 
 use crate::error::{Error, Result, quote};
-use crate::exchange::{Context, Credential, Exchanger, Plan, Provider};
 use crate::http;
 use crate::image::ImageRef;
+use crate::inputs::Inputs;
 use crate::protocol::CacheKeyType;
+use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
 
 /// The audience of Entra ID federated identity credentials.
 pub const AUDIENCE: &str = "api://AzureADTokenExchange";
@@ -125,29 +126,42 @@ impl Settings {
     }
 }
 
+pub static PROVIDER: Provider = Provider {
+    name: "azure",
+    summary: "Entra ID workload identity federation, then ACR's token exchange",
+    audience: AUDIENCE,
+    auto: Some(|image| host::parse(image.registry()).is_some()),
+    password_is_token: false,
+    flags: <Options as clap::Args>::augment_args,
+    build,
+};
+
+fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
+    let options: Options = providers::flags(matches)?;
+    let options = options.with_standard_env(|name| inputs.env.get(name).map(str::to_string));
+    Ok(Box::new(Azure::new(&options)?))
+}
+
 pub struct Azure {
-    /// The checked options, or why they are wrong. Kept rather than failed
-    /// on at construction so that a bad Azure setting (an odd
-    /// AZURE_TENANT_ID in the kubelet's environment) fails Azure pulls only,
-    /// with its own message, and not every provider this binary serves.
-    settings: std::result::Result<Settings, Error>,
+    /// The checked options. Only a request routed to Azure builds this
+    /// exchanger, so a bad Azure setting (an odd AZURE_TENANT_ID in the
+    /// kubelet's environment) fails Azure pulls only.
+    settings: Settings,
 }
 
 impl Azure {
-    /// Builds the exchanger; no I/O beyond reading the standard variables.
-    pub fn new(options: &Options) -> Self {
-        let options = options
-            .clone()
-            .with_standard_env(|name| std::env::var(name).ok());
-        Azure {
-            settings: Settings::new(&options),
-        }
+    /// Checks the options, the standard variables already applied
+    /// ([`Options::with_standard_env`]); no I/O.
+    pub fn new(options: &Options) -> Result<Self> {
+        Ok(Azure {
+            settings: Settings::new(options)?,
+        })
     }
 }
 
 impl Exchanger for Azure {
-    fn provider(&self) -> Provider {
-        Provider::Azure
+    fn provider(&self) -> &'static Provider {
+        &PROVIDER
     }
 
     fn audiences(&self) -> Vec<String> {
@@ -171,7 +185,7 @@ impl Exchanger for Azure {
     }
 
     fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
-        let settings = self.settings.as_ref().map_err(Clone::clone)?;
+        let settings = &self.settings;
         let server = host::parse(cx.image.registry()).ok_or_else(|| {
             Error::new(format!(
                 "registry {} is not an ACR login server ({})",
@@ -213,7 +227,7 @@ impl Exchanger for Azure {
             ("scope", entra::SCOPE.to_string()),
         ];
         Ok(Plan {
-            provider: Provider::Azure,
+            provider: &PROVIDER,
             auth_key: cx.image.registry().to_string(),
             cache_key_type: CacheKeyType::Registry,
             cacheable: true,
@@ -283,9 +297,7 @@ mod tests {
     }
 
     fn azure(options: Options) -> Azure {
-        Azure {
-            settings: Settings::new(&options),
-        }
+        Azure::new(&options).unwrap()
     }
 
     fn plan_inputs(
@@ -400,7 +412,7 @@ mod tests {
     }
 
     #[test]
-    fn bad_settings_fail_azure_plans_only() {
+    fn bad_settings_refuse_to_build() {
         for options in [
             Options {
                 azure_tenant_id: Some("common".into()),
@@ -419,13 +431,7 @@ mod tests {
                 ..Options::default()
             },
         ] {
-            let a = azure(options.clone());
-            let e = plan_inputs(
-                &a,
-                "contoso.azurecr.io/app",
-                &[(identity::WI_CLIENT_ID, CLIENT)],
-            )
-            .unwrap_err();
+            let e = Azure::new(&options).err().unwrap();
             assert!(!e.to_string().is_empty(), "{options:?}");
         }
     }

@@ -19,9 +19,9 @@ use super::sdk::AwsCredentials;
 use crate::deadline::Deadline;
 use crate::error::{Error, Result, quote};
 use crate::http;
+use crate::redact;
 use crate::secret::Secret;
 use crate::token::ServiceAccountToken;
-use crate::upstream;
 
 /// How much of the agent's error message is repeated.
 const MAX_MESSAGE_CHARS: usize = 300;
@@ -147,11 +147,11 @@ fn refusal(call: &str, status: u16, body: &[u8], token: &ServiceAccountToken) ->
     let (code, said) = match error_code(&text) {
         Some((code, message)) => (
             code.clone(),
-            format!("{code}: {:?}", upstream::clean(&message, MAX_MESSAGE_CHARS)),
+            format!("{code}: {:?}", redact::clean(&message, MAX_MESSAGE_CHARS)),
         ),
         None => (
             String::new(),
-            format!("a body of {}", upstream::body_shape(body)),
+            format!("a body of {}", redact::body_shape(body)),
         ),
     };
     let what = |summary: &str| {

@@ -5,17 +5,17 @@
 //! bin dir. The others need to know what this plugin will do with the
 //! entry, so they apply to entries that run this binary (its name, a symlink
 //! to it, or `WICP_*` variables) and ask the routed exchanger itself, through
-//! the [`Exchanger`](crate::exchange::Exchanger) trait, which audience it
+//! the [`Exchanger`](crate::providers::Exchanger) trait, which audience it
 //! expects and which annotations it reads: there is no second table here to
 //! fall out of date.
 
 use std::path::Path;
 use std::time::Duration;
 
-use crate::cli::BINARY;
 use crate::duration::format_go;
-use crate::exchange::{self, Exchanger, Provider};
 use crate::image::ImageRef;
+use crate::options::{AUTO, BINARY};
+use crate::providers::{self, Exchanger, route};
 
 use super::entry::{self, Routing};
 use super::load::{Entry, Loaded, TokenAttributes};
@@ -215,17 +215,15 @@ fn plugin(entry: &Entry, findings: &mut Vec<Finding>) {
     };
     name_and_args(entry, &routing, findings);
     match routing.choice {
-        Some(provider) => match routing.exchanger() {
-            Some(exchanger) => pinned(entry, &routing, exchanger, findings),
-            None => findings.push(
-                entry
-                    .error(
-                        Rule::ArgsInvalid,
-                        "args",
-                        format!("the entry routes to {provider}, which this build does not have"),
-                    )
-                    .fix("run `wi-credential-provider --version` to see the providers it has"),
-            ),
+        Some(provider) => match routing.build(provider) {
+            Ok(exchanger) => pinned(entry, &routing, exchanger.as_ref(), findings),
+            Err(e) => {
+                let mut finding = entry.error(Rule::ArgsInvalid, "args", e.what().to_string());
+                if let Some(fix) = e.remedy() {
+                    finding = finding.fix(fix);
+                }
+                findings.push(finding);
+            }
         },
         None => auto(entry, &routing, findings),
     }
@@ -236,9 +234,7 @@ fn name_and_args(entry: &Entry, routing: &Routing, findings: &mut Vec<Finding>) 
     let name = entry.name();
     match routing.named {
         Some(named) if routing.choice != Some(named) => {
-            let actual = routing
-                .choice
-                .map_or("auto".to_string(), |p| p.name().to_string());
+            let actual = routing.choice.map_or(AUTO, |p| p.name());
             findings.push(
                 entry
                     .error(
@@ -251,7 +247,7 @@ fn name_and_args(entry: &Entry, routing: &Routing, findings: &mut Vec<Finding>) 
                     .fix("make the name's suffix and --provider (WICP_PROVIDER) agree, or drop --provider"),
             );
         }
-        None if routing.cli.provider.is_none() => {
+        None if routing.options.provider.is_none() => {
             if let Some(suffix) = name.strip_prefix(&format!("{BINARY}-")) {
                 findings.push(
                     entry
@@ -259,7 +255,8 @@ fn name_and_args(entry: &Entry, routing: &Routing, findings: &mut Vec<Finding>) 
                             Rule::NameUnknownSuffix,
                             "name",
                             format!(
-                                "the suffix {suffix:?} names no provider (aws, azure, gcp, passthrough), so the binary routes by registry host (auto)"
+                                "the suffix {suffix:?} names no provider ({}), so the binary routes by registry host (auto)",
+                                providers::ALL.iter().map(|p| p.name).collect::<Vec<_>>().join(", ")
                             ),
                         )
                         .fix("name the entry wi-credential-provider-<provider>, or pass --provider"),
@@ -296,16 +293,16 @@ fn pinned(
         }
         None => {}
         Some(attrs) => {
-            if provider == Provider::Passthrough
-                && attrs.cache_type.as_deref() == Some("ServiceAccount")
-            {
+            if provider.password_is_token && attrs.cache_type.as_deref() == Some("ServiceAccount") {
                 findings.push(
                     entry
                         .error(
                             Rule::PassthroughCacheType,
                             "tokenAttributes.cacheType",
-                            "passthrough returns the service account token as the password, which the kubelet \
-                             discards unless cacheType is Token (\"returned the service account token as the password\")",
+                            format!(
+                                "{provider} returns the service account token as the password, which the kubelet \
+                                 discards unless cacheType is Token (\"returned the service account token as the password\")"
+                            ),
                         )
                         .fix("set cacheType: Token"),
                 );
@@ -330,7 +327,7 @@ fn pinned(
                         .fix(format!(
                             "set serviceAccountTokenAudience: {}{}",
                             expected.first().map(String::as_str).unwrap_or_default(),
-                            if routing.cli.audience.is_some() {
+                            if routing.options.audience.is_some() {
                                 ", or change --audience"
                             } else {
                                 ", or pass --audience if your identity provider trusts another audience"
@@ -346,6 +343,11 @@ fn pinned(
             continue;
         };
         if !exchanger.serves(&image) {
+            let fix = exchanger
+                .refusal(&image)
+                .remedy()
+                .unwrap_or("remove it from matchImages, or route it to another provider entry")
+                .to_string();
             findings.push(
                 entry
                     .error(
@@ -357,11 +359,7 @@ fn pinned(
                             exchanger.registries()
                         ),
                     )
-                    .fix(if provider == Provider::Passthrough {
-                        format!("allow it with --registry {}, or remove it from matchImages", image.registry())
-                    } else {
-                        "remove it from matchImages, or route it to another provider entry".to_string()
-                    }),
+                    .fix(fix),
             );
         }
     }
@@ -416,11 +414,12 @@ fn annotations(
 
 /// An entry that routes by registry host.
 fn auto(entry: &Entry, routing: &Routing, findings: &mut Vec<Finding>) {
-    let clouds: Vec<&dyn Exchanger> = routing
-        .exchangers
+    // The providers auto can pick, built as this entry would build them;
+    // one that would refuse the entry's flags expects no audience.
+    let clouds: Vec<Box<dyn Exchanger>> = providers::ALL
         .iter()
-        .map(|e| e.as_ref())
-        .filter(|e| e.provider() != Provider::Passthrough)
+        .filter(|p| p.auto.is_some())
+        .filter_map(|p| routing.build(p).ok())
         .collect();
     if let Some(attrs) = &entry.provider.token_attributes {
         findings.push(
@@ -434,7 +433,7 @@ fn auto(entry: &Entry, routing: &Routing, findings: &mut Vec<Finding>) {
                 .fix("name the entry after its provider (wi-credential-provider-aws, ...) or pass --provider"),
         );
         let audience = attrs.audience();
-        let expected: Vec<String> = match &routing.cli.audience {
+        let expected: Vec<String> = match &routing.options.audience {
             Some(a) => vec![a.clone()],
             None => clouds.iter().flat_map(|e| e.audiences()).collect(),
         };
@@ -457,7 +456,7 @@ fn auto(entry: &Entry, routing: &Routing, findings: &mut Vec<Finding>) {
         let Some(image) = literal_image(pattern) else {
             continue;
         };
-        if let Err(e) = exchange::route(None, &image, &routing.exchangers) {
+        if let Err(e) = route::choose(None, &image) {
             findings.push(
                 entry
                     .error(
@@ -477,7 +476,7 @@ fn auto(entry: &Entry, routing: &Routing, findings: &mut Vec<Finding>) {
 
 /// The audiences the binary will require of the token.
 fn expected_audiences(routing: &Routing, exchanger: &dyn Exchanger) -> Vec<String> {
-    match &routing.cli.audience {
+    match &routing.options.audience {
         Some(audience) => vec![audience.clone()],
         None => exchanger.audiences(),
     }
@@ -490,12 +489,15 @@ fn cache_duration(entry: &Entry, routing: &Routing, findings: &mut Vec<Finding>)
     let Some(configured) = parse_go_duration(text) else {
         return;
     };
-    let mut limit = routing.cli.max_cache_duration;
+    let mut limit = routing.options.max_cache_duration;
     let mut why = "--max-cache-duration".to_string();
-    if routing.choice == Some(Provider::Passthrough) && KUBELET_TOKEN_LIFETIME < limit {
+    if let Some(provider) = routing.choice.filter(|p| p.password_is_token)
+        && KUBELET_TOKEN_LIFETIME < limit
+    {
         limit = KUBELET_TOKEN_LIFETIME;
-        why =
-            "the lifetime of the kubelet's token, which passthrough returns as the password".into();
+        why = format!(
+            "the lifetime of the kubelet's token, which {provider} returns as the password"
+        );
     }
     if configured > limit.as_secs_f64() {
         findings.push(

@@ -27,10 +27,11 @@ use std::time::Duration;
 
 use crate::duration;
 use crate::error::{Error, Result};
-use crate::exchange::{Context, Credential, Exchanger, Plan, Provider};
 use crate::http;
 use crate::image::ImageRef;
+use crate::inputs::Inputs;
 use crate::protocol::CacheKeyType;
+use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
 
 use endpoints::{Environment, Service};
 use host::Registry;
@@ -118,6 +119,24 @@ fn parse_session_duration(text: &str) -> std::result::Result<Duration, String> {
     Ok(whole)
 }
 
+pub static PROVIDER: Provider = Provider {
+    name: "aws",
+    summary: "STS web identity or EKS Pod Identity, then ECR and ECR Public",
+    audience: "sts.amazonaws.com (web-identity) or pods.eks.amazonaws.com (pod-identity)",
+    auto: Some(|image| host::parse(image.hostname()).is_some()),
+    password_is_token: false,
+    flags: <Options as clap::Args>::augment_args,
+    build,
+};
+
+fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
+    let env = Environment::from_lookup(|name| inputs.env.get(name).map(str::to_string));
+    Ok(Box::new(Aws::with_environment(
+        &providers::flags(matches)?,
+        env,
+    )))
+}
+
 pub struct Aws {
     source: CredentialSource,
     role_annotations: Vec<String>,
@@ -128,10 +147,6 @@ pub struct Aws {
 impl Aws {
     /// Takes the options and the AWS_* variables; checks nothing that could
     /// fail for a request this exchanger never sees.
-    pub fn new(options: &Options) -> Self {
-        Self::with_environment(options, Environment::from_process())
-    }
-
     pub fn with_environment(options: &Options, env: Environment) -> Self {
         Aws {
             source: options.aws_credential_source,
@@ -148,8 +163,8 @@ impl Aws {
 }
 
 impl Exchanger for Aws {
-    fn provider(&self) -> Provider {
-        Provider::Aws
+    fn provider(&self) -> &'static Provider {
+        &PROVIDER
     }
 
     fn audiences(&self) -> Vec<String> {
@@ -187,7 +202,7 @@ impl Exchanger for Aws {
             Registry::Public => "ecr-public".to_string(),
         };
         let mut inputs = vec![("credential source", self.source.name().to_string())];
-        let exchange: crate::exchange::Exchange<'a> = match self.source {
+        let exchange: crate::providers::Exchange<'a> = match self.source {
             CredentialSource::WebIdentity => {
                 if self.role_annotations.is_empty() {
                     return Err(Error::new("--aws-role-arn-annotation lists no annotation key")
@@ -284,7 +299,7 @@ impl Exchanger for Aws {
             }
         };
         Ok(Plan {
-            provider: Provider::Aws,
+            provider: &PROVIDER,
             auth_key: cx.image.registry().to_string(),
             cache_key_type: CacheKeyType::Registry,
             cacheable: true,

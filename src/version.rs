@@ -4,8 +4,7 @@
 
 use std::sync::LazyLock;
 
-use crate::cli::BINARY;
-use crate::config::entry;
+use crate::providers;
 
 /// The crate version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -16,21 +15,11 @@ pub const COMMIT: &str = match option_env!("WICP_GIT_COMMIT") {
     None => "unknown",
 };
 
-/// The providers built into this binary, found by building the exchangers
-/// with default options, exactly as an invocation without flags would.
+/// The providers built into this binary, sorted by name.
 pub fn providers() -> Vec<&'static str> {
-    match entry::route(BINARY, &[], &[]) {
-        Ok(routing) => {
-            let mut names: Vec<&'static str> = routing
-                .exchangers
-                .iter()
-                .map(|e| e.provider().name())
-                .collect();
-            names.sort_unstable();
-            names
-        }
-        Err(_) => Vec::new(),
-    }
+    let mut names: Vec<&'static str> = providers::ALL.iter().map(|p| p.name).collect();
+    names.sort_unstable();
+    names
 }
 
 static VERSION_LINE: LazyLock<String> = LazyLock::new(|| {
@@ -44,6 +33,6 @@ static VERSION_LINE: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// `0.1.0 (commit 5d9f861abcde, providers: aws, azure, gcp, passthrough)`.
-pub fn version() -> &'static str {
+pub fn line() -> &'static str {
     VERSION_LINE.as_str()
 }

@@ -6,7 +6,7 @@
 //! unsigned JWT with the claims the kubelet's token would carry (namespace,
 //! name and UID from the manifest, the entry's audience, a one-hour life),
 //! clearly labelled as synthetic. It goes through the same decoding,
-//! audience check, routing and [`Exchanger::plan`](crate::exchange::Exchanger::plan)
+//! routing and [`serve::prepare`] (audience check, plan, auth-key check)
 //! as a real request, and the plan's network step is never run.
 
 use std::collections::BTreeMap;
@@ -21,15 +21,16 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::cache::{Key, KeyInputs};
-use crate::config::load::{Entry, PROVIDER_V1};
-use crate::config::{Finding, Severity, entry, lint, load, validate};
+use crate::cache::Key;
+use crate::commands::check_config::load::{Entry, PROVIDER_V1};
+use crate::commands::check_config::{Finding, Severity, entry, lint, load, validate};
 use crate::duration::{self, format_go};
 use crate::error::{Error, Result};
-use crate::exchange::{self, Context};
 use crate::image::ImageRef;
 use crate::matching;
+use crate::providers::route;
 use crate::secret::Secret;
+use crate::serve;
 use crate::token::ServiceAccountToken;
 
 #[derive(clap::Args, Clone, Debug)]
@@ -469,8 +470,8 @@ fn explain_entry(
     }
 }
 
-/// The binary's own steps up to, not including, the network: route, token
-/// checks, plan.
+/// The binary's own steps up to, not including, the network: route, then
+/// [`serve::prepare`], the very function a real request goes through.
 fn plan(
     entry: &Entry,
     image: &ImageRef,
@@ -479,55 +480,45 @@ fn plan(
     out: &mut String,
 ) -> Result<()> {
     let routing = entry::route(entry.name(), entry.provider.args(), &entry.provider.env())?;
-    let how = match (routing.choice, routing.cli.provider) {
+    let how = match (routing.choice, &routing.options.provider) {
         (None, _) => "auto: by registry host".to_string(),
         (Some(_), Some(_)) => "--provider / WICP_PROVIDER".to_string(),
         (Some(_), None) => "the entry's name".to_string(),
     };
-    let exchanger = exchange::route(routing.choice, image, &routing.exchangers)?;
-    let provider = exchanger.provider();
+    let provider = route::choose(routing.choice, image)?;
     let _ = writeln!(out, "    provider: {provider} (chosen by {how})");
-    // The same admission respond() applies; its audiences key the cache.
-    let audiences = exchange::admit_token(
-        exchanger,
-        routing.cli.audience.as_deref(),
+    let exchanger = routing.build(provider)?;
+    route::require_served(exchanger.as_ref(), image)?;
+    let prepared = serve::prepare(
+        exchanger.as_ref(),
+        routing.options.audience.as_deref(),
+        image,
         token,
-        "credentialprovider.kubelet.k8s.io/v1",
+        annotations,
+        PROVIDER_V1,
     )?;
     if token.is_some() {
         let _ = writeln!(
             out,
             "    audience: ok ({})",
-            if audiences.is_empty() {
+            if prepared.audiences.is_empty() {
                 "this exchanger takes any audience".to_string()
             } else {
-                format!("expects {}", audiences.join(" or "))
+                format!("expects {}", prepared.audiences.join(" or "))
             }
         );
     }
-    let cx = Context {
-        image,
-        annotations,
-        token,
-    };
-    let plan = exchanger.plan(&cx)?;
+    let plan = &prepared.plan;
     let _ = writeln!(
         out,
         "    auth key: {} (cacheKeyType {})",
         plan.auth_key,
         plan.cache_key_type.as_str()
     );
-    if !matching::matches(&plan.auth_key, &image.to_string()) {
-        let _ = writeln!(
-            out,
-            "    warning: the kubelet would not apply a credential keyed {:?} to {image}",
-            plan.auth_key
-        );
-    }
     for (name, value) in &plan.inputs {
         let _ = writeln!(out, "    {name}: {value}");
     }
-    match (&routing.cli.cache.cache_dir, plan.cacheable) {
+    match (&routing.options.cache.cache_dir, plan.cacheable) {
         (_, false) => {
             let _ = writeln!(out, "    on-disk cache: never keeps this credential");
         }
@@ -538,12 +529,11 @@ fn plan(
             );
         }
         (Some(dir), true) => {
-            let key_inputs = KeyInputs::for_plan(&plan, &audiences, token, annotations);
             let _ = writeln!(
                 out,
                 "    on-disk cache: {}, key {} (computed with issuer {:?}; pass --issuer with the cluster's for the real key)",
                 dir.display(),
-                Key::derive(&key_inputs),
+                Key::derive(&prepared.key_inputs(token, annotations)),
                 token.map_or("", |t| t.claims().issuer.as_str())
             );
         }
@@ -551,7 +541,7 @@ fn plan(
     let _ = writeln!(
         out,
         "    cacheDuration: 80% of the credential's remaining life, at most {} (--max-cache-duration)",
-        format_go(routing.cli.max_cache_duration)
+        format_go(routing.options.max_cache_duration)
     );
     let _ = writeln!(
         out,

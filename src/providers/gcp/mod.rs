@@ -29,10 +29,11 @@ use std::time::Duration;
 use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result};
-use crate::exchange::{Context, Credential, Exchanger, Plan, Provider};
 use crate::http;
 use crate::image::ImageRef;
+use crate::inputs::Inputs;
 use crate::protocol::CacheKeyType;
+use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
 use crate::secret::Secret;
 
 pub use identity::{Mode, SERVICE_ACCOUNT_ANNOTATION};
@@ -108,6 +109,20 @@ fn parse_lifetime(text: &str) -> std::result::Result<Duration, String> {
     Ok(d)
 }
 
+pub static PROVIDER: Provider = Provider {
+    name: "gcp",
+    summary: "Google STS (GKE Workload Identity or Workload Identity Federation), optional impersonation",
+    audience: "PROJECT_ID.svc.id.goog (GKE) or the pool provider's name (federation)",
+    auto: Some(|image| is_google_registry(image.registry())),
+    password_is_token: false,
+    flags: <Options as clap::Args>::augment_args,
+    build,
+};
+
+fn build(matches: &clap::ArgMatches, _inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
+    Ok(Box::new(Gcp::new(&providers::flags(matches)?)?))
+}
+
 pub struct Gcp {
     /// `None` when no GCP flag is set: the exchanger then only refuses.
     mode: Option<Mode>,
@@ -138,8 +153,8 @@ impl Gcp {
 }
 
 impl Exchanger for Gcp {
-    fn provider(&self) -> Provider {
-        Provider::Gcp
+    fn provider(&self) -> &'static Provider {
+        &PROVIDER
     }
 
     fn audiences(&self) -> Vec<String> {
@@ -200,7 +215,7 @@ impl Exchanger for Gcp {
         let (grant_fix, target_fix) = fixes(mode, &claims.issuer, &claims.subject);
         let principal = mode.principal(token.service_account());
         Ok(Plan {
-            provider: Provider::Gcp,
+            provider: &PROVIDER,
             auth_key: registry.to_string(),
             cache_key_type: CacheKeyType::Registry,
             cacheable: true,
@@ -300,7 +315,7 @@ impl Upstream {
                 code,
                 description: Some(d),
             }) => {
-                let shown = crate::upstream::clean(d, MAX_DESCRIPTION_CHARS);
+                let shown = crate::redact::clean(d, MAX_DESCRIPTION_CHARS);
                 format!("HTTP {status} {code}: {shown:?}")
             }
             Some(Upstream { code, .. }) => format!("HTTP {status} {code}"),

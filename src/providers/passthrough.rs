@@ -12,10 +12,11 @@
 //! `ServiceAccount` it logs an error and pulls without credentials.
 
 use crate::error::{Error, Result};
-use crate::exchange::{Context, Credential, Exchanger, Plan, Provider};
 use crate::image::ImageRef;
-use crate::matching;
+use crate::inputs::Inputs;
 use crate::protocol::CacheKeyType;
+use crate::providers::allowlist::{self, Allowlist};
+use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
 
 /// The username sent with the token when none is configured. Harbor and Zot
 /// ignore it on their OIDC token path; it shows up in registry audit logs.
@@ -25,50 +26,50 @@ pub const DEFAULT_USERNAME: &str = "serviceaccount";
 #[command(next_help_heading = "Passthrough")]
 #[group(id = "passthrough_options")]
 pub struct Options {
-    /// A registry allowed to receive the service account token as a password
-    /// (passthrough only). Repeatable; uses the kubelet's matchImages rules:
-    /// globs only inside host labels (`*.harbor.example.com`), exact port,
-    /// literal path prefix. Any other registry is refused.
-    #[arg(
-        long = "registry",
-        value_name = "PATTERN",
-        env = "WICP_REGISTRY",
-        value_delimiter = ','
-    )]
-    pub registries: Vec<String>,
-
     /// Username sent with the token (passthrough only).
     #[arg(long, value_name = "NAME", env = "WICP_PASSTHROUGH_USERNAME", default_value = DEFAULT_USERNAME)]
     pub passthrough_username: String,
 }
 
+pub static PROVIDER: Provider = Provider {
+    name: "passthrough",
+    summary: "the service account token itself, for registries that verify it (--registry only)",
+    audience: "whatever the registry trusts (--audience)",
+    auto: None,
+    password_is_token: true,
+    flags: <Options as clap::Args>::augment_args,
+    build,
+};
+
+fn build(matches: &clap::ArgMatches, _inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
+    Ok(Box::new(Passthrough::new(
+        &providers::flags(matches)?,
+        &providers::flags(matches)?,
+    )?))
+}
+
 pub struct Passthrough {
-    registries: Vec<String>,
+    allowlist: Allowlist,
     username: String,
 }
 
 impl Passthrough {
-    pub fn new(options: &Options) -> Result<Self> {
-        for pattern in &options.registries {
-            if !matching::is_valid_pattern(pattern) {
-                return Err(Error::new(format!("--registry {pattern:?} is not a valid pattern"))
-                    .fix("write a host[:port][/path] with globs only inside host labels, e.g. *.harbor.example.com"));
-            }
-        }
+    pub fn new(registries: &allowlist::Options, options: &Options) -> Result<Self> {
+        let allowlist = Allowlist::new(registries)?;
         if options.passthrough_username.is_empty() {
             return Err(Error::new("--passthrough-username is empty")
                 .fix("set a non-empty username; registries log it"));
         }
         Ok(Passthrough {
-            registries: options.registries.clone(),
+            allowlist,
             username: options.passthrough_username.clone(),
         })
     }
 }
 
 impl Exchanger for Passthrough {
-    fn provider(&self) -> Provider {
-        Provider::Passthrough
+    fn provider(&self) -> &'static Provider {
+        &PROVIDER
     }
 
     /// Whatever audience the registry trusts: the core checks `--audience`
@@ -78,36 +79,27 @@ impl Exchanger for Passthrough {
     }
 
     fn serves(&self, image: &ImageRef) -> bool {
-        let target = image.to_string();
-        self.registries
-            .iter()
-            .any(|p| matching::matches(p, &target))
+        self.allowlist.allows(image)
     }
 
     fn registries(&self) -> String {
-        if self.registries.is_empty() {
-            "no registry (none allowed with --registry)".to_string()
-        } else {
-            self.registries.join(", ")
-        }
+        self.allowlist.describe()
+    }
+
+    fn refusal(&self, image: &ImageRef) -> Error {
+        self.allowlist
+            .refusal("passthrough", "the service account token", image)
     }
 
     fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
-        if self.registries.is_empty() {
-            return Err(Error::new("passthrough has no allowed registries, so the token goes nowhere")
-                .fix("pass --registry PATTERN (or WICP_REGISTRY) for each registry that trusts the cluster's OIDC issuer"));
-        }
+        // The router checked already; the token must never leave for a
+        // registry that was not allowed, so check again where it is sent.
         if !self.serves(cx.image) {
-            return Err(Error::new(format!(
-                "registry {} is not allowed to receive the service account token (allowed: {})",
-                cx.image.registry(),
-                self.registries.join(", ")
-            ))
-            .fix("if this registry trusts the cluster's OIDC issuer, add --registry for it; otherwise route it to another provider"));
+            return Err(self.refusal(cx.image));
         }
         let token = cx.token()?;
         Ok(Plan {
-            provider: Provider::Passthrough,
+            provider: &PROVIDER,
             auth_key: cx.image.registry().to_string(),
             cache_key_type: CacheKeyType::Registry,
             cacheable: false,

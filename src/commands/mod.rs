@@ -1,0 +1,43 @@
+//! What an admin runs the binary for, beside serving the kubelet. Each
+//! command reuses the serving pipeline's parts rather than copying them.
+
+pub mod cache;
+pub mod check_config;
+pub mod explain;
+
+use std::process::ExitCode;
+
+use crate::options::Options;
+
+/// Commands for an admin. The kubelet runs the binary without one.
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum Command {
+    /// Inspect or clear the on-disk credential cache (--cache-dir).
+    #[command(subcommand)]
+    Cache(cache::Command),
+    /// Check a kubelet CredentialProviderConfig as the kubelet loads it, and
+    /// for what it accepts but never works.
+    CheckConfig(check_config::check::Args),
+    /// Show, without any network call, what the kubelet would send for an
+    /// image and a service account, and what this plugin would do with it.
+    Explain(explain::Args),
+}
+
+/// The names of the commands, which a provider entry's `args` must not
+/// start with.
+pub fn names() -> Vec<String> {
+    use clap::Subcommand;
+    Command::augment_subcommands(clap::Command::new("x"))
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .collect()
+}
+
+/// Runs an admin command.
+pub fn run(command: &Command, options: &Options) -> ExitCode {
+    match command {
+        Command::Cache(command) => cache::run(&options.cache, options.max_cache_duration, command),
+        Command::CheckConfig(args) => check_config::check::run(args),
+        Command::Explain(args) => explain::run(args),
+    }
+}

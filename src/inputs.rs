@@ -1,0 +1,91 @@
+//! What the process takes from its surroundings, read once at start and
+//! passed down: nothing below `main` looks at the environment on its own.
+//!
+//! The kubelet runs the plugin with its own environment plus the provider
+//! entry's `env`; `check-config` and `explain` build the same value from an
+//! entry's `env` over their own environment, so they see what the binary
+//! would see without changing the process.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+/// Environment variables, as the process received them.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Env {
+    vars: BTreeMap<String, String>,
+}
+
+impl Env {
+    /// The process's environment. Variables whose name or value is not
+    /// UTF-8 are left out: none of those the plugin reads can be.
+    pub fn from_process() -> Self {
+        let vars = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .collect();
+        Env { vars }
+    }
+
+    /// An environment of exactly these variables; a later pair wins.
+    pub fn from_pairs<K, V>(pairs: impl IntoIterator<Item = (K, V)>) -> Self
+    where
+        K: Into<String>,
+        V: Into<String>,
+    {
+        Env {
+            vars: pairs
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        }
+    }
+
+    /// `self` with `over` laid on top, as the kubelet lays a provider
+    /// entry's `env` over its own environment.
+    pub fn overlaid<'a>(&self, over: impl IntoIterator<Item = &'a (String, String)>) -> Self {
+        let mut vars = self.vars.clone();
+        for (k, v) in over {
+            vars.insert(k.clone(), v.clone());
+        }
+        Env { vars }
+    }
+
+    /// A variable's value, when set (possibly empty).
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.vars.get(name).map(String::as_str)
+    }
+}
+
+/// Names only: values may be credentials (`AWS_SECRET_ACCESS_KEY`).
+impl fmt::Debug for Env {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.vars.keys()).finish()
+    }
+}
+
+/// Everything a provider may read besides its own flags.
+#[derive(Clone, Debug, Default)]
+pub struct Inputs {
+    pub env: Env,
+    /// `--ca-file`: extra CA certificates for every upstream call.
+    pub ca_file: Option<PathBuf>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overlay_wins_and_debug_hides_values() {
+        let base = Env::from_pairs([("A", "1"), ("SECRET", "hunter2")]);
+        let env = base.overlaid(&[("A".to_string(), "2".to_string())]);
+        assert_eq!(env.get("A"), Some("2"));
+        assert_eq!(base.get("A"), Some("1"));
+        assert_eq!(env.get("B"), None);
+        let shown = format!("{env:?}");
+        assert!(
+            shown.contains("SECRET") && !shown.contains("hunter2"),
+            "{shown}"
+        );
+    }
+}

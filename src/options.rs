@@ -1,0 +1,216 @@
+//! The serving command line: the flags the kubelet's provider entry passes
+//! (`args`), their `WICP_*` environment variables (`env`), and the rule that
+//! the binary's own name picks a provider.
+//!
+//! Each provider adds its own flags ([`Provider::flags`]); the admin
+//! commands are added by `main`, which is the only place that knows both.
+
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use clap::ArgMatches;
+use clap::{CommandFactory, FromArgMatches, Parser};
+
+use crate::cache;
+use crate::duration;
+use crate::error::{Error, Result};
+use crate::log::Level;
+use crate::providers::{self, Provider};
+
+/// The binary's name; `<this>-aws`, `<this>-azure` ... select a provider.
+pub const BINARY: &str = "wi-credential-provider";
+
+/// The `--provider` value that routes by registry host.
+pub const AUTO: &str = "auto";
+
+const ABOUT: &str = "Kubelet image credential provider: each pod pulls images with its own service account identity.";
+
+const LONG_ABOUT: &str = "\
+Kubelet image credential provider: each pod pulls images with its own service account identity.
+
+The kubelet runs this binary for each image pull, writes a CredentialProviderRequest
+(with the pod's service account token, KEP-4412) to stdin, and reads one
+CredentialProviderResponse from stdout. Logs go to stderr.
+
+Every option can also be set with an environment variable WICP_<OPTION> (for example
+WICP_PROVIDER=aws), which the kubelet passes from its config's `env`; the command-line
+flag wins. Durations are written like the kubelet's: 45s, 10m, 1h, 1h30m.
+
+Exit status: 0 with a response on stdout; 1 when no credential could be produced (one
+line on stderr says why and how to fix it); 2 for bad command-line usage.";
+
+/// The flags every invocation shares; each provider's own are added by
+/// [`command`].
+#[derive(Parser, Debug, Clone)]
+#[command(name = BINARY, version, about = ABOUT, long_about = LONG_ABOUT)]
+pub struct Options {
+    /// Which provider turns the token into registry credentials. Without
+    /// this flag the binary's own name decides (`wi-credential-provider-aws`
+    /// means aws, and so on), else `auto`, which picks a cloud provider
+    /// (aws, azure, gcp) from the registry host and never any other.
+    #[arg(long, value_name = "PROVIDER", env = "WICP_PROVIDER", value_parser = clap::builder::PossibleValuesParser::new(choices()))]
+    pub provider: Option<String>,
+
+    /// The audience the service account token must carry, replacing the
+    /// provider's default. Must equal tokenAttributes.serviceAccountTokenAudience.
+    #[arg(long, value_name = "AUDIENCE", env = "WICP_AUDIENCE")]
+    pub audience: Option<String>,
+
+    /// Upper bound on the cacheDuration returned to the kubelet, which is
+    /// otherwise 80% of the credential's remaining lifetime. It bounds how
+    /// long a revoked permission keeps working on a node.
+    #[arg(long, value_name = "DURATION", env = "WICP_MAX_CACHE_DURATION", default_value = "1h", value_parser = parse_duration)]
+    pub max_cache_duration: Duration,
+
+    /// Overall deadline for one invocation, shared by every upstream call.
+    /// Keep it below the kubelet's hard 60s kill.
+    #[arg(long, value_name = "DURATION", env = "WICP_TIMEOUT", default_value = "45s", value_parser = parse_timeout)]
+    pub timeout: Duration,
+
+    /// A PEM bundle of extra CA certificates trusted by every upstream call,
+    /// on top of the node's trust store (SSL_CERT_FILE replaces that store,
+    /// as in OpenSSL): the CA of a TLS-inspecting proxy or a private endpoint.
+    #[arg(long, value_name = "PATH", env = "WICP_CA_FILE")]
+    pub ca_file: Option<PathBuf>,
+
+    /// Log level for stderr. `info` writes at most one line per successful
+    /// invocation; no level ever logs a token or password.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "LEVEL",
+        env = "WICP_LOG_LEVEL",
+        default_value = "info"
+    )]
+    pub log_level: Level,
+
+    #[command(flatten)]
+    pub registries: providers::allowlist::Options,
+
+    #[command(flatten)]
+    pub cache: cache::Options,
+}
+
+/// The `--provider` values: every provider, and `auto`.
+fn choices() -> Vec<&'static str> {
+    providers::ALL
+        .iter()
+        .map(|p| p.name)
+        .chain(std::iter::once(AUTO))
+        .collect()
+}
+
+/// The serving command line: [`Options`] and every provider's flags.
+pub fn command() -> clap::Command {
+    providers::ALL
+        .iter()
+        .fold(Options::command(), |command, p| (p.flags)(command))
+}
+
+impl Options {
+    /// Reads the shared flags out of matches of [`command`].
+    pub fn from_matches(matches: &clap::ArgMatches) -> Result<Self> {
+        Self::from_arg_matches(matches).map_err(|e| Error::new(format!("invalid arguments: {e}")))
+    }
+
+    /// The provider the binary uses: `--provider` (or `WICP_PROVIDER`)
+    /// wins, else `named`, the provider its own name implies; `None` means
+    /// `auto`.
+    pub fn choice(&self, named: Option<&'static Provider>) -> Option<&'static Provider> {
+        match self.provider.as_deref() {
+            Some(AUTO) => None,
+            Some(name) => Provider::find(name),
+            None => named,
+        }
+    }
+}
+
+fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
+    duration::parse(text).map_err(|e| e.to_string())
+}
+
+fn parse_timeout(text: &str) -> std::result::Result<Duration, String> {
+    let d = parse_duration(text)?;
+    if d.is_zero() || d > Duration::from_secs(59) {
+        return Err("the timeout must be above 0s and below the kubelet's 60s kill".into());
+    }
+    Ok(d)
+}
+
+/// The provider the binary's own name implies: `wi-credential-provider-gcp`
+/// means gcp. The kubelet allows one token audience per provider entry, so
+/// admins install the binary under several names, one per provider.
+pub fn provider_from_program_name(arg0: &OsStr) -> Option<&'static Provider> {
+    let name = Path::new(arg0).file_name()?.to_str()?;
+    let suffix = name.strip_prefix(BINARY)?.strip_prefix('-')?;
+    Provider::find(suffix)
+}
+
+/// The `WICP_*` variables the serving command line reads.
+pub fn env_names() -> Vec<String> {
+    command()
+        .get_arguments()
+        .filter_map(|a| a.get_env())
+        .map(|name| name.to_string_lossy().into_owned())
+        .collect()
+}
+
+/// Parses `args` as the binary run as `name` would, with `env` in place of
+/// the process environment for every `WICP_*` variable: each flag's
+/// variable is detached from the process, and the entry's value, if any,
+/// becomes that flag's default, which gives it exactly the precedence and
+/// parsing clap gives an environment value (the flag wins, the value goes
+/// through the same parser and delimiter).
+pub fn parse_as(
+    name: &str,
+    args: &[String],
+    env: &crate::inputs::Env,
+) -> std::result::Result<clap::ArgMatches, clap::Error> {
+    let command = command().mut_args(|arg| {
+        let value = arg
+            .get_env()
+            .and_then(|var| env.get(&var.to_string_lossy()))
+            .map(str::to_string);
+        let arg = arg.env(None);
+        match value {
+            Some(value) => arg.default_value(value),
+            None => arg,
+        }
+    });
+    let argv = std::iter::once(OsString::from(name)).chain(args.iter().map(OsString::from));
+    command.try_get_matches_from(argv)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn program_name_selects_the_provider() {
+        let p = |s: &str| provider_from_program_name(OsStr::new(s)).map(|p| p.name);
+        assert_eq!(
+            p("/usr/libexec/kubernetes/kubelet-plugins/wi-credential-provider-aws"),
+            Some("aws")
+        );
+        assert_eq!(p("wi-credential-provider-passthrough"), Some("passthrough"));
+        assert_eq!(p("wi-credential-provider-gcp"), Some("gcp"));
+        assert_eq!(p("wi-credential-provider"), None);
+        assert_eq!(p("wi-credential-provider-aw"), None);
+        assert_eq!(p("ecr-credential-provider"), None);
+    }
+
+    #[test]
+    fn every_provider_is_a_choice() {
+        let names = choices();
+        for p in providers::ALL {
+            assert!(names.contains(&p.name), "{}", p.name);
+        }
+        assert!(names.contains(&AUTO));
+    }
+
+    #[test]
+    fn command_definition_is_consistent() {
+        command().debug_assert();
+    }
+}

@@ -1,0 +1,113 @@
+//! The registries an admin allows to receive a credential, for providers
+//! that cannot recognise their registries by host: passthrough, and every
+//! exchange whose token server sits in front of a registry of the admin's
+//! choosing. `--registry` is one flag for all of them: a provider entry
+//! runs one provider, and the list is the admin's, never a tenant's.
+
+use crate::error::{Error, Result};
+use crate::image::ImageRef;
+use crate::matching;
+
+#[derive(clap::Args, Clone, Debug, Default)]
+#[group(id = "registry_options")]
+pub struct Options {
+    /// A registry allowed to receive the credential, for providers that do
+    /// not recognise registries by host (passthrough and the token
+    /// exchanges). Repeatable; uses the kubelet's matchImages rules: globs
+    /// only inside host labels (`*.harbor.example.com`), exact port,
+    /// literal path prefix. Any other registry is refused.
+    #[arg(
+        long = "registry",
+        value_name = "PATTERN",
+        env = "WICP_REGISTRY",
+        value_delimiter = ','
+    )]
+    pub registries: Vec<String>,
+}
+
+/// The checked `--registry` patterns.
+#[derive(Clone, Debug, Default)]
+pub struct Allowlist {
+    patterns: Vec<String>,
+}
+
+impl Allowlist {
+    /// Checks every pattern with the kubelet's rules.
+    pub fn new(options: &Options) -> Result<Self> {
+        for pattern in &options.registries {
+            if !matching::is_valid_pattern(pattern) {
+                return Err(Error::new(format!("--registry {pattern:?} is not a valid pattern"))
+                    .fix("write a host[:port][/path] with globs only inside host labels, e.g. *.harbor.example.com"));
+            }
+        }
+        Ok(Allowlist {
+            patterns: options.registries.clone(),
+        })
+    }
+
+    /// Whether `image` is on an allowed registry.
+    pub fn allows(&self, image: &ImageRef) -> bool {
+        let target = image.to_string();
+        self.patterns.iter().any(|p| matching::matches(p, &target))
+    }
+
+    /// The allowed registries, for messages.
+    pub fn describe(&self) -> String {
+        if self.patterns.is_empty() {
+            "no registry (none allowed with --registry)".to_string()
+        } else {
+            self.patterns.join(", ")
+        }
+    }
+
+    /// Why `image` is refused: no registry allowed at all, or not this one.
+    /// `what` names what would be sent ("the service account token").
+    pub fn refusal(&self, provider: &str, what: &str, image: &ImageRef) -> Error {
+        if self.patterns.is_empty() {
+            return Error::new(format!(
+                "{provider} has no allowed registries, so {what} goes nowhere"
+            ))
+            .fix(format!(
+                "pass --registry PATTERN (or WICP_REGISTRY) for each registry that should receive {what}"
+            ));
+        }
+        Error::new(format!(
+            "registry {} is not allowed to receive {what} (allowed: {})",
+            image.registry(),
+            self.patterns.join(", ")
+        ))
+        .fix("if this registry should receive it, add --registry for it; otherwise route it to another provider")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allowlist(patterns: &[&str]) -> Result<Allowlist> {
+        Allowlist::new(&Options {
+            registries: patterns.iter().map(|p| p.to_string()).collect(),
+        })
+    }
+
+    #[test]
+    fn allows_by_the_kubelets_rules_only() {
+        let a = allowlist(&["*.harbor.example.com", "zot.example.com:5000/team"]).unwrap();
+        let ok = |s: &str| a.allows(&ImageRef::parse(s).unwrap());
+        assert!(ok("eu.harbor.example.com/app"));
+        assert!(!ok("harbor.example.com/app"));
+        assert!(!ok("a.b.harbor.example.com/app"));
+        assert!(ok("zot.example.com:5000/team/app"));
+        assert!(!ok("zot.example.com/team/app"));
+        assert!(!ok("zot.example.com:5000/other/app"));
+        assert!(allowlist(&["[bad"]).is_err());
+        let none = allowlist(&[]).unwrap();
+        let image = ImageRef::parse("zot.example.com/a").unwrap();
+        assert!(!none.allows(&image));
+        assert!(
+            none.refusal("vault", "the credential", &image)
+                .to_string()
+                .contains("no allowed registries")
+        );
+    }
+}

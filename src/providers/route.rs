@@ -1,0 +1,75 @@
+//! Which provider serves a request, and whether its token may go there.
+//!
+//! Routing reads only the [`ALL`](super::ALL) declarations, so nothing is
+//! built for a provider the request does not reach: a half-configured GCP
+//! entry cannot break ECR pulls.
+
+use super::{ALL, Exchanger, Provider};
+use crate::error::{Error, Result};
+use crate::image::ImageRef;
+use crate::token::ServiceAccountToken;
+
+/// The provider for `image`: the one chosen, or under `auto` (`None`) the
+/// first whose registry test matches. `auto` never picks a provider
+/// without one, such as passthrough: sending a token to a host is always an
+/// explicit choice.
+pub fn choose(choice: Option<&'static Provider>, image: &ImageRef) -> Result<&'static Provider> {
+    if let Some(provider) = choice {
+        return Ok(provider);
+    }
+    let clouds = || ALL.iter().copied().filter(|p| p.auto.is_some());
+    clouds()
+        .find(|p| p.auto.is_some_and(|serves| serves(image)))
+        .ok_or_else(|| {
+            let served = clouds().map(|p| p.name).collect::<Vec<_>>();
+            let served = if served.is_empty() {
+                "no cloud provider is built in".to_string()
+            } else {
+                format!("auto picks among {}", served.join(", "))
+            };
+            Error::new(format!(
+                "registry {} is not a cloud registry this plugin recognises ({served})",
+                image.registry()
+            ))
+            .fix("for a registry that trusts the cluster's OIDC issuer use --provider passthrough --registry <host>; otherwise remove it from matchImages")
+        })
+}
+
+/// Refuses `image` when `exchanger` does not serve its registry: a
+/// credential, or the token itself, only goes where the admin's
+/// configuration says it may.
+pub fn require_served(exchanger: &dyn Exchanger, image: &ImageRef) -> Result<()> {
+    if exchanger.serves(image) {
+        Ok(())
+    } else {
+        Err(exchanger.refusal(image))
+    }
+}
+
+/// Checks the service account token against what `exchanger` needs before
+/// anything is planned: present when it is required, and minted for one of
+/// the audiences it will be presented to (`audience_override` is
+/// `--audience`). Returns those audiences, which also key the cache.
+pub fn admit_token(
+    exchanger: &dyn Exchanger,
+    audience_override: Option<&str>,
+    token: Option<&ServiceAccountToken>,
+    api_version: &str,
+) -> Result<Vec<String>> {
+    let audiences = match audience_override {
+        Some(audience) => vec![audience.to_string()],
+        None => exchanger.audiences(),
+    };
+    match token {
+        Some(token) => token.require_audience(&audiences, exchanger.provider().name())?,
+        None if exchanger.requires_token() => {
+            return Err(Error::new("the request carries no service account token").fix(format!(
+                "give this provider entry tokenAttributes (serviceAccountTokenAudience, cacheType, requireServiceAccount) \
+                 and apiVersion credentialprovider.kubelet.k8s.io/v1 in the kubelet's CredentialProviderConfig; \
+                 the request used {api_version}"
+            )));
+        }
+        None => {}
+    }
+    Ok(audiences)
+}

@@ -1,0 +1,279 @@
+//! The one request/response cycle the kubelet runs the binary for.
+//!
+//! The flow is one way: read the request, decode the token, route to a
+//! provider, [`prepare`] (admit the token, plan, check the auth key),
+//! serve from the cache or exchange, answer. `explain` runs the same
+//! [`prepare`] and stops before the network, so the two cannot drift.
+//! A failure at any step ends the same way: nothing on stdout, one line on
+//! stderr naming the provider, the service account and the registry, and
+//! exit status 1.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::io::Write;
+use std::process::ExitCode;
+
+use crate::cache::{self, Cache, KeyInputs, Origin};
+use crate::deadline::Deadline;
+use crate::duration;
+use crate::error::{Error, Result, quote};
+use crate::image::ImageRef;
+use crate::inputs::Inputs;
+use crate::log::{self, Level};
+use crate::matching;
+use crate::options::{self, Options};
+use crate::protocol::{self, Response};
+use crate::providers::route;
+use crate::providers::{Context, Exchanger, Plan, Provider};
+use crate::secret::Secret;
+use crate::token::ServiceAccountToken;
+
+/// What the exchange is for, collected as the request is understood, so a
+/// failure can say which service account and registry it was about.
+#[derive(Default)]
+struct Subject {
+    provider: Option<&'static Provider>,
+    service_account: Option<String>,
+    registry: Option<String>,
+    /// Values that must not appear in the error line, whatever produced it.
+    redact: Vec<Secret>,
+}
+
+impl Subject {
+    fn failure_line(&self, error: &Error) -> String {
+        let mut about = Vec::new();
+        if let Some(p) = self.provider {
+            about.push(format!("provider {p}"));
+        }
+        about.push(match &self.service_account {
+            Some(sa) => format!("service account {sa}"),
+            None => "service account unknown".to_string(),
+        });
+        if let Some(r) = &self.registry {
+            about.push(format!("registry {r}"));
+        }
+        let mut line = format!("{} failed: {error}", about.join(", "));
+        for secret in self.redact.iter().filter(|s| s.expose().len() >= 8) {
+            line = line.replace(secret.expose(), "<redacted>");
+        }
+        line.replace(['\n', '\r'], " ")
+    }
+}
+
+/// Serves one kubelet request: stdin to stdout, as the kubelet runs the
+/// binary. `arg0` is the name the binary was run as.
+pub fn run(
+    arg0: &OsStr,
+    matches: &clap::ArgMatches,
+    options: &Options,
+    inputs: &Inputs,
+) -> ExitCode {
+    let named = options::provider_from_program_name(arg0);
+    let choice = options.choice(named);
+    let mut subject = Subject::default();
+    let stdin = std::io::stdin().lock();
+    match respond(matches, options, inputs, choice, stdin, &mut subject) {
+        Ok(json) => {
+            let mut out = std::io::stdout().lock();
+            if let Err(e) = out.write_all(&json).and_then(|()| out.flush()) {
+                log::write(
+                    Level::Error,
+                    format_args!("cannot write the response to stdout: {e}"),
+                );
+                return ExitCode::FAILURE;
+            }
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            log::write(
+                Level::Error,
+                format_args!("{}", subject.failure_line(&error)),
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Everything decided for one request before any network call.
+pub struct Prepared<'a> {
+    /// The audiences the token was admitted for; they key the cache.
+    pub audiences: Vec<String>,
+    pub plan: Plan<'a>,
+}
+
+impl Prepared<'_> {
+    /// The inputs of the on-disk cache key for this plan.
+    pub fn key_inputs<'k>(
+        &'k self,
+        token: Option<&'k ServiceAccountToken>,
+        annotations: &'k BTreeMap<String, String>,
+    ) -> KeyInputs<'k> {
+        KeyInputs::for_plan(&self.plan, &self.audiences, token, annotations)
+    }
+}
+
+/// Admits the token for `exchanger` (`audience` is `--audience`), plans,
+/// and refuses a plan whose auth key the kubelet could never match against
+/// `image`: such a pull would silently go out without credentials.
+pub fn prepare<'a>(
+    exchanger: &'a dyn Exchanger,
+    audience: Option<&str>,
+    image: &'a ImageRef,
+    token: Option<&'a ServiceAccountToken>,
+    annotations: &'a BTreeMap<String, String>,
+    api_version: &str,
+) -> Result<Prepared<'a>> {
+    let audiences = route::admit_token(exchanger, audience, token, api_version)?;
+    let cx = Context {
+        image,
+        annotations,
+        token,
+    };
+    let plan = exchanger.plan(&cx)?;
+    crate::debug!("plan: {plan:?}");
+    if !matching::matches(&plan.auth_key, &image.to_string()) {
+        return Err(Error::new(format!(
+            "internal error: the {} exchanger chose the auth key {} that the kubelet would never match against {image}",
+            plan.provider,
+            quote(&plan.auth_key)
+        ))
+        .fix("report this as a bug"));
+    }
+    Ok(Prepared { audiences, plan })
+}
+
+/// Reads one request and produces the response bytes.
+fn respond(
+    matches: &clap::ArgMatches,
+    options: &Options,
+    inputs: &Inputs,
+    choice: Option<&'static Provider>,
+    input: impl std::io::Read,
+    subject: &mut Subject,
+) -> Result<Vec<u8>> {
+    let deadline = Deadline::after(options.timeout);
+    let request = protocol::read_request(input)?;
+    if let Some(token) = &request.service_account_token {
+        subject.redact.push(token.clone());
+        if let Some((_, signature)) = token.expose().rsplit_once('.') {
+            subject.redact.push(Secret::new(signature));
+        }
+    }
+    let image = ImageRef::parse(&request.image)?;
+    subject.registry = Some(image.registry().to_string());
+
+    let provider = route::choose(choice, &image)?;
+    subject.provider = Some(provider);
+    let now = duration::unix_now();
+    let token = match request.service_account_token.clone() {
+        Some(raw) => Some(ServiceAccountToken::decode(raw, now)?),
+        None => None,
+    };
+    if let Some(token) = &token {
+        subject.service_account = Some(token.service_account().to_string());
+    }
+    let exchanger = (provider.build)(matches, inputs)?;
+    route::require_served(exchanger.as_ref(), &image)?;
+    let annotations = &request.service_account_annotations;
+    let prepared = prepare(
+        exchanger.as_ref(),
+        options.audience.as_deref(),
+        &image,
+        token.as_ref(),
+        annotations,
+        request.api_version.as_str(),
+    )?;
+    let auth_key = prepared.plan.auth_key.clone();
+    let cache_key_type = prepared.plan.cache_key_type;
+    let cache = if prepared.plan.cacheable {
+        Cache::open(&options.cache, options.max_cache_duration)?
+    } else {
+        None
+    };
+    let served = match &cache {
+        Some(cache) => {
+            let key_inputs = prepared.key_inputs(token.as_ref(), annotations);
+            crate::debug!(
+                "cache key text:\n{}",
+                cache::key::canonical(&key_inputs).trim_end()
+            );
+            let key = cache::Key::derive(&key_inputs);
+            let about = cache::Subject {
+                provider: provider.name(),
+                service_account: token.as_ref().map(|t| t.service_account()),
+                registry: &auth_key,
+            };
+            cache.serve(&key, about, &deadline, prepared.plan.exchange)?
+        }
+        None => cache::Served {
+            credential: (prepared.plan.exchange)(&deadline)?,
+            created_at: duration::unix_now(),
+            origin: Origin::Exchange,
+        },
+    };
+    let credential = served.credential;
+    subject.redact.push(credential.password.clone());
+
+    let now = duration::unix_now();
+    let cache_duration = cache::kubelet_cache_duration(
+        now,
+        served.created_at,
+        credential.expires_at,
+        options.max_cache_duration,
+    );
+    if cache_duration.is_zero() {
+        crate::warn!(
+            "the credential for {} expires at {}, too soon to cache; the kubelet will ask again on the next pull",
+            image.registry(),
+            duration::format_unix(credential.expires_at)
+        );
+    }
+    let response = Response::new(
+        request.api_version,
+        cache_key_type,
+        cache_duration,
+        &auth_key,
+        &credential.username,
+        &credential.password,
+    );
+    let json = response.to_json()?;
+    crate::info!(
+        "{} credentials for {} on {} ({}), cacheDuration {}{}",
+        provider,
+        subject
+            .service_account
+            .as_deref()
+            .unwrap_or("no service account"),
+        auth_key,
+        image,
+        duration::format_go(cache_duration),
+        match (served.origin, &cache) {
+            (Origin::Cache, _) => ", from the on-disk cache",
+            (Origin::Exchange, Some(_)) => ", exchanged and cached",
+            (Origin::Exchange, None) => "",
+        }
+    );
+    Ok(json)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_line_names_everything_and_redacts() {
+        let subject = Subject {
+            provider: Some(&crate::providers::passthrough::PROVIDER),
+            service_account: Some("team/api".into()),
+            registry: Some("reg.io".into()),
+            redact: vec![Secret::new("eyJhbGciOi.secret.signature")],
+        };
+        let line = subject.failure_line(
+            &Error::new("upstream echoed eyJhbGciOi.secret.signature\nback").fix("do x"),
+        );
+        assert_eq!(
+            line,
+            "provider passthrough, service account team/api, registry reg.io failed: upstream echoed <redacted> back; fix: do x"
+        );
+    }
+}

@@ -1,0 +1,191 @@
+//! The shape of the source tree, checked: the top-level modules of `src/`
+//! depend on each other in one direction only (request -> token -> route
+//! -> provider -> cache -> response, commands on top, shared pieces
+//! below). A cycle among them is how a layout starts to rot (the old
+//! `cli`/`config`/`explain` circle), so `cargo test` refuses one.
+//!
+//! Dependencies are read from the source text: every `crate::name` path,
+//! including `use crate::{a, b::c}` groups, in every file below
+//! `src/<name>`. Test modules count too; comments do not.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The top-level module a file belongs to: `src/providers/aws/sdk.rs` is
+/// in `providers`, `src/serve.rs` in `serve`.
+fn top_module(src: &Path, file: &Path) -> Option<String> {
+    let first = file.strip_prefix(src).ok()?.components().next()?;
+    let name = first.as_os_str().to_str()?;
+    Some(name.trim_end_matches(".rs").to_string())
+}
+
+/// The first path segment of each item in `crate::...` paths of `text`.
+fn crate_paths(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for line in text.lines() {
+        let code = line.trim_start();
+        if code.starts_with("//") {
+            continue;
+        }
+        let mut rest = code;
+        while let Some(at) = rest.find("crate::") {
+            rest = &rest[at + "crate::".len()..];
+            if let Some(group) = rest.strip_prefix('{') {
+                // `crate::{a, b::{c, d}, e}`: the names at depth 0.
+                let mut depth = 0usize;
+                let mut item = String::new();
+                for c in group.chars() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' if depth == 0 => break,
+                        '}' => depth -= 1,
+                        ',' if depth == 0 => {
+                            found.push(head(&item));
+                            item.clear();
+                            continue;
+                        }
+                        _ => {}
+                    }
+                    if depth == 0 {
+                        item.push(c);
+                    }
+                }
+                found.push(head(&item));
+            } else {
+                found.push(head(rest));
+            }
+        }
+    }
+    found.retain(|name| !name.is_empty());
+    found
+}
+
+fn head(path: &str) -> String {
+    path.trim()
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect()
+}
+
+/// The module graph of `src`: each top-level module and those it uses.
+fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let modules: BTreeSet<String> = files
+        .iter()
+        .filter_map(|f| top_module(src, f))
+        .filter(|m| m != "main" && m != "lib")
+        .collect();
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in &files {
+        let Some(from) = top_module(src, file) else {
+            continue;
+        };
+        if !modules.contains(&from) {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).unwrap();
+        let uses = graph.entry(from.clone()).or_default();
+        for to in crate_paths(&text) {
+            if to != from && modules.contains(&to) {
+                uses.insert(to);
+            }
+        }
+    }
+    graph
+}
+
+/// A cycle in `graph`, as the modules along it, if there is one.
+fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        done: &mut BTreeSet<String>,
+        path: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|n| n == node) {
+            let mut cycle = path[at..].to_vec();
+            cycle.push(node.to_string());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_string());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(next, graph, done, path) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        done.insert(node.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|node| visit(node, graph, &mut done, &mut Vec::new()))
+}
+
+#[test]
+fn top_level_modules_have_no_cycle() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let graph = graph(&src);
+    assert!(graph.len() > 10, "too few modules found: {graph:?}");
+    if let Some(cycle) = find_cycle(&graph) {
+        panic!(
+            "the top-level modules of src/ depend on each other in a circle: {}\nfull graph: {graph:#?}",
+            cycle.join(" -> ")
+        );
+    }
+}
+
+#[test]
+fn the_checker_finds_a_cycle_and_reads_groups() {
+    assert_eq!(
+        crate_paths("use crate::{a::{b, c}, d};\n// crate::e\nlet x = crate::f::g(crate::h);"),
+        ["a", "d", "f", "h"]
+    );
+    let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    g.entry("a".into()).or_default().insert("b".into());
+    g.entry("b".into()).or_default().insert("c".into());
+    g.entry("c".into()).or_default();
+    assert_eq!(find_cycle(&g), None);
+    g.entry("c".into()).or_default().insert("a".into());
+    assert_eq!(
+        find_cycle(&g).unwrap(),
+        ["a", "b", "c", "a"].map(String::from)
+    );
+}
+
+/// Where the providers sit: below the serving pipeline and the commands,
+/// which may use them, never the reverse.
+#[test]
+fn providers_do_not_reach_up() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let graph = graph(&src);
+    let up = ["serve", "commands", "options", "cache", "version"];
+    for to in graph.get("providers").into_iter().flatten() {
+        assert!(
+            !up.contains(&to.as_str()),
+            "src/providers uses crate::{to}, a module above it"
+        );
+    }
+}
