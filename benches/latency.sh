@@ -33,8 +33,11 @@ if ! command -v hyperfine >/dev/null; then
 fi
 
 # Two invocations, not one: building the example enables the dev-dependencies'
-# features, which must not leak into the binary measured.
-cargo build --release --locked --bin wi-credential-provider
+# features, which must not leak into the binary measured. WICP_BENCH_BIN
+# measures a binary built elsewhere instead.
+if [ -z "${WICP_BENCH_BIN:-}" ]; then
+  cargo build --release --locked --bin wi-credential-provider
+fi
 cargo build --release --locked --example bench-upstream
 target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 bin=${WICP_BENCH_BIN:-"$target/release/wi-credential-provider"}
