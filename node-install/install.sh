@@ -16,7 +16,7 @@
 set -eu
 
 PROG=wi-credential-provider
-PROVIDERS="aws azure gcp passthrough"
+PROVIDERS="aws azure gcp passthrough vault"
 
 usage() {
   cat <<'EOF'

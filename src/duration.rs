@@ -50,53 +50,68 @@ pub fn format_go(d: Duration) -> String {
     }
 }
 
-/// Parses a duration written like the kubelet's own (`45s`, `10m`, `1h`,
-/// `1h30m`, `1.5h`, `500ms`): a sequence of decimal numbers each followed by
-/// one of the units `ms`, `s`, `m`, `h`. A bare `0` is accepted as Go does.
-/// Negative durations and days are refused.
-pub fn parse(text: &str) -> Result<Duration> {
-    let bad = || {
-        Error::new(format!("invalid duration {}", quote(text)))
-            .fix("write it like the kubelet does, e.g. 45s, 10m, 1h or 1h30m")
+/// Go's `time.ParseDuration`, in seconds: an optional sign, then decimal
+/// numbers each followed by a unit (`ns`, `us`/`µs`, `ms`, `s`, `m`, `h`);
+/// a bare `0` is accepted, no space anywhere. `None` for anything Go
+/// refuses, including what overflows Go's `int64` nanoseconds (about 292
+/// years). The kubelet reads its config's durations with this function, so
+/// `check-config` judges them with it too.
+pub fn parse_go(text: &str) -> Option<f64> {
+    let (negative, mut rest) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
     };
-    let s = text.trim();
-    if s == "0" {
-        return Ok(Duration::ZERO);
+    if rest == "0" {
+        return Some(0.0);
     }
-    if s.is_empty() {
-        return Err(bad());
+    if rest.is_empty() {
+        return None;
     }
-    let mut rest = s;
     let mut total = 0f64;
     while !rest.is_empty() {
         let number_len = rest
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(bad)?;
+            .unwrap_or(rest.len());
         let (number, tail) = rest.split_at(number_len);
-        if number.is_empty() || number == "." {
-            return Err(bad());
+        if number.is_empty() || number == "." || number.matches('.').count() > 1 {
+            return None;
         }
-        let value: f64 = number.parse().map_err(|_| bad())?;
+        let value: f64 = number.parse().ok()?;
         let unit_len = tail
             .find(|c: char| c.is_ascii_digit() || c == '.')
             .unwrap_or(tail.len());
         let (unit, tail) = tail.split_at(unit_len);
         let seconds = match unit {
-            "ms" => 0.001,
+            "ns" => 1e-9,
+            "us" | "µs" | "μs" => 1e-6,
+            "ms" => 1e-3,
             "s" => 1.0,
             "m" => 60.0,
             "h" => 3600.0,
-            _ => return Err(bad()),
+            _ => return None,
         };
         total += value * seconds;
         rest = tail;
     }
-    // A year is far beyond anything meaningful here and keeps the
-    // conversion below finite.
-    if !total.is_finite() || total > 366.0 * 24.0 * 3600.0 {
-        return Err(bad());
+    if !total.is_finite() || total > 9.2e9 {
+        return None;
     }
-    Ok(Duration::from_secs_f64(total))
+    Some(if negative { -total } else { total })
+}
+
+/// Parses a duration given to this plugin (a flag, a `WICP_*` variable),
+/// written like the kubelet's own (`45s`, `10m`, `1h`, `1h30m`, `1.5h`,
+/// `500ms`), with [`parse_go`]. Negative durations and anything beyond a
+/// year are refused: no setting of ours means either.
+pub fn parse(text: &str) -> Result<Duration> {
+    const YEAR: f64 = 366.0 * 24.0 * 3600.0;
+    parse_go(text.trim())
+        .filter(|secs| (0.0..=YEAR).contains(secs) && !text.trim().starts_with('-'))
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| {
+            Error::config(format!("invalid duration {}", quote(text)))
+                .fix("write it like the kubelet does, e.g. 45s, 10m, 1h or 1h30m")
+        })
 }
 
 /// Formats Unix seconds as an RFC 3339 UTC timestamp, for messages.

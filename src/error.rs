@@ -9,8 +9,37 @@
 
 use std::fmt;
 
+/// What kind of thing failed: whose move it is to fix it. Tests and
+/// callers match on this, never on the message's words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// The kubelet's request: stdin, its JSON, the image reference.
+    Request,
+    /// The service account token: missing, malformed, expired, or minted
+    /// for another audience.
+    Token,
+    /// A service account annotation: missing, empty or malformed.
+    Annotation,
+    /// The image's registry is not one this provider may serve.
+    Registry,
+    /// The admin's configuration: flags, environment, files given to a
+    /// command.
+    Config,
+    /// An identity service or registry answered, and refused or answered
+    /// something unusable.
+    Upstream,
+    /// A call could not be made or finished: connection, TLS, proxy,
+    /// time-out, the deadline.
+    Network,
+    /// The on-disk credential cache.
+    Cache,
+    /// A bug in the plugin.
+    Internal,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Error {
+    kind: Kind,
     what: String,
     fix: Option<String>,
 }
@@ -18,12 +47,62 @@ pub struct Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    /// An error saying what failed.
-    pub fn new(what: impl Into<String>) -> Self {
+    /// An error of `kind` saying what failed.
+    pub fn with_kind(kind: Kind, what: impl Into<String>) -> Self {
         Error {
+            kind,
             what: what.into(),
             fix: None,
         }
+    }
+
+    /// The kubelet's request is unusable.
+    pub fn request(what: impl Into<String>) -> Self {
+        Self::with_kind(Kind::Request, what)
+    }
+
+    /// The service account token is unusable.
+    pub fn token(what: impl Into<String>) -> Self {
+        Self::with_kind(Kind::Token, what)
+    }
+
+    /// A service account annotation is missing or malformed.
+    pub fn annotation(what: impl Into<String>) -> Self {
+        Self::with_kind(Kind::Annotation, what)
+    }
+
+    /// The registry is not one the provider may serve.
+    pub fn registry(what: impl Into<String>) -> Self {
+        Self::with_kind(Kind::Registry, what)
+    }
+
+    /// The admin's configuration is wrong.
+    pub fn config(what: impl Into<String>) -> Self {
+        Self::with_kind(Kind::Config, what)
+    }
+
+    /// An upstream service refused, or answered something unusable.
+    pub fn upstream(what: impl Into<String>) -> Self {
+        Self::with_kind(Kind::Upstream, what)
+    }
+
+    /// A call could not be made or finished.
+    pub fn network(what: impl Into<String>) -> Self {
+        Self::with_kind(Kind::Network, what)
+    }
+
+    /// The on-disk cache failed.
+    pub fn cache(what: impl Into<String>) -> Self {
+        Self::with_kind(Kind::Cache, what)
+    }
+
+    /// A bug.
+    pub fn internal(what: impl Into<String>) -> Self {
+        Self::with_kind(Kind::Internal, what)
+    }
+
+    pub fn kind(&self) -> Kind {
+        self.kind
     }
 
     /// Adds the remedy: one sentence telling the admin what to change.
@@ -77,13 +156,14 @@ mod tests {
 
     #[test]
     fn display_joins_what_and_fix() {
-        let e = Error::new("registry \"x\" is not allowed")
+        let e = Error::registry("registry \"x\" is not allowed")
             .fix("add --registry x")
             .context("passthrough");
         assert_eq!(
             e.to_string(),
             "passthrough: registry \"x\" is not allowed; fix: add --registry x"
         );
+        assert_eq!(e.kind(), Kind::Registry);
     }
 
     #[test]

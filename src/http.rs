@@ -56,7 +56,7 @@ pub fn block_on<T>(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| Error::new(format!("cannot start the async runtime: {e}")))?;
+        .map_err(|e| Error::internal(format!("cannot start the async runtime: {e}")))?;
     runtime.block_on(async {
         match tokio::time::timeout_at(deadline.instant().into(), future).await {
             Ok(result) => result,
@@ -66,7 +66,7 @@ pub fn block_on<T>(
 }
 
 pub fn deadline_exceeded(deadline: &Deadline, call: &str) -> Error {
-    Error::new(format!(
+    Error::network(format!(
         "the deadline of {} ran out while waiting for {call}",
         crate::duration::format_go(deadline.budget())
     ))
@@ -116,7 +116,7 @@ fn build(
 ) -> Result<reqwest::Client> {
     builder.build().map_err(|e| {
         let detail = describe(&e);
-        let error = Error::new(format!("cannot build the HTTP client: {detail}"));
+        let error = Error::config(format!("cannot build the HTTP client: {detail}"));
         match extra {
             Some(bundle) => error.fix(format!(
                 "check that --ca-file {} holds only CA certificates in PEM",
@@ -290,7 +290,7 @@ fn transport_error(call: &str, attempt: u32, e: &reqwest::Error, deadline: &Dead
         return deadline_exceeded(deadline, call);
     }
     let proxies = proxy_settings(|name| std::env::var(name).ok());
-    let error = Error::new(format!(
+    let error = Error::network(format!(
         "{call} failed after {attempt} attempt(s): {}{}",
         describe(e),
         proxies
@@ -311,7 +311,7 @@ fn transport_error(call: &str, attempt: u32, e: &reqwest::Error, deadline: &Dead
 
 /// The error for a server whose certificate no trusted CA vouches for.
 pub fn untrusted_certificate(call: &str, detail: &str) -> Error {
-    Error::new(format!(
+    Error::network(format!(
         "{call} failed: the server's TLS certificate is not trusted ({detail})"
     ))
     .fix(
@@ -326,7 +326,7 @@ fn retry_after_beyond_deadline(
     asked: Duration,
     deadline: &Deadline,
 ) -> Error {
-    Error::new(format!(
+    Error::upstream(format!(
         "{call} answered HTTP {status} asking to retry after {}, beyond the {} left of the {} deadline",
         crate::duration::format_go(asked),
         crate::duration::format_go(deadline.remaining()),
@@ -462,7 +462,7 @@ pub fn endpoint_override(flag: &str, value: &str) -> Result<String> {
         .or_else(|| trimmed.strip_prefix("http://"))
         .is_some_and(|rest| !rest.is_empty() && !rest.contains(['?', '#', ' ']));
     if !ok {
-        return Err(Error::new(format!(
+        return Err(Error::config(format!(
             "{flag} {} is not an http(s) URL",
             crate::error::quote(value)
         ))

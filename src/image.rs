@@ -28,7 +28,7 @@ impl ImageRef {
     /// Parses an image reference, normalising Docker Hub short names.
     pub fn parse(text: &str) -> Result<Self> {
         let bad = |why: &str| {
-            Error::new(format!("invalid image reference {}: {why}", quote(text)))
+            Error::request(format!("invalid image reference {}: {why}", quote(text)))
                 .fix("the kubelet sends the image from the pod spec; check the pod's image field")
         };
         if text.is_empty() {

@@ -111,7 +111,8 @@ pub fn command() -> clap::Command {
 impl Options {
     /// Reads the shared flags out of matches of [`command`].
     pub fn from_matches(matches: &clap::ArgMatches) -> Result<Self> {
-        Self::from_arg_matches(matches).map_err(|e| Error::new(format!("invalid arguments: {e}")))
+        Self::from_arg_matches(matches)
+            .map_err(|e| Error::config(format!("invalid arguments: {e}")))
     }
 
     /// The provider the binary uses: `--provider` (or `WICP_PROVIDER`)

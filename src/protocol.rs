@@ -89,9 +89,9 @@ pub fn read_request(input: impl Read) -> Result<Request> {
     input
         .take(limit)
         .read_to_end(&mut bytes)
-        .map_err(|e| Error::new(format!("cannot read the request from stdin: {e}")))?;
+        .map_err(|e| Error::request(format!("cannot read the request from stdin: {e}")))?;
     if bytes.len() > MAX_REQUEST_BYTES {
-        return Err(Error::new(format!(
+        return Err(Error::request(format!(
             "the request on stdin is larger than {} bytes",
             MAX_REQUEST_BYTES
         ))
@@ -107,11 +107,15 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request> {
     let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
     match first {
         None => {
-            return Err(Error::new("stdin is empty: no CredentialProviderRequest").fix(kubelet_fix));
+            return Err(
+                Error::request("stdin is empty: no CredentialProviderRequest").fix(kubelet_fix),
+            );
         }
         Some(b'{') => {}
         Some(_) => {
-            return Err(Error::new("the request on stdin is not a JSON object").fix(kubelet_fix));
+            return Err(
+                Error::request("the request on stdin is not a JSON object").fix(kubelet_fix)
+            );
         }
     }
     // serde_json's messages can quote parts of the input, which may be a
@@ -122,7 +126,7 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request> {
             serde_json::error::Category::Eof => "it ends too early",
             _ => "it is not valid JSON",
         };
-        Error::new(format!(
+        Error::request(format!(
             "cannot parse the request on stdin: {problem} (line {}, column {})",
             e.line(),
             e.column()
@@ -132,7 +136,7 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request> {
 
     let kind = wire.kind.unwrap_or_default();
     if kind != REQUEST_KIND {
-        return Err(Error::new(format!(
+        return Err(Error::request(format!(
             "the request has kind {}, expected {REQUEST_KIND}",
             quote(&kind)
         ))
@@ -140,7 +144,7 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request> {
     }
     let version_text = wire.api_version.unwrap_or_default();
     let api_version = ApiVersion::parse(&version_text).ok_or_else(|| {
-        Error::new(format!(
+        Error::request(format!(
             "unsupported apiVersion {} in the request",
             quote(&version_text)
         ))
@@ -150,7 +154,7 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request> {
     })?;
     let image = wire.image.unwrap_or_default();
     if image.trim().is_empty() {
-        return Err(Error::new("the request has no image").fix(kubelet_fix));
+        return Err(Error::request("the request has no image").fix(kubelet_fix));
     }
     Ok(Request {
         api_version,
@@ -233,7 +237,7 @@ impl<'a> Response<'a> {
     /// The one JSON document for stdout, compact, with a trailing newline.
     pub fn to_json(&self) -> Result<Vec<u8>> {
         let mut out = serde_json::to_vec(self)
-            .map_err(|e| Error::new(format!("cannot encode the response: {e}")))?;
+            .map_err(|e| Error::internal(format!("cannot encode the response: {e}")))?;
         out.push(b'\n');
         Ok(out)
     }
@@ -287,7 +291,9 @@ mod tests {
                 "wrong type",
             ),
         ] {
-            let err = request(json).unwrap_err().to_string();
+            let err = request(json).unwrap_err();
+            assert_eq!(err.kind(), crate::error::Kind::Request, "{json:?}: {err}");
+            let err = err.to_string();
             assert!(err.contains(needle), "{json:?}: {err}");
         }
     }

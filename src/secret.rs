@@ -7,6 +7,8 @@
 
 use std::fmt;
 
+use zeroize::Zeroize;
+
 /// A secret string. Cloning is allowed (the cache and the response both need
 /// it), printing is not.
 #[derive(Clone, PartialEq, Eq)]
@@ -35,14 +37,10 @@ impl fmt::Debug for Secret {
 }
 
 impl Drop for Secret {
+    /// Wipes the bytes before the allocation is released, so a core dump of
+    /// a later phase of the process does not carry the token around.
     fn drop(&mut self) {
-        // Best effort without unsafe code: overwrite the bytes we own before
-        // the allocation is released, so a core dump of a later phase of the
-        // process does not carry the token around.
-        let len = self.0.len();
-        self.0.clear();
-        self.0.extend(std::iter::repeat_n('\0', len));
-        std::hint::black_box(&self.0);
+        self.0.zeroize();
     }
 }
 

@@ -132,7 +132,7 @@ pub fn prepare<'a>(
     let plan = exchanger.plan(&cx)?;
     crate::debug!("plan: {plan:?}");
     if !matching::matches(&plan.auth_key, &image.to_string()) {
-        return Err(Error::new(format!(
+        return Err(Error::internal(format!(
             "internal error: the {} exchanger chose the auth key {} that the kubelet would never match against {image}",
             plan.provider,
             quote(&plan.auth_key)
@@ -269,7 +269,7 @@ mod tests {
             redact: vec![Secret::new("eyJhbGciOi.secret.signature")],
         };
         let line = subject.failure_line(
-            &Error::new("upstream echoed eyJhbGciOi.secret.signature\nback").fix("do x"),
+            &Error::upstream("upstream echoed eyJhbGciOi.secret.signature\nback").fix("do x"),
         );
         assert_eq!(
             line,

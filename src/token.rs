@@ -107,7 +107,7 @@ impl ServiceAccountToken {
     pub fn decode(raw: Secret, now: i64) -> Result<Self> {
         let claims = decode_claims(raw.expose())?;
         if claims.expires_at <= now {
-            return Err(Error::new(format!(
+            return Err(Error::token(format!(
                 "the service account token for {} expired at {} ({} s ago)",
                 claims.service_account,
                 format_unix(claims.expires_at),
@@ -149,7 +149,7 @@ impl ServiceAccountToken {
             .map(|a| quote(a))
             .collect::<Vec<_>>()
             .join(", ");
-        Err(Error::new(format!(
+        Err(Error::token(format!(
             "the service account token's audience [{got}] does not include {wanted}, which the {provider} exchanger presents it to"
         ))
         .fix(format!(
@@ -167,7 +167,7 @@ fn segment(segment: &str, what: &str) -> Result<Vec<u8>> {
             .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
     );
     engine.decode(segment).map_err(|_| {
-        Error::new(format!(
+        Error::token(format!(
             "the service account token's {what} is not valid base64url"
         ))
         .fix(TOKEN_FIX)
@@ -179,7 +179,7 @@ fn number(n: Option<serde_json::Number>, claim: &str) -> Result<i64> {
     n.as_i64()
         .or_else(|| n.as_f64().filter(|f| f.is_finite()).map(|f| f as i64))
         .ok_or_else(|| {
-            Error::new(format!(
+            Error::token(format!(
                 "the service account token's {claim} claim is not a number"
             ))
             .fix(TOKEN_FIX)
@@ -187,7 +187,7 @@ fn number(n: Option<serde_json::Number>, claim: &str) -> Result<i64> {
 }
 
 fn missing(claim: &str) -> Error {
-    Error::new(format!(
+    Error::token(format!(
         "the service account token has no {claim} claim, so it is not a Kubernetes service account token"
     ))
     .fix(TOKEN_FIX)
@@ -202,28 +202,28 @@ fn required(value: Option<String>, claim: &str) -> Result<String> {
 /// Decodes the claims of a JWS compact token without verifying it.
 pub fn decode_claims(token: &str) -> Result<Claims> {
     if token.len() > MAX_TOKEN_BYTES {
-        return Err(Error::new(format!(
+        return Err(Error::token(format!(
             "the service account token is longer than {MAX_TOKEN_BYTES} bytes"
         ))
         .fix(TOKEN_FIX));
     }
     let parts: Vec<&str> = token.split('.').collect();
     let [header, payload, signature] = parts.as_slice() else {
-        return Err(Error::new(format!(
+        return Err(Error::token(format!(
             "the service account token is not a JWT: it has {} dot-separated segments instead of 3",
             parts.len()
         ))
         .fix(TOKEN_FIX));
     };
     if signature.is_empty() {
-        return Err(Error::new("the service account token is not signed").fix(TOKEN_FIX));
+        return Err(Error::token("the service account token is not signed").fix(TOKEN_FIX));
     }
     let header: WireHeader = serde_json::from_slice(&segment(header, "header")?).map_err(|_| {
-        Error::new("the service account token's header is not a JSON object").fix(TOKEN_FIX)
+        Error::token("the service account token's header is not a JSON object").fix(TOKEN_FIX)
     })?;
     match header.alg.as_deref() {
         None | Some("") | Some("none") => {
-            return Err(Error::new(
+            return Err(Error::token(
                 "the service account token is not signed (alg is none or missing)",
             )
             .fix(TOKEN_FIX));
@@ -232,7 +232,7 @@ pub fn decode_claims(token: &str) -> Result<Claims> {
     }
     let claims: WireClaims =
         serde_json::from_slice(&segment(payload, "payload")?).map_err(|_| {
-            Error::new(
+            Error::token(
                 "the service account token's claims are not a JSON object of the expected shape",
             )
             .fix(TOKEN_FIX)
@@ -253,7 +253,7 @@ pub fn decode_claims(token: &str) -> Result<Claims> {
         service_account.namespace, service_account.name
     );
     if subject != expected_subject {
-        return Err(Error::new(format!(
+        return Err(Error::token(format!(
             "the service account token's sub {} does not match its kubernetes.io claim ({expected_subject})",
             quote(&subject)
         ))
@@ -372,9 +372,9 @@ mod tests {
             (jwt(HEADER, &claims(5000, "[]")), "no aud claim"),
         ];
         for (token, needle) in cases {
-            let err = ServiceAccountToken::decode(Secret::new(token.clone()), 2000)
-                .unwrap_err()
-                .to_string();
+            let err = ServiceAccountToken::decode(Secret::new(token.clone()), 2000).unwrap_err();
+            assert_eq!(err.kind(), crate::error::Kind::Token, "{token}: {err}");
+            let err = err.to_string();
             assert!(err.contains(needle), "{token}: {err}");
         }
         let unsigned = format!("{}.", jwt(HEADER, &good).rsplit_once('.').unwrap().0);

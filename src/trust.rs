@@ -69,14 +69,14 @@ pub fn read_bundle(path: &Path) -> Result<CaBundle> {
     let fix = "pass a PEM file of CA certificates (-----BEGIN CERTIFICATE-----) readable by the kubelet's user, \
                or unset --ca-file (WICP_CA_FILE)";
     let pem = read_bounded(path)
-        .map_err(|e| Error::new(format!("cannot read the --ca-file {shown}: {e}")).fix(fix))?;
-    let ders =
-        anchors(&pem).map_err(|why| Error::new(format!("the --ca-file {shown} {why}")).fix(fix))?;
+        .map_err(|e| Error::config(format!("cannot read the --ca-file {shown}: {e}")).fix(fix))?;
+    let ders = anchors(&pem)
+        .map_err(|why| Error::config(format!("the --ca-file {shown} {why}")).fix(fix))?;
     let certificates = ders
         .iter()
         .map(|der| reqwest::Certificate::from_der(der))
         .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| Error::new(format!("the --ca-file {shown} is not usable: {e}")).fix(fix))?;
+        .map_err(|e| Error::config(format!("the --ca-file {shown} is not usable: {e}")).fix(fix))?;
     crate::debug!(
         "trusting {} extra CA certificate(s) from {shown}",
         certificates.len()
@@ -126,10 +126,10 @@ pub fn check_ssl_cert_file(value: Option<std::ffi::OsString>) -> Result<()> {
     let fix = "point SSL_CERT_FILE at a PEM bundle of CA certificates (it replaces the system's trust store) or unset it; \
                to add a CA to the system's, use --ca-file";
     let pem = read_bounded(&path)
-        .map_err(|e| Error::new(format!("cannot read SSL_CERT_FILE {shown}: {e}")).fix(fix))?;
+        .map_err(|e| Error::config(format!("cannot read SSL_CERT_FILE {shown}: {e}")).fix(fix))?;
     anchors(&pem)
         .map(|_| ())
-        .map_err(|why| Error::new(format!("SSL_CERT_FILE {shown} {why}")).fix(fix))
+        .map_err(|why| Error::config(format!("SSL_CERT_FILE {shown} {why}")).fix(fix))
 }
 
 fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
@@ -205,6 +205,7 @@ mod tests {
         ];
         for (name, content, expect) in cases {
             let e = read_bundle(&write(dir.path(), name, content)).unwrap_err();
+            assert_eq!(e.kind(), crate::error::Kind::Config, "{name}: {e}");
             assert!(e.what().contains(expect), "{name}: {e}");
             assert!(e.what().contains(name), "{e}");
             assert!(e.remedy().unwrap().contains("--ca-file"), "{e}");

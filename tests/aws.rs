@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use serde_json::{Value, json};
 
+use support::containerd::Containerd;
 use support::http_server::{Request, Response, TestServer};
 use support::moto::Moto;
 use support::plugin::{Run, request, run};
@@ -337,7 +338,7 @@ fn ecr_login_pulls_from_a_real_registry_with_exactly_the_returned_credentials() 
     let moto = Moto::start();
     // The registry accepts exactly what moto issues for account 210987654321.
     let registry = Registry::start_with_htpasswd("AWS", "210987654321-auth-token");
-    registry.push_test_image("team/app", "1.0");
+    let digest = registry.push_test_image("team/app", "1.0");
 
     let host = "210987654321.dkr.ecr.eu-west-1.amazonaws.com";
     let token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
@@ -370,6 +371,19 @@ fn ecr_login_pulls_from_a_real_registry_with_exactly_the_returned_credentials() 
         refused.contains("unauthorized") || refused.contains("invalid username/password"),
         "{refused}"
     );
+    // And containerd, the runtime on the node, which sends Basic credentials straight to a
+    // registry that challenges with Basic, as ECR does. The wrong password first, while
+    // containerd's store is empty.
+    let containerd = Containerd::start();
+    let image = format!("{}/team/app:1.0", registry.host());
+    let refused = containerd
+        .pull(&image, user, "210987654321-auth-tokem")
+        .expect_err("containerd must not pull with a wrong password");
+    assert!(refused.contains("401 Unauthorized"), "{refused}");
+    let pulled = containerd
+        .pull(&image, user, password)
+        .unwrap_or_else(|e| panic!("containerd refused the plugin's credentials:\n{e}"));
+    assert_eq!(pulled, digest);
 
     // A role in another account gets another password, which this registry
     // (standing in for account 210987654321's) refuses.

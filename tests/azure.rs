@@ -841,17 +841,20 @@ fn bad_settings_fail_azure_but_not_other_providers() {
 /// local registry with the credentials the plugin returned. The local
 /// registry listens on 127.0.0.1:PORT, not on the ACR host, so skopeo is
 /// pointed at it with the plugin's credentials for the ACR host: that
-/// re-targeting is the only liberty taken.
+/// re-targeting is the only liberty taken. Then containerd pulls the same
+/// way, through the GET fallback ACR's answer to its POST sends it to.
 #[test]
-fn skopeo_pulls_with_the_acr_refresh_token() {
-    use support::registry::Registry;
+fn skopeo_and_containerd_pull_with_the_acr_refresh_token() {
+    use support::containerd::Containerd;
+    use support::registry::{Registry, TokenPost};
 
     let (entra, acr) = fakes(REGISTRY);
     let verify = acr.refresh_verifier();
-    let registry = Registry::start_with_token_auth(move |username, password| {
-        username == NULL_GUID && verify(password).is_ok()
-    });
-    registry.push_test_image("team/app", "v1");
+    let registry =
+        Registry::start_with_token_service(TokenPost::Refuse(400), move |username, password| {
+            username == NULL_GUID && verify(password).is_ok()
+        });
+    let digest = registry.push_test_image("team/app", "v1");
 
     let token = sa_token();
     let out = exec(
@@ -897,4 +900,37 @@ fn skopeo_pulls_with_the_acr_refresh_token() {
         assert!(err.contains("unauthorized"), "{err}");
     }
     assert_eq!(registry.token_requests_accepted(), accepted);
+
+    // containerd, the runtime on the node, with the same credentials. Its OAuth2 POST with the
+    // null-GUID username is refused 400, as ACR does (TokenPost::Refuse), and it logs in with
+    // the GET instead. A refresh token minted for another registry first, while containerd's
+    // store is empty.
+    let containerd = Containerd::start();
+    let image = format!("{}/team/app:v1", registry.host());
+    let before = registry.token_calls().len();
+    let err = containerd
+        .pull(&image, NULL_GUID, foreign.as_str().unwrap())
+        .expect_err("another registry's refresh token must not pull");
+    assert!(err.contains("401 Unauthorized"), "{err}");
+    assert_eq!(registry.token_requests_accepted(), accepted);
+    let refused = registry.token_calls().len();
+    let pulled = containerd
+        .pull(&image, username, password)
+        .unwrap_or_else(|e| panic!("containerd refused the plugin's ACR credentials:\n{e}"));
+    assert_eq!(pulled, digest);
+    let calls = registry.token_calls();
+    let post = ("POST".to_string(), 400);
+    assert_eq!(
+        calls[before..refused],
+        [post.clone(), ("GET".to_string(), 401)],
+        "{calls:?}"
+    );
+    let logins = &calls[refused..];
+    assert!(
+        !logins.is_empty()
+            && logins
+                .chunks(2)
+                .all(|pair| pair == [post.clone(), ("GET".to_string(), 200)]),
+        "each login: POST refused 400, then GET granted: {calls:?}"
+    );
 }

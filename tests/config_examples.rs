@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use serde::Deserialize;
 
-const SCENARIOS: [&str; 7] = [
+const SCENARIOS: [&str; 8] = [
     "aws-pod-identity",
     "aws-web-identity",
     "azure",
@@ -29,6 +29,7 @@ const SCENARIOS: [&str; 7] = [
     "gke",
     "multi-provider",
     "passthrough-harbor-zot",
+    "vault",
 ];
 
 fn repo() -> PathBuf {

@@ -36,9 +36,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
+use support::containerd::Containerd;
 use support::http_server::{Request, Response, TestServer};
 use support::plugin::{Run, request, run};
-use support::registry::Registry;
+use support::registry::{Registry, TokenPost};
 use support::token::{self, TokenSpec};
 use wi_credential_provider::duration::format_unix;
 
@@ -505,7 +506,7 @@ fn assert_iam_request(req: &Request, email: &str, federated: &str, lifetime: &st
 }
 
 /// The whole path for one pool, with or without impersonation: plugin,
-/// fake Google, real registry, skopeo.
+/// fake Google, real registry, skopeo and containerd.
 fn end_to_end(pool: Pool, impersonate: bool) {
     let google = FakeGoogle::start(pool.clone());
     let principal = pool.principal("team", "puller");
@@ -515,8 +516,11 @@ fn end_to_end(pool: Pool, impersonate: bool) {
     } else {
         google.grant_registry_read(&principal);
     }
-    let registry = Registry::start_with_token_auth(google.registry_check());
-    registry.push_test_image("my-project/team/app", "v1");
+    // Artifact Registry's token service has no OAuth2 POST: containerd's POST gets 404
+    // (TokenPost::Refuse) and it logs in with the GET.
+    let registry =
+        Registry::start_with_token_service(TokenPost::Refuse(404), google.registry_check());
+    let digest = registry.push_test_image("my-project/team/app", "v1");
 
     let sa_token = TokenSpec::new("team", "puller", &pool.audience()).mint();
     let annotations: &[(&str, &str)] = if impersonate {
@@ -601,6 +605,29 @@ fn end_to_end(pool: Pool, impersonate: bool) {
         .pull("my-project/team/app", "v1", "_token", password)
         .expect_err("the registry insists on oauth2accesstoken");
     assert!(err.contains("unauthorized"), "{err}");
+
+    // containerd, the runtime on the node: the service account token in place of the access
+    // token first (while its store is empty), then exactly the plugin's credentials.
+    let containerd = Containerd::start();
+    let image = format!("{}/my-project/team/app:v1", registry.host());
+    let err = containerd
+        .pull(&image, username, &sa_token)
+        .expect_err("the service account token is not a Google access token");
+    assert!(err.contains("401 Unauthorized"), "{err}");
+    let before = registry.token_calls().len();
+    let pulled = containerd
+        .pull(&image, username, password)
+        .unwrap_or_else(|e| panic!("containerd refused the plugin's credentials:\n{e}"));
+    assert_eq!(pulled, digest);
+    let calls = registry.token_calls();
+    let logins = &calls[before..];
+    assert!(
+        !logins.is_empty()
+            && logins
+                .chunks(2)
+                .all(|pair| pair == [("POST".to_string(), 404), ("GET".to_string(), 200)]),
+        "each login: POST refused 404, then GET granted: {calls:?}"
+    );
 }
 
 #[test]

@@ -1,4 +1,5 @@
-//! Tests for the test support code itself: the fake HTTP server and the real registry harness.
+//! Tests for the test support code itself: the fake HTTP server, the real registry harness and
+//! the containerd harness.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -15,8 +16,9 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::json;
+use support::containerd::Containerd;
 use support::http_server::{Response, TestServer};
-use support::registry::Registry;
+use support::registry::{Registry, TokenPost};
 
 /// Sends `raw` as-is and returns everything the server answers until it closes.
 fn roundtrip(server: &TestServer, raw: &str) -> String {
@@ -307,4 +309,139 @@ fn htpasswd_registry_accepts_only_its_account() {
         .pull_with_authfile("library/hello", "latest", &authfile)
         .unwrap();
     assert_eq!(registry.token_requests_accepted(), 0);
+}
+
+/// Sends one raw request to the registry's token service and returns the answer.
+fn token_service(registry: &Registry, raw: &str) -> String {
+    let realm = registry.token_realm().unwrap();
+    let port: u16 = realm
+        .split(':')
+        .nth(2)
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.write_all(raw.as_bytes()).unwrap();
+    let mut out = String::new();
+    stream.read_to_string(&mut out).unwrap();
+    out
+}
+
+fn form_post(body: &str) -> String {
+    format!(
+        "POST /token HTTP/1.1\r\nHost: h\r\nContent-Type: application/x-www-form-urlencoded; \
+         charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+#[test]
+fn token_service_answers_containerds_oauth2_post() {
+    let registry = Registry::start_with_token_auth(|user, pass| user == "puller" && pass == "good");
+    // As containerd sends it (remotes/docker/auth/fetch.go, FetchTokenWithOAuth).
+    let grant = "scope=repository%3Ateam%2Fapp%3Apull&service=wicp-test-registry\
+                 &client_id=containerd-client&grant_type=password&username=puller&password=";
+    let answer = token_service(&registry, &form_post(&format!("{grant}good")));
+    assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+    let body: serde_json::Value =
+        serde_json::from_str(answer.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert!(body["token"].is_null(), "the OAuth2 answer has no `token`");
+    assert_eq!(body["scope"], "repository:team/app:pull");
+    assert_eq!(body["expires_in"], 300);
+    let claims: serde_json::Value =
+        jsonwebtoken::dangerous::insecure_decode_claims(body["access_token"].as_str().unwrap())
+            .unwrap();
+    assert_eq!(
+        claims["access"],
+        json!([{"type": "repository", "name": "team/app", "actions": ["pull"]}])
+    );
+    // Wrong password: 401, so containerd tries the GET (and fails there too).
+    let answer = token_service(&registry, &form_post(&format!("{grant}bad")));
+    assert!(answer.starts_with("HTTP/1.1 401 "), "{answer}");
+    // Malformed grants are 400, never a token.
+    for broken in [
+        grant.replace("grant_type=password", "grant_type=refresh_token"),
+        grant.replace("client_id=containerd-client", "client_id="),
+        grant.replace("service=wicp-test-registry", "service=other"),
+        grant.replace("scope=repository%3Ateam%2Fapp%3Apull&", ""),
+    ] {
+        let answer = token_service(&registry, &form_post(&format!("{broken}good")));
+        assert!(answer.starts_with("HTTP/1.1 400 "), "{broken}: {answer}");
+    }
+    let statuses: Vec<u16> = registry.token_calls().iter().map(|(_, s)| *s).collect();
+    assert_eq!(statuses, [200, 401, 400, 400, 400, 400]);
+    assert_eq!(registry.token_requests_accepted(), 1);
+}
+
+#[test]
+fn token_service_refuses_the_post_as_told_and_still_grants_the_get() {
+    let registry = Registry::start_with_token_service(TokenPost::Refuse(404), |user, pass| {
+        user == "puller" && pass == "good"
+    });
+    let answer = token_service(
+        &registry,
+        &form_post(
+            "grant_type=password&username=puller&password=good&client_id=c&service=wicp-test-registry&scope=repository%3Aa%3Apull",
+        ),
+    );
+    assert!(answer.starts_with("HTTP/1.1 404 "), "{answer}");
+    let answer = token_service(
+        &registry,
+        &format!(
+            "GET /token?service=wicp-test-registry&scope=repository%3Aa%3Apull HTTP/1.1\r\n\
+             Host: h\r\nAuthorization: Basic {}\r\nConnection: close\r\n\r\n",
+            BASE64.encode("puller:good")
+        ),
+    );
+    assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+    assert_eq!(
+        registry.token_calls(),
+        [("POST".to_string(), 404), ("GET".to_string(), 200)]
+    );
+}
+
+/// The containerd harness stops the daemon and removes its directories
+/// when the test using it panics, not only when it passes.
+#[test]
+fn containerd_is_stopped_and_removed_when_a_test_panics() {
+    let seen = std::sync::Mutex::new(None);
+    let result = std::panic::catch_unwind(|| {
+        let containerd = Containerd::start();
+        *seen.lock().unwrap() = Some((containerd.pid(), containerd.dir().to_owned()));
+        assert!(containerd.dir().join("containerd.sock").exists());
+        panic!("a failing test");
+    });
+    assert!(result.is_err());
+    let (pid, dir) = seen.into_inner().unwrap().expect("containerd started");
+    assert!(!dir.exists(), "{} is left behind", dir.display());
+    // Reaped, so /proc has no entry for it, or (pid reused) one that is not our daemon.
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    assert!(
+        !String::from_utf8_lossy(&cmdline).contains(&*dir.to_string_lossy()),
+        "containerd {pid} still runs"
+    );
+}
+
+/// containerd pulls from the token-auth registry with good credentials,
+/// and a wrong password fails the pull with the registry's 401.
+#[test]
+fn containerd_pulls_only_with_accepted_credentials() {
+    let registry = Registry::start_with_token_auth(|user, pass| user == "puller" && pass == "good");
+    let digest = registry.push_test_image("team/app", "v1");
+    let image = format!("{}/team/app:v1", registry.host());
+    let containerd = Containerd::start();
+    let err = containerd.pull(&image, "puller", "bad").unwrap_err();
+    assert!(err.contains("401 Unauthorized"), "{err}");
+    assert_eq!(containerd.pull(&image, "puller", "good").unwrap(), digest);
+    let err = containerd
+        .pull(
+            &format!("{}/team/app:missing", registry.host()),
+            "puller",
+            "good",
+        )
+        .unwrap_err();
+    assert!(err.contains("not found"), "{err}");
 }

@@ -19,11 +19,12 @@ use sha2::{Digest, Sha256};
 
 const BIN_DIR: &str = "usr/libexec/kubernetes/kubelet-plugins/credential-provider/exec";
 const CONFIG: &str = "etc/kubernetes/credential-provider.yaml";
-const LINKS: [&str; 4] = [
+const LINKS: [&str; 5] = [
     "wi-credential-provider-aws",
     "wi-credential-provider-azure",
     "wi-credential-provider-gcp",
     "wi-credential-provider-passthrough",
+    "wi-credential-provider-vault",
 ];
 
 fn repo() -> PathBuf {

@@ -117,3 +117,73 @@ fn skopeo_pulls_with_the_passthrough_credentials() {
         "no refused credential was accepted"
     );
 }
+
+/// The same end to end with the client a node really uses: containerd, fed
+/// exactly the username and password the plugin printed. containerd logs in
+/// with an OAuth2 POST, which this token service grants the way
+/// distribution's OAuth2 token spec (Docker Hub) and zot do, so the test
+/// also checks that the POST, not the GET fallback, carried the login.
+#[test]
+fn containerd_pulls_with_the_passthrough_credentials() {
+    use support::containerd::Containerd;
+    use support::registry::{Registry, TokenPost};
+
+    const AUDIENCE: &str = "registry.cluster.test";
+    let registry = Registry::start_with_token_service(TokenPost::OAuth2, |_username, password| {
+        support::token::verify(password, AUDIENCE).is_ok()
+    });
+    let digest = registry.push_test_image("team/app", "v1");
+    let host = registry.host().to_string();
+    let image = format!("{host}/team/app:v1");
+    let args = [
+        "--provider",
+        "passthrough",
+        "--registry",
+        &host,
+        "--audience",
+        AUDIENCE,
+    ];
+    let credentials = |token: &str| {
+        let response = run(
+            &args,
+            &[],
+            request(&format!("{host}/team/app"), Some(token), &[]).as_bytes(),
+        )
+        .response();
+        let auth = &response["auth"][host.as_str()];
+        (
+            auth["username"].as_str().unwrap().to_string(),
+            auth["password"].as_str().unwrap().to_string(),
+        )
+    };
+    let containerd = Containerd::start();
+    let after_push = registry.token_calls().len();
+
+    // A token the cluster did not sign: containerd must not pull with it.
+    // Tried first, so nothing is in containerd's store yet.
+    let forged = TokenSpec::new("team", "puller", AUDIENCE).mint_with_wrong_key();
+    let (username, password) = credentials(&forged);
+    let err = containerd
+        .pull(&image, &username, &password)
+        .expect_err("a token signed by another key must not pull");
+    assert!(err.contains("401 Unauthorized"), "{err}");
+
+    let token = TokenSpec::new("team", "puller", AUDIENCE).mint();
+    let (username, password) = credentials(&token);
+    let before = registry.token_calls().len();
+    let pulled = containerd
+        .pull(&image, &username, &password)
+        .unwrap_or_else(|e| panic!("containerd refused the plugin's credentials:\n{e}"));
+    assert_eq!(pulled, digest);
+    let calls = registry.token_calls();
+    assert!(
+        calls[after_push..before].iter().all(|(_, s)| *s == 401),
+        "{calls:?}"
+    );
+    // One login or more (containerd may ask again for the blobs), each by POST.
+    let logins = &calls[before..];
+    assert!(
+        !logins.is_empty() && logins.iter().all(|(m, s)| m == "POST" && *s == 200),
+        "containerd logged in with OAuth2 POSTs only: {calls:?}"
+    );
+}

@@ -23,6 +23,9 @@ static MATCHES: LazyLock<ArgMatches> = LazyLock::new(|| {
         "--registry=harbor.example.com",
         "--gcp-project-id=my-project",
         "--gcp-cluster=projects/my-project/locations/us-central1/clusters/prod",
+        "--vault-address=https://vault.example.com:8200",
+        "--vault-secret-prefix=registry",
+        "--vault-secret-path=registry/{namespace}/{name}",
     ]
     .map(String::from);
     options::parse_as(BINARY, &args, &Env::default()).unwrap()
@@ -61,7 +64,7 @@ fuzz_target!(|data: &[u8]| {
         .collect();
     let token = token(namespace, name);
     let inputs = Inputs::default();
-    let choices = [None, Provider::find("azure"), Provider::find("gcp"), Provider::find("passthrough")];
+    let choices = [None, Provider::find("azure"), Provider::find("gcp"), Provider::find("passthrough"), Provider::find("vault")];
     for choice in choices {
         let Ok(provider) = route::choose(choice, &image) else {
             continue;
@@ -86,6 +89,13 @@ fuzz_target!(|data: &[u8]| {
             // names what shapes it.
             assert_eq!(prepared.plan.auth_key, image.registry());
             assert!(!prepared.plan.inputs.is_empty());
+            // Whatever the annotations said, Vault's secret stays under the
+            // admin's prefix, as checked path segments.
+            if let Some((_, path)) = prepared.plan.inputs.iter().find(|(k, _)| *k == "secret_path") {
+                assert!(path.starts_with("registry/"), "{path}");
+                assert!(path.split('/').all(|s| !s.is_empty() && s != "." && s != ".."), "{path}");
+                assert!(!path.contains(['?', '#', '%', '\\', ' ', '\n']), "{path}");
+            }
             let _ = format!("{:?}", prepared.plan);
         }
     }

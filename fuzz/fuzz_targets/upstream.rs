@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
-use wi_credential_provider::providers::{azure, gcp};
+use wi_credential_provider::providers::{azure, gcp, vault};
 use wi_credential_provider::http::Reply;
 use wi_credential_provider::secret::Secret;
 
@@ -42,6 +42,17 @@ fuzz_target!(|data: &[u8]| {
         assert!(reply.is_success() && !token.token.is_empty());
     }
     let _ = gcp::upstream_error(body);
+    if let Ok(login) = vault::wire::read_login(&reply, "login") {
+        assert!(!login.client_token.is_empty() && login.lease_duration >= 0);
+    }
+    for version in [1, 2] {
+        if let Ok(secrets) = vault::wire::read_secret(&reply, version, "read") {
+            let _ = vault::wire::credentials(&secrets, "username", "password", "read");
+        }
+    }
+    let shown = vault::wire::describe(&reply, &[&subject]);
+    // A secret the client holds is never repeated from an error body.
+    assert!(!shown.contains("subject"), "{shown}");
     let _ = wi_credential_provider::redact::body_shape(body);
     let text = String::from_utf8_lossy(body);
     let cleaned = wi_credential_provider::redact::clean(&text, 300);

@@ -401,7 +401,7 @@ mod tests {
         let deadline = Deadline::after(Duration::from_secs(10));
         let err = cache
             .serve(&key, subject(), &deadline, |_| {
-                Err(crate::error::Error::new("upstream said no"))
+                Err(crate::error::Error::upstream("upstream said no"))
             })
             .unwrap_err();
         assert_eq!(err.what(), "upstream said no");

@@ -296,19 +296,19 @@ fn is_temp_name(name: &str) -> bool {
 fn check_dir(dir: &Path, meta: &std::fs::Metadata, uid: u32) -> Result<(), Error> {
     let shown = dir.display();
     if meta.file_type().is_symlink() {
-        return Err(Error::new(format!(
+        return Err(Error::cache(format!(
             "the cache directory {shown} is a symbolic link, which the plugin refuses to follow"
         ))
         .fix("point --cache-dir at the directory itself: whoever can change the link could redirect the cache to a directory of their own"));
     }
     if !meta.is_dir() {
-        return Err(Error::new(format!(
+        return Err(Error::cache(format!(
             "the cache directory {shown} is not a directory"
         ))
         .fix("point --cache-dir at a directory, or at a path that does not exist yet (the plugin creates it with mode 0700)"));
     }
     if meta.uid() != uid {
-        return Err(Error::new(format!(
+        return Err(Error::cache(format!(
             "the cache directory {shown} is owned by uid {}, but the plugin runs as uid {uid}",
             meta.uid()
         ))
@@ -318,7 +318,7 @@ fn check_dir(dir: &Path, meta: &std::fs::Metadata, uid: u32) -> Result<(), Error
     }
     let mode = meta.mode() & 0o7777;
     if mode & 0o022 != 0 {
-        return Err(Error::new(format!(
+        return Err(Error::cache(format!(
             "the cache directory {shown} is writable by group or others (mode {mode:04o})"
         ))
         .fix(format!("chmod 0700 {shown}")));

@@ -67,7 +67,7 @@ pub fn run(options: &crate::cache::Options, max_age: Duration, command: &Command
             return emit(&format!("no cache at {}: nothing cached\n", dir.display()));
         }
         Err(OpenError::Unsafe(error)) => return fail(&error),
-        Err(OpenError::Unavailable(why)) => return fail(&Error::new(why)),
+        Err(OpenError::Unavailable(why)) => return fail(&Error::cache(why)),
     };
     let text = match command {
         Command::List => list(&store, duration::unix_now(), max_age),
@@ -88,7 +88,7 @@ fn emit(text: &str) -> ExitCode {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(&Error::new(format!("cannot write to stdout: {e}"))),
+        Err(e) => fail(&Error::cache(format!("cannot write to stdout: {e}"))),
     }
 }
 
@@ -98,7 +98,7 @@ fn fail(error: &Error) -> ExitCode {
 }
 
 fn scan_error(store: &Store, e: std::io::Error) -> Error {
-    Error::new(format!(
+    Error::cache(format!(
         "cannot list the cache directory {}: {e}",
         store.dir().display()
     ))
@@ -245,7 +245,7 @@ pub fn purge(store: &Store, args: &PurgeArgs, wait: Duration) -> Result<Purged> 
             }
             Ok(false) => {}
             Err(e) => {
-                return Err(Error::new(format!(
+                return Err(Error::cache(format!(
                     "cannot remove {}: {e}",
                     store.entry_path(key).display()
                 ))

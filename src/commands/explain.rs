@@ -75,13 +75,13 @@ pub struct Account {
 /// file or a `kind: List`), with k8s-openapi's type.
 pub fn read_service_account(path: &Path) -> Result<Account> {
     let text = std::fs::read_to_string(path).map_err(|e| {
-        Error::new(format!("cannot read {}: {e}", path.display()))
+        Error::config(format!("cannot read {}: {e}", path.display()))
             .fix("pass the manifest from `kubectl get serviceaccount NAME -o yaml`")
     })?;
     let mut found = Vec::new();
     for document in yaml_serde::Deserializer::from_str(&text) {
         let value = yaml_serde::Value::deserialize(document)
-            .map_err(|e| Error::new(format!("{} is not YAML: {e}", path.display())))?;
+            .map_err(|e| Error::config(format!("{} is not YAML: {e}", path.display())))?;
         let items = match value.get("kind").and_then(|k| k.as_str()) {
             Some("List") => value
                 .get("items")
@@ -100,12 +100,12 @@ pub fn read_service_account(path: &Path) -> Result<Account> {
         1 => found.remove(0),
         0 => {
             return Err(
-                Error::new(format!("{} has no ServiceAccount", path.display()))
+                Error::config(format!("{} has no ServiceAccount", path.display()))
                     .fix("pass the manifest from `kubectl get serviceaccount NAME -o yaml`"),
             );
         }
         n => {
-            return Err(Error::new(format!(
+            return Err(Error::config(format!(
                 "{} has {n} ServiceAccounts, so which pod's is meant is unclear",
                 path.display()
             ))
@@ -113,14 +113,14 @@ pub fn read_service_account(path: &Path) -> Result<Account> {
         }
     };
     let sa: ServiceAccount = yaml_serde::from_value(value).map_err(|e| {
-        Error::new(format!(
+        Error::config(format!(
             "{} is not a valid ServiceAccount: {e}",
             path.display()
         ))
     })?;
     let meta = sa.metadata;
     let name = meta.name.filter(|n| !n.is_empty()).ok_or_else(|| {
-        Error::new(format!(
+        Error::config(format!(
             "the ServiceAccount in {} has no metadata.name",
             path.display()
         ))

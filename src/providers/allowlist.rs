@@ -36,7 +36,7 @@ impl Allowlist {
     pub fn new(options: &Options) -> Result<Self> {
         for pattern in &options.registries {
             if !matching::is_valid_pattern(pattern) {
-                return Err(Error::new(format!("--registry {pattern:?} is not a valid pattern"))
+                return Err(Error::config(format!("--registry {pattern:?} is not a valid pattern"))
                     .fix("write a host[:port][/path] with globs only inside host labels, e.g. *.harbor.example.com"));
             }
         }
@@ -64,14 +64,14 @@ impl Allowlist {
     /// `what` names what would be sent ("the service account token").
     pub fn refusal(&self, provider: &str, what: &str, image: &ImageRef) -> Error {
         if self.patterns.is_empty() {
-            return Error::new(format!(
+            return Error::registry(format!(
                 "{provider} has no allowed registries, so {what} goes nowhere"
             ))
             .fix(format!(
                 "pass --registry PATTERN (or WICP_REGISTRY) for each registry that should receive {what}"
             ));
         }
-        Error::new(format!(
+        Error::registry(format!(
             "registry {} is not allowed to receive {what} (allowed: {})",
             image.registry(),
             self.patterns.join(", ")
@@ -100,7 +100,10 @@ mod tests {
         assert!(ok("zot.example.com:5000/team/app"));
         assert!(!ok("zot.example.com/team/app"));
         assert!(!ok("zot.example.com:5000/other/app"));
-        assert!(allowlist(&["[bad"]).is_err());
+        assert_eq!(
+            allowlist(&["[bad"]).unwrap_err().kind(),
+            crate::error::Kind::Config
+        );
         let none = allowlist(&[]).unwrap();
         let image = ImageRef::parse("zot.example.com/a").unwrap();
         assert!(!none.allows(&image));

@@ -17,6 +17,7 @@ pub mod azure;
 pub mod gcp;
 pub mod passthrough;
 pub mod route;
+pub mod vault;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -80,6 +81,7 @@ pub static ALL: &[&Provider] = &[
     &azure::PROVIDER,
     &gcp::PROVIDER,
     &passthrough::PROVIDER,
+    &vault::PROVIDER,
 ];
 
 impl PartialEq for Provider {
@@ -105,7 +107,7 @@ impl fmt::Display for Provider {
 /// Parses a provider's flags out of the command line, for its `build`.
 pub fn flags<T: clap::FromArgMatches>(matches: &clap::ArgMatches) -> Result<T> {
     T::from_arg_matches(matches).map_err(|e| {
-        Error::new(format!("cannot read the provider's flags: {e}"))
+        Error::config(format!("cannot read the provider's flags: {e}"))
             .fix("run `wi-credential-provider --help` for the flags")
     })
 }
@@ -144,7 +146,7 @@ impl<'a> Context<'a> {
     /// exchanger forgot to say it needs one.
     pub fn token(&self) -> Result<&'a ServiceAccountToken> {
         self.token.ok_or_else(|| {
-            Error::new(
+            Error::internal(
                 "internal error: the exchanger needs a service account token but none was checked",
             )
         })
@@ -224,7 +226,7 @@ pub trait Exchanger {
     /// credential from this exchanger, and what to change.
     fn refusal(&self, image: &ImageRef) -> Error {
         let provider = self.provider();
-        Error::new(format!(
+        Error::registry(format!(
             "registry {} is not served by the {provider} exchanger, which serves {}",
             image.registry(),
             self.registries()

@@ -57,7 +57,7 @@ impl Passthrough {
     pub fn new(registries: &allowlist::Options, options: &Options) -> Result<Self> {
         let allowlist = Allowlist::new(registries)?;
         if options.passthrough_username.is_empty() {
-            return Err(Error::new("--passthrough-username is empty")
+            return Err(Error::config("--passthrough-username is empty")
                 .fix("set a non-empty username; registries log it"));
         }
         Ok(Passthrough {

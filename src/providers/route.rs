@@ -27,7 +27,7 @@ pub fn choose(choice: Option<&'static Provider>, image: &ImageRef) -> Result<&'s
             } else {
                 format!("auto picks among {}", served.join(", "))
             };
-            Error::new(format!(
+            Error::registry(format!(
                 "registry {} is not a cloud registry this plugin recognises ({served})",
                 image.registry()
             ))
@@ -63,7 +63,7 @@ pub fn admit_token(
     match token {
         Some(token) => token.require_audience(&audiences, exchanger.provider().name())?,
         None if exchanger.requires_token() => {
-            return Err(Error::new("the request carries no service account token").fix(format!(
+            return Err(Error::token("the request carries no service account token").fix(format!(
                 "give this provider entry tokenAttributes (serviceAccountTokenAudience, cacheType, requireServiceAccount) \
                  and apiVersion credentialprovider.kubelet.k8s.io/v1 in the kubelet's CredentialProviderConfig; \
                  the request used {api_version}"

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod azure;
+pub mod containerd;
 pub mod google;
 pub mod http_server;
 pub mod moto;
@@ -10,3 +11,4 @@ pub mod net;
 pub mod plugin;
 pub mod registry;
 pub mod token;
+pub mod vault;

@@ -10,6 +10,12 @@
 //!   in-process [`TestServer`], so the test decides which credentials are valid.
 //! * htpasswd ([`Registry::start_with_htpasswd`]): plain Basic auth, like ECR.
 //!
+//! Clients log in to a token service in two ways. skopeo sends `GET realm?service=&scope=` with
+//! Basic credentials. containerd first POSTs an OAuth2 password grant to the realm and falls back
+//! to that GET only when the POST is answered 400, 401, 404 or 405 (see
+//! [`super::containerd`]); [`TokenPost`] makes the token service answer the POST the way the
+//! registry it stands for does, and [`Registry::token_calls`] shows which way a login went.
+//!
 //! The registry listens on `127.0.0.1:0`; its real port is read from its log, so there is no
 //! pick-a-free-port race. It runs with an empty environment (distribution lets `REGISTRY_*`
 //! variables override its config file) and skopeo runs with a private `HOME`, registries.conf
@@ -76,7 +82,8 @@ impl Registry {
     /// `iss` the registry expects in tokens.
     pub const ISSUER: &'static str = "wicp-test-issuer";
 
-    /// Starts a registry that uses token auth, with an in-process token service.
+    /// Starts a registry that uses token auth, with an in-process token service that also
+    /// answers the OAuth2 POST ([`TokenPost::OAuth2`]).
     ///
     /// The token service (`GET /token`) issues a token for HTTP Basic credentials that are either
     /// [`Registry::ADMIN_USER`] / [`Registry::admin_password`] (pull+push) or accepted by
@@ -84,10 +91,19 @@ impl Registry {
     pub fn start_with_token_auth(
         accept: impl Fn(&str, &str) -> bool + Send + Sync + 'static,
     ) -> Self {
+        Self::start_with_token_service(TokenPost::OAuth2, accept)
+    }
+
+    /// Like [`Registry::start_with_token_auth`], with the token service answering
+    /// `POST /token` as `post` says.
+    pub fn start_with_token_service(
+        post: TokenPost,
+        accept: impl Fn(&str, &str) -> bool + Send + Sync + 'static,
+    ) -> Self {
         require_tools(&["docker-registry", "skopeo"]);
         let dir = tempdir();
         let admin_password = random_secret();
-        let token = TokenService::start(admin_password.clone(), accept);
+        let token = TokenService::start(admin_password.clone(), post, accept);
         let auth = json!({
             "token": {
                 "realm": format!("{}/token", token.server.url()),
@@ -157,9 +173,18 @@ impl Registry {
             .map_or(0, |t| t.counters.refused.load(Ordering::SeqCst))
     }
 
+    /// Every request the token service answered, in order: method and status, e.g.
+    /// `("POST", 400)` then `("GET", 200)` for containerd logging in to ACR.
+    pub fn token_calls(&self) -> Vec<(String, u16)> {
+        self.token.as_ref().map_or_else(Vec::new, |t| {
+            t.calls.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        })
+    }
+
     /// Builds a one-layer image and pushes it as `HOST/repo:tag` with the push credentials.
-    /// Returns the manifest digest (`sha256:...`), which is deterministic for a given
-    /// `repo`/`tag`.
+    /// Returns the digest (`sha256:...`) of the manifest as the registry stores it, which is
+    /// what a client that pulls the tag gets (skopeo compresses the layer on the way, so it is
+    /// not the local layout's).
     ///
     /// # Panics
     /// With skopeo's stderr if the push fails.
@@ -168,7 +193,8 @@ impl Registry {
             .prefix("oci-layout-")
             .tempdir_in(self.dir.path())
             .expect("create OCI layout dir");
-        let digest = write_oci_layout(layout.path(), repo, tag);
+        write_oci_layout(layout.path(), repo, tag);
+        let digestfile = layout.path().join("pushed-digest");
         let creds = format!("{}:{}", self.push_user, self.push_password);
         let source = format!("oci:{}:{tag}", layout.path().display());
         let dest = format!("docker://{}/{repo}:{tag}", self.host);
@@ -177,11 +203,16 @@ impl Registry {
             "--dest-tls-verify=false",
             "--dest-creds",
             &creds,
+            "--digestfile",
+            digestfile.to_str().expect("UTF-8 temp path"),
             &source,
             &dest,
         ])
         .unwrap_or_else(|stderr| panic!("skopeo copy to {dest} failed:\n{stderr}"));
-        digest
+        fs::read_to_string(&digestfile)
+            .expect("read skopeo's digest file")
+            .trim()
+            .to_owned()
     }
 
     /// Fetches the manifest and config of `HOST/repo:tag` with `skopeo inspect --creds`.
@@ -346,10 +377,30 @@ impl Drop for Registry {
     }
 }
 
+/// How the token service answers containerd's `POST` to the realm (an OAuth2 password grant:
+/// `grant_type=password`, `username`, `password`, `client_id`, `service`, `scope`).
+#[derive(Clone, Copy, Debug)]
+pub enum TokenPost {
+    /// Grants it like a GET with the same credentials, answering `access_token`,
+    /// `scope`, `expires_in` and `issued_at`: distribution's OAuth2 token spec
+    /// (docs/spec/auth/oauth.md, which Docker Hub's auth.docker.io implements), and zot's
+    /// `/zot/auth/token`, which takes GET and POST and reads the form's `password`
+    /// (/work/shared/reference/registries.md §1.2). Used for passthrough.
+    OAuth2,
+    /// Refuses it with this status before looking at the credentials, as registries without
+    /// the POST endpoint do; containerd then logs in with the GET. containerd's
+    /// remotes/docker/authorizer.go (`doBearerAuth`) records the statuses: "As of January
+    /// 2022, ACR is known to return 400" (ACR's /oauth2/token takes `grant_type=refresh_token`
+    /// in a POST, not the password grant containerd sends with the null-GUID username), and
+    /// "As of September 2017, GCR is known to return 404".
+    Refuse(u16),
+}
+
 /// The registry's token service and what it has seen.
 struct TokenService {
     server: TestServer,
     counters: Arc<TokenCounters>,
+    calls: Arc<std::sync::Mutex<Vec<(String, u16)>>>,
 }
 
 #[derive(Default)]
@@ -361,6 +412,7 @@ struct TokenCounters {
 impl TokenService {
     fn start(
         admin_password: String,
+        post: TokenPost,
         accept: impl Fn(&str, &str) -> bool + Send + Sync + 'static,
     ) -> Self {
         let key_pem = fs::read(TOKEN_KEY_PEM).expect("read registry-token.key fixture");
@@ -368,10 +420,14 @@ impl TokenService {
         let cert_pem = fs::read_to_string(TOKEN_CERT_PEM).expect("read registry-token.crt");
         let cert_der_b64 = pem_body(&cert_pem);
         let counters = Arc::new(TokenCounters::default());
+        let calls = Arc::new(std::sync::Mutex::new(Vec::new()));
         let seen = Arc::clone(&counters);
-        let server = TestServer::start(move |req: &Request| {
-            let creds = req.basic_auth();
-            let granted: &[&str] = match &creds {
+        let log = Arc::clone(&calls);
+        // Issues a token for acceptable credentials, with the body `answer` shapes; 401 else.
+        let grant = move |creds: &Option<(String, String)>,
+                          scopes: &[String],
+                          answer: fn(&str, &str) -> serde_json::Value| {
+            let granted: &[&str] = match creds {
                 Some((u, p)) if u == Registry::ADMIN_USER && *p == admin_password => {
                     &["pull", "push"]
                 }
@@ -385,27 +441,85 @@ impl TokenService {
                     .with_header("WWW-Authenticate", "Basic realm=\"wicp-test-token\"");
                 }
             };
-            let subject = creds.map(|(u, _)| u).unwrap_or_default();
-            let token = issue_token(
-                &key,
-                &cert_der_b64,
-                &subject,
-                &req.query_values("scope"),
-                granted,
-            );
+            let subject = creds.as_ref().map(|(u, _)| u.as_str()).unwrap_or_default();
+            let token = issue_token(&key, &cert_der_b64, subject, scopes, granted);
             seen.accepted.fetch_add(1, Ordering::SeqCst);
-            Response::json(
-                200,
-                json!({
-                    "token": token,
-                    "access_token": token,
-                    "expires_in": TOKEN_LIFETIME_SECS,
-                    "issued_at": rfc3339_utc(now_secs()),
+            Response::json(200, answer(&token, &scopes.join(" ")))
+        };
+        let server = TestServer::start(move |req: &Request| {
+            let response = match (req.method.as_str(), post) {
+                ("POST", TokenPost::Refuse(status)) => Response::json(
+                    status,
+                    json!({"errors": [{"code": "UNSUPPORTED", "message": "use GET with Basic credentials"}]}),
+                ),
+                ("POST", TokenPost::OAuth2) => match oauth2_password_grant(req) {
+                    Err(why) => Response::json(
+                        400,
+                        json!({"error": "invalid_request", "error_description": why}),
+                    ),
+                    Ok((creds, scopes)) => grant(&creds, &scopes, |token, scope| {
+                        // The OAuth2 answer: no `token` field (distribution's oauth.md).
+                        json!({
+                            "access_token": token,
+                            "scope": scope,
+                            "expires_in": TOKEN_LIFETIME_SECS,
+                            "issued_at": rfc3339_utc(now_secs()),
+                        })
+                    }),
+                },
+                _ => grant(&req.basic_auth(), &req.query_values("scope"), |token, _| {
+                    json!({
+                        "token": token,
+                        "access_token": token,
+                        "expires_in": TOKEN_LIFETIME_SECS,
+                        "issued_at": rfc3339_utc(now_secs()),
+                    })
                 }),
-            )
+            };
+            log.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((req.method.clone(), response.status));
+            response
         });
-        Self { server, counters }
+        Self {
+            server,
+            counters,
+            calls,
+        }
     }
+}
+
+/// Checks an OAuth2 password grant as containerd sends it (remotes/docker/auth/fetch.go,
+/// `FetchTokenWithOAuth`): a form with `grant_type=password`, `username`, `password`,
+/// `client_id` (containerd's is `containerd-client`), our `service`, and the `scope`s
+/// space-separated. Returns the credentials and scopes, or what is wrong.
+/// The credentials and scopes of a token request.
+type Grant = (Option<(String, String)>, Vec<String>);
+
+fn oauth2_password_grant(req: &Request) -> Result<Grant, String> {
+    let content_type = req.header("content-type").unwrap_or_default();
+    if !content_type.starts_with("application/x-www-form-urlencoded") {
+        return Err(format!("content type {content_type:?} is not a form"));
+    }
+    let form = req.form();
+    let field = |name: &str| form.get(name).map(String::as_str).unwrap_or_default();
+    if field("grant_type") != "password" {
+        return Err(format!("unsupported grant_type {:?}", field("grant_type")));
+    }
+    if field("client_id").is_empty() {
+        return Err("client_id is required".to_owned());
+    }
+    if field("service") != Registry::SERVICE {
+        return Err(format!("unknown service {:?}", field("service")));
+    }
+    let scopes: Vec<String> = field("scope").split(' ').map(str::to_owned).collect();
+    if field("scope").is_empty() {
+        return Err("scope is required".to_owned());
+    }
+    Ok((
+        Some((field("username").to_owned(), field("password").to_owned())),
+        scopes,
+    ))
 }
 
 const TOKEN_LIFETIME_SECS: u64 = 300;

@@ -55,7 +55,7 @@ pub fn route(name: &str, args: &[String], env: &[(String, String)]) -> Result<Ro
     if let Some(first) = args.first()
         && commands::names().iter().any(|c| c == first)
     {
-        return Err(Error::new(format!(
+        return Err(Error::config(format!(
             "the args start a subcommand ({first}), so the binary would not answer the kubelet"
         ))
         .fix("remove the subcommand from the entry's args"));
@@ -69,10 +69,11 @@ pub fn route(name: &str, args: &[String], env: &[(String, String)]) -> Result<Ro
                 .unwrap_or("invalid arguments")
                 .trim_start_matches("error: ")
                 .to_string();
-            Error::new(format!("the binary would refuse these args/env: {first}")).fix(fix)
+            Error::config(format!("the binary would refuse these args/env: {first}")).fix(fix)
         })?;
-    let options = Options::from_matches(&matches)
-        .map_err(|e| Error::new(format!("the binary would refuse these args/env: {e}")).fix(fix))?;
+    let options = Options::from_matches(&matches).map_err(|e| {
+        Error::config(format!("the binary would refuse these args/env: {e}")).fix(fix)
+    })?;
     let named = options::provider_from_program_name(OsStr::new(name));
     let choice = options.choice(named);
     let inputs = Inputs {
@@ -201,6 +202,7 @@ mod tests {
         .unwrap();
         assert!(r.build(Provider::find("aws").unwrap()).is_ok());
         let e = r.build(Provider::find("gcp").unwrap()).err().unwrap();
+        assert_eq!(e.kind(), crate::error::Kind::Config);
         assert!(e.to_string().contains("gcp"), "{e}");
     }
 

@@ -19,7 +19,7 @@ use crate::providers::{self, Exchanger, route};
 
 use super::entry::{self, Routing};
 use super::load::{Entry, Loaded, TokenAttributes};
-use super::validate::{parse_go_duration, parse_schemeless_url};
+use super::validate::parse_schemeless_url;
 use super::{Finding, Rule};
 
 /// The lifetime of the token the kubelet requests for a provider: it sets no
@@ -486,7 +486,7 @@ fn cache_duration(entry: &Entry, routing: &Routing, findings: &mut Vec<Finding>)
     let Some(text) = entry.provider.default_cache_duration.as_deref() else {
         return;
     };
-    let Some(configured) = parse_go_duration(text) else {
+    let Some(configured) = crate::duration::parse_go(text) else {
         return;
     };
     let mut limit = routing.options.max_cache_duration;

@@ -122,7 +122,7 @@ fn validate_entry(entry: &Entry, findings: &mut Vec<Finding>) {
             "defaultCacheDuration",
             "defaultCacheDuration is required".into(),
         ),
-        Some(text) => match parse_go_duration(text) {
+        Some(text) => match crate::duration::parse_go(text) {
             None => invalid(
                 Rule::KubeletDefaultCacheDuration,
                 "defaultCacheDuration",
@@ -368,53 +368,6 @@ fn check_escapes(s: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Go's `time.ParseDuration`, in seconds: an optional sign, then decimal
-/// numbers each with a unit (`ns`, `us`, `µs`, `ms`, `s`, `m`, `h`); `0`
-/// alone is allowed. `None` when Go would refuse it.
-pub fn parse_go_duration(text: &str) -> Option<f64> {
-    let (negative, mut rest) = match text.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, text.strip_prefix('+').unwrap_or(text)),
-    };
-    if rest == "0" {
-        return Some(0.0);
-    }
-    if rest.is_empty() {
-        return None;
-    }
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let number_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let (number, tail) = rest.split_at(number_len);
-        if number.is_empty() || number == "." || number.matches('.').count() > 1 {
-            return None;
-        }
-        let value: f64 = number.parse().ok()?;
-        let unit_len = tail
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(tail.len());
-        let (unit, tail) = tail.split_at(unit_len);
-        let seconds = match unit {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return None,
-        };
-        total += value * seconds;
-        rest = tail;
-    }
-    // Go's Duration is an int64 of nanoseconds: about 292 years.
-    if total > 9.2e9 {
-        return None;
-    }
-    Some(if negative { -total } else { total })
-}
-
 /// The messages of apimachinery's `validation.IsQualifiedName`: an optional
 /// DNS subdomain prefix and `/`, then a name of at most 63 alphanumerics,
 /// `-`, `_` or `.`, starting and ending alphanumeric.
@@ -538,13 +491,13 @@ mod tests {
             ("10us", 1e-5),
             ("1µs", 1e-6),
         ] {
-            let got = parse_go_duration(text).unwrap();
+            let got = crate::duration::parse_go(text).unwrap();
             assert!((got - secs).abs() < 1e-9, "{text}: {got}");
         }
         for bad in [
             "", "5", "1d", "h", "1.2.3s", "-", "+", ".s", "1h 30m", "3000000h",
         ] {
-            assert!(parse_go_duration(bad).is_none(), "{bad:?}");
+            assert!(crate::duration::parse_go(bad).is_none(), "{bad:?}");
         }
     }
 

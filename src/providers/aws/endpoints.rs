@@ -220,7 +220,7 @@ fn sdk_rules(service: Service, registry: &Registry) -> Result<String> {
         } else {
             format!("{} ", form.join(" "))
         };
-        Error::new(format!(
+        Error::config(format!(
             "the AWS SDK has no {form}{} endpoint for region {region}: {}",
             service.name(),
             quote(&why)
@@ -302,7 +302,7 @@ fn check_override(service: Service, var: &str, url: &str, registry: &Registry) -
     };
     let region_matters = service != Service::Sts;
     if region_matters && region != registry.region() {
-        return Err(Error::new(format!(
+        return Err(Error::config(format!(
             "{var} is {url}, an endpoint in region {region}, but the registry is in region {}: {} tokens only work in the region that issued them",
             registry.region(),
             service.name()
@@ -313,7 +313,7 @@ fn check_override(service: Service, var: &str, url: &str, registry: &Registry) -
         )));
     }
     if partition != registry.partition() {
-        return Err(Error::new(format!(
+        return Err(Error::config(format!(
             "{var} is {url}, an endpoint in partition {partition} (region {region}), but the registry is in partition {}",
             registry.partition()
         ))
@@ -349,7 +349,7 @@ pub fn agent(env: &Environment) -> Result<Endpoint> {
             Err(_) => host.eq_ignore_ascii_case("localhost"),
         };
         if !allowed {
-            return Err(Error::new(format!(
+            return Err(Error::config(format!(
                 "{FULL_URI} is {}, plain HTTP to a host that is not the node's Pod Identity Agent",
                 quote(value)
             ))

@@ -209,7 +209,7 @@ pub fn parse(hostname: &str) -> Option<Registry> {
 /// Like [`parse`], with the error an admin sees for any other host.
 pub fn require(hostname: &str) -> Result<Registry> {
     parse(hostname).ok_or_else(|| {
-        Error::new(format!(
+        Error::registry(format!(
             "registry {} is not an ECR registry: expected {SERVED}, with a 12-digit account and a region of the partition the suffix names",
             quote(hostname)
         ))
@@ -566,6 +566,7 @@ mod tests {
     #[test]
     fn the_refusal_says_what_is_expected() {
         let e = require("123456789012.dkr.ecr.us-east-1.amazonaws.com.evil.io").unwrap_err();
+        assert_eq!(e.kind(), crate::error::Kind::Registry);
         let text = e.to_string();
         assert!(text.contains("is not an ECR registry"), "{text}");
         assert!(text.contains("dkr.ecr"), "{text}");

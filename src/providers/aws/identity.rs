@@ -102,7 +102,7 @@ pub fn role_from_annotations(
             .collect::<Vec<_>>()
             .join(" or ");
         let first = keys.first().map(String::as_str).unwrap_or_default();
-        return Err(Error::new(format!(
+        return Err(Error::annotation(format!(
             "the service account {service_account} has no role ARN annotation ({listed}) in the request"
         ))
         .fix(format!(
@@ -113,7 +113,7 @@ pub fn role_from_annotations(
     };
     let trimmed = value.trim();
     if trimmed.is_empty() {
-        return Err(Error::new(format!(
+        return Err(Error::annotation(format!(
             "the annotation {key} on service account {service_account} is empty; expected {ARN_FORM}"
         ))
         .fix(format!(
@@ -121,7 +121,7 @@ pub fn role_from_annotations(
         )));
     }
     let arn = RoleArn::parse(trimmed).ok_or_else(|| {
-        Error::new(format!(
+        Error::annotation(format!(
             "the annotation {key} on service account {service_account} is {}, which is not an IAM role ARN; expected {ARN_FORM}",
             quote(value)
         ))
@@ -355,9 +355,9 @@ mod tests {
         );
 
         let bad = annotations(&[("eks.amazonaws.com/role-arn", "arn:aws:iam::123:role/app")]);
-        let e = role_from_annotations(&bad, &keys(), &who)
-            .unwrap_err()
-            .to_string();
+        let e = role_from_annotations(&bad, &keys(), &who).unwrap_err();
+        assert_eq!(e.kind(), crate::error::Kind::Annotation, "{e}");
+        let e = e.to_string();
         assert!(e.contains("eks.amazonaws.com/role-arn"), "{e}");
         assert!(e.contains("\"arn:aws:iam::123:role/app\""), "{e}");
         assert!(e.contains("not an IAM role ARN"), "{e}");

@@ -205,7 +205,7 @@ impl Exchanger for Aws {
         let exchange: crate::providers::Exchange<'a> = match self.source {
             CredentialSource::WebIdentity => {
                 if self.role_annotations.is_empty() {
-                    return Err(Error::new("--aws-role-arn-annotation lists no annotation key")
+                    return Err(Error::config("--aws-role-arn-annotation lists no annotation key")
                         .fix("pass --aws-role-arn-annotation KEY (or leave it unset for eks.amazonaws.com/ecr-role-arn, eks.amazonaws.com/role-arn)"));
                 }
                 let (key, role) = identity::role_from_annotations(
@@ -214,7 +214,7 @@ impl Exchanger for Aws {
                     token.service_account(),
                 )?;
                 if role.partition() != registry.partition() {
-                    return Err(Error::new(format!(
+                    return Err(Error::annotation(format!(
                         "the role {role} (annotation {key}) is in partition {}, but registry {} is in partition {}; roles cannot be assumed across partitions",
                         role.partition(),
                         cx.image.registry(),

@@ -61,7 +61,7 @@ pub async fn fetch(
     let client = http::direct_client(deadline)?;
     let mut authorization = reqwest::header::HeaderValue::from_str(token.secret().expose())
         .map_err(|_| {
-            Error::new("the service account token cannot be sent in an HTTP header")
+            Error::token("the service account token cannot be sent in an HTTP header")
                 .fix("the kubelet must pass a projected service account token (a JWT)")
         })?;
     authorization.set_sensitive(true);
@@ -76,12 +76,12 @@ pub async fn fetch(
         deadline,
     )
     .await
-    .map_err(|e| Error::new(e.what()).fix(AGENT_FIX))?;
+    .map_err(|e| e.fix(AGENT_FIX))?;
     if !reply.is_success() {
         return Err(refusal(&call, reply.status, &reply.body, token));
     }
     let wire: WireCredentials = reply.json().ok_or_else(|| {
-        Error::new(format!(
+        Error::upstream(format!(
             "{call} answered HTTP {} with a body that is not container credentials JSON (AccessKeyId, SecretAccessKey, Token, Expiration)",
             reply.status
         ))
@@ -89,7 +89,7 @@ pub async fn fetch(
     })?;
     if wire.access_key_id.is_empty() || wire.secret_access_key.is_empty() || wire.token.is_empty() {
         return Err(
-            Error::new(format!("{call} answered with empty credentials")).fix(
+            Error::upstream(format!("{call} answered with empty credentials")).fix(
                 "check the agent's logs: kubectl -n kube-system logs ds/eks-pod-identity-agent",
             ),
         );
@@ -97,7 +97,7 @@ pub async fn fetch(
     let expires_at = match wire.expiration.as_deref() {
         None | Some("") => None,
         Some(text) => Some(parse_time(text).ok_or_else(|| {
-            Error::new(format!(
+            Error::upstream(format!(
                 "{call} answered with an Expiration that is not an RFC 3339 time: {}",
                 quote(text)
             ))
@@ -155,7 +155,7 @@ fn refusal(call: &str, status: u16, body: &[u8], token: &ServiceAccountToken) ->
         ),
     };
     let what = |summary: &str| {
-        Error::new(format!(
+        Error::upstream(format!(
             "{call} answered HTTP {status} for service account {sa} ({summary}); it said {said}"
         ))
     };

@@ -75,7 +75,7 @@ fn http_client() -> Result<aws_sdk_sts::config::SharedHttpClient> {
     let context = TlsContext::builder()
         .with_trust_store(trust)
         .build()
-        .map_err(|e| Error::new(format!("cannot set up TLS for the AWS SDK: {e}")))?;
+        .map_err(|e| Error::config(format!("cannot set up TLS for the AWS SDK: {e}")))?;
     match http::proxy_settings(|name| std::env::var(name).ok()) {
         Some(proxies) => crate::debug!("AWS SDK proxy settings: {proxies}"),
         None => crate::debug!("AWS SDK: no proxy variables set, connecting directly"),
@@ -160,7 +160,7 @@ pub async fn assume_role_with_web_identity(
         .await
         .map_err(|e| sts_error(classify(&e), call, deadline))?;
     let credentials = output.credentials().ok_or_else(|| {
-        Error::new(format!("{} answered without credentials", call.call_name()))
+        Error::upstream(format!("{} answered without credentials", call.call_name()))
             .fix("check that the endpoint is AWS STS (AWS_ENDPOINT_URL_STS / AWS_ENDPOINT_URL)")
     })?;
     Ok(AwsCredentials {
@@ -271,7 +271,7 @@ pub async fn get_authorization_token(
         }
     };
     let token = token.ok_or_else(|| {
-        Error::new(format!(
+        Error::upstream(format!(
             "{} answered without an authorization token",
             call.call_name()
         ))
@@ -282,7 +282,7 @@ pub async fn get_authorization_token(
         ))
     })?;
     let (username, password) = decode_authorization_token(&token).map_err(|why| {
-        Error::new(format!(
+        Error::upstream(format!(
             "{} returned an authorization token that {why}",
             call.call_name()
         ))
@@ -407,7 +407,7 @@ fn transport_error(failure: Failure, call: &str, var: &str, deadline: &Deadline)
         Failure::Timeout if deadline.remaining() < Duration::from_secs(1) => {
             http::deadline_exceeded(deadline, call)
         }
-        Failure::Timeout => Error::new(format!(
+        Failure::Timeout => Error::network(format!(
             "{call} did not answer within {}s per attempt, {MAX_ATTEMPTS} attempts",
             ATTEMPT_TIMEOUT.as_secs()
         ))
@@ -415,7 +415,7 @@ fn transport_error(failure: Failure, call: &str, var: &str, deadline: &Deadline)
             "check that the node can reach the endpoint (proxy via HTTPS_PROXY/NO_PROXY, firewall, VPC endpoint; {var})"
         )),
         Failure::Untrusted(detail) => http::untrusted_certificate(call, &detail),
-        Failure::Unreachable(detail) => Error::new(format!(
+        Failure::Unreachable(detail) => Error::network(format!(
             "cannot reach {call}: {detail}{}",
             http::proxy_settings(|name| std::env::var(name).ok())
                 .map(|p| format!(" (proxy settings: {p})"))
@@ -424,7 +424,7 @@ fn transport_error(failure: Failure, call: &str, var: &str, deadline: &Deadline)
         .fix(format!(
             "check DNS and routing from the node to the endpoint (HTTPS_PROXY/NO_PROXY, firewall, VPC endpoint), or set {var}"
         )),
-        Failure::Garbled { status, detail } => Error::new(format!(
+        Failure::Garbled { status, detail } => Error::upstream(format!(
             "{call} answered{} with something that is not an AWS response: {}",
             status.map(|s| format!(" HTTP {s}")).unwrap_or_default(),
             redact::clean(&detail, MAX_MESSAGE_CHARS)
@@ -432,13 +432,13 @@ fn transport_error(failure: Failure, call: &str, var: &str, deadline: &Deadline)
         .fix(format!(
             "check that {var} (or AWS_ENDPOINT_URL) points at the AWS service, and that no proxy rewrites the answer"
         )),
-        Failure::Other(detail) => Error::new(format!("{call} failed: {detail}"))
+        Failure::Other(detail) => Error::internal(format!("{call} failed: {detail}"))
             .fix("report this with the message; it is not an upstream refusal"),
         Failure::Service {
             code,
             message,
             status,
-        } => Error::new(format!(
+        } => Error::upstream(format!(
             "{call} failed{}: {code}: {}",
             status.map(|s| format!(" (HTTP {s})")).unwrap_or_default(),
             said(&message)
@@ -489,7 +489,7 @@ pub fn sts_error(failure: Failure, call: &WebIdentity<'_>, deadline: &Deadline) 
         format!("{code}: {}", said(message))
     };
     let what = |summary: &str| {
-        Error::new(format!(
+        Error::upstream(format!(
             "STS refused to let service account {sa} assume role {role} ({summary}); STS said {said}"
         ))
     };
@@ -524,7 +524,7 @@ pub fn sts_error(failure: Failure, call: &WebIdentity<'_>, deadline: &Deadline) 
                 call.duration.as_secs()
             ))
         }
-        c if is_throttling(c, *status) => Error::new(format!(
+        c if is_throttling(c, *status) => Error::upstream(format!(
             "STS throttled AssumeRoleWithWebIdentity for service account {sa} after {MAX_ATTEMPTS} attempts; STS said {said}"
         ))
         .fix("let the kubelet cache credentials longer (tokenAttributes.cacheType: ServiceAccount, a larger --max-cache-duration), or ask AWS to raise the STS request quota"),
@@ -566,24 +566,24 @@ pub fn ecr_error(failure: Failure, call: &EcrCall<'_>, deadline: &Deadline) -> E
                      ecr:GetDownloadUrlForLayer on the repositories (the managed policy AmazonEC2ContainerRegistryReadOnly has them)"
                 )
             };
-            Error::new(format!(
+            Error::upstream(format!(
                 "{name} was denied for {principal}; {} said {said}",
                 call.service().name()
             ))
             .fix(fix)
         }
         "UnrecognizedClientException" | "InvalidClientTokenId" | "InvalidSignatureException"
-        | "ExpiredTokenException" | "SignatureDoesNotMatch" => Error::new(format!(
+        | "ExpiredTokenException" | "SignatureDoesNotMatch" => Error::upstream(format!(
             "{name} did not accept the temporary credentials of {principal}; {} said {said}",
             call.service().name()
         ))
         .fix("check the node's clock (NTP), and that the credentials come from the registry's partition (AWS_ENDPOINT_URL_STS must not point at another partition)"),
-        c if is_throttling(c, *status) => Error::new(format!(
+        c if is_throttling(c, *status) => Error::upstream(format!(
             "{} throttled GetAuthorizationToken after {MAX_ATTEMPTS} attempts; it said {said}",
             call.service().name()
         ))
         .fix("let the kubelet cache credentials longer (tokenAttributes.cacheType: ServiceAccount, a larger --max-cache-duration); GetAuthorizationToken allows about 20 calls per second per account and region"),
-        _ => Error::new(format!(
+        _ => Error::upstream(format!(
             "{name} failed for {principal}; {} said {said}",
             call.service().name()
         ))

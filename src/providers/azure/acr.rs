@@ -111,7 +111,7 @@ pub async fn exchange(
         .and_then(|r| r.refresh_token)
         .filter(|t| !t.is_empty())
         .ok_or_else(|| {
-            Error::new(format!(
+            Error::upstream(format!(
                 "ACR at {} answered HTTP {} without a refresh token ({})",
                 request.endpoint,
                 reply.status,
@@ -121,7 +121,7 @@ pub async fn exchange(
         })?;
     let token = Secret::new(token);
     let expires_at = expiry(&token).ok_or_else(|| {
-        Error::new(format!(
+        Error::upstream(format!(
             "ACR at {} returned a refresh token that is not a JWT with an exp claim",
             request.endpoint
         ))
@@ -204,7 +204,7 @@ fn explain(request: &ExchangeRequest<'_>, reply: &http::Reply) -> Error {
             request.endpoint
         ),
     };
-    Error::new(what).fix(fix)
+    Error::upstream(what).fix(fix)
 }
 
 #[cfg(test)]

@@ -128,7 +128,7 @@ pub async fn request_token(
             .and_then(|r| r.access_token)
             .filter(|t| !t.is_empty())
             .ok_or_else(|| {
-                Error::new(format!(
+                Error::upstream(format!(
                     "Entra ID at {} answered HTTP {} with a body that is not a token response ({})",
                     request.authority,
                     reply.status,
@@ -174,7 +174,7 @@ fn explain(request: &TokenRequest<'_>, reply: &http::Reply) -> Error {
         request.authority,
         detail.join(", ")
     );
-    Error::new(what).fix(remedy(request, reply.status, code))
+    Error::upstream(what).fix(remedy(request, reply.status, code))
 }
 
 /// The remedy for an AADSTS code, or for the status when there is none.

@@ -187,7 +187,7 @@ impl Exchanger for Azure {
     fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
         let settings = &self.settings;
         let server = host::parse(cx.image.registry()).ok_or_else(|| {
-            Error::new(format!(
+            Error::registry(format!(
                 "registry {} is not an ACR login server ({})",
                 quote(cx.image.registry()),
                 host::PATTERN
@@ -199,7 +199,7 @@ impl Exchanger for Azure {
             (Some(authority), _) => authority.clone(),
             (None, Some(authority)) => authority.to_string(),
             (None, None) => {
-                return Err(Error::new(format!(
+                return Err(Error::registry(format!(
                     "registry {} is in the {} cloud, which has no Entra ID authority since it closed",
                     server.host, server.cloud
                 ))

@@ -56,7 +56,7 @@ pub async fn generate_access_token(
         request.service_account
     );
     let body = serde_json::to_vec(&body(request.lifetime))
-        .map_err(|e| Error::new(format!("cannot encode the generateAccessToken body: {e}")))?;
+        .map_err(|e| Error::internal(format!("cannot encode the generateAccessToken body: {e}")))?;
     let reply = http::send(
         || {
             client
@@ -111,14 +111,14 @@ pub fn interpret(reply: &Reply, request: &Request<'_>) -> Result<AccessToken> {
             }
             _ => "check --gcp-iamcredentials-endpoint and the node's proxy settings".to_string(),
         };
-        return Err(Error::new(format!(
+        return Err(Error::upstream(format!(
             "IAM Credentials refused to impersonate {sa}: {}",
             Upstream::describe(reply.status, upstream.as_ref(), reply.body.len())
         ))
         .fix(fix));
     }
     let malformed = |why: String| {
-        Error::new(format!(
+        Error::upstream(format!(
             "IAM Credentials answered HTTP {} for {sa} with {why}",
             reply.status
         ))
@@ -224,6 +224,7 @@ mod tests {
         let t = Secret::new("fed");
         let denied = r#"{"error":{"code":403,"message":"Permission 'iam.serviceAccounts.getAccessToken' denied on resource (or it may not exist).","status":"PERMISSION_DENIED","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"IAM_PERMISSION_DENIED","domain":"iam.googleapis.com","metadata":{"permission":"iam.serviceAccounts.getAccessToken"}}]}}"#;
         let e = interpret(&reply(403, denied), &request(&t, 3600)).unwrap_err();
+        assert_eq!(e.kind(), crate::error::Kind::Upstream);
         assert_eq!(
             e.what(),
             "IAM Credentials refused to impersonate puller@my-project.iam.gserviceaccount.com: HTTP 403 PERMISSION_DENIED: \"Permission 'iam.serviceAccounts.getAccessToken' denied on resource (or it may not exist).\""

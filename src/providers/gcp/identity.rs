@@ -56,19 +56,19 @@ impl Mode {
                 project: parse_project_id(project, PROJECT_FLAG)?,
                 cluster: parse_cluster(cluster)?,
             })),
-            (Some(_), _, _) => Err(Error::new(format!(
+            (Some(_), _, _) => Err(Error::config(format!(
                 "{WIF_FLAG} and {PROJECT_FLAG}/{CLUSTER_FLAG} are both set, but they configure two different identity pools"
             ))
             .fix(format!(
                 "keep {WIF_FLAG} for Workload Identity Federation, or {PROJECT_FLAG} with {CLUSTER_FLAG} for GKE Workload Identity, not both"
             ))),
-            (None, Some(_), None) => Err(Error::new(format!(
+            (None, Some(_), None) => Err(Error::config(format!(
                 "{PROJECT_FLAG} is set without {CLUSTER_FLAG}; GKE Workload Identity needs both"
             ))
             .fix(format!(
                 "add {CLUSTER_FLAG} projects/PROJECT_ID/locations/LOCATION/clusters/NAME, or use {WIF_FLAG} instead"
             ))),
-            (None, None, Some(_)) => Err(Error::new(format!(
+            (None, None, Some(_)) => Err(Error::config(format!(
                 "{CLUSTER_FLAG} is set without {PROJECT_FLAG}; GKE Workload Identity needs both"
             ))
             .fix(format!(
@@ -79,7 +79,7 @@ impl Mode {
 
     /// The error for a request routed to an exchanger with no mode.
     pub fn not_configured() -> Error {
-        Error::new("the gcp exchanger has no identity pool configured").fix(format!(
+        Error::config("the gcp exchanger has no identity pool configured").fix(format!(
             "pass {WIF_FLAG} projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER \
              (Workload Identity Federation), or {PROJECT_FLAG} with {CLUSTER_FLAG} (GKE Workload Identity)"
         ))
@@ -148,7 +148,8 @@ fn parse_provider(value: &str) -> Result<String> {
         "write {WIF_FLAG} as projects/PROJECT_NUMBER/locations/global/workloadIdentityPools/POOL_ID/providers/PROVIDER_ID \
          (gcloud iam workload-identity-pools providers describe PROVIDER_ID --workload-identity-pool POOL_ID --location global --format 'value(name)')"
     );
-    let bad = |why: &str| Error::new(format!("{WIF_FLAG} {} {why}", quote(value))).fix(fix.clone());
+    let bad =
+        |why: &str| Error::config(format!("{WIF_FLAG} {} {why}", quote(value))).fix(fix.clone());
     for prefix in ["//iam.googleapis.com/", "https://iam.googleapis.com/"] {
         if value.starts_with(prefix) {
             return Err(bad(&format!(
@@ -195,7 +196,7 @@ fn parse_provider(value: &str) -> Result<String> {
 /// ends.
 fn parse_cluster(value: &str) -> Result<String> {
     let bad = |why: &str| {
-        Error::new(format!("{CLUSTER_FLAG} {} {why}", quote(value))).fix(format!(
+        Error::config(format!("{CLUSTER_FLAG} {} {why}", quote(value))).fix(format!(
             "write {CLUSTER_FLAG} as projects/PROJECT_ID/locations/LOCATION/clusters/NAME, \
              e.g. projects/my-project/locations/us-central1/clusters/prod"
         ))
@@ -231,7 +232,7 @@ fn parse_project_id(value: &str, flag: &str) -> Result<String> {
     if is_project_id(value) {
         return Ok(value.to_string());
     }
-    Err(Error::new(format!(
+    Err(Error::config(format!(
         "{flag} {} is not a Google Cloud project ID",
         quote(value)
     ))
@@ -279,7 +280,7 @@ pub fn parse_service_account(value: &str) -> Result<String> {
     if valid {
         return Ok(value.to_string());
     }
-    Err(Error::new(format!(
+    Err(Error::annotation(format!(
         "annotation {SERVICE_ACCOUNT_ANNOTATION} {} is not a Google service account email",
         quote(value)
     ))
@@ -387,9 +388,9 @@ mod tests {
             "projects/1/locations/global/workloadIdentityPools/p?x/providers/x",
             "projects//locations/global/workloadIdentityPools/p/providers/x",
         ] {
-            let e = Mode::from_flags(Some(bad), None, None)
-                .unwrap_err()
-                .to_string();
+            let e = Mode::from_flags(Some(bad), None, None).unwrap_err();
+            assert_eq!(e.kind(), crate::error::Kind::Config, "{bad}: {e}");
+            let e = e.to_string();
             assert!(
                 e.starts_with("--gcp-workload-identity-provider"),
                 "{bad}: {e}"
@@ -461,7 +462,9 @@ mod tests {
             "puller@evil.developer.gserviceaccount.com",
             "puller@my-project.iam.gserviceaccount.com:generateIdToken?",
         ] {
-            let e = parse_service_account(bad).unwrap_err().to_string();
+            let e = parse_service_account(bad).unwrap_err();
+            assert_eq!(e.kind(), crate::error::Kind::Annotation, "{bad}: {e}");
+            let e = e.to_string();
             assert!(
                 e.contains("is not a Google service account email"),
                 "{bad}: {e}"

@@ -180,7 +180,7 @@ impl Exchanger for Gcp {
         let mode = self.mode.as_ref().ok_or_else(Mode::not_configured)?;
         let registry = cx.image.registry();
         if !self.serves(cx.image) {
-            return Err(Error::new(format!(
+            return Err(Error::registry(format!(
                 "registry {} is not a Google registry ({}); a Google access token is only sent to those",
                 crate::error::quote(registry),
                 registry::REGISTRIES

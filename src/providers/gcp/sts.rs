@@ -79,14 +79,14 @@ pub fn interpret(reply: &Reply, now: i64, request: &Request<'_>) -> Result<Acces
             }
             _ => "check --gcp-sts-endpoint and the node's proxy settings; the exchange was refused before the token was examined".to_string(),
         };
-        return Err(Error::new(format!(
+        return Err(Error::upstream(format!(
             "Google STS refused the token exchange for audience {audience}: {}",
             Upstream::describe(reply.status, upstream.as_ref(), reply.body.len())
         ))
         .fix(fix));
     }
     let malformed = |why: &str| {
-        Error::new(format!(
+        Error::upstream(format!(
             "Google STS answered HTTP {} for audience {audience} with {why}",
             reply.status
         ))

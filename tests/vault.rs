@@ -1,0 +1,828 @@
+//! The vault provider as the kubelet runs it, against a local fake of
+//! Vault (tests/support/vault.rs) that verifies the service account token
+//! with the test cluster's key, binds roles to service accounts and checks
+//! policies, and against Debian's docker-registry with skopeo end to end.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod support;
+
+use serde_json::json;
+use support::http_server::Response;
+use support::plugin::{Run, request, run};
+use support::token::TokenSpec;
+use support::vault::{FakeVault, Method, Role};
+
+const REGISTRY: &str = "registry.example.com";
+const AUDIENCE: &str = "vault.cluster.test";
+const ROLE_KEY: &str = "wi-credential-provider.io/vault-role";
+const SECRET_KEY: &str = "wi-credential-provider.io/vault-secret";
+const PASSWORD: &str = "Sup3r-Secret-Registry-Password";
+
+fn image() -> String {
+    format!("{REGISTRY}/team/app:v1")
+}
+
+fn token() -> String {
+    TokenSpec::new("team", "puller", AUDIENCE).mint()
+}
+
+/// Kubernetes auth at `kubernetes`, role `puller` bound to team/puller with
+/// a policy that reads `secret/data/registry/team/*`, and one KV v2 secret.
+fn kubernetes_vault() -> FakeVault {
+    let vault = FakeVault::start(Method::Kubernetes, "kubernetes", None);
+    vault
+        .policy("registry-team", &["secret/data/registry/team/*"])
+        .role("puller", Role::new("team", "puller", &["registry-team"]))
+        .kv2(
+            "registry/team/app",
+            json!({"username": "team-robot", "password": PASSWORD}),
+        );
+    vault
+}
+
+fn args(vault: &FakeVault, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--provider",
+        "vault",
+        "--registry",
+        REGISTRY,
+        "--audience",
+        AUDIENCE,
+        "--vault-address",
+        &vault.url(),
+        "--vault-secret-prefix",
+        "registry",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+fn invoke(vault: &FakeVault, extra: &[&str], token: &str, annotations: &[(&str, &str)]) -> Run {
+    let args = args(vault, extra);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    run(
+        &args,
+        &[],
+        request(&image(), Some(token), annotations).as_bytes(),
+    )
+}
+
+const TEAM_APP: [(&str, &str); 2] = [(ROLE_KEY, "puller"), (SECRET_KEY, "team/app")];
+
+/// No secret on stderr: the service account token, every client token the
+/// fake issued, the registry password.
+fn assert_quiet(run: &Run, vault: &FakeVault, token: &str) {
+    assert!(
+        !run.stderr.contains(token),
+        "SA token on stderr: {}",
+        run.stderr
+    );
+    assert!(
+        !run.stderr.contains(PASSWORD),
+        "password on stderr: {}",
+        run.stderr
+    );
+    assert!(
+        !run.stderr.contains("hvs."),
+        "client token on stderr: {}",
+        run.stderr
+    );
+    for issued in vault.issued_tokens() {
+        assert!(
+            !run.stderr.contains(&issued),
+            "client token on stderr: {}",
+            run.stderr
+        );
+    }
+}
+
+#[test]
+fn kubernetes_auth_and_kv2_give_the_registry_credentials() {
+    let vault = kubernetes_vault();
+    let token = token();
+    let out = invoke(&vault, &["--log-level", "debug"], &token, &TEAM_APP);
+    let response = out.response_for(&image());
+    assert_eq!(response["cacheKeyType"], "Registry");
+    assert_eq!(response["auth"][REGISTRY]["username"], "team-robot");
+    assert_eq!(response["auth"][REGISTRY]["password"], PASSWORD);
+    // Token lease 3600 s, no lease on a KV v2 secret: 80 % of an hour,
+    // under the 1h cap.
+    let cache = response["cacheDuration"].as_str().unwrap();
+    assert!(["47m59s", "48m0s"].contains(&cache), "{cache}");
+    assert_quiet(&out, &vault, &token);
+
+    // Exactly the two documented calls, with exactly these fields.
+    assert!(vault.violations().is_empty(), "{:?}", vault.violations());
+    let requests = vault.requests();
+    assert_eq!(requests.len(), 2, "{requests:?}");
+    let login = &requests[0];
+    assert_eq!(login.method, "POST");
+    assert_eq!(login.path, "/v1/auth/kubernetes/login");
+    assert_eq!(login.json(), json!({"role": "puller", "jwt": token}));
+    assert_eq!(login.header("x-vault-namespace"), None);
+    assert_eq!(login.header("x-vault-token"), None);
+    let read = &requests[1];
+    assert_eq!(read.method, "GET");
+    assert_eq!(read.path, "/v1/secret/data/registry/team/app");
+    assert!(read.body.is_empty());
+    assert_eq!(
+        read.header("x-vault-token").map(str::to_string),
+        vault.issued_tokens().first().cloned()
+    );
+    assert_eq!(read.header("x-vault-namespace"), None);
+}
+
+#[test]
+fn jwt_auth_kv1_namespace_template_and_default_role() {
+    let vault = FakeVault::start(Method::Jwt, "jwt-cluster", Some("platform/team"));
+    let mut role = Role::new("team", "puller", &["registry"]);
+    role.audience = Some(AUDIENCE.into());
+    vault
+        .policy("registry", &["kv/registry/team/puller"])
+        .role("puller", role)
+        .kv1(
+            "registry/team/puller",
+            json!({"user": "robot$team", "secret": PASSWORD, "ttl": "10m"}),
+        );
+    let token = token();
+    let out = invoke(
+        &vault,
+        &[
+            "--vault-auth-method",
+            "jwt",
+            "--vault-auth-mount",
+            "jwt-cluster",
+            "--vault-namespace",
+            "platform/team",
+            "--vault-role",
+            "Puller",
+            "--vault-kv-mount",
+            "kv",
+            "--vault-kv-version",
+            "1",
+            "--vault-secret-path",
+            "registry/{namespace}/{name}",
+            "--vault-username-field",
+            "user",
+            "--vault-password-field",
+            "secret",
+        ],
+        &token,
+        &[],
+    );
+    let response = out.response_for(&image());
+    assert_eq!(response["auth"][REGISTRY]["username"], "robot$team");
+    assert_eq!(response["auth"][REGISTRY]["password"], PASSWORD);
+    // The secret's 10 minute lease ends before the token's hour.
+    let cache = response["cacheDuration"].as_str().unwrap();
+    assert!(["7m59s", "8m0s"].contains(&cache), "{cache}");
+    assert_quiet(&out, &vault, &token);
+    assert!(vault.violations().is_empty(), "{:?}", vault.violations());
+    let requests = vault.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[0].path, "/v1/auth/jwt-cluster/login");
+    assert_eq!(requests[0].json(), json!({"role": "Puller", "jwt": token}));
+    assert_eq!(requests[1].path, "/v1/kv/registry/team/puller");
+    for r in &requests {
+        assert_eq!(r.header("x-vault-namespace"), Some("platform/team"));
+    }
+}
+
+/// Runs one failing invocation and returns its error line, after checking
+/// that nothing secret reached stderr.
+fn failure(vault: &FakeVault, extra: &[&str], annotations: &[(&str, &str)]) -> String {
+    let token = token();
+    let mut extra = extra.to_vec();
+    extra.extend(["--log-level", "debug"]);
+    let out = invoke(vault, &extra, &token, annotations);
+    let line = out.failure();
+    assert_quiet(&out, vault, &token);
+    assert!(
+        line.contains("team/puller"),
+        "names the service account: {line}"
+    );
+    line
+}
+
+#[test]
+fn unknown_role() {
+    let vault = kubernetes_vault();
+    let line = failure(&vault, &[], &[(ROLE_KEY, "nope"), (SECRET_KEY, "team/app")]);
+    assert!(line.contains("HTTP 400"), "{line}");
+    assert!(line.contains(r#"invalid role name \"nope\""#), "{line}");
+    assert!(
+        line.contains("vault write auth/kubernetes/role/nope"),
+        "{line}"
+    );
+
+    let jwt = FakeVault::start(Method::Jwt, "jwt", None);
+    let line = failure(
+        &jwt,
+        &["--vault-auth-method", "jwt"],
+        &[(ROLE_KEY, "nope"), (SECRET_KEY, "team/app")],
+    );
+    assert!(line.contains("could not be found"), "{line}");
+    assert_eq!(jwt.requests()[0].path, "/v1/auth/jwt/login");
+}
+
+#[test]
+fn role_not_bound_to_this_service_account() {
+    let vault = kubernetes_vault();
+    vault.role(
+        "other",
+        Role::new("team", "someone-else", &["registry-team"]),
+    );
+    let line = failure(
+        &vault,
+        &[],
+        &[(ROLE_KEY, "other"), (SECRET_KEY, "team/app")],
+    );
+    assert!(line.contains("HTTP 403"), "{line}");
+    assert!(
+        line.contains("service account name not authorized"),
+        "{line}"
+    );
+    assert!(line.contains("bound_service_account_names"), "{line}");
+    vault.role(
+        "elsewhere",
+        Role::new("other-ns", "puller", &["registry-team"]),
+    );
+    let line = failure(
+        &vault,
+        &[],
+        &[(ROLE_KEY, "elsewhere"), (SECRET_KEY, "team/app")],
+    );
+    assert!(line.contains("namespace not authorized"), "{line}");
+}
+
+#[test]
+fn a_token_the_cluster_did_not_sign_is_refused_by_vault() {
+    let vault = kubernetes_vault();
+    let forged = TokenSpec::new("team", "puller", AUDIENCE).mint_with_wrong_key();
+    let out = invoke(&vault, &[], &forged, &TEAM_APP);
+    let line = out.failure();
+    assert!(line.contains("HTTP 403"), "{line}");
+    assert!(line.contains("permission denied"), "{line}");
+    assert!(!out.stderr.contains(&forged));
+}
+
+#[test]
+fn jwt_role_without_bound_audiences() {
+    let vault = FakeVault::start(Method::Jwt, "jwt", None);
+    vault.role("puller", Role::new("team", "puller", &["p"]));
+    let line = failure(&vault, &["--vault-auth-method", "jwt"], &TEAM_APP);
+    assert!(line.contains("no audiences bound to the role"), "{line}");
+    assert!(line.contains("bound_audiences"), "{line}");
+}
+
+#[test]
+fn policy_does_not_grant_the_path() {
+    let vault = kubernetes_vault();
+    vault.kv2(
+        "registry/other/app",
+        json!({"username": "u", "password": PASSWORD}),
+    );
+    let line = failure(
+        &vault,
+        &[],
+        &[(ROLE_KEY, "puller"), (SECRET_KEY, "other/app")],
+    );
+    assert!(line.contains("HTTP 403"), "{line}");
+    assert!(line.contains("permission denied"), "{line}");
+    assert!(
+        line.contains(r#"path "secret/data/registry/other/app""#),
+        "{line}"
+    );
+    assert!(line.contains("puller"), "{line}");
+}
+
+#[test]
+fn missing_secret_and_missing_field() {
+    let vault = kubernetes_vault();
+    let line = failure(
+        &vault,
+        &[],
+        &[(ROLE_KEY, "puller"), (SECRET_KEY, "team/none")],
+    );
+    assert!(line.contains("HTTP 404"), "{line}");
+    assert!(
+        line.contains("no secret at secret/data/registry/team/none"),
+        "{line}"
+    );
+
+    vault.kv2(
+        "registry/team/half",
+        json!({"login": "u", "password": PASSWORD}),
+    );
+    let line = failure(
+        &vault,
+        &[],
+        &[(ROLE_KEY, "puller"), (SECRET_KEY, "team/half")],
+    );
+    assert!(line.contains(r#"no field "username""#), "{line}");
+    assert!(line.contains("login, password"), "{line}");
+    assert!(line.contains("--vault-username-field"), "{line}");
+}
+
+#[test]
+fn deleted_kv2_secret() {
+    let vault = kubernetes_vault();
+    vault.delete_kv2("registry/team/app");
+    let line = failure(&vault, &[], &TEAM_APP);
+    assert!(line.contains("deleted at 2026-01-02T03:04:05"), "{line}");
+    assert!(line.contains("vault kv undelete"), "{line}");
+}
+
+#[test]
+fn kv_version_mismatch() {
+    // A KV v2 mount read as v1 (no data/ segment): Vault answers 404.
+    let vault = kubernetes_vault();
+    let line = failure(&vault, &["--vault-kv-version", "1"], &TEAM_APP);
+    assert!(
+        line.contains("no secret at secret/registry/team/app"),
+        "{line}"
+    );
+    assert!(line.contains("--vault-kv-version"), "{line}");
+    assert!(vault.violations().is_empty(), "{:?}", vault.violations());
+}
+
+#[test]
+fn throttling_is_retried_after_retry_after() {
+    let vault = kubernetes_vault();
+    vault.script([Response::json(
+        429,
+        json!({"errors": ["request path \"auth/kubernetes/login\": rate limit quota exceeded"]}),
+    )
+    .with_header("Retry-After", "1")]);
+    let token = token();
+    let out = invoke(&vault, &[], &token, &TEAM_APP);
+    let response = out.response();
+    assert_eq!(response["auth"][REGISTRY]["password"], PASSWORD);
+    assert_eq!(vault.requests().len(), 3);
+    assert_quiet(&out, &vault, &token);
+}
+
+#[test]
+fn retry_after_beyond_the_deadline_fails_at_once() {
+    let vault = kubernetes_vault();
+    vault.script([
+        Response::json(429, json!({"errors": ["rate limit quota exceeded"]}))
+            .with_header("Retry-After", "120"),
+    ]);
+    let started = std::time::Instant::now();
+    let line = failure(&vault, &[], &TEAM_APP);
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    assert!(line.contains("429"), "{line}");
+    assert!(line.contains("retry after 2m0s"), "{line}");
+    assert_eq!(vault.requests().len(), 1);
+}
+
+#[test]
+fn server_errors_and_sealed_vault() {
+    let vault = kubernetes_vault();
+    let sealed = || Response::json(503, json!({"errors": ["Vault is sealed"]}));
+    vault.script([sealed(), sealed(), sealed(), sealed()]);
+    let line = failure(&vault, &[], &TEAM_APP);
+    assert!(line.contains("HTTP 503"), "{line}");
+    assert!(line.contains("Vault is sealed"), "{line}");
+    assert!(line.contains("through every retry"), "{line}");
+    assert_eq!(vault.requests().len(), 4);
+
+    // A 500 once, then the real answer.
+    let vault = kubernetes_vault();
+    vault.script([Response::json(500, json!({"errors": ["internal error"]}))]);
+    let out = invoke(&vault, &[], &token(), &TEAM_APP);
+    assert_eq!(out.response()["auth"][REGISTRY]["password"], PASSWORD);
+}
+
+#[test]
+fn malformed_answers() {
+    let vault = kubernetes_vault();
+    vault.script([Response::text(
+        200,
+        "<html>Welcome to the load balancer</html>",
+    )]);
+    let line = failure(&vault, &[], &TEAM_APP);
+    assert!(line.contains("not JSON"), "{line}");
+    assert!(line.contains("--vault-address"), "{line}");
+    assert!(!line.contains("Welcome"), "{line}");
+
+    let vault = kubernetes_vault();
+    vault.script([Response::json(200, json!({"auth": {"lease_duration": 60}}))]);
+    let line = failure(&vault, &[], &TEAM_APP);
+    assert!(line.contains("no auth.client_token"), "{line}");
+}
+
+#[test]
+fn a_lease_that_is_over_before_it_can_be_cached() {
+    let vault = kubernetes_vault();
+    let mut role = Role::new("team", "puller", &["registry-team"]);
+    role.ttl = 1;
+    vault.role("puller", role);
+    let token = token();
+    let out = invoke(&vault, &[], &token, &TEAM_APP);
+    let response = out.response();
+    assert_eq!(response["cacheDuration"], "0s");
+    assert!(out.stderr.contains("too soon to cache"), "{}", out.stderr);
+    assert_quiet(&out, &vault, &token);
+}
+
+#[test]
+fn vault_errors_that_quote_secrets_are_scrubbed() {
+    let vault = kubernetes_vault();
+    vault.echo_secrets_in_errors();
+    vault.policy("registry-team", &[]);
+    let line = failure(&vault, &[], &TEAM_APP);
+    assert!(
+        line.contains("permission denied for token <redacted>"),
+        "{line}"
+    );
+}
+
+#[test]
+fn hostile_annotations_never_reach_the_network() {
+    let vault = kubernetes_vault();
+    let token = token();
+    let roles = [
+        "../../sys/seal",
+        "/puller",
+        "puller/../x",
+        "puller?x=1",
+        "puller#x",
+        "%2e%2e",
+        "puller\n",
+        "pul ler",
+        "a/b",
+        "https://evil.example.com/",
+    ];
+    let secrets = [
+        "../../sys/raw/core",
+        "/etc/passwd",
+        "team/../../other",
+        "team/./app",
+        "team//app",
+        "team/app?version=1",
+        "team/app#frag",
+        "%2e%2e/%2e%2e/sys",
+        "team/app\n",
+        "team/app/",
+        "team\\app",
+        "@evil.example.com/x",
+        "http://evil.example.com/v1/x",
+    ];
+    for role in roles {
+        let out = invoke(
+            &vault,
+            &[],
+            &token,
+            &[(ROLE_KEY, role), (SECRET_KEY, "team/app")],
+        );
+        let line = out.failure();
+        assert!(line.contains(ROLE_KEY), "{role:?}: {line}");
+    }
+    for secret in secrets {
+        let out = invoke(
+            &vault,
+            &[],
+            &token,
+            &[(ROLE_KEY, "puller"), (SECRET_KEY, secret)],
+        );
+        let line = out.failure();
+        assert!(line.contains(SECRET_KEY), "{secret:?}: {line}");
+    }
+    // The compatibility key, held to the same prefix.
+    for compat in [
+        "secrets-store.deckhouse.io/registry-credentials",
+        "secres-store.deckhouse.io/registry-credentials",
+    ] {
+        for value in [
+            "secret/data/other/app",
+            "secret/data/registry/../../sys",
+            "/secret/data/registry/x",
+        ] {
+            let out = invoke(
+                &vault,
+                &[],
+                &token,
+                &[(ROLE_KEY, "puller"), (compat, value)],
+            );
+            out.failure();
+        }
+    }
+    // An annotated secret without an admin prefix is refused too.
+    let args: Vec<String> = [
+        "--provider",
+        "vault",
+        "--registry",
+        REGISTRY,
+        "--vault-address",
+        &vault.url(),
+        "--vault-secret-path",
+        "registry/{namespace}/{name}",
+        "--vault-role",
+        "puller",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run(
+        &args,
+        &[],
+        request(&image(), Some(&token), &[(SECRET_KEY, "team/app")]).as_bytes(),
+    );
+    assert!(out.failure().contains("--vault-secret-prefix"));
+    // Not one request reached Vault.
+    assert!(vault.requests().is_empty(), "{:?}", vault.requests());
+
+    // A registry not allowed gets nothing, and Vault is not asked.
+    let out = run(
+        &args,
+        &[],
+        request("registry.example.com.evil.net/team/app", Some(&token), &[]).as_bytes(),
+    );
+    assert!(out.failure().contains("not allowed"));
+    assert!(vault.requests().is_empty());
+
+    // The compatibility key's valid form works and reads under the prefix.
+    let out = invoke(
+        &vault,
+        &[],
+        &token,
+        &[
+            (ROLE_KEY, "puller"),
+            (
+                "secrets-store.deckhouse.io/registry-credentials",
+                "secret/data/registry/team/app",
+            ),
+        ],
+    );
+    assert_eq!(out.response()["auth"][REGISTRY]["password"], PASSWORD);
+    assert_eq!(
+        vault.requests()[1].path,
+        "/v1/secret/data/registry/team/app"
+    );
+}
+
+/// Vault behind TLS with a private CA: trusted only with --ca-file; without
+/// it the handshake fails and the token is never sent.
+#[test]
+fn https_vault_with_a_private_ca() {
+    use support::net::{CA_PEM, TlsFront, closed_port};
+
+    let vault = kubernetes_vault();
+    let front = TlsFront::start(vault.addr());
+    let token = token();
+    let args_for = |address: &str, ca: bool| {
+        let mut args = vec![
+            "--provider".to_string(),
+            "vault".into(),
+            "--registry".into(),
+            REGISTRY.into(),
+            "--vault-address".into(),
+            address.to_string(),
+            "--vault-secret-prefix".into(),
+            "registry".into(),
+        ];
+        if ca {
+            args.extend(["--ca-file".to_string(), CA_PEM.to_string()]);
+        }
+        args
+    };
+    let req = request(&image(), Some(&token), &TEAM_APP);
+    let untrusted = args_for(&front.url(), false);
+    let out = run(
+        &untrusted.iter().map(String::as_str).collect::<Vec<_>>(),
+        &[],
+        req.as_bytes(),
+    );
+    let line = out.failure();
+    assert!(line.contains("not trusted"), "{line}");
+    assert!(line.contains("--ca-file"), "{line}");
+    assert!(
+        vault.requests().is_empty(),
+        "the token never left over an untrusted connection"
+    );
+
+    let trusted = args_for(&front.url(), true);
+    let out = run(
+        &trusted.iter().map(String::as_str).collect::<Vec<_>>(),
+        &[],
+        req.as_bytes(),
+    );
+    assert_eq!(out.response()["auth"][REGISTRY]["password"], PASSWORD);
+    assert_eq!(vault.requests().len(), 2);
+    assert_quiet(&out, &vault, &token);
+
+    // Through an HTTPS proxy: every tunnel goes to the configured Vault.
+    let proxy = support::net::Proxy::start();
+    let out = run(
+        &trusted.iter().map(String::as_str).collect::<Vec<_>>(),
+        &[("HTTPS_PROXY", &proxy.url())],
+        req.as_bytes(),
+    );
+    assert_eq!(out.response()["auth"][REGISTRY]["password"], PASSWORD);
+    let targets = proxy.targets();
+    assert!(!targets.is_empty());
+    for target in targets {
+        assert_eq!(
+            target,
+            support::net::Target::Tunnel(front.addr().to_string())
+        );
+    }
+    assert_eq!(vault.requests().len(), 4);
+
+    // Nothing listening: a transport error naming the login call.
+    let refused = args_for(&format!("http://127.0.0.1:{}", closed_port()), false);
+    let out = run(
+        &refused.iter().map(String::as_str).collect::<Vec<_>>(),
+        &[],
+        req.as_bytes(),
+    );
+    let line = out.failure();
+    assert!(line.contains("Vault kubernetes login"), "{line}");
+}
+
+#[test]
+fn configuration_errors_name_the_flag() {
+    let token = token();
+    let req = request(&image(), Some(&token), &TEAM_APP);
+    for (extra, flag) in [
+        (vec![], "--vault-address"),
+        (
+            vec!["--vault-address", "vault.example.com:8200"],
+            "--vault-address",
+        ),
+        (
+            vec!["--vault-address", "https://v.example.com"],
+            "--vault-secret-path",
+        ),
+        (
+            vec![
+                "--vault-address",
+                "https://v.example.com",
+                "--vault-secret-prefix",
+                "a/../b",
+            ],
+            "--vault-secret-prefix",
+        ),
+        (
+            vec![
+                "--vault-address",
+                "https://v.example.com",
+                "--vault-secret-path",
+                "x/{pod}",
+            ],
+            "--vault-secret-path",
+        ),
+    ] {
+        let mut args = vec!["--provider", "vault", "--registry", REGISTRY];
+        args.extend(extra);
+        let out = run(&args, &[], req.as_bytes());
+        let line = out.failure();
+        assert!(line.contains(flag), "{flag}: {line}");
+    }
+}
+
+#[test]
+fn the_cache_key_covers_the_secret_path() {
+    let vault = kubernetes_vault();
+    vault.kv2(
+        "registry/team/other",
+        json!({"username": "other-robot", "password": PASSWORD}),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let cache = cache.to_str().unwrap();
+    let token = token();
+    let first = invoke(&vault, &["--cache-dir", cache], &token, &TEAM_APP);
+    assert_eq!(first.response()["auth"][REGISTRY]["username"], "team-robot");
+    let again = invoke(&vault, &["--cache-dir", cache], &token, &TEAM_APP);
+    assert_eq!(again.response()["auth"][REGISTRY]["username"], "team-robot");
+    assert_eq!(vault.requests().len(), 2, "the second run is a cache hit");
+    let other = invoke(
+        &vault,
+        &["--cache-dir", cache],
+        &token,
+        &[(ROLE_KEY, "puller"), (SECRET_KEY, "team/other")],
+    );
+    assert_eq!(
+        other.response()["auth"][REGISTRY]["username"],
+        "other-robot"
+    );
+    assert_eq!(vault.requests().len(), 4);
+    assert!(
+        !std::fs::read_dir(dir.path().join("cache"))
+            .unwrap()
+            .flatten()
+            .any(|e| std::fs::read(e.path())
+                .is_ok_and(|b| String::from_utf8_lossy(&b).contains("hvs.")))
+    );
+}
+
+/// End to end: Debian's docker-registry with htpasswd holding the
+/// credentials stored in the fake Vault, and skopeo pulling with exactly
+/// what the plugin returned.
+#[test]
+fn skopeo_pulls_with_the_credentials_from_vault() {
+    use support::registry::Registry;
+
+    const USER: &str = "team-robot";
+    let registry = Registry::start_with_htpasswd(USER, PASSWORD);
+    registry.push_test_image("team/app", "v1");
+    let host = registry.host().to_string();
+
+    let vault = kubernetes_vault();
+    let token = token();
+    let args: Vec<String> = [
+        "--provider",
+        "vault",
+        "--registry",
+        &host,
+        "--audience",
+        AUDIENCE,
+        "--vault-address",
+        &vault.url(),
+        "--vault-secret-prefix",
+        "registry",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let image = format!("{host}/team/app:v1");
+    let out = run(
+        &args,
+        &[],
+        request(&image, Some(&token), &TEAM_APP).as_bytes(),
+    );
+    let response = out.response_for(&image);
+    let auth = &response["auth"][host.as_str()];
+    let (username, password) = (
+        auth["username"].as_str().unwrap(),
+        auth["password"].as_str().unwrap(),
+    );
+    registry
+        .pull("team/app", "v1", username, password)
+        .expect("skopeo pulls with the credentials the plugin read from Vault");
+    assert!(registry.pull("team/app", "v1", username, "wrong").is_err());
+    assert_quiet(&out, &vault, &token);
+}
+
+/// The same with the client a node really uses: containerd, fed exactly the
+/// username and password the plugin printed, logging in to an htpasswd
+/// registry with Basic credentials.
+#[test]
+fn containerd_pulls_with_the_credentials_from_vault() {
+    use support::containerd::Containerd;
+    use support::registry::Registry;
+
+    const USER: &str = "team-robot";
+    let registry = Registry::start_with_htpasswd(USER, PASSWORD);
+    let digest = registry.push_test_image("team/app", "v1");
+    let host = registry.host().to_string();
+
+    let vault = kubernetes_vault();
+    let token = token();
+    let url = vault.url();
+    let args = [
+        "--provider",
+        "vault",
+        "--registry",
+        &host,
+        "--vault-address",
+        &url,
+        "--vault-secret-prefix",
+        "registry",
+    ];
+    let image = format!("{host}/team/app:v1");
+    let out = run(
+        &args,
+        &[],
+        request(&image, Some(&token), &TEAM_APP).as_bytes(),
+    );
+    let response = out.response_for(&image);
+    let auth = &response["auth"][host.as_str()];
+    let (username, password) = (
+        auth["username"].as_str().unwrap(),
+        auth["password"].as_str().unwrap(),
+    );
+    let containerd = Containerd::start();
+    let err = containerd
+        .pull(&image, username, "not-the-password")
+        .expect_err("a wrong password must not pull");
+    assert!(err.contains("401"), "{err}");
+    let pulled = containerd
+        .pull(&image, username, password)
+        .unwrap_or_else(|e| panic!("containerd refused the credentials from Vault:\n{e}"));
+    assert_eq!(pulled, digest);
+    assert_quiet(&out, &vault, &token);
+}
