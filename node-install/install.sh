@@ -3,6 +3,12 @@
 # symlinks into the kubelet's credential provider bin dir, and a
 # CredentialProviderConfig into place. Then prints the kubelet flags to set.
 #
+# With --node, it only checks the binary's sha256 and hands over to the
+# binary's own `node install`, which finds the kubelet's real set-up (flags,
+# systemd unit, distribution), merges into it, validates, writes with a
+# backup and can restart the kubelet with a rollback. Arguments after `--`
+# go to `node install` (e.g. -- --provider aws --replace NAME).
+#
 # Idempotent: a second run with the same inputs changes nothing. Verifies the
 # binary's sha256 before anything is written. Checks the config with the
 # binary's own check-config before putting it in place, because the kubelet
@@ -38,6 +44,9 @@ Usage: install.sh --binary PATH [options]
   --no-check           do not run check-config on the config before installing it
   --restart-kubelet    restart the kubelet if anything changed (systemctl; through
                        nsenter into PID 1 when --root is not /)
+  --node               after the checksum check, run the binary's own
+                       `node install` (it finds where the kubelet reads its
+                       config); arguments after -- are passed to it
   --uninstall          remove the binary, every symlink to it in the bin dir and
                        the config at --config-path (remove the kubelet flags first:
                        the kubelet refuses to start without them)
@@ -68,6 +77,7 @@ root=""
 check=1
 restart=0
 uninstall=0
+node=0
 
 need_value() {
   [ "$#" -ge 2 ] || usage_error "$1 needs a value"
@@ -92,6 +102,8 @@ while [ "$#" -gt 0 ]; do
     --no-check) check=0; shift ;;
     --restart-kubelet) restart=1; shift ;;
     --uninstall) uninstall=1; shift ;;
+    --node) node=1; shift ;;
+    --) shift; break ;;
     -h | --help) usage; exit 0 ;;
     *) usage_error "unknown option $1" ;;
   esac
@@ -162,6 +174,16 @@ esac
 actual=$(sha256sum "$binary" | awk '{ print $1 }')
 if [ "$actual" != "$expected" ]; then
   die "sha256 mismatch for $binary: expected $expected, got $actual; nothing was installed"
+fi
+
+if [ "$node" -eq 1 ]; then
+  # The binary does the rest: discovery, merge, check-config, atomic writes
+  # with backups, restart and rollback.
+  set -- node install --root "${root:-/}" --binary "$binary" "$@"
+  [ -z "$config" ] || set -- "$@" --config "$config"
+  [ "$restart" -eq 0 ] || set -- "$@" --restart-kubelet
+  note "sha256 verified; handing over to $binary $*"
+  exec "$binary" "$@"
 fi
 
 changed=0

@@ -1,12 +1,12 @@
 # Baking wi-credential-provider into a node image with Packer: upload the
-# release binary, its checksum, install.sh and the config, then run the same
-# install.sh the DaemonSet runs. Merge these provisioners into your node
-# image's build block (amazon-ebs, azure-arm, googlecompute, ...).
-#
-# The kubelet flags still have to be set where your image starts the kubelet;
-# install.sh prints them. The last provisioner shows the kubeadm convention
-# (/etc/default/kubelet). On EKS AL2023 images set them in nodeadm's
-# NodeConfig (spec.kubelet.flags) instead.
+# release binary, its checksum, install.sh and the entries to add, then run
+# install.sh --node as the DaemonSet does: after the checksum check it hands
+# over to `wi-credential-provider node install`, which finds the image's
+# kubelet set-up (EKS AL2023: its own config file and a NodeConfig drop-in in
+# /etc/eks/nodeadm.d/ that nodeadm applies at every boot; kubeadm: the two
+# flags in /etc/default/kubelet) and merges the entries in. --proc none: no
+# kubelet runs while the image is built. Merge these provisioners into your
+# node image's build block (amazon-ebs, azure-arm, googlecompute, ...).
 
 variable "wicp_version" {
   type    = string
@@ -46,14 +46,9 @@ build {
 
   provisioner "shell" {
     inline = [
-      "sudo sh /tmp/wicp/install.sh --binary /tmp/wicp/wi-credential-provider-${var.wicp_version}-linux-${var.wicp_arch} --config /tmp/wicp/credential-provider.yaml",
+      # On EKS add: --replace ecr-credential-provider=602401143452.dkr.ecr.<region>.amazonaws.com
+      "sudo sh /tmp/wicp/install.sh --node --binary /tmp/wicp/wi-credential-provider-${var.wicp_version}-linux-${var.wicp_arch} --config /tmp/wicp/credential-provider.yaml -- --proc none",
       "rm -rf /tmp/wicp",
-    ]
-  }
-
-  provisioner "shell" {
-    inline = [
-      "echo 'KUBELET_EXTRA_ARGS=--image-credential-provider-config=/etc/kubernetes/credential-provider.yaml --image-credential-provider-bin-dir=/usr/libexec/kubernetes/kubelet-plugins/credential-provider/exec' | sudo tee -a /etc/default/kubelet",
     ]
   }
 }

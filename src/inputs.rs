@@ -9,6 +9,9 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::net;
 
 /// Environment variables, as the process received them.
 #[derive(Clone, Default, PartialEq, Eq)]
@@ -69,6 +72,23 @@ pub struct Inputs {
     pub env: Env,
     /// `--ca-file`: extra CA certificates for every upstream call.
     pub ca_file: Option<PathBuf>,
+    /// How upstreams are reached: the proxy and trust settings of `env`
+    /// and `ca_file`, and the trust store, loaded at the first client built
+    /// (never on a cache hit) and shared by every client after it.
+    pub net: Arc<net::Settings>,
+}
+
+impl Inputs {
+    /// The inputs of a process whose environment is `env`.
+    pub fn new(env: Env, ca_file: Option<PathBuf>) -> Self {
+        let net =
+            net::Settings::from_lookup(|name| env.get(name).map(str::to_string), ca_file.clone());
+        Inputs {
+            env,
+            ca_file,
+            net: Arc::new(net),
+        }
+    }
 }
 
 #[cfg(test)]

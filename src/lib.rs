@@ -6,7 +6,7 @@
 //! token claims ([`token`]) -> route and plan ([`providers`]) -> cache
 //! ([`cache`]) -> response ([`protocol`]), driven by [`serve`]. The admin
 //! [`commands`] reuse those parts. Below them sit the shared pieces: the
-//! network ([`http`], [`trust`]), [`error`], [`secret`], [`redact`],
+//! network ([`net`]), [`error`], [`secret`], [`redact`],
 //! [`log`], [`duration`], [`deadline`].
 
 #![forbid(unsafe_code)]
@@ -18,10 +18,10 @@ pub mod commands;
 pub mod deadline;
 pub mod duration;
 pub mod error;
-pub mod http;
 pub mod image;
 pub mod inputs;
 pub mod matching;
+pub mod net;
 pub mod options;
 pub mod protocol;
 pub mod providers;
@@ -29,5 +29,4 @@ pub mod redact;
 pub mod secret;
 pub mod serve;
 pub mod token;
-pub mod trust;
 pub mod version;

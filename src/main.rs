@@ -11,7 +11,7 @@ use clap::{FromArgMatches, Subcommand};
 use wi_credential_provider::commands::{self, Command};
 use wi_credential_provider::inputs::{Env, Inputs};
 use wi_credential_provider::options::{self, Options};
-use wi_credential_provider::{log, serve, trust, version};
+use wi_credential_provider::{log, serve, version};
 
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
@@ -27,17 +27,13 @@ fn main() -> ExitCode {
         }
     };
     log::set_level(options.log_level);
-    trust::set_ca_file(options.ca_file.clone());
     if matches.subcommand().is_some() {
         return match Command::from_arg_matches(&matches) {
             Ok(command) => commands::run(&command, &options),
             Err(e) => e.exit(),
         };
     }
-    let inputs = Inputs {
-        env: Env::from_process(),
-        ca_file: options.ca_file.clone(),
-    };
+    let inputs = Inputs::new(Env::from_process(), options.ca_file.clone());
     let arg0 = args.first().cloned().unwrap_or_default();
     serve::run(&arg0, &matches, &options, &inputs)
 }

@@ -81,6 +81,89 @@ fn split_host_port(s: &str) -> (&str, &str) {
     }
 }
 
+/// Whether some image matches both `a` and `b` under [`matches`]: the same
+/// port, the same number of host labels, label globs with a common word,
+/// and paths of which one is a prefix of the other (an image path starts
+/// with both). Used to find a node-identity provider that the kubelet would
+/// also ask for an image one of our entries serves. A malformed pattern
+/// overlaps nothing, as it matches nothing.
+pub fn overlaps(a: &str, b: &str) -> bool {
+    let (a_host, a_path) = split_path(strip_scheme(a));
+    let (b_host, b_path) = split_path(strip_scheme(b));
+    let (a_host, a_port) = split_host_port(a_host);
+    let (b_host, b_port) = split_host_port(b_host);
+    if a_port != b_port {
+        return false;
+    }
+    if !(a_path.starts_with(b_path) || b_path.starts_with(a_path)) {
+        return false;
+    }
+    let a_labels: Vec<&str> = a_host.split('.').collect();
+    let b_labels: Vec<&str> = b_host.split('.').collect();
+    a_labels.len() == b_labels.len()
+        && a_labels
+            .iter()
+            .zip(&b_labels)
+            .all(|(x, y)| globs_intersect(x, y).unwrap_or(false))
+}
+
+/// Whether two `filepath.Match` label patterns have a common word: a walk
+/// over the product of the two patterns (positions in each), where a star
+/// may match nothing or one more character. The characters tried are those
+/// a host label can hold plus every literal either pattern names, which is
+/// enough: a class or `?` that admits some character admits one of these,
+/// or no real host could carry it.
+fn globs_intersect(a: &str, b: &str) -> Result<bool, BadPattern> {
+    let a = tokenize(a)?;
+    let b = tokenize(b)?;
+    let mut alphabet: Vec<char> = ('a'..='z')
+        .chain('A'..='Z')
+        .chain('0'..='9')
+        .chain(['-', '_'])
+        .collect();
+    for token in a.iter().chain(&b) {
+        match token {
+            Token::Literal(c) => alphabet.push(*c),
+            Token::Class { ranges, .. } => {
+                alphabet.extend(ranges.iter().flat_map(|(lo, hi)| [*lo, *hi]))
+            }
+            Token::Any | Token::Star => {}
+        }
+    }
+    alphabet.sort_unstable();
+    alphabet.dedup();
+    let mut seen = std::collections::HashSet::new();
+    let mut todo = vec![(0usize, 0usize)];
+    while let Some((i, j)) = todo.pop() {
+        if !seen.insert((i, j)) {
+            continue;
+        }
+        let (x, y) = (a.get(i), b.get(j));
+        if x.is_none() && y.is_none() {
+            return Ok(true);
+        }
+        // A star may match the empty string.
+        if matches!(x, Some(Token::Star)) {
+            todo.push((i + 1, j));
+        }
+        if matches!(y, Some(Token::Star)) {
+            todo.push((i, j + 1));
+        }
+        let (Some(x), Some(y)) = (x, y) else {
+            continue;
+        };
+        if alphabet
+            .iter()
+            .any(|&c| matches_one(x, c) && matches_one(y, c))
+        {
+            let next_i = if matches!(x, Token::Star) { i } else { i + 1 };
+            let next_j = if matches!(y, Token::Star) { j } else { j + 1 };
+            todo.push((next_i, next_j));
+        }
+    }
+    Ok(false)
+}
+
 #[derive(Debug)]
 struct BadPattern;
 
@@ -252,6 +335,83 @@ mod tests {
         }
         assert!(is_valid_pattern("*.reg.io:5000/team"));
         assert!(!is_valid_pattern(""));
+    }
+
+    /// Pattern pairs under the kubelet's rules: (a, b, overlap).
+    const OVERLAP_TABLE: &[(&str, &str, bool)] = &[
+        (
+            "*.dkr.ecr.*.amazonaws.com",
+            "*.dkr.ecr.*.amazonaws.com",
+            true,
+        ),
+        (
+            "*.dkr.ecr.*.amazonaws.com",
+            "123456789012.dkr.ecr.us-east-1.amazonaws.com",
+            true,
+        ),
+        (
+            "602401143452.dkr.ecr.*.amazonaws.com",
+            "*.dkr.ecr.us-west-2.amazonaws.com",
+            true,
+        ),
+        (
+            "*.dkr.ecr.*.amazonaws.com",
+            "*.dkr.ecr.*.amazonaws.com.cn",
+            false,
+        ),
+        ("*.dkr.ecr.*.amazonaws.com", "*.dkr-ecr.*.on.aws", false),
+        ("*.azurecr.io", "myreg.azurecr.io/team", true),
+        ("*.azurecr.io", "*.*.azurecr.io", false),
+        ("reg.io/team", "reg.io/team/app", true),
+        ("reg.io/team", "reg.io/other", false),
+        ("reg.io/team", "reg.io", true),
+        ("reg.io", "reg.io:5000", false),
+        ("reg.io:5000", "*.io:5000", true),
+        ("a*.io", "*b.io", true),
+        ("a*", "b*", false),
+        ("[a-c]eg.io", "[c-e]eg.io", true),
+        ("[a-c]eg.io", "[d-e]eg.io", false),
+        ("[^a]eg.io", "aeg.io", false),
+        ("r?g.io", "reg.io", true),
+        ("r?g.io", "rg.io", false),
+        ("*-docker.pkg.dev", "us-docker.pkg.dev", true),
+        ("gcr.io", "*.gcr.io", false),
+        ("https://reg.io", "reg.io", true),
+        ("[a.io", "a.io", false),
+    ];
+
+    #[test]
+    fn overlap_table() {
+        for (a, b, expected) in OVERLAP_TABLE {
+            assert_eq!(overlaps(a, b), *expected, "{a} vs {b}");
+            assert_eq!(overlaps(b, a), *expected, "{b} vs {a} (symmetric)");
+        }
+    }
+
+    #[test]
+    fn overlap_agrees_with_a_shared_image() {
+        // Whenever an image matches both, the patterns overlap.
+        let images = [
+            "reg.io/team/app",
+            "aeg.io/x",
+            "123.dkr.ecr.us-east-1.amazonaws.com/app",
+        ];
+        let patterns = [
+            "reg.io",
+            "reg.io/team",
+            "[a-c]eg.io",
+            "*.dkr.ecr.*.amazonaws.com",
+            "r?g.io",
+        ];
+        for image in images {
+            for a in patterns {
+                for b in patterns {
+                    if matches(a, image) && matches(b, image) {
+                        assert!(overlaps(a, b), "{a} {b} share {image}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -662,7 +662,9 @@ fn sts_expired_token_points_at_the_clock() {
 fn sts_throttling_is_retried_within_bounds_then_explained() {
     let started = Instant::now();
     let (line, count, _) = sts_refusal(sts_error(400, "Throttling", "Rate exceeded"));
-    assert_eq!(count, 3, "three attempts, then give up");
+    // The attempts of every other upstream call (src/net/http.rs), then
+    // give up.
+    assert_eq!(count, 4, "four attempts, then give up");
     assert!(
         started.elapsed() < Duration::from_secs(20),
         "{:?}",
@@ -672,6 +674,7 @@ fn sts_throttling_is_retried_within_bounds_then_explained() {
         line.contains("STS throttled AssumeRoleWithWebIdentity"),
         "{line}"
     );
+    assert!(line.contains("after 4 attempt(s)"), "{line}");
     assert!(line.contains("cacheType: ServiceAccount"), "{line}");
 }
 
@@ -1342,4 +1345,209 @@ fn pod_identity_refuses_plain_http_to_other_hosts() {
         line.contains("plain HTTP to a host that is not the node's Pod Identity Agent"),
         "{line}"
     );
+}
+
+/// Issue 15 item 4: a backslash before `@` made the loopback check read the
+/// host after it while the client connected to the host before it, sending
+/// the token in clear there. Refused now before any connection: the "other
+/// host" here is a listener on 127.0.0.1 that must see no connection.
+#[test]
+fn pod_identity_refuses_a_url_whose_host_is_hidden_behind_a_backslash_or_user_info() {
+    let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = other.local_addr().unwrap().port();
+    let token = TokenSpec::new("team", "puller", POD_IDENTITY_AUDIENCE).mint();
+    for uri in [
+        format!("http://127.0.0.1:{port}\\@localhost/v1/credentials"),
+        format!("http://198.51.100.7:{port}\\@127.0.0.1/v1/credentials"),
+        format!("http://agent:secret@127.0.0.1:{port}/v1/credentials"),
+    ] {
+        let run = plugin(
+            &["--aws-credential-source", "pod-identity", "--timeout", "5s"],
+            &[("AWS_CONTAINER_CREDENTIALS_FULL_URI", &uri)],
+            "123456789012.dkr.ecr.us-east-1.amazonaws.com/app",
+            &token,
+            &[],
+        );
+        let line = run.failure();
+        assert!(
+            line.contains("AWS_CONTAINER_CREDENTIALS_FULL_URI")
+                && line.contains("is not an http(s) URL"),
+            "{uri}: {line}"
+        );
+        assert!(!run.stderr.contains("secret"), "{}", run.stderr);
+        assert!(!run.stderr.contains(&token));
+    }
+    other.set_nonblocking(true).unwrap();
+    assert!(
+        matches!(other.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "a connection reached the other host"
+    );
+}
+
+/// A server that answers every request with a 2 GiB body, streamed for as
+/// long as the client reads; it counts connections and bytes written.
+struct EndlessBody {
+    addr: std::net::SocketAddr,
+    stopping: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    written: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    accept: Option<std::thread::JoinHandle<()>>,
+}
+
+impl EndlessBody {
+    const SIZE: u64 = 2 * 1024 * 1024 * 1024;
+
+    fn start() -> EndlessBody {
+        use std::io::{Read, Write};
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stopping = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let connections = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let written = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (stop, count, total) = (stopping.clone(), connections.clone(), written.clone());
+        let accept = std::thread::spawn(move || {
+            let mut workers = Vec::new();
+            for stream in listener.incoming() {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(mut stream) = stream else { continue };
+                count.fetch_add(1, Ordering::SeqCst);
+                let (stop, total) = (stop.clone(), total.clone());
+                workers.push(std::thread::spawn(move || {
+                    let mut head = [0u8; 16 * 1024];
+                    let _ = stream.read(&mut head);
+                    let header = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nContent-Length: {}\r\n\r\n",
+                        Self::SIZE
+                    );
+                    if stream.write_all(header.as_bytes()).is_err() {
+                        return;
+                    }
+                    let chunk = vec![b'x'; 64 * 1024];
+                    let mut sent = 0u64;
+                    while sent < Self::SIZE && !stop.load(Ordering::SeqCst) {
+                        if stream.write_all(&chunk).is_err() {
+                            break;
+                        }
+                        sent += chunk.len() as u64;
+                        total.fetch_add(chunk.len() as u64, Ordering::SeqCst);
+                    }
+                }));
+            }
+            for worker in workers {
+                let _ = worker.join();
+            }
+        });
+        EndlessBody {
+            addr,
+            stopping,
+            connections,
+            written,
+            accept: Some(accept),
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+impl Drop for EndlessBody {
+    fn drop(&mut self) {
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = std::net::TcpStream::connect(self.addr);
+        if let Some(accept) = self.accept.take() {
+            let _ = accept.join();
+        }
+    }
+}
+
+/// Issue 15 item 3: an AWS reply is read up to the 1 MiB bound every other
+/// upstream call has, whatever the server streams: a clear error, no retry,
+/// and the process's peak memory (measured by /usr/bin/time) stays far
+/// below the body.
+#[test]
+fn an_endless_sts_reply_is_cut_at_the_bound_with_bounded_memory() {
+    let sts = EndlessBody::start();
+    let token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
+    let out = std::process::Command::new("/usr/bin/time")
+        .arg("-v")
+        .arg(support::plugin::bin())
+        .args([
+            "--provider",
+            "aws",
+            "--log-level",
+            "debug",
+            "--timeout",
+            "30s",
+        ])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("AWS_ENDPOINT_URL_STS", sts.url())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write as _;
+            let stdin = request(
+                "123456789012.dkr.ecr.us-east-1.amazonaws.com/app",
+                Some(&token),
+                &[(ROLE_ANNOTATION, "arn:aws:iam::123456789012:role/pull")],
+            );
+            child.stdin.take().unwrap().write_all(stdin.as_bytes())?;
+            child.wait_with_output()
+        })
+        .expect("/usr/bin/time runs the plugin (apt-get install time)");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // time's own report comes after the plugin's lines.
+    let peak_kib: u64 = stderr
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("Maximum resident set size (kbytes): ")
+        })
+        .expect("time -v reports the peak RSS")
+        .parse()
+        .unwrap();
+    let run = Run {
+        code: out.status.code(),
+        stdout: out.stdout.clone(),
+        stderr: stderr
+            .lines()
+            .filter(|l| l.contains("wi-credential-provider"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    };
+    let written = sts.written.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        written < EndlessBody::SIZE / 16,
+        "the plugin read on: {written} bytes"
+    );
+    assert!(!out.status.success(), "{stderr}");
+    let line = run.failure();
+    assert!(
+        line.contains(&format!(
+            "STS AssumeRoleWithWebIdentity at {} failed",
+            sts.url()
+        )),
+        "{line}"
+    );
+    assert!(
+        line.contains("the reply body is larger than 1024 KiB"),
+        "{line}"
+    );
+    assert_eq!(
+        sts.connections.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "a reply too large is not retried"
+    );
+    assert!(
+        peak_kib < 64 * 1024,
+        "peak RSS {peak_kib} KiB for a 2 GiB body"
+    );
+    assert!(!stderr.contains(&token));
 }

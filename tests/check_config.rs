@@ -69,10 +69,22 @@ fn cases(rule: Rule, prefix: &str) -> Vec<PathBuf> {
 fn run_fixture(rule: Rule, path: &Path) -> Outcome {
     let bin = fixtures().join(rule.as_str()).join("bin");
     let bin = bin.to_string_lossy().into_owned();
-    let mut args = Vec::new();
+    let mut args: Vec<String> = Vec::new();
     if Path::new(&bin).is_dir() {
-        args.extend(["--bin-dir", &bin]);
+        args.extend(["--bin-dir".to_string(), bin]);
     }
+    // Extra arguments for one case, one per line, in args/<case name>
+    // ({dir} is the rule's directory): a KubeletConfiguration, a version.
+    let dir = fixtures().join(rule.as_str());
+    let extra = dir.join("args").join(path.file_name().unwrap());
+    if let Ok(text) = std::fs::read_to_string(&extra) {
+        args.extend(
+            text.lines()
+                .filter(|l| !l.is_empty())
+                .map(|l| l.replace("{dir}", &dir.to_string_lossy())),
+        );
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     check_config(path, &args)
 }
 
@@ -102,6 +114,10 @@ const WARNING_FIXTURES: &[(&str, i32)] = &[
     ("env.unknown/fail.yaml", 0),
     ("kubelet.multiple-documents/fail.yaml", 0),
     ("name.unknown-suffix/fail.yaml", 1),
+    // A node entry narrowed to one registry: deliberate, so a warning.
+    ("overlap.node-identity/fail-narrowed.yaml", 0),
+    ("image-reuse/fail.yaml", 0),
+    ("image-reuse/fail-allowlist.yaml", 0),
 ];
 
 #[test]

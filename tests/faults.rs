@@ -650,6 +650,97 @@ fn a_bad_ca_file_or_ssl_cert_file_is_named() {
     }
 }
 
+/// Runs the plugin under strace, recording the file system calls that
+/// loading a trust store makes; returns the run and the trace.
+fn traced(args: &[String], stdin: &[u8]) -> (Run, String) {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace");
+    let mut child = Command::new("strace")
+        .args([
+            "-f",
+            "-qq",
+            "-e",
+            "trace=openat,open,statx,newfstatat,stat,lstat,getdents64",
+            "-o",
+        ])
+        .arg(&trace)
+        .arg(support::plugin::bin())
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("strace is needed for this test (apt-get install strace)");
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let run = Run {
+        code: out.status.code(),
+        stdout: out.stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    (run, std::fs::read_to_string(&trace).unwrap())
+}
+
+/// Issue 13: a TLS miss reads the system's bundle file once and does not
+/// walk the directory that holds the same certificates (a statx per entry,
+/// every certificate decoded again); `--ca-file` is read once; a cache hit
+/// reads no certificate at all.
+#[test]
+fn the_trust_store_is_read_once_from_the_bundle_file_and_never_on_a_hit() {
+    let bundle = "/etc/ssl/certs/ca-certificates.crt";
+    if !std::path::Path::new(bundle).is_file() {
+        eprintln!("skipped: no system bundle at {bundle}");
+        return;
+    }
+    let case = Case::gcp();
+    let front = TlsFront::start(case.first_addr());
+    let cache = tempfile::tempdir().unwrap();
+    let args = case.args(
+        &front.url(),
+        &[
+            "--ca-file",
+            CA_PEM,
+            "--cache-dir",
+            cache.path().to_str().unwrap(),
+        ],
+    );
+    let stdin = request(&case.image, Some(&case.token), &case.annotations);
+
+    let (miss, trace) = traced(&args, stdin.as_bytes());
+    miss.response();
+    case.assert_no_secrets(&miss);
+    assert_eq!(front.requests(), 1, "{}", miss.stderr);
+    let opened = |path: &str| {
+        trace
+            .lines()
+            .filter(|l| l.contains("open") && l.contains(&format!("\"{path}\"")))
+            .count()
+    };
+    assert_eq!(opened(bundle), 1, "{trace}");
+    assert_eq!(opened(CA_PEM), 1, "{trace}");
+    for dir in ["/etc/ssl/certs", "/usr/lib/ssl/certs", "/etc/pki/tls/certs"] {
+        assert!(
+            !trace.contains(&format!("\"{dir}\"")),
+            "{dir} was opened:\n{trace}"
+        );
+    }
+    let in_certs_dir = trace
+        .lines()
+        .filter(|l| l.contains("\"/etc/ssl/certs/") && !l.contains(bundle))
+        .count();
+    assert_eq!(in_certs_dir, 0, "{trace}");
+
+    let (hit, trace) = traced(&args, stdin.as_bytes());
+    hit.response();
+    assert_eq!(front.requests(), 1, "served from the cache");
+    assert!(!trace.contains("/etc/ssl"), "{trace}");
+    assert!(!trace.contains(CA_PEM), "{trace}");
+}
+
 /// The exchange with every upstream call behind a TLS front with the test
 /// CA; returns the fronts' addresses in call order.
 fn tls_fronts(case: &Case) -> (Vec<TlsFront>, Vec<String>) {
@@ -795,6 +886,43 @@ fn an_unreachable_proxy_is_reported() {
             "{line}"
         );
         assert_eq!(fronts[0].connections(), 0);
+    }
+}
+
+/// Proxy values reqwest would skip silently (connecting directly while the
+/// error messages claim the proxy settings), each with what the refusal
+/// says about it.
+const UNUSABLE_PROXIES: [(&str, &str, &str); 4] = [
+    ("HTTPS_PROXY", "http://u:pa ss@127.0.0.1:3128", "a space"),
+    ("https_proxy", "ftp://127.0.0.1:21", "scheme ftp://"),
+    ("HTTP_PROXY", "http://127.0.0.1:3128/a path", "a space"),
+    ("ALL_PROXY", "http://u:pa/ss@127.0.0.1:3128", "invalid port"),
+];
+
+/// Issue 15 item 5: an unusable proxy setting is an error naming the
+/// variable (never its password), before any connection.
+#[test]
+fn an_unusable_proxy_setting_is_refused_not_bypassed() {
+    for case in Case::all() {
+        for (var, value, why) in UNUSABLE_PROXIES {
+            let out = case.run_normal(&[], &[(var, value)]);
+            let line = case.failure(&out);
+            assert!(
+                line.contains(&format!("{var} is ")) && line.contains("not a usable proxy URL"),
+                "{line}"
+            );
+            assert!(line.contains(why), "{line}");
+            assert!(
+                !out.stderr.contains("pa ss") && !out.stderr.contains("pa/ss"),
+                "{}",
+                out.stderr
+            );
+            assert_eq!(
+                case.first_requests(),
+                0,
+                "{var}={value}: connected directly"
+            );
+        }
     }
 }
 
@@ -1060,4 +1188,26 @@ fn aws_refused_failing_refusing_and_cut_answers() {
         "{}",
         out.stderr
     );
+}
+
+/// Issue 15 item 5, through the AWS SDK: the same refusal as for the
+/// hand-written calls, before STS sees anything.
+#[test]
+fn aws_an_unusable_proxy_setting_is_refused_not_bypassed() {
+    let aws = Aws::start();
+    for (var, value, why) in UNUSABLE_PROXIES {
+        let out = aws.run_normal(&[], &[(var, value)]);
+        let line = aws.failure(&out);
+        assert!(
+            line.contains(&format!("{var} is ")) && line.contains("not a usable proxy URL"),
+            "{line}"
+        );
+        assert!(line.contains(why), "{line}");
+        assert!(
+            !out.stderr.contains("pa ss") && !out.stderr.contains("pa/ss"),
+            "{}",
+            out.stderr
+        );
+    }
+    assert_eq!(aws.sts.server.request_count(), 0, "connected directly");
 }

@@ -4,7 +4,7 @@
 use std::time::{Duration, UNIX_EPOCH};
 
 use libfuzzer_sys::fuzz_target;
-use wi_credential_provider::http;
+use wi_credential_provider::net::{http, proxy};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
@@ -22,8 +22,11 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(url) = http::endpoint_override("--x", text) {
         assert!(url.starts_with("https://") || url.starts_with("http://"));
         assert!(!url.ends_with('/'));
+        // The host the client connects to is known, and nothing hides it.
+        assert!(http::endpoint_host(&url).is_some(), "{url:?}");
+        assert!(!url.contains('\\'), "{url:?}");
     }
-    if let Some(shown) = http::proxy_settings(|_| Some(text.to_string())) {
+    if let Some(shown) = proxy::Proxies::from_lookup(|_| Some(text.to_string())).describe() {
         // Whatever the URL, the password in it is not shown (around our own
         // placeholder, which the fuzzer likes to write as a password).
         let shown = shown.replace("<credentials>@", "");

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
+use wi_credential_provider::net::http::Reply;
 use wi_credential_provider::providers::{azure, gcp, vault};
-use wi_credential_provider::http::Reply;
 use wi_credential_provider::secret::Secret;
 
 fuzz_target!(|data: &[u8]| {

@@ -4,6 +4,7 @@
 pub mod cache;
 pub mod check_config;
 pub mod explain;
+pub mod node;
 
 use std::process::ExitCode;
 
@@ -21,6 +22,9 @@ pub enum Command {
     /// Show, without any network call, what the kubelet would send for an
     /// image and a service account, and what this plugin would do with it.
     Explain(explain::Args),
+    /// Install into, remove from, or diagnose a node's kubelet set-up.
+    #[command(subcommand)]
+    Node(node::Command),
 }
 
 /// The names of the commands, which a provider entry's `args` must not
@@ -39,5 +43,6 @@ pub fn run(command: &Command, options: &Options) -> ExitCode {
         Command::Cache(command) => cache::run(&options.cache, options.max_cache_duration, command),
         Command::CheckConfig(args) => check_config::check::run(args),
         Command::Explain(args) => explain::run(args),
+        Command::Node(command) => node::run(command),
     }
 }

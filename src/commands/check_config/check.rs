@@ -9,7 +9,13 @@ use std::process::ExitCode;
 
 use serde::Serialize;
 
+use super::isolation::{self, KubeletFacts};
+use super::kubelet_config::{KubeletConfig, Version};
 use super::{Finding, Severity, lint, load, validate};
+
+fn parse_version(text: &str) -> Result<Version, String> {
+    Version::parse(text).ok_or_else(|| format!("{text:?} is not a kubelet version such as v1.34.2"))
+}
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct Args {
@@ -23,6 +29,21 @@ pub struct Args {
     /// provider name has an executable (or a symlink to one) there.
     #[arg(long, value_name = "DIR")]
     pub bin_dir: Option<PathBuf>,
+
+    /// The kubelet's KubeletConfiguration (its --config): checks whether
+    /// another service account could start an image pulled with a pod's
+    /// identity (KEP-2535 verification).
+    #[arg(long, value_name = "PATH")]
+    pub kubelet_config: Option<PathBuf>,
+
+    /// The kubelet's --config-dir, laid over --kubelet-config.
+    #[arg(long, value_name = "DIR", requires = "kubelet_config")]
+    pub kubelet_config_dir: Option<PathBuf>,
+
+    /// The kubelet's version (`kubelet --version`, e.g. v1.34.2): directory
+    /// configs need 1.34, present-image verification is on from 1.35.
+    #[arg(long, value_name = "VERSION", value_parser = parse_version)]
+    pub kubelet_version: Option<Version>,
 
     /// Report format.
     #[arg(long, value_enum, value_name = "FORMAT", default_value = "text")]
@@ -54,10 +75,16 @@ impl Report {
 
 /// Every finding for the config at `path`, in file and provider order.
 pub fn check(path: &Path, bin_dir: Option<&Path>) -> Report {
+    check_with(path, bin_dir, &KubeletFacts::default())
+}
+
+/// [`check`] knowing the kubelet's version and KubeletConfiguration.
+pub fn check_with(path: &Path, bin_dir: Option<&Path>, facts: &KubeletFacts) -> Report {
     let loaded = load(path);
     let mut findings = loaded.findings.clone();
     findings.extend(validate::validate(&loaded));
     findings.extend(lint::lint(&loaded, bin_dir));
+    findings.extend(isolation::lint(&loaded, bin_dir, facts));
     // Stable order: by file, then by provider entry as they appear.
     let position = |f: &Finding| {
         loaded
@@ -100,7 +127,21 @@ pub fn check(path: &Path, bin_dir: Option<&Path>) -> Report {
 
 /// Runs the subcommand; the report goes to stdout.
 pub fn run(args: &Args) -> ExitCode {
-    let report = check(&args.path, args.bin_dir.as_deref());
+    let config = match &args.kubelet_config {
+        Some(file) => match KubeletConfig::read(file, args.kubelet_config_dir.as_deref()) {
+            Ok(config) => Some(config),
+            Err(e) => {
+                crate::log::write(crate::log::Level::Error, format_args!("{e}"));
+                return ExitCode::from(2);
+            }
+        },
+        None => None,
+    };
+    let facts = KubeletFacts {
+        config,
+        version: args.kubelet_version,
+    };
+    let report = check_with(&args.path, args.bin_dir.as_deref(), &facts);
     let text = match args.output {
         Output::Json => serde_json::to_string_pretty(&report).unwrap_or_default() + "\n",
         Output::Text => render_text(&report),

@@ -76,10 +76,7 @@ pub fn route(name: &str, args: &[String], env: &[(String, String)]) -> Result<Ro
     })?;
     let named = options::provider_from_program_name(OsStr::new(name));
     let choice = options.choice(named);
-    let inputs = Inputs {
-        env: Env::from_process().overlaid(env),
-        ca_file: options.ca_file.clone(),
-    };
+    let inputs = Inputs::new(Env::from_process().overlaid(env), options.ca_file.clone());
     Ok(Routing {
         options,
         matches,

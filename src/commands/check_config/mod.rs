@@ -12,6 +12,8 @@
 
 pub mod check;
 pub mod entry;
+pub mod isolation;
+pub mod kubelet_config;
 pub mod lint;
 pub mod load;
 pub mod validate;
@@ -101,6 +103,14 @@ rules! {
     AutoWithToken = "auto.with-token",
     /// `defaultCacheDuration` longer than the credentials live.
     CacheDurationTooLong = "cache-duration.too-long",
+    /// A node-identity provider (no `tokenAttributes`) whose `matchImages`
+    /// overlap ours: pods denied their own access pull with the node's.
+    OverlapNodeIdentity = "overlap.node-identity",
+    /// The kubelet does not verify present images (KEP-2535), so an image
+    /// pulled with one service account's identity serves every pod.
+    ImageReuse = "image-reuse",
+    /// A config directory given to a kubelet older than 1.34.
+    DirConfigKubeletVersion = "dir-config.kubelet-version",
 }
 
 impl fmt::Display for Rule {

@@ -20,7 +20,7 @@ use std::task::{Context, Poll, Waker};
 
 use super::host::{Partition, Registry};
 use crate::error::{Error, Result, quote};
-use crate::http;
+use crate::net::http;
 
 /// An AWS API the exchange calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,10 +73,6 @@ impl Environment {
         IGNORE_CONFIGURED,
         FULL_URI,
     ];
-
-    pub fn from_process() -> Self {
-        Self::from_lookup(|name| std::env::var(name).ok())
-    }
 
     /// Reads the variables through `lookup`; empty values count as unset,
     /// as the SDKs treat them.
@@ -149,63 +145,41 @@ pub fn resolve(service: Service, registry: &Registry, env: &Environment) -> Resu
     Ok(Endpoint { url, from: None })
 }
 
+/// Runs the endpoint rules of one SDK crate (`aws_sdk_sts`, `aws_sdk_ecr`,
+/// `aws_sdk_ecrpublic`: different types, the same shape) for a region,
+/// FIPS and dual-stack choice, plus that service's own parameters.
+macro_rules! rules {
+    ($sdk:ident, $region:expr, $fips:expr, $dual_stack:expr $(, $param:ident($value:expr))*) => {{
+        use $sdk::config::endpoint::{DefaultResolver, Params, ResolveEndpoint};
+        Params::builder()
+            .region($region.to_string())
+            .use_fips($fips)
+            .use_dual_stack($dual_stack)
+            $(.$param($value))*
+            .build()
+            .map_err(|e| e.to_string())
+            .and_then(|p| {
+                now(ResolveEndpoint::resolve_endpoint(&DefaultResolver::new(), &p))
+                    .map(|e| e.url().to_string())
+            })
+    }};
+}
+
 /// Runs the SDK's endpoint rules for `service` in the registry's region.
 fn sdk_rules(service: Service, registry: &Registry) -> Result<String> {
     let region = registry.region().to_string();
     let (fips, dual_stack) = (registry.fips(), registry.dual_stack());
     let resolved = match service {
-        Service::Sts => {
-            use aws_sdk_sts::config::endpoint::{DefaultResolver, Params, ResolveEndpoint};
-            let params = Params::builder()
-                .region(region.clone())
-                .use_fips(fips)
-                .use_dual_stack(dual_stack)
-                .use_global_endpoint(false)
-                .build()
-                .map_err(|e| e.to_string());
-            params.and_then(|p| {
-                now(ResolveEndpoint::resolve_endpoint(
-                    &DefaultResolver::new(),
-                    &p,
-                ))
-                .map(|e| e.url().to_string())
-                .map_err(|e| e.to_string())
-            })
-        }
-        Service::Ecr => {
-            use aws_sdk_ecr::config::endpoint::{DefaultResolver, Params, ResolveEndpoint};
-            let params = Params::builder()
-                .region(region.clone())
-                .use_fips(fips)
-                .use_dual_stack(dual_stack)
-                .build()
-                .map_err(|e| e.to_string());
-            params.and_then(|p| {
-                now(ResolveEndpoint::resolve_endpoint(
-                    &DefaultResolver::new(),
-                    &p,
-                ))
-                .map(|e| e.url().to_string())
-                .map_err(|e| e.to_string())
-            })
-        }
-        Service::EcrPublic => {
-            use aws_sdk_ecrpublic::config::endpoint::{DefaultResolver, Params, ResolveEndpoint};
-            let params = Params::builder()
-                .region(region.clone())
-                .use_fips(false)
-                .use_dual_stack(false)
-                .build()
-                .map_err(|e| e.to_string());
-            params.and_then(|p| {
-                now(ResolveEndpoint::resolve_endpoint(
-                    &DefaultResolver::new(),
-                    &p,
-                ))
-                .map(|e| e.url().to_string())
-                .map_err(|e| e.to_string())
-            })
-        }
+        Service::Sts => rules!(
+            aws_sdk_sts,
+            &region,
+            fips,
+            dual_stack,
+            use_global_endpoint(false)
+        ),
+        Service::Ecr => rules!(aws_sdk_ecr, &region, fips, dual_stack),
+        // ECR Public has one endpoint, in us-east-1, in no other form.
+        Service::EcrPublic => rules!(aws_sdk_ecrpublic, &region, false, false),
     };
     resolved.map_err(|why| {
         let mut form = Vec::new();
@@ -247,20 +221,6 @@ fn now<T, E: ToString>(
     }
 }
 
-/// The host of an `http(s)://host[:port]/path` URL, without brackets.
-fn url_host(url: &str) -> &str {
-    let rest = url
-        .strip_prefix("https://")
-        .or_else(|| url.strip_prefix("http://"))
-        .unwrap_or(url);
-    let authority = rest.split('/').next().unwrap_or(rest);
-    let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    if let Some(v6) = authority.strip_prefix('[') {
-        return v6.split(']').next().unwrap_or(v6);
-    }
-    authority.split(':').next().unwrap_or(authority)
-}
-
 /// The DNS suffixes of AWS endpoints, public and VPC, and their partitions.
 const AWS_SUFFIXES: [(&str, &[Partition]); 10] = [
     (".amazonaws.com", &[Partition::Aws, Partition::AwsUsGov]),
@@ -297,7 +257,8 @@ pub fn implied_region(host: &str) -> Option<(String, Partition)> {
 /// Refuses an override that names another region (ECR) or partition (STS)
 /// than the registry's.
 fn check_override(service: Service, var: &str, url: &str, registry: &Registry) -> Result<()> {
-    let Some((region, partition)) = implied_region(url_host(url)) else {
+    let Some((region, partition)) = http::endpoint_host(url).and_then(|h| implied_region(&h))
+    else {
         return Ok(());
     };
     let region_matters = service != Service::Sts;
@@ -338,7 +299,8 @@ pub fn agent(env: &Environment) -> Result<Endpoint> {
     };
     let url = http::endpoint_override(FULL_URI, value)?;
     if url.starts_with("http://") {
-        let host = url_host(&url);
+        // The host the client will connect to, by the parser it uses.
+        let host = http::endpoint_host(&url).unwrap_or_default();
         let allowed = match host.parse::<IpAddr>() {
             Ok(ip) => {
                 ip.is_loopback()
@@ -564,8 +526,6 @@ mod tests {
         );
         assert_eq!(implied_region("us-west-2.example.com"), None);
         assert_eq!(implied_region("127.0.0.1"), None);
-        assert_eq!(url_host("http://user@[::1]:8080/p"), "::1");
-        assert_eq!(url_host("https://a.b:1/x"), "a.b");
     }
 
     #[test]
@@ -587,6 +547,11 @@ mod tests {
             "http://10.0.0.5/creds",
             "http://agent.example.com/",
             "ftp://x",
+            // The client connects to the host before the backslash.
+            "http://198.51.100.7:8080\\@127.0.0.1/v1/credentials",
+            "http://198.51.100.7:8080/\\@127.0.0.1/v1/credentials",
+            "http://u:p@127.0.0.1/v1/credentials",
+            "http://127.0.0.1.nip.io/v1/credentials",
         ] {
             let e = agent(&env(&[(FULL_URI, bad)])).unwrap_err();
             assert!(e.to_string().contains(FULL_URI), "{e}");

@@ -27,11 +27,12 @@ use std::time::Duration;
 
 use crate::duration;
 use crate::error::{Error, Result};
-use crate::http;
 use crate::image::ImageRef;
 use crate::inputs::Inputs;
+use crate::net::{self, http};
 use crate::protocol::CacheKeyType;
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
+use std::sync::Arc;
 
 use endpoints::{Environment, Service};
 use host::Registry;
@@ -134,6 +135,7 @@ fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchange
     Ok(Box::new(Aws::with_environment(
         &providers::flags(matches)?,
         env,
+        Arc::clone(&inputs.net),
     )))
 }
 
@@ -142,13 +144,15 @@ pub struct Aws {
     role_annotations: Vec<String>,
     session_duration: Duration,
     env: Environment,
+    net: Arc<net::Settings>,
 }
 
 impl Aws {
     /// Takes the options and the AWS_* variables; checks nothing that could
     /// fail for a request this exchanger never sees.
-    pub fn with_environment(options: &Options, env: Environment) -> Self {
+    pub fn with_environment(options: &Options, env: Environment, net: Arc<net::Settings>) -> Self {
         Aws {
+            net,
             source: options.aws_credential_source,
             role_annotations: options
                 .aws_role_arn_annotations
@@ -190,6 +194,7 @@ impl Exchanger for Aws {
     }
 
     fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
+        let net: &'a net::Settings = &self.net;
         let registry = host::require(cx.image.hostname())?;
         let token = cx.token()?;
         let ecr_service = match registry {
@@ -252,7 +257,7 @@ impl Exchanger for Aws {
                     let credentials = http::block_on(
                         deadline,
                         &sts_call.call_name(),
-                        sdk::assume_role_with_web_identity(&sts_call, deadline),
+                        sdk::assume_role_with_web_identity(&sts_call, net, deadline),
                     )?;
                     crate::debug!(
                         "STS issued credentials for role {role}, session {session_name}, expiring at {}",
@@ -265,7 +270,7 @@ impl Exchanger for Aws {
                         endpoint: &ecr_endpoint,
                         principal: format!("role {role}"),
                     };
-                    login(&ecr_call, &credentials, deadline)
+                    login(&ecr_call, &credentials, net, deadline)
                 })
             }
             CredentialSource::PodIdentity => {
@@ -277,7 +282,7 @@ impl Exchanger for Aws {
                     let from_agent = http::block_on(
                         deadline,
                         &format!("EKS Pod Identity Agent at {}", agent.url),
-                        pod_identity::fetch(&agent, token, deadline),
+                        pod_identity::fetch(&agent, token, net, deadline),
                     )?;
                     let principal = match &from_agent.account {
                         Some(account) => format!(
@@ -294,7 +299,7 @@ impl Exchanger for Aws {
                         endpoint: &ecr_endpoint,
                         principal,
                     };
-                    login(&ecr_call, &from_agent.credentials, deadline)
+                    login(&ecr_call, &from_agent.credentials, net, deadline)
                 })
             }
         };
@@ -322,12 +327,13 @@ fn location_inputs(registry: &Registry, registry_input: &str) -> [(&'static str,
 fn login(
     call: &sdk::EcrCall<'_>,
     credentials: &sdk::AwsCredentials,
+    net: &net::Settings,
     deadline: &crate::deadline::Deadline,
 ) -> Result<Credential> {
     let login = http::block_on(
         deadline,
         &call.call_name(),
-        sdk::get_authorization_token(call, credentials, deadline),
+        sdk::get_authorization_token(call, credentials, net, deadline),
     )?;
     let now = duration::unix_now();
     if let Some(at) = login.expires_at.filter(|&at| at <= now) {
@@ -411,6 +417,7 @@ mod tests {
         let aws = Aws::with_environment(
             &options(CredentialSource::WebIdentity),
             Environment::default(),
+            Arc::default(),
         );
         assert_eq!(aws.audiences(), ["sts.amazonaws.com"]);
         assert_eq!(aws.annotation_keys(), identity::DEFAULT_ROLE_ANNOTATIONS);
@@ -454,7 +461,8 @@ mod tests {
             (name == "AWS_ENDPOINT_URL_ECR_PUBLIC")
                 .then(|| "https://ecr-public.vpce.example".to_string())
         });
-        let aws = Aws::with_environment(&options(CredentialSource::PodIdentity), env);
+        let aws =
+            Aws::with_environment(&options(CredentialSource::PodIdentity), env, Arc::default());
         assert_eq!(aws.audiences(), ["pods.eks.amazonaws.com"]);
         assert!(aws.annotation_keys().is_empty());
         let t = token(pod_identity::AUDIENCE);
@@ -481,6 +489,7 @@ mod tests {
         let aws = Aws::with_environment(
             &options(CredentialSource::WebIdentity),
             Environment::default(),
+            Arc::default(),
         );
         let serves = |i: &str| aws.serves(&ImageRef::parse(i).unwrap());
         assert!(serves("123456789012.dkr.ecr.us-east-1.amazonaws.com/a"));

@@ -18,7 +18,7 @@ use super::endpoints::{DEFAULT_AGENT, Endpoint};
 use super::sdk::AwsCredentials;
 use crate::deadline::Deadline;
 use crate::error::{Error, Result, quote};
-use crate::http;
+use crate::net::{self, http};
 use crate::redact;
 use crate::secret::Secret;
 use crate::token::ServiceAccountToken;
@@ -55,10 +55,11 @@ pub struct AgentCredentials {
 pub async fn fetch(
     agent: &Endpoint,
     token: &ServiceAccountToken,
+    net: &net::Settings,
     deadline: &Deadline,
 ) -> Result<AgentCredentials> {
     let call = format!("EKS Pod Identity Agent at {}", agent.url);
-    let client = http::direct_client(deadline)?;
+    let client = net.direct_client(deadline)?;
     let mut authorization = reqwest::header::HeaderValue::from_str(token.secret().expose())
         .map_err(|_| {
             Error::token("the service account token cannot be sent in an HTTP header")
@@ -66,6 +67,7 @@ pub async fn fetch(
         })?;
     authorization.set_sensitive(true);
     let reply = http::send(
+        &client,
         || {
             client
                 .get(&agent.url)

@@ -1,21 +1,28 @@
 //! The AWS API calls, through the official SDK clients: STS
 //! AssumeRoleWithWebIdentity, ECR and ECR Public GetAuthorizationToken.
 //!
-//! Clients are built here, inside the exchange, never on a cache hit. Each
-//! gets the invocation's deadline as its operation timeout (so retries and
-//! their backoff fit inside it), a bounded per-attempt timeout, and the
-//! SDK's standard retry mode with at most [`MAX_ATTEMPTS`] attempts. The
-//! HTTP client is the SDK's own (hyper + rustls with aws-lc-rs), built by
-//! [`http_client`] with the policy of every other upstream call: the proxy
-//! variables (`HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY`, `NO_PROXY`) and the
-//! node's trust store plus `--ca-file`.
+//! Clients are built here, inside the exchange, never on a cache hit. The
+//! SDK signs and parses; the network policy is the one every other upstream
+//! call has, in one place ([`crate::net`]):
+//! - the requests go out on the invocation's shared HTTP client
+//!   ([`crate::net::sdk_connector`]): one trust store and verifier, the
+//!   proxy settings, the per-attempt cap, replies bounded to 1 MiB;
+//! - retries are [`http::with_retries`] (same attempts, backoff,
+//!   `Retry-After` handling and deadline), with the SDK's own retries and
+//!   timeouts turned off so the two cannot stack. The classification is
+//!   [`http`]'s (connection failures, stalls, cut bodies, 429 and 5xx are
+//!   transient; an untrusted certificate or a 4xx is not), plus AWS's
+//!   throttling codes, which AWS sends with HTTP 400 where other services
+//!   send 429.
 //!
 //! Upstream errors are reduced to their code and message, which AWS writes
 //! for people; each code users actually hit gets its own remedy.
 
 use std::time::Duration;
 
-use aws_sdk_sts::config::{BehaviorVersion, Region};
+use aws_sdk_sts::config::BehaviorVersion;
+use aws_sdk_sts::config::retry::RetryConfig;
+use aws_sdk_sts::config::timeout::TimeoutConfig;
 use aws_sdk_sts::error::{ProvideErrorMetadata, SdkError};
 
 use super::endpoints::{Endpoint, Service};
@@ -23,78 +30,97 @@ use super::host::Registry;
 use super::identity::RoleArn;
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
-use crate::http;
+use crate::net::{self, http, sdk_connector};
 use crate::redact;
 use crate::secret::Secret;
 use crate::token::ServiceAccountToken;
 
-/// Attempts per AWS call, the first included.
-pub const MAX_ATTEMPTS: u32 = 3;
-
-/// Longest one attempt may take; a slow answer is retried while the
-/// deadline allows.
-const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// The SDK behaviour we were written and tested against: retries on, and
-/// the default HTTPS client reads the proxy variables.
+/// The SDK behaviour we were written and tested against.
 fn behavior_version() -> BehaviorVersion {
     BehaviorVersion::v2026_01_12()
 }
 
-fn timeouts(deadline: &Deadline) -> aws_sdk_sts::config::timeout::TimeoutConfig {
-    let remaining = deadline.remaining();
-    aws_sdk_sts::config::timeout::TimeoutConfig::builder()
-        .connect_timeout(http::CONNECT_TIMEOUT.min(remaining))
-        .operation_attempt_timeout(ATTEMPT_TIMEOUT.min(remaining))
-        .operation_timeout(remaining)
-        .build()
-}
-
-fn retries() -> aws_sdk_sts::config::retry::RetryConfig {
-    aws_sdk_sts::config::retry::RetryConfig::standard()
-        .with_max_attempts(MAX_ATTEMPTS)
-        .with_initial_backoff(Duration::from_millis(500))
-        .with_max_backoff(Duration::from_secs(4))
-}
-
-/// The SDK's HTTP client for one invocation: the SDK's default connector
-/// (rustls with aws-lc-rs, the provider reqwest uses), with the proxy
-/// variables read from the environment and `--ca-file` added to the node's
-/// trust store (which `SSL_CERT_FILE` replaces, as for reqwest).
-fn http_client() -> Result<aws_sdk_sts::config::SharedHttpClient> {
-    use aws_smithy_http_client::proxy::ProxyConfig;
-    use aws_smithy_http_client::tls::{self, TlsContext, TrustStore};
-    use aws_smithy_runtime_api::client::http::{SharedHttpConnector, http_client_fn};
-    crate::trust::check_ssl_cert_file(std::env::var_os(crate::trust::SSL_CERT_FILE))?;
-    let mut trust = TrustStore::default();
-    // Checked by `extra_roots` exactly as the SDK loads it, which it does
-    // with `expect`: nothing unchecked reaches it.
-    if let Some(bundle) = crate::trust::extra_roots()? {
-        trust = trust.with_pem_certificate(bundle.pem);
-    }
-    let context = TlsContext::builder()
-        .with_trust_store(trust)
-        .build()
-        .map_err(|e| Error::config(format!("cannot set up TLS for the AWS SDK: {e}")))?;
-    match http::proxy_settings(|name| std::env::var(name).ok()) {
-        Some(proxies) => crate::debug!("AWS SDK proxy settings: {proxies}"),
-        None => crate::debug!("AWS SDK: no proxy variables set, connecting directly"),
-    }
-    Ok(http_client_fn(move |settings, components| {
-        let mut connector = aws_smithy_http_client::Connector::builder()
-            .tls_provider(tls::Provider::Rustls(
-                tls::rustls_provider::CryptoMode::AwsLc,
-            ))
-            .tls_context(context.clone());
-        connector.set_connector_settings(Some(settings.clone()));
-        connector.set_sleep_impl(components.sleep_impl());
-        connector.set_proxy_config(Some(ProxyConfig::from_env()));
-        SharedHttpConnector::new(connector.build())
-    }))
-}
-
 fn app_name() -> Option<aws_sdk_sts::config::AppName> {
     aws_sdk_sts::config::AppName::new("wi-credential-provider").ok()
+}
+
+/// A client of one of the SDK crates (`aws_sdk_sts`, `aws_sdk_ecr`,
+/// `aws_sdk_ecrpublic`: different types, the same builder), on the
+/// invocation's HTTP client, with the SDK's retries and timeouts off
+/// (ours apply), and optionally the credentials that sign its calls.
+macro_rules! sdk_client {
+    ($sdk:ident, $net:expr, $deadline:expr, $region:expr, $endpoint:expr $(, $credentials:expr)?) => {{
+        let http_client = sdk_connector::http_client($net.client($deadline)?, *$deadline);
+        let mut config = $sdk::Config::builder()
+            .behavior_version(behavior_version())
+            .http_client(http_client)
+            .region($sdk::config::Region::new($region.to_string()))
+            .endpoint_url($endpoint.url.clone())
+            .timeout_config(TimeoutConfig::disabled())
+            .retry_config(RetryConfig::disabled());
+        $(config = config.credentials_provider($credentials);)?
+        if let Some(name) = app_name() {
+            config = config.app_name(name);
+        }
+        $sdk::Client::from_conf(config.build())
+    }};
+}
+
+/// Runs one SDK call (`send` makes a fresh request each time) under the
+/// shared retry policy. Returns the last outcome and the attempts made.
+async fn with_retries<O, E, Fut>(
+    call: &str,
+    deadline: &Deadline,
+    send: impl Fn() -> Fut,
+) -> Result<(std::result::Result<O, SdkError<E>>, u32)>
+where
+    Fut: std::future::Future<Output = std::result::Result<O, SdkError<E>>>,
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    http::with_retries(call, deadline, send, |outcome| match outcome {
+        Ok(_) => http::Verdict::Final,
+        Err(e) => verdict(e),
+    })
+    .await
+}
+
+/// [`http`]'s classification, read from an SDK error.
+fn verdict<E>(error: &SdkError<E>) -> http::Verdict
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    let status = error.raw_response().map(|r| r.status().as_u16());
+    let retry_after = error
+        .raw_response()
+        .and_then(|r| r.headers().get("retry-after"))
+        .and_then(|v| http::parse_retry_after(v, std::time::SystemTime::now()));
+    let transient = match error {
+        SdkError::ServiceError(service) => {
+            status.is_some_and(http::is_retryable_status)
+                || service
+                    .err()
+                    .code()
+                    .is_some_and(|code| is_throttling(code, status))
+        }
+        SdkError::ResponseError(_) => status.is_some_and(http::is_retryable_status),
+        SdkError::TimeoutError(_) => true,
+        SdkError::DispatchFailure(failure) => {
+            (failure.is_io() || failure.is_timeout()) && http::certificate_error(error).is_none()
+        }
+        _ => false,
+    };
+    if !transient {
+        return http::Verdict::Final;
+    }
+    http::Verdict::Retry {
+        why: match (status, error.code()) {
+            (Some(status), Some(code)) => format!("HTTP {status} {code}"),
+            (Some(status), None) => format!("HTTP {status}"),
+            _ => causes(error),
+        },
+        status,
+        retry_after,
+    }
 }
 
 /// Temporary AWS credentials: from STS, or from the Pod Identity Agent.
@@ -136,29 +162,24 @@ impl WebIdentity<'_> {
 /// The call is unsigned: no node credentials are read or needed.
 pub async fn assume_role_with_web_identity(
     call: &WebIdentity<'_>,
+    net: &net::Settings,
     deadline: &Deadline,
 ) -> Result<AwsCredentials> {
-    let mut config = aws_sdk_sts::Config::builder()
-        .behavior_version(behavior_version())
-        .http_client(http_client()?)
-        .region(Region::new(call.region.to_string()))
-        .endpoint_url(call.endpoint.url.clone())
-        .timeout_config(timeouts(deadline))
-        .retry_config(retries());
-    if let Some(name) = app_name() {
-        config = config.app_name(name);
-    }
-    let client = aws_sdk_sts::Client::from_conf(config.build());
+    let name = call.call_name();
+    let client = sdk_client!(aws_sdk_sts, net, deadline, call.region, call.endpoint);
     let duration = i32::try_from(call.duration.as_secs()).unwrap_or(i32::MAX);
-    let output = client
-        .assume_role_with_web_identity()
-        .role_arn(call.role.as_str())
-        .role_session_name(call.session_name)
-        .web_identity_token(call.token.secret().expose())
-        .duration_seconds(duration)
-        .send()
-        .await
-        .map_err(|e| sts_error(classify(&e), call, deadline))?;
+    let (outcome, attempts) = with_retries(&name, deadline, || {
+        client
+            .assume_role_with_web_identity()
+            .role_arn(call.role.as_str())
+            .role_session_name(call.session_name)
+            .web_identity_token(call.token.secret().expose())
+            .duration_seconds(duration)
+            .send()
+    })
+    .await?;
+    let output =
+        outcome.map_err(|e| sts_error(classify(&e), call, deadline, &tried(net, attempts)))?;
     let credentials = output.credentials().ok_or_else(|| {
         Error::upstream(format!("{} answered without credentials", call.call_name()))
             .fix("check that the endpoint is AWS STS (AWS_ENDPOINT_URL_STS / AWS_ENDPOINT_URL)")
@@ -208,9 +229,11 @@ pub struct Login {
 pub async fn get_authorization_token(
     call: &EcrCall<'_>,
     credentials: &AwsCredentials,
+    net: &net::Settings,
     deadline: &Deadline,
 ) -> Result<Login> {
-    let region = Region::new(call.registry.region().to_string());
+    let name = call.call_name();
+    let region = call.registry.region();
     // No expiry is passed to the SDK: we track it ourselves, and the SDK
     // would refuse credentials a skewed clock says have expired.
     let sdk_credentials = aws_sdk_ecr::config::Credentials::new(
@@ -222,23 +245,18 @@ pub async fn get_authorization_token(
     );
     let (token, expires_at) = match call.registry {
         Registry::Private(_) => {
-            let mut config = aws_sdk_ecr::Config::builder()
-                .behavior_version(behavior_version())
-                .http_client(http_client()?)
-                .region(region)
-                .endpoint_url(call.endpoint.url.clone())
-                .credentials_provider(sdk_credentials)
-                .timeout_config(timeouts(deadline))
-                .retry_config(retries());
-            if let Some(name) = app_name() {
-                config = config.app_name(name);
-            }
-            let client = aws_sdk_ecr::Client::from_conf(config.build());
-            let output = client
-                .get_authorization_token()
-                .send()
-                .await
-                .map_err(|e| ecr_error(classify(&e), call, deadline))?;
+            let client = sdk_client!(
+                aws_sdk_ecr,
+                net,
+                deadline,
+                region,
+                call.endpoint,
+                sdk_credentials
+            );
+            let (outcome, attempts) =
+                with_retries(&name, deadline, || client.get_authorization_token().send()).await?;
+            let output = outcome
+                .map_err(|e| ecr_error(classify(&e), call, deadline, &tried(net, attempts)))?;
             let data = output.authorization_data().first();
             (
                 data.and_then(|d| d.authorization_token()).map(Secret::new),
@@ -246,23 +264,18 @@ pub async fn get_authorization_token(
             )
         }
         Registry::Public => {
-            let mut config = aws_sdk_ecrpublic::Config::builder()
-                .behavior_version(behavior_version())
-                .http_client(http_client()?)
-                .region(region)
-                .endpoint_url(call.endpoint.url.clone())
-                .credentials_provider(sdk_credentials)
-                .timeout_config(timeouts(deadline))
-                .retry_config(retries());
-            if let Some(name) = app_name() {
-                config = config.app_name(name);
-            }
-            let client = aws_sdk_ecrpublic::Client::from_conf(config.build());
-            let output = client
-                .get_authorization_token()
-                .send()
-                .await
-                .map_err(|e| ecr_error(classify(&e), call, deadline))?;
+            let client = sdk_client!(
+                aws_sdk_ecrpublic,
+                net,
+                deadline,
+                region,
+                call.endpoint,
+                sdk_credentials
+            );
+            let (outcome, attempts) =
+                with_retries(&name, deadline, || client.get_authorization_token().send()).await?;
+            let output = outcome
+                .map_err(|e| ecr_error(classify(&e), call, deadline, &tried(net, attempts)))?;
             let data = output.authorization_data();
             (
                 data.and_then(|d| d.authorization_token()).map(Secret::new),
@@ -329,8 +342,10 @@ pub enum Failure {
         message: String,
         status: Option<u16>,
     },
-    /// The SDK's operation or attempt timeout fired.
+    /// An attempt ran out of time.
     Timeout,
+    /// The reply was larger than any AWS reply we read.
+    TooLarge(String),
     /// No connection (DNS, refused, TLS, proxy).
     Unreachable(String),
     /// The server's certificate is not trusted (no CA vouches for it).
@@ -364,10 +379,17 @@ where
             }
         }
         SdkError::TimeoutError(_) => Failure::Timeout,
-        SdkError::DispatchFailure(_) => match http::certificate_error(error) {
-            Some(detail) => Failure::Untrusted(detail),
-            None => Failure::Unreachable(causes(error)),
-        },
+        SdkError::DispatchFailure(failure) => {
+            if let Some(detail) = http::certificate_error(error) {
+                Failure::Untrusted(detail)
+            } else if let Some(large) = too_large(error) {
+                Failure::TooLarge(large.to_string())
+            } else if failure.is_timeout() {
+                Failure::Timeout
+            } else {
+                Failure::Unreachable(causes(error))
+            }
+        }
         SdkError::ResponseError(_) => Failure::Garbled {
             status,
             detail: causes(error),
@@ -394,6 +416,34 @@ fn causes(error: &(dyn std::error::Error + 'static)) -> String {
     parts.join(": ").replace(['\n', '\r'], " ")
 }
 
+/// The body bound of [`sdk_connector`], if that is what ended the call.
+fn too_large<'e>(
+    error: &'e (dyn std::error::Error + 'static),
+) -> Option<&'e sdk_connector::BodyTooLarge> {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if let Some(large) = e.downcast_ref::<sdk_connector::BodyTooLarge>() {
+            return Some(large);
+        }
+        next = e.source();
+    }
+    None
+}
+
+/// How a failed call went, for its message.
+pub struct Tried {
+    pub attempts: u32,
+    /// The proxy settings (credentials hidden), when any are set.
+    pub proxies: Option<String>,
+}
+
+fn tried(net: &net::Settings, attempts: u32) -> Tried {
+    Tried {
+        attempts,
+        proxies: net.proxies().describe(),
+    }
+}
+
 fn is_throttling(code: &str, status: Option<u16>) -> bool {
     matches!(
         code,
@@ -402,27 +452,39 @@ fn is_throttling(code: &str, status: Option<u16>) -> bool {
 }
 
 /// The parts of a failure every call explains the same way.
-fn transport_error(failure: Failure, call: &str, var: &str, deadline: &Deadline) -> Error {
+fn transport_error(
+    failure: Failure,
+    call: &str,
+    var: &str,
+    deadline: &Deadline,
+    tried: &Tried,
+) -> Error {
+    let attempts = tried.attempts;
     match failure {
         Failure::Timeout if deadline.remaining() < Duration::from_secs(1) => {
             http::deadline_exceeded(deadline, call)
         }
         Failure::Timeout => Error::network(format!(
-            "{call} did not answer within {}s per attempt, {MAX_ATTEMPTS} attempts",
-            ATTEMPT_TIMEOUT.as_secs()
+            "{call} did not answer within {}s per attempt, {attempts} attempt(s)",
+            http::ATTEMPT_TIMEOUT.as_secs()
         ))
         .fix(format!(
             "check that the node can reach the endpoint (proxy via HTTPS_PROXY/NO_PROXY, firewall, VPC endpoint; {var})"
         )),
         Failure::Untrusted(detail) => http::untrusted_certificate(call, &detail),
         Failure::Unreachable(detail) => Error::network(format!(
-            "cannot reach {call}: {detail}{}",
-            http::proxy_settings(|name| std::env::var(name).ok())
+            "cannot reach {call} after {attempts} attempt(s): {detail}{}",
+            tried
+                .proxies
+                .as_deref()
                 .map(|p| format!(" (proxy settings: {p})"))
                 .unwrap_or_default()
         ))
         .fix(format!(
             "check DNS and routing from the node to the endpoint (HTTPS_PROXY/NO_PROXY, firewall, VPC endpoint), or set {var}"
+        )),
+        Failure::TooLarge(detail) => Error::upstream(format!("{call} failed: {detail}")).fix(format!(
+            "check that {var} (or AWS_ENDPOINT_URL) points at the AWS service, and that no proxy rewrites the answer"
         )),
         Failure::Garbled { status, detail } => Error::upstream(format!(
             "{call} answered{} with something that is not an AWS response: {}",
@@ -463,7 +525,12 @@ fn provider_id(issuer: &str) -> &str {
 }
 
 /// Explains an STS refusal with the trust-policy facts the admin needs.
-pub fn sts_error(failure: Failure, call: &WebIdentity<'_>, deadline: &Deadline) -> Error {
+pub fn sts_error(
+    failure: Failure,
+    call: &WebIdentity<'_>,
+    deadline: &Deadline,
+    tried: &Tried,
+) -> Error {
     let name = call.call_name();
     let Failure::Service {
         code,
@@ -471,7 +538,7 @@ pub fn sts_error(failure: Failure, call: &WebIdentity<'_>, deadline: &Deadline) 
         status,
     } = &failure
     else {
-        return transport_error(failure, &name, Service::Sts.env_var(), deadline);
+        return transport_error(failure, &name, Service::Sts.env_var(), deadline, tried);
     };
     let claims = call.token.claims();
     let sa = &claims.service_account;
@@ -525,7 +592,8 @@ pub fn sts_error(failure: Failure, call: &WebIdentity<'_>, deadline: &Deadline) 
             ))
         }
         c if is_throttling(c, *status) => Error::upstream(format!(
-            "STS throttled AssumeRoleWithWebIdentity for service account {sa} after {MAX_ATTEMPTS} attempts; STS said {said}"
+            "STS throttled AssumeRoleWithWebIdentity for service account {sa} after {} attempt(s); STS said {said}",
+            tried.attempts
         ))
         .fix("let the kubelet cache credentials longer (tokenAttributes.cacheType: ServiceAccount, a larger --max-cache-duration), or ask AWS to raise the STS request quota"),
         _ => what("see the code").fix(format!(
@@ -536,7 +604,12 @@ pub fn sts_error(failure: Failure, call: &WebIdentity<'_>, deadline: &Deadline) 
 }
 
 /// Explains an ECR refusal.
-pub fn ecr_error(failure: Failure, call: &EcrCall<'_>, deadline: &Deadline) -> Error {
+pub fn ecr_error(
+    failure: Failure,
+    call: &EcrCall<'_>,
+    deadline: &Deadline,
+    tried: &Tried,
+) -> Error {
     let name = call.call_name();
     let Failure::Service {
         code,
@@ -544,7 +617,7 @@ pub fn ecr_error(failure: Failure, call: &EcrCall<'_>, deadline: &Deadline) -> E
         status,
     } = &failure
     else {
-        return transport_error(failure, &name, call.service().env_var(), deadline);
+        return transport_error(failure, &name, call.service().env_var(), deadline, tried);
     };
     let said = if message.is_empty() {
         code.clone()
@@ -579,8 +652,9 @@ pub fn ecr_error(failure: Failure, call: &EcrCall<'_>, deadline: &Deadline) -> E
         ))
         .fix("check the node's clock (NTP), and that the credentials come from the registry's partition (AWS_ENDPOINT_URL_STS must not point at another partition)"),
         c if is_throttling(c, *status) => Error::upstream(format!(
-            "{} throttled GetAuthorizationToken after {MAX_ATTEMPTS} attempts; it said {said}",
-            call.service().name()
+            "{} throttled GetAuthorizationToken after {} attempt(s); it said {said}",
+            call.service().name(),
+            tried.attempts
         ))
         .fix("let the kubelet cache credentials longer (tokenAttributes.cacheType: ServiceAccount, a larger --max-cache-duration); GetAuthorizationToken allows about 20 calls per second per account and region"),
         _ => Error::upstream(format!(

@@ -22,7 +22,7 @@ use serde::Deserialize;
 
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
-use crate::http;
+use crate::net::http;
 use crate::redact;
 use crate::secret::Secret;
 
@@ -74,7 +74,7 @@ pub fn exchange_url(endpoint: &str) -> String {
 
 /// Trades `access_token` for a refresh token for `request.service`.
 pub async fn exchange(
-    client: &reqwest::Client,
+    client: &http::Client,
     request: &ExchangeRequest<'_>,
     access_token: &Secret,
     deadline: &Deadline,
@@ -86,6 +86,7 @@ pub async fn exchange(
         request.service
     );
     let reply = http::send(
+        client,
         || {
             client.post(&url).form(&[
                 ("grant_type", GRANT_TYPE),

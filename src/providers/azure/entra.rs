@@ -22,7 +22,7 @@ use serde::Deserialize;
 
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
-use crate::http;
+use crate::net::http;
 use crate::redact;
 use crate::secret::Secret;
 
@@ -93,7 +93,7 @@ pub fn token_url(authority: &str, tenant: &str) -> String {
 /// registry the identity may pull from, so it goes to exactly one place
 /// next: the validated registry's exchange endpoint.
 pub async fn request_token(
-    client: &reqwest::Client,
+    client: &http::Client,
     request: &TokenRequest<'_>,
     deadline: &Deadline,
 ) -> Result<Secret> {
@@ -104,6 +104,7 @@ pub async fn request_token(
         request.client_id
     );
     let reply = http::send(
+        client,
         || {
             client.post(&url).form(&[
                 ("grant_type", GRANT_TYPE),

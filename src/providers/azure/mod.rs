@@ -9,7 +9,7 @@
 //!    ([`acr`]), which the container runtime uses as a password with the
 //!    null-GUID username.
 //!
-//! Both are single form POSTs on the shared [`crate::http`] client rather
+//! Both are single form POSTs on the shared [`crate::net::http`] client rather
 //! than calls through `azure_identity`: that SDK retries for up to 60 s by
 //! default (the kubelet kills us at 60 s), insists on an `https://`
 //! authority (so no faithful local fake), brings a second async HTTP stack,
@@ -25,11 +25,12 @@ pub mod host;
 pub mod identity;
 
 use crate::error::{Error, Result, quote};
-use crate::http;
 use crate::image::ImageRef;
 use crate::inputs::Inputs;
+use crate::net::{self, http};
 use crate::protocol::CacheKeyType;
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
+use std::sync::Arc;
 
 /// The audience of Entra ID federated identity credentials.
 pub const AUDIENCE: &str = "api://AzureADTokenExchange";
@@ -139,7 +140,7 @@ pub static PROVIDER: Provider = Provider {
 fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
     let options: Options = providers::flags(matches)?;
     let options = options.with_standard_env(|name| inputs.env.get(name).map(str::to_string));
-    Ok(Box::new(Azure::new(&options)?))
+    Ok(Box::new(Azure::new(&options, Arc::clone(&inputs.net))?))
 }
 
 pub struct Azure {
@@ -147,14 +148,16 @@ pub struct Azure {
     /// exchanger, so a bad Azure setting (an odd AZURE_TENANT_ID in the
     /// kubelet's environment) fails Azure pulls only.
     settings: Settings,
+    net: Arc<net::Settings>,
 }
 
 impl Azure {
     /// Checks the options, the standard variables already applied
     /// ([`Options::with_standard_env`]); no I/O.
-    pub fn new(options: &Options) -> Result<Self> {
+    pub fn new(options: &Options, net: Arc<net::Settings>) -> Result<Self> {
         Ok(Azure {
             settings: Settings::new(options)?,
+            net,
         })
     }
 }
@@ -226,6 +229,7 @@ impl Exchanger for Azure {
             ("acr_endpoint", endpoint.clone()),
             ("scope", entra::SCOPE.to_string()),
         ];
+        let net = &self.net;
         Ok(Plan {
             provider: &PROVIDER,
             auth_key: cx.image.registry().to_string(),
@@ -233,7 +237,7 @@ impl Exchanger for Azure {
             cacheable: true,
             inputs,
             exchange: Box::new(move |deadline| {
-                let client = http::client(deadline)?;
+                let client = net.client(deadline)?;
                 let entra_request = entra::TokenRequest {
                     authority: &authority,
                     tenant: &identity.tenant,
@@ -297,7 +301,7 @@ mod tests {
     }
 
     fn azure(options: Options) -> Azure {
-        Azure::new(&options).unwrap()
+        Azure::new(&options, Arc::default()).unwrap()
     }
 
     fn plan_inputs(
@@ -431,7 +435,7 @@ mod tests {
                 ..Options::default()
             },
         ] {
-            let e = Azure::new(&options).err().unwrap();
+            let e = Azure::new(&options, Arc::default()).err().unwrap();
             assert!(!e.to_string().is_empty(), "{options:?}");
         }
     }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::deadline::Deadline;
 use crate::duration::{format_unix, parse_rfc3339};
 use crate::error::{Error, Result, quote};
-use crate::http::{self, Reply};
+use crate::net::http::{self, Reply};
 use crate::secret::Secret;
 
 use super::{AccessToken, Upstream, upstream_error};
@@ -43,7 +43,7 @@ pub fn body(lifetime: Duration) -> serde_json::Value {
 
 /// `POST {endpoint}/v1/projects/-/serviceAccounts/{email}:generateAccessToken`.
 pub async fn generate_access_token(
-    client: &reqwest::Client,
+    client: &http::Client,
     request: &Request<'_>,
     deadline: &Deadline,
 ) -> Result<AccessToken> {
@@ -58,6 +58,7 @@ pub async fn generate_access_token(
     let body = serde_json::to_vec(&body(request.lifetime))
         .map_err(|e| Error::internal(format!("cannot encode the generateAccessToken body: {e}")))?;
     let reply = http::send(
+        client,
         || {
             client
                 .post(&url)

@@ -29,12 +29,13 @@ use std::time::Duration;
 use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result};
-use crate::http;
 use crate::image::ImageRef;
 use crate::inputs::Inputs;
+use crate::net::{self, http};
 use crate::protocol::CacheKeyType;
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
 use crate::secret::Secret;
+use std::sync::Arc;
 
 pub use identity::{Mode, SERVICE_ACCOUNT_ANNOTATION};
 pub use registry::is_google_registry;
@@ -119,8 +120,11 @@ pub static PROVIDER: Provider = Provider {
     build,
 };
 
-fn build(matches: &clap::ArgMatches, _inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
-    Ok(Box::new(Gcp::new(&providers::flags(matches)?)?))
+fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
+    Ok(Box::new(Gcp::new(
+        &providers::flags(matches)?,
+        Arc::clone(&inputs.net),
+    )?))
 }
 
 pub struct Gcp {
@@ -129,14 +133,16 @@ pub struct Gcp {
     token_lifetime: Duration,
     sts_endpoint: String,
     iam_endpoint: String,
+    net: Arc<net::Settings>,
 }
 
 impl Gcp {
     /// Checks the flags. Setting a malformed or conflicting GCP flag is an
     /// error whatever the provider; setting none is not, until a request is
     /// routed here.
-    pub fn new(options: &Options) -> Result<Self> {
+    pub fn new(options: &Options, net: Arc<net::Settings>) -> Result<Self> {
         Ok(Gcp {
+            net,
             mode: Mode::from_flags(
                 options.gcp_workload_identity_provider.as_deref(),
                 options.gcp_project_id.as_deref(),
@@ -233,7 +239,7 @@ impl Exchanger for Gcp {
                     None => "the Google STS token exchange",
                 };
                 let access = http::block_on(deadline, call, async {
-                    let client = http::client(deadline)?;
+                    let client = self.net.client(deadline)?;
                     let federated = sts::exchange(&client, &sts_request, deadline).await?;
                     crate::debug!(
                         "Google STS issued a federated token for {} that expires at {}",

@@ -10,7 +10,7 @@
 use crate::deadline::Deadline;
 use crate::duration::unix_now;
 use crate::error::{Error, Result};
-use crate::http::{self, Reply};
+use crate::net::http::{self, Reply};
 use crate::secret::Secret;
 
 use super::{AccessToken, Upstream, upstream_error};
@@ -33,13 +33,14 @@ pub struct Request<'a> {
 
 /// `POST {endpoint}/v1/token`.
 pub async fn exchange(
-    client: &reqwest::Client,
+    client: &http::Client,
     request: &Request<'_>,
     deadline: &Deadline,
 ) -> Result<AccessToken> {
     let url = format!("{}/v1/token", request.endpoint);
     let call = format!("the Google STS token exchange at {url}");
     let reply = http::send(
+        client,
         || {
             client.post(&url).form(&[
                 ("grant_type", GRANT_TYPE),

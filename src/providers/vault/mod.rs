@@ -51,13 +51,14 @@ pub mod wire;
 use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result, quote};
-use crate::http::{self, Reply};
 use crate::image::ImageRef;
 use crate::inputs::Inputs;
+use crate::net::{self, http, http::Reply};
 use crate::protocol::CacheKeyType;
 use crate::providers::allowlist::{self, Allowlist};
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
 use crate::secret::Secret;
+use std::sync::Arc;
 
 /// The role to log in as.
 pub const ROLE_ANNOTATION: &str = "wi-credential-provider.io/vault-role";
@@ -180,10 +181,11 @@ pub static PROVIDER: Provider = Provider {
     build,
 };
 
-fn build(matches: &clap::ArgMatches, _inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
+fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
     Ok(Box::new(Vault::new(
         &providers::flags(matches)?,
         &providers::flags(matches)?,
+        Arc::clone(&inputs.net),
     )?))
 }
 
@@ -206,10 +208,15 @@ pub struct Vault {
     secrets: Secrets,
     username_field: String,
     password_field: String,
+    net: Arc<net::Settings>,
 }
 
 impl Vault {
-    pub fn new(registries: &allowlist::Options, options: &Options) -> Result<Self> {
+    pub fn new(
+        registries: &allowlist::Options,
+        options: &Options,
+        net: Arc<net::Settings>,
+    ) -> Result<Self> {
         let allowlist = Allowlist::new(registries)?;
         let address = options.vault_address.as_deref().ok_or_else(|| {
             Error::config("the vault provider needs --vault-address")
@@ -274,6 +281,7 @@ impl Vault {
             Ok(value.to_string())
         };
         Ok(Vault {
+            net,
             allowlist,
             address,
             namespace,
@@ -382,7 +390,7 @@ impl Vault {
 
     async fn login(
         &self,
-        client: &reqwest::Client,
+        client: &http::Client,
         role: &str,
         token: &Secret,
         deadline: &Deadline,
@@ -392,6 +400,7 @@ impl Vault {
         // Serialised once; the body holds the token, so it never reaches a log.
         let body = serde_json::json!({ "role": role, "jwt": token.expose() }).to_string();
         let reply = http::send(
+            client,
             || {
                 self.with_namespace(
                     client
@@ -459,7 +468,7 @@ impl Vault {
 
     async fn read(
         &self,
-        client: &reqwest::Client,
+        client: &http::Client,
         secret: &str,
         login: &wire::Login,
         role: &str,
@@ -469,6 +478,7 @@ impl Vault {
         let url = format!("{}/v1/{api_path}", self.address);
         let call = format!("the Vault read of {api_path}");
         let reply = http::send(
+            client,
             || {
                 self.with_namespace(
                     client
@@ -576,7 +586,7 @@ impl Exchanger for Vault {
             exchange: Box::new(move |deadline: &Deadline| {
                 let call = format!("the Vault login and read at {}", self.address);
                 let (login, secrets, started) = http::block_on(deadline, &call, async {
-                    let client = http::client(deadline)?;
+                    let client = self.net.client(deadline)?;
                     let started = duration::unix_now();
                     let login = self.login(&client, &role, token.secret(), deadline).await?;
                     crate::debug!(
@@ -646,11 +656,11 @@ mod tests {
 
     #[test]
     fn flags_are_checked() {
-        assert!(Vault::new(&registries(), &options()).is_ok());
+        assert!(Vault::new(&registries(), &options(), Arc::default()).is_ok());
         let bad = |f: fn(&mut Options)| {
             let mut o = options();
             f(&mut o);
-            Vault::new(&registries(), &o)
+            Vault::new(&registries(), &o, Arc::default())
                 .err()
                 .is_some_and(|e| e.kind() == crate::error::Kind::Config)
         };
@@ -665,7 +675,7 @@ mod tests {
         assert!(bad(|o| o.vault_secret_path = Some("x/{pod}".into())));
         assert!(bad(|o| o.vault_secret_prefix = None));
         assert!(bad(|o| o.vault_username_field = " ".into()));
-        let v = Vault::new(&registries(), &options()).unwrap();
+        let v = Vault::new(&registries(), &options(), Arc::default()).unwrap();
         assert_eq!(
             v.login_url(),
             "https://vault.example.com:8200/v1/auth/kubernetes/login"
@@ -675,7 +685,7 @@ mod tests {
         o.vault_auth_method = Method::Jwt;
         o.vault_kv_version = 1;
         o.vault_kv_mount = "/kv/".into();
-        let v = Vault::new(&registries(), &o).unwrap();
+        let v = Vault::new(&registries(), &o, Arc::default()).unwrap();
         assert_eq!(
             v.login_url(),
             "https://vault.example.com:8200/v1/auth/jwt/login"
@@ -692,7 +702,7 @@ mod tests {
     }
 
     fn plan_error(options: &Options, annotations: &[(&str, &str)]) -> Option<String> {
-        let vault = Vault::new(&registries(), options).unwrap();
+        let vault = Vault::new(&registries(), options, Arc::default()).unwrap();
         let annotations: BTreeMap<String, String> = annotations
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -786,7 +796,7 @@ mod tests {
             );
         }
         // Ours wins over the compatibility key.
-        let v = Vault::new(&registries(), &o).unwrap();
+        let v = Vault::new(&registries(), &o, Arc::default()).unwrap();
         let annotations: BTreeMap<String, String> = [
             (SECRET_ANNOTATION.to_string(), "ours".to_string()),
             (k.to_string(), "secret/data/registry/theirs".to_string()),
@@ -803,7 +813,7 @@ mod tests {
 
     #[test]
     fn only_allowed_registries() {
-        let v = Vault::new(&registries(), &options()).unwrap();
+        let v = Vault::new(&registries(), &options(), Arc::default()).unwrap();
         assert!(v.serves(&ImageRef::parse("registry.example.com/a").unwrap()));
         assert!(!v.serves(&ImageRef::parse("registry.example.com.evil.net/a").unwrap()));
         assert!(!v.serves(&ImageRef::parse("docker.io/library/a").unwrap()));

@@ -13,7 +13,7 @@
 use serde_json::Value;
 
 use crate::error::{Error, Result, quote};
-use crate::http::Reply;
+use crate::net::http::Reply;
 use crate::secret::Secret;
 
 /// How many of Vault's error strings an error message repeats.

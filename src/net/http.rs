@@ -19,16 +19,16 @@
 //!   authentication and authorization failures (4xx) and untrusted
 //!   certificates are not retried;
 //! - `HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY` and `NO_PROXY` (and their
-//!   lowercase forms) are honoured: reqwest reads them when the client is
-//!   built;
-//! - the node's trust store plus `--ca-file` ([`crate::trust`]).
+//!   lowercase forms) are honoured ([`crate::net::proxy`]);
+//! - the node's trust store plus `--ca-file` ([`crate::net::trust`]), one
+//!   TLS configuration per process.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
-use crate::trust;
 
 /// Longest an upstream may take to accept a connection.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -73,99 +73,59 @@ pub fn deadline_exceeded(deadline: &Deadline, call: &str) -> Error {
     .fix("check that the node can reach the endpoint (proxy, firewall, VPC endpoint), or raise --timeout (below 60s)")
 }
 
-/// Builds the client for one invocation: proxies from the environment, the
-/// node's trust store plus `--ca-file`.
-pub fn client(deadline: &Deadline) -> Result<reqwest::Client> {
-    match proxy_settings(|name| std::env::var(name).ok()) {
-        Some(proxies) => crate::debug!("proxy settings: {proxies}"),
-        None => crate::debug!("no proxy variables set: connecting directly"),
-    }
-    let (builder, extra) = builder(deadline)?;
-    build(builder, extra.as_ref())
-}
-
-/// Builds a client that ignores `HTTPS_PROXY`/`HTTP_PROXY`, for node-local
-/// endpoints (the EKS Pod Identity Agent on a link-local address): a proxy
-/// cannot reach them, and must not see the token sent to them.
-pub fn direct_client(deadline: &Deadline) -> Result<reqwest::Client> {
-    crate::debug!("node-local endpoint: connecting directly, whatever the proxy settings");
-    let (builder, extra) = builder(deadline)?;
-    build(builder.no_proxy(), extra.as_ref())
-}
-
-/// The policy every client shares, with the `--ca-file` bundle it trusts.
-fn builder(deadline: &Deadline) -> Result<(reqwest::ClientBuilder, Option<trust::CaBundle>)> {
-    trust::check_ssl_cert_file(std::env::var_os(trust::SSL_CERT_FILE))?;
-    let extra = trust::extra_roots()?;
-    let mut builder = reqwest::Client::builder()
+/// The policy every client shares; proxies and TLS are added by
+/// [`crate::net::Settings`].
+pub fn builder(deadline: &Deadline) -> reqwest::ClientBuilder {
+    reqwest::Client::builder()
         .connect_timeout(CONNECT_TIMEOUT.min(deadline.remaining()))
         .redirect(reqwest::redirect::Policy::none())
         .user_agent(concat!(
             "wi-credential-provider/",
             env!("CARGO_PKG_VERSION")
-        ));
-    if let Some(bundle) = &extra {
-        builder = builder.tls_certs_merge(bundle.certificates.iter().cloned());
+        ))
+}
+
+/// An HTTP client of one invocation, with the proxy settings it was built
+/// with, for its transport errors.
+#[derive(Clone, Debug)]
+pub struct Client {
+    inner: reqwest::Client,
+    /// The proxy settings (credentials hidden), `None` when connecting
+    /// directly.
+    proxies: Option<String>,
+}
+
+impl Client {
+    /// Builds on the process's one TLS configuration.
+    pub fn build(
+        builder: reqwest::ClientBuilder,
+        tls: Arc<rustls::ClientConfig>,
+        proxies: Option<String>,
+    ) -> Result<Client> {
+        let inner = builder
+            .tls_backend_preconfigured(rustls::ClientConfig::clone(&tls))
+            .build()
+            .map_err(|e| {
+                Error::config(format!("cannot build the HTTP client: {}", describe(&e)))
+            })?;
+        Ok(Client { inner, proxies })
     }
-    Ok((builder, extra))
-}
 
-fn build(
-    builder: reqwest::ClientBuilder,
-    extra: Option<&trust::CaBundle>,
-) -> Result<reqwest::Client> {
-    builder.build().map_err(|e| {
-        let detail = describe(&e);
-        let error = Error::config(format!("cannot build the HTTP client: {detail}"));
-        match extra {
-            Some(bundle) => error.fix(format!(
-                "check that --ca-file {} holds only CA certificates in PEM",
-                crate::error::quote(&bundle.path.display().to_string())
-            )),
-            None if detail.contains("No CA certificates") => error.fix(
-                "the node has no CA bundle: install ca-certificates, set SSL_CERT_FILE, or pass --ca-file",
-            ),
-            None => error,
-        }
-    })
-}
-
-/// The proxy variables in effect, with any credentials in them hidden, for
-/// logs and transport errors: whether a call went through a proxy is the
-/// first question when it fails. `None` when no variable is set.
-pub fn proxy_settings(env: impl Fn(&str) -> Option<String>) -> Option<String> {
-    let mut lines = Vec::new();
-    for names in [
-        ["HTTPS_PROXY", "https_proxy"],
-        ["HTTP_PROXY", "http_proxy"],
-        ["ALL_PROXY", "all_proxy"],
-        ["NO_PROXY", "no_proxy"],
-    ] {
-        let found = names
-            .iter()
-            .find_map(|name| env(name).filter(|v| !v.is_empty()).map(|v| (*name, v)));
-        if let Some((name, value)) = found {
-            lines.push(format!("{name}={}", hide_userinfo(&value)));
-        }
+    pub fn get(&self, url: &str) -> reqwest::RequestBuilder {
+        self.inner.get(url)
     }
-    (!lines.is_empty()).then(|| lines.join(", "))
-}
 
-/// `http://user:pass@proxy:3128` as `http://<credentials>@proxy:3128`.
-fn hide_userinfo(url: &str) -> String {
-    let (scheme, rest) = match url.split_once("://") {
-        Some((scheme, rest)) => (Some(scheme), rest),
-        None => (None, url),
-    };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(authority_end);
-    let authority = match authority.rsplit_once('@') {
-        Some((_, host)) => format!("<credentials>@{host}"),
-        None => authority.to_string(),
-    };
-    match scheme {
-        Some(scheme) => format!("{scheme}://{authority}{path}"),
-        None => format!("{authority}{path}"),
+    pub fn post(&self, url: &str) -> reqwest::RequestBuilder {
+        self.inner.post(url)
+    }
+
+    pub fn request(&self, method: reqwest::Method, url: &str) -> reqwest::RequestBuilder {
+        self.inner.request(method, url)
+    }
+
+    /// The proxy settings this client uses, for messages.
+    pub fn proxies(&self) -> Option<&str> {
+        self.proxies.as_deref()
     }
 }
 
@@ -192,10 +152,7 @@ async fn send_once(
     request: reqwest::RequestBuilder,
     deadline: &Deadline,
 ) -> std::result::Result<Reply, reqwest::Error> {
-    let mut response = request
-        .timeout(ATTEMPT_TIMEOUT.min(deadline.remaining()))
-        .send()
-        .await?;
+    let mut response = request.timeout(attempt_timeout(deadline)).send().await?;
     let status = response.status().as_u16();
     let retry_after = response
         .headers()
@@ -225,76 +182,131 @@ pub fn is_retryable_status(status: u16) -> bool {
 /// Whether a transport failure is worth another attempt: the connection
 /// failed, stalled or was cut, but not because the server's certificate is
 /// untrusted, which no retry changes.
-fn is_retryable_error(e: &reqwest::Error) -> bool {
+pub fn is_retryable_error(e: &reqwest::Error) -> bool {
     (e.is_connect() || e.is_timeout() || e.is_request() || e.is_body() || e.is_decode())
         && certificate_error(e).is_none()
 }
 
-/// Sends the request `build` makes, retrying transient failures. `call`
-/// names the upstream call in messages ("Entra ID token request to
-/// login.microsoftonline.com"). Returns the last reply, successful or not:
-/// the exchanger interprets provider error bodies.
-pub async fn send(
-    build: impl Fn() -> reqwest::RequestBuilder,
+/// What one attempt's outcome calls for.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Done, successful or not: no retry changes it.
+    Final,
+    /// Transient: another attempt may succeed.
+    Retry {
+        /// For the debug line ("HTTP 503", "connection refused").
+        why: String,
+        /// The HTTP status, when there was a reply.
+        status: Option<u16>,
+        /// The server's `Retry-After`, when it sent one.
+        retry_after: Option<Duration>,
+    },
+}
+
+/// The retry policy of every upstream call, the AWS SDK's included: at most
+/// [`MAX_ATTEMPTS`] attempts while the deadline allows, full-jitter
+/// exponential backoff or the server's `Retry-After`, and a `Retry-After`
+/// beyond the deadline failing at once. `attempt` makes one attempt (with
+/// its own per-attempt cap, [`attempt_timeout`]); `verdict` classifies its
+/// outcome. Returns the last outcome and the number of attempts made.
+pub async fn with_retries<T, F, Fut>(
     call: &str,
     deadline: &Deadline,
-) -> Result<Reply> {
-    let mut attempt = 0u32;
+    mut attempt: F,
+    verdict: impl Fn(&T) -> Verdict,
+) -> Result<(T, u32)>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = T>,
+{
+    let mut attempts = 0u32;
     loop {
-        attempt = attempt.saturating_add(1);
+        attempts = attempts.saturating_add(1);
         // The attempt's own timeout ends a moment after the deadline (it is
         // computed later); this one ends exactly at it, so running out is
         // reported here, naming this call.
-        let outcome =
-            tokio::time::timeout_at(deadline.instant().into(), send_once(build(), deadline))
-                .await
-                .map_err(|_| deadline_exceeded(deadline, call))?;
-        let wait = match &outcome {
-            Ok(reply) if is_retryable_status(reply.status) && attempt < MAX_ATTEMPTS => {
-                if let Some(asked) = reply.retry_after
+        let outcome = tokio::time::timeout_at(deadline.instant().into(), attempt())
+            .await
+            .map_err(|_| deadline_exceeded(deadline, call))?;
+        let wait = match verdict(&outcome) {
+            Verdict::Retry {
+                why,
+                status,
+                retry_after,
+            } if attempts < MAX_ATTEMPTS => {
+                if let Some(asked) = retry_after
                     && asked > deadline.remaining()
                 {
-                    return Err(retry_after_beyond_deadline(
-                        call,
-                        reply.status,
-                        asked,
-                        deadline,
-                    ));
+                    return Err(retry_after_beyond_deadline(call, status, asked, deadline));
                 }
-                crate::debug!(
-                    "{call}: HTTP {} on attempt {attempt}, retrying",
-                    reply.status
-                );
-                backoff(attempt, reply.retry_after)
+                crate::debug!("{call}: {why} on attempt {attempts}, retrying");
+                backoff(attempts, retry_after)
             }
-            Ok(_) => None,
-            Err(e) if attempt < MAX_ATTEMPTS && is_retryable_error(e) => {
-                crate::debug!("{call}: {} on attempt {attempt}, retrying", describe(e));
-                backoff(attempt, None)
-            }
-            Err(_) => None,
+            _ => None,
         };
         match wait {
             Some(wait) if wait < deadline.remaining() => tokio::time::sleep(wait).await,
-            _ => return outcome.map_err(|e| transport_error(call, attempt, &e, deadline)),
+            _ => return Ok((outcome, attempts)),
         }
     }
 }
 
+/// The cap on one attempt (connect, request, whole reply), so that a server
+/// that stalls mid-answer leaves time for another attempt.
+pub fn attempt_timeout(deadline: &Deadline) -> Duration {
+    ATTEMPT_TIMEOUT.min(deadline.remaining())
+}
+
+/// Sends the request `build` makes on `client`, retrying transient
+/// failures. `call` names the upstream call in messages ("Entra ID token
+/// request to login.microsoftonline.com"). Returns the last reply,
+/// successful or not: the exchanger interprets provider error bodies.
+pub async fn send(
+    client: &Client,
+    build: impl Fn() -> reqwest::RequestBuilder,
+    call: &str,
+    deadline: &Deadline,
+) -> Result<Reply> {
+    let (outcome, attempts) = with_retries(
+        call,
+        deadline,
+        || send_once(build(), deadline),
+        |outcome| match outcome {
+            Ok(reply) if is_retryable_status(reply.status) => Verdict::Retry {
+                why: format!("HTTP {}", reply.status),
+                status: Some(reply.status),
+                retry_after: reply.retry_after,
+            },
+            Err(e) if is_retryable_error(e) => Verdict::Retry {
+                why: describe(e),
+                status: None,
+                retry_after: None,
+            },
+            _ => Verdict::Final,
+        },
+    )
+    .await?;
+    outcome.map_err(|e| transport_error(call, attempts, &e, deadline, client.proxies()))
+}
+
 /// The error for a call that never got a reply.
-fn transport_error(call: &str, attempt: u32, e: &reqwest::Error, deadline: &Deadline) -> Error {
+fn transport_error(
+    call: &str,
+    attempt: u32,
+    e: &reqwest::Error,
+    deadline: &Deadline,
+    proxies: Option<&str>,
+) -> Error {
     if let Some(detail) = certificate_error(e) {
         return untrusted_certificate(call, &detail);
     }
     if e.is_timeout() && deadline.expired() {
         return deadline_exceeded(deadline, call);
     }
-    let proxies = proxy_settings(|name| std::env::var(name).ok());
     let error = Error::network(format!(
         "{call} failed after {attempt} attempt(s): {}{}",
         describe(e),
         proxies
-            .as_deref()
             .map(|p| format!(" (proxy settings: {p})"))
             .unwrap_or_default()
     ));
@@ -322,12 +334,13 @@ pub fn untrusted_certificate(call: &str, detail: &str) -> Error {
 
 fn retry_after_beyond_deadline(
     call: &str,
-    status: u16,
+    status: Option<u16>,
     asked: Duration,
     deadline: &Deadline,
 ) -> Error {
     Error::upstream(format!(
-        "{call} answered HTTP {status} asking to retry after {}, beyond the {} left of the {} deadline",
+        "{call} answered{} asking to retry after {}, beyond the {} left of the {} deadline",
+        status.map(|s| format!(" HTTP {s}")).unwrap_or_default(),
         crate::duration::format_go(asked),
         crate::duration::format_go(deadline.remaining()),
         crate::duration::format_go(deadline.budget()),
@@ -362,7 +375,7 @@ pub fn certificate_error(e: &(dyn std::error::Error + 'static)) -> Option<String
 }
 
 /// A transport error in one line, with its cause chain.
-fn describe(e: &reqwest::Error) -> String {
+pub fn describe(e: &reqwest::Error) -> String {
     let mut text = e.to_string();
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
@@ -455,20 +468,49 @@ fn jitter() -> f64 {
 /// Checks an endpoint override: `https://` always, `http://` only because an
 /// admin wrote it explicitly (tests, a local agent). Returns it without a
 /// trailing slash.
+///
+/// It is parsed with the `url` crate, the parser reqwest itself uses, so
+/// the host checked here ([`endpoint_host`]) is the host the client
+/// connects to. A `\` (which that parser reads as `/`, where a hand-written
+/// split would not) and user information (`user@`) are refused: neither
+/// has a use in an endpoint, and both have been used to make one host look
+/// like another.
 pub fn endpoint_override(flag: &str, value: &str) -> Result<String> {
     let trimmed = value.trim().trim_end_matches('/');
-    let ok = trimmed
-        .strip_prefix("https://")
-        .or_else(|| trimmed.strip_prefix("http://"))
-        .is_some_and(|rest| !rest.is_empty() && !rest.contains(['?', '#', ' ']));
-    if !ok {
-        return Err(Error::config(format!(
-            "{flag} {} is not an http(s) URL",
-            crate::error::quote(value)
+    let refuse = |why: &str| {
+        Error::config(format!(
+            "{flag} {} is not an http(s) URL{why}",
+            crate::error::quote(&super::proxy::hide_credentials(value))
         ))
-        .fix("write it as https://host[:port][/path]"));
+        .fix("write it as https://host[:port][/path]")
+    };
+    if trimmed.contains(['\\', '?', '#', ' ']) || trimmed.chars().any(char::is_control) {
+        return Err(refuse(
+            ": it holds a backslash, a query, a fragment, a space or a control character",
+        ));
+    }
+    let url = url::Url::parse(trimmed).map_err(|e| refuse(&format!(" ({e})")))?;
+    if !matches!(url.scheme(), "http" | "https")
+        || !trimmed.starts_with(&format!("{}://", url.scheme()))
+        || url.host_str().is_none_or(str::is_empty)
+    {
+        return Err(refuse(""));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(refuse(
+            ": it holds user information (user@), which an endpoint never needs",
+        ));
     }
     Ok(trimmed.to_string())
+}
+
+/// The host a checked endpoint URL connects to (IPv6 without brackets).
+pub fn endpoint_host(url: &str) -> Option<String> {
+    match url::Url::parse(url).ok()?.host()? {
+        url::Host::Ipv6(ip) => Some(ip.to_string()),
+        url::Host::Ipv4(ip) => Some(ip.to_string()),
+        url::Host::Domain(name) => Some(name.to_string()),
+    }
 }
 
 #[cfg(test)]
@@ -538,44 +580,6 @@ mod tests {
     }
 
     #[test]
-    fn proxy_settings_hide_credentials() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |name: &str| {
-                pairs
-                    .iter()
-                    .find(|(k, _)| *k == name)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
-        assert_eq!(proxy_settings(env(&[])), None);
-        assert_eq!(proxy_settings(env(&[("HTTPS_PROXY", "")])), None);
-        assert_eq!(
-            proxy_settings(env(&[
-                ("https_proxy", "http://user:p%40ss@proxy.corp:3128/"),
-                ("NO_PROXY", "169.254.169.254,.internal"),
-                ("http_proxy", "proxy.corp:3128"),
-            ]))
-            .unwrap(),
-            "https_proxy=http://<credentials>@proxy.corp:3128/, http_proxy=proxy.corp:3128, NO_PROXY=169.254.169.254,.internal"
-        );
-        // The uppercase form wins, as in reqwest.
-        assert_eq!(
-            proxy_settings(env(&[
-                ("HTTPS_PROXY", "http://a:3128"),
-                ("https_proxy", "http://b:3128")
-            ]))
-            .unwrap(),
-            "HTTPS_PROXY=http://a:3128"
-        );
-        assert_eq!(hide_userinfo("u:p@h:1"), "<credentials>@h:1");
-        assert_eq!(hide_userinfo("http://h/p@x"), "http://h/p@x");
-        assert_eq!(
-            hide_userinfo("socks5://u:p@a@h"),
-            "socks5://<credentials>@h"
-        );
-    }
-
-    #[test]
     fn retryable_statuses() {
         assert!(is_retryable_status(429));
         assert!(is_retryable_status(503));
@@ -594,8 +598,28 @@ mod tests {
             endpoint_override("--x", "http://127.0.0.1:5/p").unwrap(),
             "http://127.0.0.1:5/p"
         );
-        for bad in ["a.io", "ftp://a", "https://", "https://a?b"] {
+        for bad in [
+            "a.io",
+            "ftp://a",
+            "https://",
+            "https://a?b",
+            "http://198.51.100.7:80\\@127.0.0.1/v1/credentials",
+            "http://user@127.0.0.1/",
+            "https://u:p@sts.amazonaws.com",
+            "https:sts.amazonaws.com",
+            "http://a b",
+        ] {
             assert!(endpoint_override("--x", bad).is_err(), "{bad}");
         }
+        assert_eq!(
+            endpoint_host("http://[fd00:ec2::23]/v1").as_deref(),
+            Some("fd00:ec2::23")
+        );
+        assert_eq!(endpoint_host("https://A.b:1/x").as_deref(), Some("a.b"));
+        // What reqwest would connect to, which a split on '@' gets wrong.
+        assert_eq!(
+            endpoint_host("http://198.51.100.7:80\\@127.0.0.1/").as_deref(),
+            Some("198.51.100.7")
+        );
     }
 }

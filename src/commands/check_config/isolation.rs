@@ -1,0 +1,233 @@
+//! The traps that undo per-pod identity without a single error, and the
+//! kubelet-version facts a config depends on.
+//!
+//! - **Overlap.** The kubelet asks every provider whose `matchImages` match
+//!   an image and the runtime tries every credential until one works
+//!   (`externalCredentialProviderKeyring.Lookup`, `kuberuntime_image.go`).
+//!   A node-identity provider (no `tokenAttributes`) beside ours means a pod
+//!   whose own identity is denied still pulls with the node's, and KEP-2535
+//!   then records the image as open to every pod on the node. Decided with
+//!   the kubelet's matching rules ([`matching::overlaps`]).
+//! - **Image reuse.** Unless the kubelet verifies pulled images
+//!   (KEP-2535: gate `KubeletEnsureSecretPulledImages`, on from 1.35,
+//!   policy not `NeverVerify`, no allowlist over our registries), an image
+//!   one service account pulled can be started by any pod on the node.
+//! - **Directory configs** exist only from kubelet 1.34.
+
+use super::kubelet_config::{
+    DIRECTORY_CONFIG_SINCE, ENSURE_GATE_ON_SINCE, ENSURE_GATE_SINCE, ENSURE_SECRET_PULLED_IMAGES,
+    KubeletConfig, Version,
+};
+use super::lint::runs_this_binary;
+use super::load::{Entry, Loaded};
+use super::{Finding, Rule};
+use crate::matching;
+use std::path::Path;
+
+/// What is known about the kubelet that reads the config.
+#[derive(Clone, Debug, Default)]
+pub struct KubeletFacts {
+    pub config: Option<KubeletConfig>,
+    pub version: Option<Version>,
+}
+
+/// The lints of this module over `loaded`.
+pub fn lint(loaded: &Loaded, bin_dir: Option<&Path>, facts: &KubeletFacts) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    let ours: Vec<&Entry> = loaded
+        .entries
+        .iter()
+        .filter(|e| e.provider.token_attributes.is_some() && runs_this_binary(e, bin_dir))
+        .collect();
+    for node in loaded
+        .entries
+        .iter()
+        .filter(|e| e.provider.token_attributes.is_none() && !runs_this_binary(e, bin_dir))
+    {
+        overlap(node, &ours, &mut findings);
+    }
+    if !ours.is_empty() && (facts.config.is_some() || facts.version.is_some()) {
+        image_reuse(loaded, &ours, facts, &mut findings);
+    }
+    if let Some(version) = facts.version
+        && version < DIRECTORY_CONFIG_SINCE
+        && loaded.path.is_dir()
+    {
+        findings.push(
+            Finding::error(
+                Rule::DirConfigKubeletVersion,
+                &loaded.path,
+                "",
+                format!(
+                    "the config is a directory, which kubelet {version} cannot read (directory configs need {DIRECTORY_CONFIG_SINCE}); it exits at start"
+                ),
+            )
+            .fix("point --image-credential-provider-config at one complete file (wi-credential-provider node install does this below 1.34)"),
+        );
+    }
+    findings
+}
+
+/// Whether a `matchImages` pattern names hosts by a glob rather than one
+/// host: a deliberately narrowed node entry names the hosts themselves.
+fn has_host_glob(pattern: &str) -> bool {
+    let host = pattern
+        .trim_start_matches("https://")
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap_or("");
+    host.contains(['*', '?', '['])
+}
+
+fn overlap(node: &Entry, ours: &[&Entry], findings: &mut Vec<Finding>) {
+    for (j, node_pattern) in node.provider.match_images().iter().enumerate() {
+        let hits: Vec<String> = ours
+            .iter()
+            .flat_map(|entry| {
+                entry
+                    .provider
+                    .match_images()
+                    .iter()
+                    .filter(|p| matching::overlaps(p, node_pattern))
+                    .map(move |p| format!("{:?} ({})", p, entry.name()))
+            })
+            .collect();
+        if hits.is_empty() {
+            continue;
+        }
+        let field = format!("matchImages[{j}]");
+        let about = format!(
+            "{node_pattern:?} of this provider, which runs without tokenAttributes (the node's own identity), matches images that {} also serve{}: \
+             the kubelet asks both and the runtime keeps the first credential that works, so a pod whose own identity is denied still pulls with the node's, \
+             and the image is then recorded as open to every pod on the node",
+            hits.join(", "),
+            if hits.len() == 1 { "s" } else { "" }
+        );
+        let fix = format!(
+            "narrow {:?} to the registries the node itself needs (on EKS the system image registries, e.g. 602401143452.dkr.ecr.<region>.amazonaws.com), \
+             or remove it: `wi-credential-provider node install --replace {}[=PATTERN,...]`",
+            node.name(),
+            node.name()
+        );
+        let finding = if has_host_glob(node_pattern) {
+            node.error(Rule::OverlapNodeIdentity, &field, about)
+        } else {
+            node.warning(
+                Rule::OverlapNodeIdentity,
+                &field,
+                format!("{about}; as it names one registry this may be deliberate, so keep tenant images elsewhere"),
+            )
+        };
+        findings.push(finding.fix(fix));
+    }
+}
+
+fn image_reuse(
+    loaded: &Loaded,
+    ours: &[&Entry],
+    facts: &KubeletFacts,
+    findings: &mut Vec<Finding>,
+) {
+    let config = facts.config.clone().unwrap_or_default();
+    let version = facts.version;
+    let file = config
+        .files
+        .first()
+        .cloned()
+        .unwrap_or_else(|| loaded.path.clone());
+    let seen = format!(
+        "kubelet {}, {ENSURE_SECRET_PULLED_IMAGES} {}, imagePullCredentialsVerificationPolicy {}",
+        version.map_or("version unknown".to_string(), |v| v.to_string()),
+        match config.ensure_secret_pulled_images {
+            Some(true) => "on".to_string(),
+            Some(false) => "off".to_string(),
+            None => "not set (default)".to_string(),
+        },
+        config
+            .image_pull_credentials_verification_policy
+            .as_deref()
+            .unwrap_or("not set (NeverVerifyPreloadedImages)")
+    );
+    let shared = "an image pulled with one service account's identity can then be started by a pod of any other service account on this node";
+    let reason = match config.verifies_present_images(version) {
+        Some(true) => None,
+        Some(false) if config.image_pull_credentials_verification_policy.as_deref() == Some("NeverVerify") => Some((
+            "imagePullCredentialsVerificationPolicy",
+            "the policy NeverVerify turns verification off".to_string(),
+            "set imagePullCredentialsVerificationPolicy: NeverVerifyPreloadedImages (or AlwaysVerify)".to_string(),
+        )),
+        Some(false) if version.is_some_and(|v| v < ENSURE_GATE_SINCE) => Some((
+            "",
+            format!("kubelets older than {ENSURE_GATE_SINCE} never verify"),
+            format!("upgrade the kubelet to {ENSURE_GATE_ON_SINCE} or later"),
+        )),
+        Some(false) => Some((
+            "featureGates",
+            format!("{ENSURE_SECRET_PULLED_IMAGES} is off"),
+            format!("set featureGates.{ENSURE_SECRET_PULLED_IMAGES}: true (on by default from {ENSURE_GATE_ON_SINCE})"),
+        )),
+        None => Some((
+            "featureGates",
+            format!("{ENSURE_SECRET_PULLED_IMAGES} is not set and the kubelet version is unknown (it is on by default only from {ENSURE_GATE_ON_SINCE})"),
+            format!("set featureGates.{ENSURE_SECRET_PULLED_IMAGES}: true, or pass --kubelet-version"),
+        )),
+    };
+    if let Some((field, why, fix)) = reason {
+        findings.push(
+            Finding::warning(
+                Rule::ImageReuse,
+                &file,
+                field,
+                format!("{seen}: {why}, so {shared}"),
+            )
+            .fix(fix),
+        );
+        return;
+    }
+    if config.image_pull_credentials_verification_policy.as_deref()
+        == Some("NeverVerifyAllowlistedImages")
+    {
+        for (i, item) in config
+            .preloaded_images_verification_allowlist
+            .iter()
+            .enumerate()
+        {
+            let prefix = item.trim_end_matches("/*");
+            let covered: Vec<String> = ours
+                .iter()
+                .flat_map(|e| e.provider.match_images().iter().map(move |p| (e, p)))
+                .filter(|(_, p)| matching::overlaps(p, prefix))
+                .map(|(e, p)| format!("{p:?} ({})", e.name()))
+                .collect();
+            if !covered.is_empty() {
+                findings.push(
+                    Finding::warning(
+                        Rule::ImageReuse,
+                        &file,
+                        format!("preloadedImagesVerificationAllowlist[{i}]"),
+                        format!(
+                            "{seen}: the allowlist entry {item:?} covers images served per pod by {}; the kubelet skips verification for them, so {shared}",
+                            covered.join(", ")
+                        ),
+                    )
+                    .fix("keep the allowlist to images baked into the node image, outside the registries served per pod"),
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_globs() {
+        assert!(has_host_glob("*.dkr.ecr.*.amazonaws.com"));
+        assert!(!has_host_glob(
+            "602401143452.dkr.ecr.us-west-2.amazonaws.com"
+        ));
+        assert!(!has_host_glob("reg.io/team*"));
+    }
+}

@@ -1,0 +1,202 @@
+//! What each node distribution does with the kubelet's credential-provider
+//! set-up: where the flags, config and bin dir live, what rewrites them and
+//! when, which unit runs the kubelet, and where installing is impossible.
+//!
+//! Sources (checked with the distributions' own code where said; see also
+//! tests/fixtures/node/<distribution>/README.md):
+//! - EKS AL2023: awslabs/amazon-eks-ami `templates/al2023/runtime/rootfs/etc/systemd/system/kubelet.service`
+//!   (`EnvironmentFile=/etc/eks/kubelet/environment`, `ExecStart=/usr/bin/kubelet $NODEADM_KUBELET_ARGS`),
+//!   `nodeadm/internal/kubelet/environment.go` (one `NAME=value` line per variable, flags `--name=value`
+//!   from a map, user flags last) and `image-credential-provider.go` (config `/etc/eks/image-credential-provider/config.json`,
+//!   0644, bin dir its directory). Read at the commits named in the fixture README.
+//! - AKS: Azure/AgentBaker `parts/linux/cloud-init/artifacts/` (`kubelet.service`, `cse_config.sh`), as
+//!   summarised in the project's reference notes (nodes.md §3); not re-read here.
+//! - GKE COS: kubernetes `cluster/gce/gci/configure-helper.sh` and GKE's `gke-internal-configure-helper.sh`
+//!   (nodes.md §4); GKE's own path is unverified beyond those two sources.
+//! - kubeadm: kubernetes/release `10-kubeadm.conf` (nodes.md §5).
+//! - k3s / RKE2: k3s `pkg/cli/cmds/agent.go` defaults and `ImageCredProvAvailable` (nodes.md §6).
+//! - Bottlerocket, Talos, OpenShift: nodes.md §2 and §7.
+
+use std::fmt;
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::host::Host;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Distro {
+    EksAl2023,
+    Aks,
+    GkeCos,
+    Kubeadm,
+    K3s,
+    Rke2,
+    Bottlerocket,
+    Talos,
+    OpenShift,
+    Unknown,
+}
+
+impl fmt::Display for Distro {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Distro::EksAl2023 => "EKS (Amazon Linux 2023, nodeadm)",
+            Distro::Aks => "AKS (AgentBaker)",
+            Distro::GkeCos => "GKE (Container-Optimized OS)",
+            Distro::Kubeadm => "kubeadm (deb/rpm packages)",
+            Distro::K3s => "k3s",
+            Distro::Rke2 => "RKE2",
+            Distro::Bottlerocket => "Bottlerocket",
+            Distro::Talos => "Talos",
+            Distro::OpenShift => "OpenShift (RHCOS)",
+            Distro::Unknown => "an unknown distribution",
+        })
+    }
+}
+
+/// EKS paths (amazon-eks-ami nodeadm).
+pub const EKS_ENV_FILE: &str = "/etc/eks/kubelet/environment";
+pub const EKS_ENV_VAR: &str = "NODEADM_KUBELET_ARGS";
+pub const EKS_PROVIDER_DIR: &str = "/etc/eks/image-credential-provider";
+pub const EKS_CONFIG: &str = "/etc/eks/image-credential-provider/config.json";
+pub const EKS_NODEADM_DROP_INS: &str = "/etc/eks/nodeadm.d";
+/// Our own complete config on EKS below kubelet 1.34 (or with --replace):
+/// outside nodeadm's directory, so nodeadm never rewrites it.
+pub const EKS_OWN_CONFIG: &str = "/etc/eks/wi-credential-provider/config.json";
+
+/// k3s and RKE2 built-in defaults (k3s `pkg/cli/cmds/agent.go`).
+pub const RANCHER_CONFIG: &str = "/var/lib/rancher/credentialprovider/config.yaml";
+pub const RANCHER_BIN_DIR: &str = "/var/lib/rancher/credentialprovider/bin";
+
+/// Our choice where the distribution has none (kubeadm): the paths
+/// node-install/install.sh has always used.
+pub const OWN_CONFIG: &str = "/etc/kubernetes/credential-provider.yaml";
+pub const OWN_BIN_DIR: &str = "/usr/libexec/kubernetes/kubelet-plugins/credential-provider/exec";
+
+impl Distro {
+    /// Recognises the distribution under `host`, with the evidence.
+    pub fn detect(host: &Host) -> (Distro, String) {
+        let os_release = std::fs::read_to_string(host.path(Path::new("/etc/os-release")))
+            .or_else(|_| std::fs::read_to_string(host.path(Path::new("/usr/lib/os-release"))))
+            .unwrap_or_default();
+        let os_id = os_release
+            .lines()
+            .find_map(|l| l.strip_prefix("ID="))
+            .map(|v| v.trim_matches('"').to_string())
+            .unwrap_or_default();
+        let exists = |p: &str| host.path(Path::new(p)).exists();
+        let checks: [(bool, Distro, String); 10] = [
+            (
+                os_id == "bottlerocket",
+                Distro::Bottlerocket,
+                "ID=bottlerocket in /etc/os-release".into(),
+            ),
+            (
+                os_id == "talos",
+                Distro::Talos,
+                "ID=talos in /etc/os-release".into(),
+            ),
+            (
+                os_id == "rhcos" || exists("/etc/machine-config-daemon"),
+                Distro::OpenShift,
+                "RHCOS (/etc/os-release or /etc/machine-config-daemon)".into(),
+            ),
+            (
+                exists(EKS_ENV_FILE) || exists("/usr/bin/nodeadm"),
+                Distro::EksAl2023,
+                format!("{EKS_ENV_FILE} or /usr/bin/nodeadm"),
+            ),
+            (
+                exists("/etc/default/kubeletconfig.json") || exists("/etc/kubernetes/azure.json"),
+                Distro::Aks,
+                "/etc/default/kubeletconfig.json or /etc/kubernetes/azure.json (AgentBaker)".into(),
+            ),
+            (
+                os_id == "cos" || exists("/etc/srv/kubernetes") && exists("/home/kubernetes/bin"),
+                Distro::GkeCos,
+                "ID=cos, or /etc/srv/kubernetes and /home/kubernetes/bin (configure-helper.sh)"
+                    .into(),
+            ),
+            (
+                exists("/etc/rancher/rke2") || exists("/var/lib/rancher/rke2"),
+                Distro::Rke2,
+                "/etc/rancher/rke2 or /var/lib/rancher/rke2".into(),
+            ),
+            (
+                exists("/etc/rancher/k3s") || exists("/var/lib/rancher/k3s"),
+                Distro::K3s,
+                "/etc/rancher/k3s or /var/lib/rancher/k3s".into(),
+            ),
+            (
+                exists("/usr/lib/systemd/system/kubelet.service.d/10-kubeadm.conf")
+                    || exists("/etc/systemd/system/kubelet.service.d/10-kubeadm.conf"),
+                Distro::Kubeadm,
+                "kubelet.service.d/10-kubeadm.conf".into(),
+            ),
+            (false, Distro::Unknown, String::new()),
+        ];
+        checks
+            .into_iter()
+            .find(|(hit, _, _)| *hit)
+            .map(|(_, d, why)| (d, why))
+            .unwrap_or((Distro::Unknown, "no known distribution marker".into()))
+    }
+
+    /// The systemd unit to restart so the kubelet rereads its flags.
+    pub fn units(self) -> &'static [&'static str] {
+        match self {
+            Distro::K3s => &["k3s.service", "k3s-agent.service"],
+            Distro::Rke2 => &["rke2-server.service", "rke2-agent.service"],
+            _ => &["kubelet.service"],
+        }
+    }
+
+    /// Where installing cannot work, the supported route instead.
+    pub fn refusal(self) -> Option<&'static str> {
+        match self {
+            Distro::Bottlerocket => Some(
+                "Bottlerocket renders the kubelet's credential-provider config from settings at every boot, without tokenAttributes, \
+                 and its plugin directory (/usr/libexec/kubernetes/kubelet/plugins) is on read-only dm-verity /usr. \
+                 Supported route: build a custom variant (twoliter, a kit packaging this binary into the plugin directory, \
+                 and a template change adding tokenAttributes), or keep image pull secrets",
+            ),
+            Distro::Talos => Some(
+                "Talos hard-codes the plugin directory /usr/local/lib/kubelet/credentialproviders on a read-only root. \
+                 Supported route: ship this binary as a Talos system extension and set the providers in the machine \
+                 config (machine.kubelet.credentialProviderConfig / KubeCredentialProviderConfig)",
+            ),
+            Distro::OpenShift => Some(
+                "OpenShift's Machine Config Operator owns the kubelet flags and the plugin directory \
+                 /usr/libexec/kubelet-image-credential-provider-plugins is read-only on RHCOS. \
+                 Supported route: a MachineConfig that installs the binary and the config",
+            ),
+            _ => None,
+        }
+    }
+
+    /// What rewrites the credential-provider files on this distribution.
+    pub fn rewritten_by(self) -> Option<&'static str> {
+        match self {
+            Distro::EksAl2023 => Some(
+                "nodeadm rewrites /etc/eks/image-credential-provider/config.json and /etc/eks/kubelet/environment at every boot; \
+                 the flags survive through a NodeConfig drop-in in /etc/eks/nodeadm.d/",
+            ),
+            Distro::Aks => Some(
+                "AKS's CSE rewrites /etc/default/kubelet and the credential-provider config on provisioning, reimage and node-image upgrade \
+                 (not at a plain reboot): the DaemonSet re-applies at every pod start",
+            ),
+            Distro::GkeCos => Some(
+                "configure-helper.sh rewrites /etc (a tmpfs on COS) at every boot: the DaemonSet re-applies and restarts the kubelet after each reboot",
+            ),
+            Distro::Kubeadm => Some(
+                "kubeadm rewrites only /var/lib/kubelet/kubeadm-flags.env; /etc/default/kubelet (or /etc/sysconfig/kubelet) is yours and survives upgrades",
+            ),
+            Distro::K3s | Distro::Rke2 => Some(
+                "nothing rewrites /var/lib/rancher/credentialprovider/; k3s/RKE2 pass the flags only when the config is a file and the bin dir exists",
+            ),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,352 @@
+//! `node doctor`: change nothing, and report each part of the node's
+//! credential-provider set-up with a verdict and a fix: where the kubelet
+//! reads its config and how that was learned, whether our binary and every
+//! provider name exist and run, check-config on the live config (with the
+//! overlap and image-reuse lints), a node docker-config beside our
+//! registries, what rewrites the files on this distribution, k3s's silent
+//! skip, and the kubelet's health. Exit 0 when nothing fails, 1 otherwise.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use serde::Serialize;
+
+use super::discover::{self, Discovery};
+use super::distro::{self, Distro};
+use super::{Target, print, rbac, restart};
+use crate::commands::check_config::check::{Output, check_with};
+use crate::commands::check_config::isolation::KubeletFacts;
+use crate::commands::check_config::{Severity, lint};
+use crate::matching;
+use crate::options::BINARY;
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    pub target: Target,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Ok,
+    Warn,
+    Fail,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Check {
+    pub verdict: Verdict,
+    pub check: String,
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+fn check(verdict: Verdict, name: &str, message: impl Into<String>, fix: Option<String>) -> Check {
+    Check {
+        verdict,
+        check: name.to_string(),
+        message: message.into(),
+        fix,
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub discovery: Discovery,
+    pub checks: Vec<Check>,
+    pub rbac: String,
+    pub ok: bool,
+}
+
+pub fn run(args: &Args) -> ExitCode {
+    let report = diagnose(&args.target);
+    let text = match args.target.output {
+        Output::Json => serde_json::to_string_pretty(&report).unwrap_or_default() + "\n",
+        Output::Text => {
+            let mut t = render_discovery(&report.discovery);
+            for c in &report.checks {
+                let v = match c.verdict {
+                    Verdict::Ok => "ok  ",
+                    Verdict::Warn => "WARN",
+                    Verdict::Fail => "FAIL",
+                };
+                t.push_str(&format!("{v} {}: {}", c.check, c.message));
+                if let Some(fix) = &c.fix {
+                    t.push_str(&format!("; fix: {fix}"));
+                }
+                t.push('\n');
+            }
+            if !report.rbac.is_empty() {
+                t.push_str("\nRBAC the audiences need (kubectl apply -f -):\n---\n");
+                t.push_str(&report.rbac);
+            }
+            t
+        }
+    };
+    if !print(&text) {
+        return ExitCode::from(2);
+    }
+    if report.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// The discovery part of a text report.
+pub fn render_discovery(d: &Discovery) -> String {
+    let mut t = format!("distribution: {} ({})\n", d.distro, d.distro_evidence);
+    let line = |label: &str, f: &Option<discover::Found<PathBuf>>| match f {
+        Some(f) => format!("{label}: {} (from {})\n", f.value.display(), f.source),
+        None => format!("{label}: not found\n"),
+    };
+    t.push_str(&line("credential-provider config", &d.credential_config));
+    t.push_str(&line("credential-provider bin dir", &d.bin_dir));
+    t.push_str(&line("KubeletConfiguration", &d.kubelet_config));
+    if let Some(v) = &d.kubelet_version {
+        t.push_str(&format!(
+            "kubelet version: {} (from {})\n",
+            v.value, v.source
+        ));
+    }
+    t
+}
+
+pub fn diagnose(target: &Target) -> Report {
+    let host = target.host();
+    let d = discover::discover(&host, &target.explicit());
+    let mut checks = Vec::new();
+    let mut audiences = Vec::new();
+    if let Some(route) = d.distro.refusal() {
+        checks.push(check(
+            Verdict::Fail,
+            "distribution",
+            format!(
+                "{}: this plugin cannot be installed by a DaemonSet or node install here",
+                d.distro
+            ),
+            Some(route.to_string()),
+        ));
+    }
+    let (config, bin_dir) = match (&d.credential_config, &d.bin_dir) {
+        (Some(c), Some(b)) => {
+            checks.push(check(
+                Verdict::Ok,
+                "discovery",
+                format!(
+                    "the kubelet reads {} (from {}) and runs plugins from {}",
+                    c.value.display(),
+                    c.source,
+                    b.value.display()
+                ),
+                None,
+            ));
+            (c.value.clone(), b.value.clone())
+        }
+        _ => {
+            checks.push(check(
+                Verdict::Fail,
+                "discovery",
+                "the kubelet has no credential-provider config and bin dir (flags not found in the process, the systemd unit or the distribution's defaults)",
+                Some("run `wi-credential-provider node install`".into()),
+            ));
+            return finish(d, checks, audiences);
+        }
+    };
+    let local_config = host.path(&config);
+    let local_bin = host.path(&bin_dir);
+    if matches!(d.distro, Distro::K3s | Distro::Rke2) {
+        if local_config.is_dir() {
+            checks.push(check(
+                Verdict::Fail,
+                "k3s",
+                format!(
+                    "{} is a directory: k3s/RKE2 then silently pass no credential-provider flags",
+                    config.display()
+                ),
+                Some("use one config file".into()),
+            ));
+        } else if !local_config.is_file() || !local_bin.is_dir() {
+            checks.push(check(Verdict::Fail, "k3s", "k3s/RKE2 pass the flags only when the config file and the bin dir both exist; one is missing, so no plugin runs", Some("run `wi-credential-provider node install`".into())));
+        }
+    }
+    let facts = KubeletFacts {
+        config: d.kubelet.clone(),
+        version: d.version,
+    };
+    let report = check_with(&local_config, Some(&local_bin), &facts);
+    for f in &report.findings {
+        let mut f = f.clone();
+        f.file = super::install::host_path(&host, &f.file);
+        let verdict = if f.severity == Severity::Error {
+            Verdict::Fail
+        } else {
+            Verdict::Warn
+        };
+        checks.push(check(
+            verdict,
+            &format!("check-config {}", f.rule),
+            f.to_string(),
+            None,
+        ));
+    }
+    if report.ok() && report.warnings == 0 {
+        checks.push(check(
+            Verdict::Ok,
+            "check-config",
+            format!("{} providers, no finding", report.providers.len()),
+            None,
+        ));
+    }
+    // Our entries, the binary, the audiences.
+    let loaded = crate::commands::check_config::load(&local_config);
+    let ours: Vec<&crate::commands::check_config::Entry> = loaded
+        .entries
+        .iter()
+        .filter(|e| lint::runs_this_binary(e, Some(&local_bin)))
+        .collect();
+    for e in &loaded.entries {
+        if let Some(a) = e
+            .provider
+            .token_attributes
+            .as_ref()
+            .map(|t| t.audience().to_string())
+            && !a.is_empty()
+            && !audiences.contains(&a)
+        {
+            audiences.push(a);
+        }
+    }
+    if ours.is_empty() {
+        checks.push(check(
+            Verdict::Warn,
+            "entries",
+            "no provider entry runs this plugin",
+            Some("run `wi-credential-provider node install --provider ...`".into()),
+        ));
+    } else {
+        let binary = local_bin.join(BINARY);
+        match std::process::Command::new(&binary)
+            .arg("--version")
+            .output()
+        {
+            Ok(out) if out.status.success() => checks.push(check(
+                Verdict::Ok,
+                "binary",
+                format!(
+                    "{} answers: {}",
+                    bin_dir.join(BINARY).display(),
+                    String::from_utf8_lossy(&out.stdout)
+                        .lines()
+                        .next()
+                        .unwrap_or("")
+                        .trim()
+                ),
+                None,
+            )),
+            Ok(out) => checks.push(check(
+                Verdict::Fail,
+                "binary",
+                format!(
+                    "{} --version exited {}",
+                    bin_dir.join(BINARY).display(),
+                    out.status
+                ),
+                Some("reinstall with node install".into()),
+            )),
+            Err(e) => checks.push(check(
+                Verdict::Fail,
+                "binary",
+                format!("{} cannot run: {e}", bin_dir.join(BINARY).display()),
+                Some(
+                    "reinstall with node install (the binary for this node's architecture)".into(),
+                ),
+            )),
+        }
+    }
+    // The node keyring: docker config files the kubelet reads beside plugins.
+    for keyring in [
+        "/var/lib/kubelet/config.json",
+        "/.docker/config.json",
+        "/root/.docker/config.json",
+    ] {
+        let Ok(bytes) = std::fs::read(host.path(Path::new(keyring))) else {
+            continue;
+        };
+        let hosts: Vec<String> = serde_json::from_slice::<serde_json::Value>(&bytes)
+            .ok()
+            .and_then(|v| {
+                v.get("auths")
+                    .and_then(|a| a.as_object())
+                    .map(|m| m.keys().cloned().collect())
+            })
+            .unwrap_or_default();
+        for h in hosts {
+            let key = h
+                .trim_start_matches("https://")
+                .trim_start_matches("http://")
+                .trim_end_matches('/')
+                .to_string();
+            let hit: Vec<String> = ours
+                .iter()
+                .flat_map(|e| e.provider.match_images().iter().map(move |p| (e, p)))
+                .filter(|(_, p)| matching::overlaps(p, &key))
+                .map(|(e, p)| format!("{p:?} ({})", e.name()))
+                .collect();
+            if !hit.is_empty() {
+                checks.push(check(
+                    Verdict::Fail,
+                    "overlap.node-keyring",
+                    format!("{keyring} holds a node-wide credential for {key:?}, which {} also serve: pods denied their own access pull with it, and the image is recorded as open to every pod", hit.join(", ")),
+                    Some(format!("remove {key:?} from {keyring}, or keep tenant images off that registry")),
+                ));
+            }
+        }
+    }
+    // What rewrites the files.
+    if d.distro == Distro::EksAl2023 && config == Path::new(distro::EKS_CONFIG) && !ours.is_empty()
+    {
+        checks.push(check(
+            Verdict::Fail,
+            "rewritten-at-boot",
+            format!("our entries are in {}, which nodeadm rewrites at every boot", distro::EKS_CONFIG),
+            Some("run `wi-credential-provider node install`: it writes its own file and a NodeConfig drop-in in /etc/eks/nodeadm.d/".into()),
+        ));
+    } else if d.distro == Distro::GkeCos && config.starts_with("/etc") {
+        checks.push(check(
+            Verdict::Warn,
+            "rewritten-at-boot",
+            format!("{} is on COS's /etc tmpfs, rebuilt by configure-helper.sh at every boot", config.display()),
+            Some("keep the installer DaemonSet: it re-applies and restarts the kubelet after each boot".into()),
+        ));
+    } else if let Some(r) = d.distro.rewritten_by() {
+        checks.push(check(Verdict::Ok, "rewritten-at-boot", r, None));
+    }
+    // Health.
+    match d.health_endpoint() {
+        Some((address, port)) => match restart::probe(&address, port) {
+            Ok(()) => checks.push(check(Verdict::Ok, "health", format!("http://{address}:{port}/healthz answers ok"), None)),
+            Err(e) => checks.push(check(
+                Verdict::Fail,
+                "health",
+                format!("http://{address}:{port}/healthz: {e}"),
+                Some("look at the kubelet's journal (journalctl -u kubelet): \"Failed to register CRI auth plugins\" means the credential-provider config is refused".into()),
+            )),
+        },
+        None => checks.push(check(Verdict::Warn, "health", "the kubelet's health endpoint is off (healthzPort: 0)", None)),
+    }
+    finish(d, checks, audiences)
+}
+
+fn finish(d: Discovery, checks: Vec<Check>, audiences: Vec<String>) -> Report {
+    let ok = !checks.iter().any(|c| c.verdict == Verdict::Fail);
+    let rbac = rbac::manifest(&audiences);
+    Report {
+        discovery: d,
+        checks,
+        rbac,
+        ok,
+    }
+}

@@ -1,0 +1,232 @@
+//! Putting our provider entries into an existing `CredentialProviderConfig`
+//! in its own format: JSON stays JSON, YAML stays YAML, every other entry
+//! keeps its fields, values and place. An entry with one of our names is
+//! replaced where it stands; another provider is removed or narrowed only
+//! when asked (`--replace NAME` or `--replace NAME=PATTERN,...`).
+//!
+//! The document is read into an order-keeping value (JSON is read as YAML,
+//! of which it is a subset), changed, and written back only if its meaning
+//! changed: a file already holding our entries is left byte for byte, which
+//! is what makes a second install a no-op.
+
+use std::path::Path;
+
+use yaml_serde::{Mapping, Value};
+
+use crate::error::{Error, Result};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Json,
+    Yaml,
+}
+
+impl Format {
+    /// By extension; `.json` is JSON, anything else YAML.
+    pub fn of(path: &Path) -> Format {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("json") => Format::Json,
+            _ => Format::Yaml,
+        }
+    }
+}
+
+/// What `--replace` does to another provider.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Replace {
+    pub name: String,
+    /// `None` removes the entry; `Some` narrows its `matchImages` to these.
+    pub narrow_to: Option<Vec<String>>,
+}
+
+impl std::str::FromStr for Replace {
+    type Err = String;
+    fn from_str(text: &str) -> std::result::Result<Self, String> {
+        let (name, narrow_to) = match text.split_once('=') {
+            Some((n, patterns)) => {
+                let list: Vec<String> = patterns
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|p| !p.is_empty())
+                    .map(str::to_string)
+                    .collect();
+                if list.is_empty() {
+                    return Err(format!(
+                        "{text:?}: give at least one pattern after '=', or none to remove the entry"
+                    ));
+                }
+                (n, Some(list))
+            }
+            None => (text, None),
+        };
+        if name.is_empty() || name.contains(['/', ' ']) {
+            return Err(format!("{name:?} is not a provider name"));
+        }
+        Ok(Replace {
+            name: name.to_string(),
+            narrow_to,
+        })
+    }
+}
+
+/// The result of a merge.
+#[derive(Debug)]
+pub struct Merged {
+    /// The bytes to write, or `None` when the file already says this.
+    pub bytes: Option<Vec<u8>>,
+    pub value: Value,
+    /// What changed, one line each (`added wi-credential-provider-aws`).
+    pub changes: Vec<String>,
+}
+
+pub fn parse(bytes: &[u8], what: &Path) -> Result<Value> {
+    let text = std::str::from_utf8(bytes)
+        .map_err(|_| Error::config(format!("{} is not UTF-8", what.display())))?;
+    yaml_serde::from_str(text).map_err(|e| {
+        Error::config(format!("cannot read {}: {e}", what.display()))
+            .fix("fix the file first: the kubelet would refuse it too")
+    })
+}
+
+/// The provider entries of a config document.
+pub fn providers(doc: &Value) -> Vec<Value> {
+    doc.get("providers")
+        .and_then(Value::as_sequence)
+        .cloned()
+        .unwrap_or_default()
+}
+
+pub fn entry_name(entry: &Value) -> &str {
+    entry.get("name").and_then(Value::as_str).unwrap_or("")
+}
+
+/// A new, empty config document.
+pub fn empty_document() -> Value {
+    let mut map = Mapping::new();
+    map.insert("apiVersion".into(), "kubelet.config.k8s.io/v1".into());
+    map.insert("kind".into(), "CredentialProviderConfig".into());
+    map.insert("providers".into(), Value::Sequence(Vec::new()));
+    Value::Mapping(map)
+}
+
+/// Merges `ours` into `existing` (its bytes, or `None` for a new file).
+pub fn merge(
+    existing: Option<&[u8]>,
+    path: &Path,
+    format: Format,
+    ours: &[Value],
+    replace: &[Replace],
+) -> Result<Merged> {
+    let before = match existing {
+        Some(bytes) => Some(parse(bytes, path)?),
+        None => None,
+    };
+    let mut doc = before.clone().unwrap_or_else(empty_document);
+    let mut changes = Vec::new();
+    let Some(map) = doc.as_mapping_mut() else {
+        return Err(Error::config(format!(
+            "{} is not a CredentialProviderConfig document",
+            path.display()
+        )));
+    };
+    // Our entries need the v1 config API (tokenAttributes).
+    if map.get("apiVersion").and_then(Value::as_str) != Some("kubelet.config.k8s.io/v1")
+        && ours.iter().any(|e| e.get("tokenAttributes").is_some())
+    {
+        map.insert("apiVersion".into(), "kubelet.config.k8s.io/v1".into());
+        changes.push("set apiVersion kubelet.config.k8s.io/v1 (tokenAttributes needs it)".into());
+    }
+    let list = providers(&Value::Mapping(map.clone()));
+    let mut out: Vec<Value> = Vec::new();
+    let mut placed = vec![false; ours.len()];
+    for entry in list {
+        let name = entry_name(&entry).to_string();
+        if let Some(i) = ours.iter().position(|o| entry_name(o) == name) {
+            if let (Some(mine), Some(slot)) = (ours.get(i), placed.get_mut(i))
+                && !*slot
+            {
+                if *mine != entry {
+                    changes.push(format!("replaced {name}"));
+                }
+                out.push(mine.clone());
+                *slot = true;
+            }
+            continue;
+        }
+        match replace.iter().find(|r| r.name == name) {
+            Some(Replace {
+                narrow_to: None, ..
+            }) => {
+                changes.push(format!("removed {name} (--replace)"));
+            }
+            Some(Replace {
+                narrow_to: Some(patterns),
+                ..
+            }) => {
+                let mut narrowed = entry.clone();
+                if let Some(m) = narrowed.as_mapping_mut() {
+                    let list =
+                        Value::Sequence(patterns.iter().map(|p| Value::from(p.as_str())).collect());
+                    if m.get("matchImages") != Some(&list) {
+                        changes.push(format!("narrowed {name} to {}", patterns.join(", ")));
+                    }
+                    m.insert("matchImages".into(), list);
+                }
+                out.push(narrowed);
+            }
+            None => out.push(entry),
+        }
+    }
+    for (mine, done) in ours.iter().zip(&placed) {
+        if !done {
+            changes.push(format!("added {}", entry_name(mine)));
+            out.push(mine.clone());
+        }
+    }
+    // A --replace naming no provider is not an error: a second install
+    // finds the entry already removed.
+    map.insert("providers".into(), Value::Sequence(out));
+    if before.as_ref() == Some(&doc) {
+        return Ok(Merged {
+            bytes: None,
+            value: doc,
+            changes: Vec::new(),
+        });
+    }
+    let bytes = render(&doc, format)?;
+    Ok(Merged {
+        bytes: Some(bytes),
+        value: doc,
+        changes,
+    })
+}
+
+pub fn render(doc: &Value, format: Format) -> Result<Vec<u8>> {
+    let text = match format {
+        Format::Json => {
+            serde_json::to_string_pretty(doc)
+                .map_err(|e| Error::config(format!("cannot write JSON: {e}")))?
+                + "\n"
+        }
+        Format::Yaml => yaml_serde::to_string(doc)
+            .map_err(|e| Error::config(format!("cannot write YAML: {e}")))?,
+    };
+    Ok(text.into_bytes())
+}
+
+/// Removes the entries named `names` (uninstall when the file changed
+/// since install): the rest keeps its meaning and order.
+pub fn remove(bytes: &[u8], path: &Path, names: &[String]) -> Result<(Vec<u8>, usize)> {
+    let mut doc = parse(bytes, path)?;
+    let list = providers(&doc);
+    let kept: Vec<Value> = list
+        .iter()
+        .filter(|e| !names.iter().any(|n| n == entry_name(e)))
+        .cloned()
+        .collect();
+    let removed = list.len() - kept.len();
+    if let Some(map) = doc.as_mapping_mut() {
+        map.insert("providers".into(), Value::Sequence(kept));
+    }
+    Ok((render(&doc, Format::of(path))?, removed))
+}

@@ -1,0 +1,112 @@
+//! `wi-credential-provider node install|uninstall|doctor`: put this plugin
+//! into the kubelet's real credential-provider set-up on a node, take it
+//! out again, and say what is wrong with a node's set-up.
+//!
+//! The parts, in the order an install runs them: [`discover`] finds the
+//! kubelet's flags and files (and [`systemd`] reads units), [`distro`]
+//! knows each distribution's paths, hooks and what rewrites them, [`merge`]
+//! puts our entries into the config in its own format, check-config
+//! validates the result, [`files`] writes atomically with a backup and a
+//! manifest, [`restart`] restarts the kubelet and rolls back if it does not
+//! come back healthy, [`rbac`] prints what the audiences need.
+
+pub mod discover;
+pub mod distro;
+pub mod doctor;
+pub mod files;
+pub mod host;
+pub mod install;
+pub mod merge;
+pub mod rbac;
+pub mod restart;
+pub mod systemd;
+pub mod uninstall;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::commands::check_config::kubelet_config::Version;
+
+/// Where the node is and what is known about its kubelet.
+#[derive(clap::Args, Clone, Debug)]
+pub struct Target {
+    /// The node's root: `/` on the node, the mounted host root in a
+    /// privileged pod (`/host`), or an image being built.
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub root: PathBuf,
+
+    /// The proc file system to find the running kubelet in (the host's own
+    /// from a pod with hostPID); `none` skips it.
+    #[arg(long, value_name = "DIR", default_value = "/proc")]
+    pub proc: PathBuf,
+
+    /// The kubelet's --image-credential-provider-config, when discovery
+    /// should not look for it.
+    #[arg(long, value_name = "PATH")]
+    pub kubelet_credential_config: Option<PathBuf>,
+
+    /// The kubelet's --image-credential-provider-bin-dir.
+    #[arg(long, value_name = "DIR")]
+    pub kubelet_bin_dir: Option<PathBuf>,
+
+    /// The kubelet's KubeletConfiguration (its --config).
+    #[arg(long, value_name = "PATH")]
+    pub kubelet_config: Option<PathBuf>,
+
+    /// The kubelet's version, when `kubelet --version` cannot be run.
+    #[arg(long, value_name = "VERSION", value_parser = parse_version)]
+    pub kubelet_version: Option<Version>,
+
+    /// Report format.
+    #[arg(long, value_enum, value_name = "FORMAT", default_value = "text")]
+    pub output: crate::commands::check_config::check::Output,
+}
+
+fn parse_version(text: &str) -> Result<Version, String> {
+    Version::parse(text).ok_or_else(|| format!("{text:?} is not a kubelet version such as v1.34.2"))
+}
+
+impl Target {
+    pub fn host(&self) -> host::Host {
+        host::Host::new(&self.root)
+    }
+
+    pub fn explicit(&self) -> discover::Explicit {
+        discover::Explicit {
+            credential_config: self.kubelet_credential_config.clone(),
+            bin_dir: self.kubelet_bin_dir.clone(),
+            kubelet_config: self.kubelet_config.clone(),
+            kubelet_version: self.kubelet_version,
+            proc: (self.proc.as_os_str() != "none").then(|| self.proc.clone()),
+        }
+    }
+}
+
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum Command {
+    /// Install this binary and its provider entries into the kubelet's real
+    /// credential-provider set-up, found on the node.
+    Install(install::Args),
+    /// Undo what install did: files it changed get their previous bytes back.
+    Uninstall(uninstall::Args),
+    /// Report, without changing anything, what is wrong with the node's
+    /// credential-provider set-up. Exit 0 when nothing is, 1 otherwise.
+    Doctor(doctor::Args),
+}
+
+pub fn run(command: &Command) -> ExitCode {
+    match command {
+        Command::Install(args) => install::run(args),
+        Command::Uninstall(args) => uninstall::run(args),
+        Command::Doctor(args) => doctor::run(args),
+    }
+}
+
+/// Writes a report to stdout.
+pub(crate) fn print(text: &str) -> bool {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .is_ok()
+}

@@ -1,0 +1,1066 @@
+//! `node install`, `node uninstall` and `node doctor` run as an admin (or
+//! the DaemonSet) runs them, with `--root <copy of a fixture root>` standing
+//! in for the node. Fixture roots (tests/fixtures/node/<distribution>/root)
+//! hold files exactly as that distribution writes them; each README names
+//! the source. The kubelet is replaced by what the commands talk to: a fake
+//! `systemctl` on PATH that logs its arguments, a health endpoint on
+//! 127.0.0.1 (a free port, written into the copied KubeletConfiguration),
+//! and for discovery a real process whose argv[0] is `kubelet`.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
+
+use serde_json::Value;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn fixture(name: &str) -> PathBuf {
+    repo().join("tests/fixtures/node").join(name)
+}
+
+/// The built binary without debug info, as a release has it (the debug
+/// build is some 200 MB, which every install would copy).
+fn stripped_binary() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let tmp = dir.join(format!("wicp-node-test.{}", std::process::id()));
+        std::fs::copy(support::plugin::bin(), &tmp).unwrap();
+        assert!(Command::new("strip").arg(&tmp).status().unwrap().success());
+        let path = dir.join("wi-credential-provider-node-test");
+        std::fs::rename(&tmp, &path).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    })
+}
+
+/// Every file under `root`: contents (or symlink target) and mode.
+fn snapshot(root: &Path) -> BTreeMap<String, (Vec<u8>, u32)> {
+    let mut out = BTreeMap::new();
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(dir) = todo.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let e = e.unwrap();
+            let path = e.path();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            let key = path.strip_prefix(root).unwrap().display().to_string();
+            if meta.file_type().is_symlink() {
+                let target = std::fs::read_link(&path).unwrap();
+                out.insert(key, (target.display().to_string().into_bytes(), 0));
+            } else if meta.is_dir() {
+                todo.push(path);
+            } else {
+                out.insert(key, (std::fs::read(&path).unwrap(), meta.mode() & 0o7777));
+            }
+        }
+    }
+    out
+}
+
+fn changed(
+    a: &BTreeMap<String, (Vec<u8>, u32)>,
+    b: &BTreeMap<String, (Vec<u8>, u32)>,
+) -> Vec<String> {
+    let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter(|k| a.get(*k) != b.get(*k))
+        .cloned()
+        .collect()
+}
+
+/// A health endpoint that answers like the kubelet's `/healthz` while
+/// `healthy`, and 500 otherwise. Stopped on drop.
+struct Health {
+    port: u16,
+    healthy: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Health {
+    fn start(healthy: bool) -> Health {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let h = Arc::new(AtomicBool::new(healthy));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (h2, stop2) = (h.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if stop2.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(mut conn) = conn else { continue };
+                // Read the request up to its blank line.
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let reply = if h2.load(Ordering::SeqCst) {
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok"
+                } else {
+                    "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 34\r\n\r\n[-]ping failed: reason withheld\r\n\r"
+                };
+                let _ = conn.write_all(reply.as_bytes());
+            }
+        });
+        Health {
+            port,
+            healthy: h,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Health {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = std::net::TcpStream::connect(("127.0.0.1", self.port));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A copy of a fixture root, a fake systemctl, and a health endpoint.
+struct Node {
+    dir: tempfile::TempDir,
+    health: Health,
+}
+
+impl Node {
+    fn new(name: &str, healthy: bool) -> Node {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let root = dir.path().join("root");
+        let status = Command::new("cp")
+            .args(["-a"])
+            .arg(fixture(name).join("root"))
+            .arg(&root)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let health = Health::start(healthy);
+        let node = Node { dir, health };
+        node.set_health_port();
+        let fake = node.dir.path().join("fakebin");
+        std::fs::create_dir(&fake).unwrap();
+        let log = node.dir.path().join("systemctl.log");
+        std::fs::write(
+            fake.join("systemctl"),
+            format!("#!/bin/sh\necho \"$*\" >> {}\n", log.display()),
+        )
+        .unwrap();
+        std::fs::set_permissions(
+            fake.join("systemctl"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        node
+    }
+
+    fn root(&self) -> PathBuf {
+        self.dir.path().join("root")
+    }
+
+    fn path(&self, p: &str) -> PathBuf {
+        self.root().join(p.trim_start_matches('/'))
+    }
+
+    /// Points the copied KubeletConfiguration's healthzPort at our endpoint.
+    fn set_health_port(&self) {
+        let port = self.health.port;
+        for p in [
+            "etc/kubernetes/kubelet/config.json",
+            "var/lib/kubelet/config.yaml",
+            "etc/default/kubeletconfig.json",
+            "home/kubernetes/kubelet-config.yaml",
+        ] {
+            let path = self.path(p);
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            let new = if p.ends_with(".json") {
+                let mut v: Value = serde_json::from_str(&text).unwrap();
+                v["healthzPort"] = port.into();
+                serde_json::to_string_pretty(&v).unwrap()
+            } else if text.contains("healthzPort:") {
+                text.replace("healthzPort: 10248", &format!("healthzPort: {port}"))
+            } else {
+                format!("{text}healthzPort: {port}\n")
+            };
+            std::fs::write(&path, new).unwrap();
+        }
+    }
+
+    fn systemctl_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("systemctl.log")).unwrap_or_default()
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        let path = format!(
+            "{}:{}",
+            self.dir.path().join("fakebin").display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let mut cmd = Command::new(support::plugin::bin());
+        cmd.env_clear().env("PATH", path).arg("node").args(args);
+        let sub = args[0];
+        cmd.arg("--root").arg(self.root());
+        if !args.contains(&"--proc") {
+            cmd.args(["--proc", "none"]);
+        }
+        if sub == "install" && !args.contains(&"--binary") {
+            cmd.arg("--binary").arg(stripped_binary());
+        }
+        cmd.output().unwrap()
+    }
+
+    fn snapshot(&self) -> BTreeMap<String, (Vec<u8>, u32)> {
+        snapshot(&self.root())
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn show(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        text(&out.stdout),
+        text(&out.stderr)
+    )
+}
+
+fn json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", show(out)))
+}
+
+/// install, install again (nothing changes), doctor clean, uninstall
+/// (every original file byte-identical, every added file gone).
+fn full_cycle(node: &Node, install: &[&str]) -> Value {
+    full_cycle_with(node, install, &[])
+}
+
+/// [`full_cycle`] with `common` arguments for every command.
+fn full_cycle_with(node: &Node, install: &[&str], common: &[&str]) -> Value {
+    let original = node.snapshot();
+    let mut args = vec!["install"];
+    args.extend_from_slice(install);
+    args.extend_from_slice(common);
+    args.extend(["--output", "json"]);
+    let first = node.run(&args);
+    assert_eq!(first.status.code(), Some(0), "{}", show(&first));
+    let report = json(&first);
+    assert_eq!(report["changed"], true, "{report:#}");
+    let after_first = node.snapshot();
+    assert!(!changed(&original, &after_first).is_empty());
+
+    let second = node.run(&args);
+    assert_eq!(second.status.code(), Some(0), "{}", show(&second));
+    assert_eq!(json(&second)["changed"], false, "{}", show(&second));
+    assert!(
+        changed(&after_first, &node.snapshot()).is_empty(),
+        "second install changed files"
+    );
+    let again_text = node.run(&args[..args.len() - 2]);
+    assert!(
+        text(&again_text.stdout).contains("nothing to change"),
+        "{}",
+        show(&again_text)
+    );
+
+    let mut doctor_args = vec!["doctor"];
+    doctor_args.extend_from_slice(common);
+    let doctor = node.run(&doctor_args);
+    assert_eq!(doctor.status.code(), Some(0), "doctor: {}", show(&doctor));
+    assert!(!text(&doctor.stdout).contains("FAIL"), "{}", show(&doctor));
+
+    let mut un_args = vec!["uninstall"];
+    un_args.extend_from_slice(common);
+    let un = node.run(&un_args);
+    assert_eq!(un.status.code(), Some(0), "{}", show(&un));
+    let diff = changed(&original, &node.snapshot());
+    assert!(
+        diff.is_empty(),
+        "not restored byte-identically: {diff:?}\n{}",
+        show(&un)
+    );
+    report
+}
+
+#[test]
+fn kubeadm_full_cycle_adds_the_flags_to_kubelet_extra_args() {
+    let node = Node::new("kubeadm-deb", true);
+    let original = node.snapshot();
+    let out = node.run(&["install", "--provider", "aws"]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("distribution: kubeadm"), "{stdout}");
+    assert!(
+        stdout.contains("request-serviceaccounts-token-audience"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("\"sts.amazonaws.com\""), "{stdout}");
+    let env = std::fs::read_to_string(node.path("/etc/default/kubelet")).unwrap();
+    assert_eq!(
+        env,
+        "KUBELET_EXTRA_ARGS=--image-credential-provider-config=/etc/kubernetes/credential-provider.yaml \
+         --image-credential-provider-bin-dir=/usr/libexec/kubernetes/kubelet-plugins/credential-provider/exec\n"
+    );
+    let bin = node.path("/usr/libexec/kubernetes/kubelet-plugins/credential-provider/exec");
+    assert_eq!(
+        std::fs::read_link(bin.join("wi-credential-provider-aws")).unwrap(),
+        Path::new("wi-credential-provider")
+    );
+    assert_eq!(
+        std::fs::read(bin.join("wi-credential-provider")).unwrap(),
+        std::fs::read(stripped_binary()).unwrap()
+    );
+    let config =
+        std::fs::read_to_string(node.path("/etc/kubernetes/credential-provider.yaml")).unwrap();
+    assert!(
+        config.contains("name: wi-credential-provider-aws"),
+        "{config}"
+    );
+    // The installed config passes the binary's own check-config.
+    let check = Command::new(support::plugin::bin())
+        .args(["check-config"])
+        .arg(node.path("/etc/kubernetes/credential-provider.yaml"))
+        .arg("--bin-dir")
+        .arg(&bin)
+        .output()
+        .unwrap();
+    assert_eq!(check.status.code(), Some(0), "{}", show(&check));
+    // Back to the start, then the whole cycle.
+    assert_eq!(node.run(&["uninstall"]).status.code(), Some(0));
+    assert!(changed(&original, &node.snapshot()).is_empty());
+    full_cycle(&node, &["--provider", "aws"]);
+}
+
+#[test]
+fn eks_refuses_to_leave_the_node_role_entry_beside_ours() {
+    let node = Node::new("eks-al2023", true);
+    let original = node.snapshot();
+    let out = node.run(&["install", "--provider", "aws"]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("overlap.node-identity"), "{stdout}");
+    assert!(stdout.contains("ecr-credential-provider"), "{stdout}");
+    assert!(stdout.contains("--replace"), "{stdout}");
+    assert!(
+        text(&out.stderr).contains("nothing was written"),
+        "{}",
+        show(&out)
+    );
+    assert!(changed(&original, &node.snapshot()).is_empty());
+}
+
+#[test]
+fn eks_replace_narrows_the_stock_entry_into_our_own_file() {
+    let node = Node::new("eks-al2023", true);
+    let nodeadm_config =
+        std::fs::read(node.path("/etc/eks/image-credential-provider/config.json")).unwrap();
+    let install = [
+        "--provider",
+        "aws",
+        "--replace",
+        "ecr-credential-provider=602401143452.dkr.ecr.us-west-2.amazonaws.com",
+    ];
+    let mut args = vec!["install"];
+    args.extend(install);
+    let out = node.run(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    // nodeadm's file is left alone: it would be rewritten at boot anyway.
+    assert_eq!(
+        std::fs::read(node.path("/etc/eks/image-credential-provider/config.json")).unwrap(),
+        nodeadm_config
+    );
+    // Our own complete file, JSON like nodeadm's, the ECR entry narrowed.
+    let own: Value = serde_json::from_slice(
+        &std::fs::read(node.path("/etc/eks/wi-credential-provider/config.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(own["providers"][0]["name"], "ecr-credential-provider");
+    assert_eq!(
+        own["providers"][0]["matchImages"],
+        serde_json::json!(["602401143452.dkr.ecr.us-west-2.amazonaws.com"])
+    );
+    assert_eq!(own["providers"][0]["defaultCacheDuration"], "12h");
+    assert_eq!(own["providers"][1]["name"], "wi-credential-provider-aws");
+    // The flag: appended last in nodeadm's environment file now, and in a
+    // NodeConfig drop-in so nodeadm writes it again at every boot.
+    let env = std::fs::read_to_string(node.path("/etc/eks/kubelet/environment")).unwrap();
+    assert!(
+        env.ends_with(
+            " --image-credential-provider-config=/etc/eks/wi-credential-provider/config.json"
+        ),
+        "{env}"
+    );
+    assert!(!env.ends_with('\n'));
+    let drop_in =
+        std::fs::read_to_string(node.path("/etc/eks/nodeadm.d/90-wi-credential-provider.yaml"))
+            .unwrap();
+    assert!(drop_in.contains("kind: NodeConfig"), "{drop_in}");
+    assert!(drop_in.contains(
+        "- --image-credential-provider-config=/etc/eks/wi-credential-provider/config.json"
+    ));
+    // The binary sits in nodeadm's (single) bin dir, beside the ECR plugin.
+    assert!(
+        node.path("/etc/eks/image-credential-provider/wi-credential-provider-aws")
+            .is_symlink()
+    );
+    assert_eq!(node.run(&["uninstall"]).status.code(), Some(0));
+    full_cycle(&node, &install);
+}
+
+#[test]
+fn eks_directory_config_from_kubelet_1_34() {
+    let node = Node::new("eks-al2023", true);
+    let kubelet = node.path("/usr/bin/kubelet");
+    std::fs::create_dir_all(kubelet.parent().unwrap()).unwrap();
+    std::fs::write(
+        &kubelet,
+        "#!/bin/sh\necho 'Kubernetes v1.34.2-eks-113cf36'\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&kubelet, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let config =
+        repo().join("config-examples/passthrough-harbor-zot/credential-provider-config.yaml");
+    let config = config.to_str().unwrap();
+    let report = full_cycle(&node, &["--config", config]);
+    assert_eq!(
+        report["discovery"]["kubelet_version"]["value"], "1.34",
+        "{report:#}"
+    );
+    assert_eq!(report["plan"]["config"]["mode"], "directory", "{report:#}");
+    assert_eq!(
+        report["plan"]["config"]["path"],
+        "/etc/eks/image-credential-provider/wi-credential-provider.json"
+    );
+}
+
+#[test]
+fn discovery_reads_a_running_kubelet_through_proc() {
+    let node = Node::new("kubeadm-deb", true);
+    // A process whose argv[0] is `kubelet`, with the flags on its command
+    // line (sh blocks on reading stdin, keeping its command line).
+    let mut kubelet = Command::new("sh");
+    {
+        use std::os::unix::process::CommandExt;
+        kubelet.arg0("kubelet");
+    }
+    let mut child = kubelet
+        .args([
+            "-c",
+            "read x",
+            "--config=/var/lib/kubelet/config.yaml",
+            "--image-credential-provider-config=/etc/kubernetes/from-proc.yaml",
+            "--image-credential-provider-bin-dir",
+            "/opt/from-proc/bin",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = node.run(&[
+        "install",
+        "--provider",
+        "azure",
+        "--proc",
+        "/proc",
+        "--output",
+        "json",
+    ]);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let r = json(&out);
+    assert_eq!(r["discovery"]["flags_from"]["kind"], "process", "{r:#}");
+    assert_eq!(r["discovery"]["flags_from"]["pid"], child.id(), "{r:#}");
+    assert_eq!(
+        r["discovery"]["credential_config"]["value"],
+        "/etc/kubernetes/from-proc.yaml"
+    );
+    assert!(
+        r["discovery"]["credential_config"]["source"]
+            .as_str()
+            .unwrap()
+            .contains("command line of kubelet")
+    );
+    assert!(node.path("/etc/kubernetes/from-proc.yaml").is_file());
+    assert!(
+        node.path("/opt/from-proc/bin/wi-credential-provider-azure")
+            .is_symlink()
+    );
+    // The flags were already there: the environment file is untouched.
+    assert_eq!(
+        std::fs::read_to_string(node.path("/etc/default/kubelet")).unwrap(),
+        "KUBELET_EXTRA_ARGS=\n"
+    );
+}
+
+#[test]
+fn restart_only_when_changed_and_healthy() {
+    let node = Node::new("kubeadm-deb", true);
+    let out = node.run(&["install", "--provider", "aws", "--restart-kubelet"]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert!(
+        text(&out.stdout).contains("healthy at http://127.0.0.1:"),
+        "{}",
+        show(&out)
+    );
+    assert_eq!(node.systemctl_log(), "restart kubelet.service\n");
+    let again = node.run(&["install", "--provider", "aws", "--restart-kubelet"]);
+    assert_eq!(again.status.code(), Some(0), "{}", show(&again));
+    assert!(text(&again.stdout).contains("nothing changed; the kubelet was left running"));
+    assert_eq!(node.systemctl_log(), "restart kubelet.service\n");
+}
+
+#[test]
+fn an_unhealthy_kubelet_rolls_everything_back() {
+    let node = Node::new("kubeadm-deb", false);
+    let original = node.snapshot();
+    let out = node.run(&[
+        "install",
+        "--provider",
+        "aws",
+        "--restart-kubelet",
+        "--health-timeout",
+        "3s",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("did not come back healthy"), "{stdout}");
+    assert!(stdout.contains("rolled back"), "{stdout}");
+    assert!(
+        text(&out.stderr).contains("previous files were restored"),
+        "{}",
+        show(&out)
+    );
+    assert_eq!(
+        node.systemctl_log(),
+        "restart kubelet.service\nrestart kubelet.service\n"
+    );
+    // Every file is back byte for byte; what the install added is gone.
+    let diff = changed(&original, &node.snapshot());
+    assert!(diff.is_empty(), "not rolled back: {diff:?}");
+    node.health.healthy.store(true, Ordering::SeqCst);
+}
+
+#[test]
+fn an_invalid_merge_is_refused_and_nothing_is_written() {
+    let node = Node::new("kubeadm-deb", true);
+    let original = node.snapshot();
+    let bad = node.dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n\
+         - name: wi-credential-provider-aws\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n\
+         \x20 matchImages: [\"*.dkr.ecr.*.amazonaws.com\"]\n  defaultCacheDuration: 1h\n\
+         \x20 tokenAttributes: {serviceAccountTokenAudience: sts.amazonaws.com, requireServiceAccount: true}\n",
+    )
+    .unwrap();
+    let out = node.run(&["install", "--config", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(
+        text(&out.stdout).contains("cacheType is required"),
+        "{}",
+        show(&out)
+    );
+    assert!(
+        text(&out.stdout).contains("[kubelet.cache-type]"),
+        "{}",
+        show(&out)
+    );
+    assert!(changed(&original, &node.snapshot()).is_empty());
+}
+
+#[test]
+fn a_read_only_node_gets_a_clear_error_and_no_half_written_file() {
+    let node = Node::new("kubeadm-deb", true);
+    let original = node.snapshot();
+    let is_root = Command::new("id").arg("-u").output().unwrap().stdout == b"0\n";
+    let mut cmd = if is_root {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
+        c.arg(support::plugin::bin());
+        c
+    } else {
+        // Not root: make the tree read-only instead.
+        Command::new("chmod")
+            .args(["-R", "a-w"])
+            .arg(node.root())
+            .status()
+            .unwrap();
+        Command::new(support::plugin::bin())
+    };
+    let out = cmd
+        .env_clear()
+        .args([
+            "node",
+            "install",
+            "--provider",
+            "aws",
+            "--proc",
+            "none",
+            "--root",
+        ])
+        .arg(node.root())
+        .arg("--binary")
+        .arg(stripped_binary())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("Permission denied"), "{stderr}");
+    assert!(stderr.contains("fix:"), "{stderr}");
+    assert!(changed(&original, &node.snapshot()).is_empty());
+    if !is_root {
+        Command::new("chmod")
+            .args(["-R", "u+w"])
+            .arg(node.root())
+            .status()
+            .unwrap();
+    }
+}
+
+#[test]
+fn doctor_reports_the_overlap_and_the_nodeadm_rewrite() {
+    let node = Node::new("eks-al2023", true);
+    // The trap as people set it up: our entry appended to nodeadm's file.
+    let path = node.path("/etc/eks/image-credential-provider/config.json");
+    let mut config: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let ours: Value = serde_json::json!({
+        "name": "wi-credential-provider-aws",
+        "apiVersion": "credentialprovider.kubelet.k8s.io/v1",
+        "matchImages": ["*.dkr.ecr.*.amazonaws.com"],
+        "defaultCacheDuration": "1h",
+        "tokenAttributes": {"serviceAccountTokenAudience": "sts.amazonaws.com", "cacheType": "ServiceAccount", "requireServiceAccount": true,
+            "optionalServiceAccountAnnotationKeys": ["eks.amazonaws.com/ecr-role-arn", "eks.amazonaws.com/role-arn"]}
+    });
+    config["providers"].as_array_mut().unwrap().push(ours);
+    std::fs::write(&path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
+    let out = node.run(&["doctor", "--output", "json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let r = json(&out);
+    let failed: Vec<&str> = r["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["verdict"] == "fail")
+        .map(|c| c["check"].as_str().unwrap())
+        .collect();
+    assert!(
+        failed.contains(&"check-config overlap.node-identity"),
+        "{failed:?}"
+    );
+    assert!(failed.contains(&"rewritten-at-boot"), "{failed:?}");
+    assert!(failed.contains(&"binary"), "{failed:?}");
+    assert_eq!(r["ok"], false);
+}
+
+#[test]
+fn doctor_reports_an_unhealthy_kubelet() {
+    let node = Node::new("kubeadm-deb", false);
+    let install = node.run(&["install", "--provider", "aws"]);
+    assert_eq!(install.status.code(), Some(0), "{}", show(&install));
+    let out = node.run(&["doctor"]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("ok   discovery"), "{stdout}");
+    assert!(
+        stdout.contains("FAIL health: http://127.0.0.1:"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("500"), "{stdout}");
+}
+
+#[test]
+fn nothing_found_changes_nothing_and_says_what_to_add_where() {
+    let node = Node::new("kubeadm-deb", true);
+    // A bare root: no unit, no distribution marker, no kubelet process.
+    std::fs::remove_dir_all(node.path("/usr/lib/systemd")).unwrap();
+    let original = node.snapshot();
+    let out = node.run(&["install", "--provider", "aws"]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("found no kubelet credential-provider set-up"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("KUBELET_EXTRA_ARGS in /etc/default/kubelet"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("nothing was changed"), "{stderr}");
+    assert!(changed(&original, &node.snapshot()).is_empty());
+    let doctor = node.run(&["doctor"]);
+    assert_eq!(doctor.status.code(), Some(1));
+    assert!(
+        text(&doctor.stdout).contains("FAIL discovery"),
+        "{}",
+        show(&doctor)
+    );
+}
+
+#[test]
+fn dry_run_writes_nothing() {
+    let node = Node::new("eks-al2023", true);
+    let original = node.snapshot();
+    let out = node.run(&[
+        "install",
+        "--provider",
+        "aws",
+        "--replace",
+        "ecr-credential-provider",
+        "--dry-run",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("would: removed ecr-credential-provider (--replace)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("would: write /etc/eks/nodeadm.d/90-wi-credential-provider.yaml"),
+        "{stdout}"
+    );
+    assert!(changed(&original, &node.snapshot()).is_empty());
+}
+
+#[test]
+fn aks_merges_into_agentbakers_yaml_and_narrows_the_node_entry() {
+    let node = Node::new("aks", true);
+    let install = [
+        "--provider",
+        "azure",
+        "--replace",
+        "acr-credential-provider=contosoregistry.azurecr.io",
+    ];
+    let report = full_cycle(&node, &install);
+    assert_eq!(report["plan"]["config"]["mode"], "file", "{report:#}");
+    assert_eq!(
+        report["plan"]["config"]["path"],
+        "/var/lib/kubelet/credential-provider-config.yaml"
+    );
+    assert!(
+        report["discovery"]["credential_config"]["source"]
+            .as_str()
+            .unwrap()
+            .contains("systemd unit kubelet.service")
+    );
+    // Installed again to look at the result: YAML, AgentBaker's entry kept
+    // in place with its args, narrowed; ours after it.
+    let mut args = vec!["install"];
+    args.extend(install);
+    assert_eq!(node.run(&args).status.code(), Some(0));
+    let text =
+        std::fs::read_to_string(node.path("/var/lib/kubelet/credential-provider-config.yaml"))
+            .unwrap();
+    let doc: Value = serde_json::to_value(yaml_to_json(&text)).unwrap();
+    assert_eq!(doc["providers"][0]["name"], "acr-credential-provider");
+    assert_eq!(
+        doc["providers"][0]["args"],
+        serde_json::json!(["/etc/kubernetes/azure.json"])
+    );
+    assert_eq!(
+        doc["providers"][0]["matchImages"],
+        serde_json::json!(["contosoregistry.azurecr.io"])
+    );
+    assert_eq!(doc["providers"][1]["name"], "wi-credential-provider-azure");
+    // AgentBaker's mode on the flags file is kept.
+    assert_eq!(
+        std::fs::metadata(node.path("/etc/default/kubelet"))
+            .unwrap()
+            .mode()
+            & 0o777,
+        0o600
+    );
+}
+
+fn yaml_to_json(text: &str) -> Value {
+    // The written YAML, read back as JSON values for the assertions.
+    let value: yaml_serde::Value = yaml_serde::from_str(text).unwrap();
+    serde_json::to_value(&value).unwrap()
+}
+
+#[test]
+fn gke_cos_merges_into_cri_auth_config_and_warns_about_the_tmpfs() {
+    let node = Node::new("gke-cos", true);
+    let install = [
+        "--provider",
+        "gcp",
+        "--replace",
+        "auth-provider-gcp=gke.gcr.io",
+    ];
+    full_cycle(&node, &install);
+    let mut args = vec!["install"];
+    args.extend(install);
+    assert_eq!(node.run(&args).status.code(), Some(0));
+    assert!(
+        node.path("/home/kubernetes/bin/wi-credential-provider-gcp")
+            .is_symlink()
+    );
+    let doctor = node.run(&["doctor"]);
+    let stdout = text(&doctor.stdout);
+    assert!(stdout.contains("WARN rewritten-at-boot"), "{stdout}");
+    assert!(stdout.contains("tmpfs"), "{stdout}");
+}
+
+fn write_health_config(node: &Node, path: &str) {
+    let p = node.path(path);
+    std::fs::write(
+        &p,
+        format!("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nhealthzPort: {}\n", node.health.port),
+    )
+    .unwrap();
+}
+
+#[test]
+fn k3s_uses_its_built_in_paths() {
+    let node = Node::new("k3s", true);
+    write_health_config(&node, "/etc/rancher/k3s/kubelet-health.yaml");
+    let common = ["--kubelet-config", "/etc/rancher/k3s/kubelet-health.yaml"];
+    let report = full_cycle_with(&node, &["--provider", "aws", "--restart-kubelet"], &common);
+    assert_eq!(
+        report["plan"]["config"]["path"],
+        "/var/lib/rancher/credentialprovider/config.yaml"
+    );
+    assert_eq!(
+        report["plan"]["bin_dir"],
+        "/var/lib/rancher/credentialprovider/bin"
+    );
+    assert_eq!(node.systemctl_log(), "restart k3s.service\n");
+}
+
+#[test]
+fn k3s_refuses_a_config_directory_it_would_ignore() {
+    let node = Node::new("k3s", true);
+    std::fs::create_dir_all(node.path("/var/lib/rancher/credentialprovider/config.yaml")).unwrap();
+    let original = node.snapshot();
+    let out = node.run(&["install", "--provider", "aws"]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(
+        text(&out.stderr).contains("is a directory"),
+        "{}",
+        show(&out)
+    );
+    assert!(changed(&original, &node.snapshot()).is_empty());
+}
+
+#[test]
+fn rke2_uses_the_same_built_in_paths() {
+    let node = Node::new("rke2", true);
+    write_health_config(&node, "/etc/rancher/rke2/kubelet-health.yaml");
+    let common = ["--kubelet-config", "/etc/rancher/rke2/kubelet-health.yaml"];
+    let report = full_cycle_with(&node, &["--provider", "gcp", "--restart-kubelet"], &common);
+    assert_eq!(report["discovery"]["distro"], "rke2");
+    assert_eq!(node.systemctl_log(), "restart rke2-server.service\n");
+}
+
+#[test]
+fn bottlerocket_is_refused_with_the_supported_route() {
+    let node = Node::new("bottlerocket", true);
+    let original = node.snapshot();
+    let out = node.run(&["install", "--provider", "aws"]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("cannot install on Bottlerocket"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("custom variant"), "{stderr}");
+    assert!(changed(&original, &node.snapshot()).is_empty());
+    let doctor = node.run(&["doctor"]);
+    assert_eq!(doctor.status.code(), Some(1));
+    assert!(
+        text(&doctor.stdout).contains("FAIL distribution"),
+        "{}",
+        show(&doctor)
+    );
+}
+
+/// Merge golden files: tests/fixtures/node/merge/<case>/{before,ours.yaml,after}.
+/// WICP_UPDATE_GOLDEN=1 rewrites `after` (then review the diff).
+#[test]
+fn merge_golden_files() {
+    use wi_credential_provider::commands::node::merge::{self, Format, Replace};
+    let dir = repo().join("tests/fixtures/node/merge");
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    cases.sort();
+    assert!(cases.len() >= 3, "{cases:?}");
+    for case in cases {
+        let files: Vec<PathBuf> = std::fs::read_dir(&case)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        let find = |stem: &str| {
+            files
+                .iter()
+                .find(|p| p.file_stem().unwrap() == stem)
+                .cloned()
+        };
+        let before = find("before").unwrap();
+        let after = case.join(format!(
+            "after.{}",
+            before.extension().unwrap().to_str().unwrap()
+        ));
+        let ours_doc =
+            merge::parse(&std::fs::read(case.join("ours.yaml")).unwrap(), &case).unwrap();
+        let ours = merge::providers(&ours_doc);
+        let replace: Vec<Replace> = std::fs::read_to_string(case.join("replace"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(|l| l.parse().unwrap())
+            .collect();
+        let merged = merge::merge(
+            Some(&std::fs::read(&before).unwrap()),
+            &before,
+            Format::of(&before),
+            &ours,
+            &replace,
+        )
+        .unwrap();
+        let bytes = merged.bytes.expect("the merge changes something");
+        if std::env::var_os("WICP_UPDATE_GOLDEN").is_some() {
+            std::fs::write(&after, &bytes).unwrap();
+        }
+        assert_eq!(
+            text(&bytes),
+            std::fs::read_to_string(&after).unwrap(),
+            "{}",
+            case.display()
+        );
+        // Merging again into the result changes nothing, byte for byte.
+        let again =
+            merge::merge(Some(&bytes), &after, Format::of(&after), &ours, &replace).unwrap();
+        assert!(
+            again.bytes.is_none(),
+            "{}: second merge changed the file",
+            case.display()
+        );
+    }
+}
+
+#[test]
+fn install_sh_checks_the_checksum_then_hands_over() {
+    let node = Node::new("kubeadm-deb", true);
+    let release = node.dir.path().join("release");
+    std::fs::create_dir(&release).unwrap();
+    let binary = release.join("wi-credential-provider-0.0.0-linux-test");
+    std::fs::copy(stripped_binary(), &binary).unwrap();
+    let sum = Command::new("sha256sum").arg(&binary).output().unwrap();
+    let hex = text(&sum.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    let script = repo().join("node-install/install.sh");
+    let run = |sha: &str| {
+        Command::new("busybox")
+            .arg("sh")
+            .arg(&script)
+            .args(["--node", "--sha256", sha, "--binary"])
+            .arg(&binary)
+            .arg("--root")
+            .arg(node.root())
+            .args(["--", "--provider", "aws", "--proc", "none"])
+            .env_clear()
+            .env(
+                "PATH",
+                format!(
+                    "{}:/usr/bin:/bin",
+                    node.dir.path().join("fakebin").display()
+                ),
+            )
+            .output()
+            .unwrap()
+    };
+    let original = node.snapshot();
+    let bad = run(&"0".repeat(64));
+    assert_eq!(bad.status.code(), Some(1), "{}", show(&bad));
+    assert!(
+        text(&bad.stderr).contains("sha256 mismatch"),
+        "{}",
+        show(&bad)
+    );
+    assert!(changed(&original, &node.snapshot()).is_empty());
+    let out = run(&hex);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert!(text(&out.stdout).contains("handing over"), "{}", show(&out));
+    assert!(
+        node.path("/etc/kubernetes/credential-provider.yaml")
+            .is_file()
+    );
+    assert!(
+        std::fs::read_to_string(node.path("/etc/default/kubelet"))
+            .unwrap()
+            .contains("--image-credential-provider-config=")
+    );
+}
+
+#[test]
+fn a_failed_second_install_rolls_back_to_the_first() {
+    let node = Node::new("kubeadm-deb", true);
+    let first = node.run(&["install", "--provider", "aws"]);
+    assert_eq!(first.status.code(), Some(0), "{}", show(&first));
+    let installed = node.snapshot();
+    node.health.healthy.store(false, Ordering::SeqCst);
+    let out = node.run(&[
+        "install",
+        "--provider",
+        "aws",
+        "--provider",
+        "azure",
+        "--restart-kubelet",
+        "--health-timeout",
+        "2s",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let diff = changed(&installed, &node.snapshot());
+    assert!(
+        diff.is_empty(),
+        "not back to the first install: {diff:?}\n{}",
+        show(&out)
+    );
+    // And uninstall still takes the node back to the start.
+    node.health.healthy.store(true, Ordering::SeqCst);
+    let un = node.run(&["uninstall"]);
+    assert_eq!(un.status.code(), Some(0), "{}", show(&un));
+    let original = snapshot(&fixture("kubeadm-deb").join("root"));
+    let diff: Vec<String> = changed(&original, &node.snapshot())
+        .into_iter()
+        .filter(|p| p != "var/lib/kubelet/config.yaml") // its health port was set by the test
+        .collect();
+    assert!(diff.is_empty(), "{diff:?}");
+}
