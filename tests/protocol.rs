@@ -399,15 +399,30 @@ fn help_and_version() {
         "--passthrough-username",
         "WICP_PROVIDER",
         "WICP_REGISTRY",
+        // The commands: the serving path parses without them (main.rs
+        // `parse`), help must not.
+        "check-config",
+        "explain",
+        "cache",
     ] {
         assert!(help.contains(needle), "--help lacks {needle}");
     }
     let out = run(&["--version"], &[], b"");
     assert_eq!(out.code, Some(0));
+    let version = String::from_utf8(out.stdout).unwrap();
+    assert!(version.starts_with("wi-credential-provider "), "{version}");
     assert!(
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .starts_with("wi-credential-provider ")
+        version.contains("(commit ") && version.contains("providers: "),
+        "--version is the full version line: {version}"
+    );
+    // A word that is no command is refused as the full command line refuses
+    // it, with usage status 2.
+    let out = run(&["--provider", "passthrough", "chek-config"], &[], b"");
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("unrecognized subcommand 'chek-config'"),
+        "{}",
+        out.stderr
     );
 }
 
