@@ -4,7 +4,7 @@ BIN := target/release/wi-credential-provider
 # moto_server for the aws tests: `bash .ci/run` installs it into this venv.
 export WICP_MOTO_SERVER ?= $(HOME)/.cache/wicp-venv/bin/moto_server
 
-.PHONY: all build release demo test unit lint fmt clean bench fuzz bench-cache bench-footprint
+.PHONY: all build release demo test unit lint fmt clean bench fuzz bench-latency bench-footprint
 
 all: build
 
@@ -42,11 +42,15 @@ lint:
 fmt:
 	$(CARGO) fmt
 
-# Cost of a cache hit and a miss as whole processes (hyperfine, release
-# build); writes BENCHMARKS.md. Not a test: timings depend on the machine.
-bench: bench-cache bench-footprint
-bench-cache:
-	bash bench/cache.sh
+# Every benchmark lives in benches/. Not a test: timings depend on the machine.
+bench: bench-latency bench-footprint
+
+# CPU and wall time of whole plugin processes (hyperfine, release build):
+# /bin/true, a cache hit, a miss over HTTP and a miss over TLS (--ca-file)
+# per provider; writes BENCHMARKS.md, and fails if a TLS miss costs more
+# than TLS_MISS_CPU_MS of CPU (docs/performance.md).
+bench-latency:
+	bash benches/latency.sh
 
 # Footprint of the shipped binary: its size, and per provider the peak RSS,
 # wall time and upstream calls of one invocation against local fakes.

@@ -22,7 +22,7 @@
 set -eu
 
 PROG=wi-credential-provider
-PROVIDERS="aws azure gcp passthrough vault jfrog quay cloudsmith"
+PROVIDERS="aws azure gcp passthrough vault token-exchange chainguard jfrog quay cloudsmith"
 
 usage() {
   cat <<'EOF'

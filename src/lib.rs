@@ -30,3 +30,4 @@ pub mod secret;
 pub mod serve;
 pub mod token;
 pub mod version;
+pub mod yaml;

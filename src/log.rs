@@ -2,6 +2,11 @@
 //! protocol. The kubelet shows our stderr only when we fail, so on success we
 //! write at most one `info` line, and `debug` is for an admin running the
 //! binary by hand.
+//!
+//! Every line goes through [`crate::redact::redact`] here, the one place
+//! stderr is written: whatever a message quotes (an upstream's error text,
+//! a value from the request), no registered secret and no token shape
+//! reaches the kubelet's log.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -38,8 +43,20 @@ pub fn write(level: Level, args: std::fmt::Arguments<'_>) {
     };
     // One write(2) per line, so lines of concurrent plugin processes
     // sharing a stderr never interleave mid-line.
-    let line = format!("wi-credential-provider: {tag}: {args}\n");
+    let text = crate::redact::redact(&args.to_string());
+    let line = format!("wi-credential-provider: {tag}: {text}\n");
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
+/// Sends panic messages through [`write`] too, so a panic quoting a value
+/// is redacted like every other line.
+pub fn redact_panics() {
+    std::panic::set_hook(Box::new(|info| {
+        write(
+            Level::Error,
+            format_args!("internal error (please report it): {info}"),
+        );
+    }));
 }
 
 #[macro_export]

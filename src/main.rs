@@ -15,8 +15,7 @@ use wi_credential_provider::{log, serve, version};
 
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
-    let command = Command::augment_subcommands(options::command().version(version::line()));
-    let matches = match command.try_get_matches_from(&args) {
+    let matches = match parse(&args) {
         Ok(matches) => matches,
         Err(e) => e.exit(),
     };
@@ -28,6 +27,7 @@ fn main() -> ExitCode {
         }
     };
     log::set_level(options.log_level);
+    log::redact_panics();
     if matches.subcommand().is_some() {
         return match Command::from_arg_matches(&matches) {
             Ok(command) => commands::run(&command, &options),
@@ -37,4 +37,20 @@ fn main() -> ExitCode {
     let inputs = Inputs::new(Env::from_process(), options.ca_file.clone());
     let arg0 = args.first().cloned().unwrap_or_default();
     serve::run(&arg0, &matches, &options, &inputs)
+}
+
+/// Parses the command line. The kubelet runs the binary without a command,
+/// once per image pull, so the serving flags are tried alone first: the
+/// admin commands' arguments (check-config, explain, cache) are then never
+/// built on the serving path. The serving command has no positional
+/// argument, so it accepts exactly the command lines without a command,
+/// and reads them as the full command would. Anything else, a command,
+/// `--help`, `--version` or a mistake, is parsed again by the full command,
+/// so what it says is what it always said.
+fn parse(args: &[OsString]) -> Result<clap::ArgMatches, clap::Error> {
+    if let Ok(matches) = options::command().try_get_matches_from(args) {
+        return Ok(matches);
+    }
+    Command::augment_subcommands(options::command().version(version::line()))
+        .try_get_matches_from(args)
 }

@@ -47,6 +47,12 @@ pub fn is_valid_pattern(pattern: &str) -> bool {
     !host.is_empty() && host.split('.').all(|label| glob(label, "").is_ok())
 }
 
+/// The path of a pattern, with its leading `/` (`/team-a` for
+/// `harbor.example.com/team-a`), or empty for a host-wide pattern.
+pub fn pattern_path(pattern: &str) -> &str {
+    split_path(strip_scheme(pattern)).1
+}
+
 fn strip_scheme(s: &str) -> &str {
     s.strip_prefix("https://")
         .or_else(|| s.strip_prefix("http://"))

@@ -63,8 +63,9 @@ pub struct Options {
     #[arg(long, value_name = "DURATION", env = "WICP_MAX_CACHE_DURATION", default_value = "1h", value_parser = parse_duration)]
     pub max_cache_duration: Duration,
 
-    /// Overall deadline for one invocation, shared by every upstream call.
-    /// Keep it below the kubelet's hard 60s kill.
+    /// Overall deadline for one invocation, shared by reading the request on
+    /// stdin and every upstream call. Keep it below the kubelet's hard 60s
+    /// kill.
     #[arg(long, value_name = "DURATION", env = "WICP_TIMEOUT", default_value = "45s", value_parser = parse_timeout)]
     pub timeout: Duration,
 

@@ -4,8 +4,19 @@
 //! `Secret` has no `Display` and a redacted `Debug`, so a secret cannot reach
 //! stderr through a `{}` or `{:?}` by accident. The one way to read it is
 //! [`Secret::expose`], which is easy to grep for in review.
+//!
+//! Every secret is also registered, when it is made, with the process-wide
+//! redaction registry below: an upstream that quotes back a token we sent
+//! it (Google IAM quoting the bearer, ACR quoting the Entra token, a
+//! service quoting the service account token's signature) must not get it
+//! onto stderr through its error message. Registering in the constructor
+//! means no call site can forget; [`crate::log`] masks every registered
+//! secret in every line it writes (see [`known_spans`]).
 
+use std::collections::BTreeSet;
 use std::fmt;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Mutex;
 
 use zeroize::Zeroize;
 
@@ -16,7 +27,9 @@ pub struct Secret(String);
 
 impl Secret {
     pub fn new(value: impl Into<String>) -> Self {
-        Secret(value.into())
+        let secret = Secret(value.into());
+        register(&secret.0);
+        secret
     }
 
     /// Reads the secret. Every call site is a place where a secret leaves the
@@ -44,9 +57,139 @@ impl Drop for Secret {
     }
 }
 
+/// Secrets shorter than this are not registered: they would mask ordinary
+/// words, and nothing we obtain is that short. Between this and [`WINDOW`]
+/// bytes a secret is masked only whole (a short registry password from
+/// Vault, say).
+const MIN_REGISTERED: usize = 8;
+
+/// Any run of this many bytes of a registered secret is masked, so an
+/// upstream quoting part of a token (cut, or only a JWT's signature) does
+/// not get the part through either.
+pub const WINDOW: usize = 16;
+
+/// The registry: for each registered secret, the hash of each of its
+/// windows (of [`WINDOW`] bytes, or the whole secret when shorter), with
+/// the window's length. Only hashes are kept, not the secrets: the registry
+/// outlives the `Secret` values and must not undo the wiping in `Drop`.
+/// Process-wide like the log level: one invocation, one set of secrets.
+static REGISTRY: Mutex<BTreeSet<(usize, u64)>> = Mutex::new(BTreeSet::new());
+
+fn window_hash(bytes: &[u8]) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    bytes.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// Registers `value` for redaction (see [`known_spans`]).
+fn register(value: &str) {
+    let bytes = value.as_bytes();
+    if bytes.len() < MIN_REGISTERED {
+        return;
+    }
+    let width = bytes.len().min(WINDOW);
+    let mut registry = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
+    for window in bytes.windows(width) {
+        registry.insert((width, window_hash(window)));
+    }
+}
+
+/// The byte ranges of `text` covered by a window of a registered secret,
+/// merged and widened to character boundaries, in order.
+pub fn known_spans(text: &str) -> Vec<std::ops::Range<usize>> {
+    let registry = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
+    if registry.is_empty() {
+        return Vec::new();
+    }
+    let widths: BTreeSet<usize> = registry.iter().map(|(w, _)| *w).collect();
+    let bytes = text.as_bytes();
+    let mut spans: Vec<std::ops::Range<usize>> = Vec::new();
+    for width in widths {
+        for (at, window) in bytes.windows(width).enumerate() {
+            if registry.contains(&(width, window_hash(window))) {
+                spans.push(at..at + width);
+            }
+        }
+    }
+    drop(registry);
+    spans.sort_by_key(|r| r.start);
+    let mut merged: Vec<std::ops::Range<usize>> = Vec::new();
+    for mut span in spans {
+        while !text.is_char_boundary(span.start) {
+            span.start -= 1;
+        }
+        while !text.is_char_boundary(span.end) {
+            span.end += 1;
+        }
+        match merged.last_mut() {
+            Some(last) if span.start <= last.end => last.end = last.end.max(span.end),
+            _ => merged.push(span),
+        }
+    }
+    merged
+}
+
+/// `text` with every run of a registered secret replaced by `<redacted>`.
+pub fn mask_known(text: &str) -> String {
+    let spans = known_spans(text);
+    if spans.is_empty() {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut from = 0;
+    for span in spans {
+        out.push_str(text.get(from..span.start).unwrap_or_default());
+        out.push_str("<redacted>");
+        from = span.end;
+    }
+    out.push_str(text.get(from..).unwrap_or_default());
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_made_secret_is_masked_whole_and_in_parts() {
+        let token = "Zm9vYmFyYmF6cXV4-registered-secret-9f8e7d6c5b4a3921";
+        let _s = Secret::new(token);
+        assert_eq!(
+            mask_known(&format!("bearer {token} is invalid")),
+            "bearer <redacted> is invalid"
+        );
+        // Any 16-byte run of it, wherever it starts, and two runs.
+        let part = &token[7..30];
+        assert_eq!(mask_known(&format!("x {part} y")), "x <redacted> y");
+        let tail = &token[token.len() - 16..];
+        assert_eq!(
+            mask_known(&format!("{tail}, {part}")),
+            "<redacted>, <redacted>"
+        );
+        // Fifteen bytes are not enough to tell it from ordinary text.
+        let short = &token[3..18];
+        assert_eq!(mask_known(short), short);
+        assert_eq!(mask_known("ordinary words"), "ordinary words");
+    }
+
+    #[test]
+    fn short_secrets_are_masked_whole_only() {
+        let _s = Secret::new("pw-4Kq9zX1");
+        assert_eq!(mask_known("password pw-4Kq9zX1."), "password <redacted>.");
+        assert_eq!(mask_known("pw-4Kq9z"), "pw-4Kq9z");
+        // Too short to register at all.
+        let _t = Secret::new("AWS");
+        assert_eq!(mask_known("user AWS"), "user AWS");
+    }
+
+    #[test]
+    fn multibyte_text_around_a_secret_stays_valid() {
+        let _s = Secret::new("é-secret-value-with-an-accent-ü");
+        assert_eq!(
+            mask_known("« é-secret-value-with-an-accent-ü »"),
+            "« <redacted> »"
+        );
+    }
 
     #[test]
     fn debug_never_shows_the_value() {

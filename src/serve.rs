@@ -13,7 +13,7 @@ use std::ffi::OsStr;
 use std::io::Write;
 use std::process::ExitCode;
 
-use crate::cache::{self, Cache, KeyInputs, Origin};
+use crate::cache::{self, Cache, KeyInputs, Origin, Stored};
 use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result, quote};
@@ -25,7 +25,6 @@ use crate::options::{self, Options};
 use crate::protocol::{self, Response};
 use crate::providers::route;
 use crate::providers::{Context, Exchanger, Plan, Provider};
-use crate::secret::Secret;
 use crate::token::ServiceAccountToken;
 
 /// What the exchange is for, collected as the request is understood, so a
@@ -35,8 +34,6 @@ struct Subject {
     provider: Option<&'static Provider>,
     service_account: Option<String>,
     registry: Option<String>,
-    /// Values that must not appear in the error line, whatever produced it.
-    redact: Vec<Secret>,
 }
 
 impl Subject {
@@ -52,11 +49,11 @@ impl Subject {
         if let Some(r) = &self.registry {
             about.push(format!("registry {r}"));
         }
-        let mut line = format!("{} failed: {error}", about.join(", "));
-        for secret in self.redact.iter().filter(|s| s.expose().len() >= 8) {
-            line = line.replace(secret.expose(), "<redacted>");
-        }
-        line.replace(['\n', '\r'], " ")
+        // Every secret of the invocation was registered when it was
+        // obtained; log::write redacts again, this keeps the line safe
+        // wherever it goes.
+        let line = format!("{} failed: {error}", about.join(", "));
+        crate::redact::redact(&line).replace(['\n', '\r'], " ")
     }
 }
 
@@ -71,8 +68,14 @@ pub fn run(
     let named = options::provider_from_program_name(arg0);
     let choice = options.choice(named);
     let mut subject = Subject::default();
-    let stdin = std::io::stdin().lock();
-    match respond(matches, options, inputs, choice, stdin, &mut subject) {
+    match respond(
+        matches,
+        options,
+        inputs,
+        choice,
+        std::io::stdin(),
+        &mut subject,
+    ) {
         Ok(json) => {
             let mut out = std::io::stdout().lock();
             if let Err(e) = out.write_all(&json).and_then(|()| out.flush()) {
@@ -142,23 +145,43 @@ pub fn prepare<'a>(
     Ok(Prepared { audiences, plan })
 }
 
+/// Reads the request under the deadline: on a thread, because a read
+/// cannot be interrupted without unsafe code, and a writer that never closes
+/// stdin must not hang the plugin until the kubelet kills it. When the
+/// deadline passes, the caller returns and the process exits, thread and
+/// all.
+fn read_request_within(
+    input: impl std::io::Read + Send + 'static,
+    deadline: &Deadline,
+) -> Result<protocol::Request> {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("stdin".into())
+        .spawn(move || {
+            let _ = sender.send(protocol::read_request(input));
+        })
+        .map_err(|e| Error::internal(format!("cannot start reading stdin: {e}")))?;
+    match receiver.recv_timeout(deadline.remaining()) {
+        Ok(read) => read,
+        Err(_) => Err(Error::request(format!(
+            "no complete request arrived on stdin within the deadline of {}s",
+            deadline.budget().as_secs()
+        ))
+        .fix("the kubelet writes one CredentialProviderRequest and closes stdin; by hand, pipe the request in (or end input with Ctrl-D)")),
+    }
+}
+
 /// Reads one request and produces the response bytes.
 fn respond(
     matches: &clap::ArgMatches,
     options: &Options,
     inputs: &Inputs,
     choice: Option<&'static Provider>,
-    input: impl std::io::Read,
+    input: impl std::io::Read + Send + 'static,
     subject: &mut Subject,
 ) -> Result<Vec<u8>> {
     let deadline = Deadline::after(options.timeout);
-    let request = protocol::read_request(input)?;
-    if let Some(token) = &request.service_account_token {
-        subject.redact.push(token.clone());
-        if let Some((_, signature)) = token.expose().rsplit_once('.') {
-            subject.redact.push(Secret::new(signature));
-        }
-    }
+    let request = read_request_within(input, &deadline)?;
     let image = ImageRef::parse(&request.image)?;
     subject.registry = Some(image.registry().to_string());
 
@@ -209,10 +232,10 @@ fn respond(
             credential: (prepared.plan.exchange)(&deadline)?,
             created_at: duration::unix_now(),
             origin: Origin::Exchange,
+            stored: Stored::NotApplicable,
         },
     };
     let credential = served.credential;
-    subject.redact.push(credential.password.clone());
 
     let now = duration::unix_now();
     let cache_duration = cache::kubelet_cache_duration(
@@ -247,10 +270,14 @@ fn respond(
         auth_key,
         image,
         duration::format_go(cache_duration),
-        match (served.origin, &cache) {
+        match (served.origin, served.stored) {
             (Origin::Cache, _) => ", from the on-disk cache",
-            (Origin::Exchange, Some(_)) => ", exchanged and cached",
-            (Origin::Exchange, None) => "",
+            (Origin::Exchange, Stored::Written) => ", exchanged and cached",
+            (Origin::Exchange, Stored::WriteFailed) =>
+                ", exchanged, not cached (the cache entry could not be written)",
+            (Origin::Exchange, Stored::TooShortLived) =>
+                ", exchanged, not cached (too close to its expiry or --max-cache-duration to be served again)",
+            (Origin::Exchange, Stored::NotApplicable) => "",
         }
     );
     Ok(json)
@@ -266,10 +293,10 @@ mod tests {
             provider: Some(&crate::providers::passthrough::PROVIDER),
             service_account: Some("team/api".into()),
             registry: Some("reg.io".into()),
-            redact: vec![Secret::new("eyJhbGciOi.secret.signature")],
         };
+        let _token = crate::secret::Secret::new("opaque-registered-secret-value");
         let line = subject.failure_line(
-            &Error::upstream("upstream echoed eyJhbGciOi.secret.signature\nback").fix("do x"),
+            &Error::upstream("upstream echoed opaque-registered-secret-value\nback").fix("do x"),
         );
         assert_eq!(
             line,

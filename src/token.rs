@@ -174,6 +174,27 @@ fn segment(segment: &str, what: &str) -> Result<Vec<u8>> {
     })
 }
 
+/// The `exp` claim of a token an upstream issued, if it is a JWT, read
+/// without verifying it: the token exchanges use it only to know how long
+/// the credential they were handed will work (`cacheDuration`), never to
+/// trust it. `None` for anything that is not a JWS compact token with a
+/// numeric `exp`.
+pub fn unverified_expiry(token: &str) -> Option<i64> {
+    if token.len() > MAX_TOKEN_BYTES {
+        return None;
+    }
+    let mut parts = token.split('.');
+    let (_, payload, _, None) = (parts.next()?, parts.next()?, parts.next()?, parts.next()) else {
+        return None;
+    };
+    let claims: serde_json::Value =
+        serde_json::from_slice(&segment(payload, "payload").ok()?).ok()?;
+    match claims.get("exp")? {
+        serde_json::Value::Number(n) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)),
+        _ => None,
+    }
+}
+
 fn number(n: Option<serde_json::Number>, claim: &str) -> Result<i64> {
     let n = n.ok_or_else(|| missing(claim))?;
     n.as_i64()
@@ -221,8 +242,16 @@ pub fn decode_claims(token: &str) -> Result<Claims> {
     let header: WireHeader = serde_json::from_slice(&segment(header, "header")?).map_err(|_| {
         Error::token("the service account token's header is not a JSON object").fix(TOKEN_FIX)
     })?;
-    match header.alg.as_deref() {
-        None | Some("") | Some("none") => {
+    // JOSE algorithm names are case-sensitive, but a verifier somewhere
+    // down the line may not be: refuse every spelling of "none".
+    match header.alg.as_deref().map(str::trim) {
+        None | Some("") => {
+            return Err(Error::token(
+                "the service account token is not signed (alg is none or missing)",
+            )
+            .fix(TOKEN_FIX));
+        }
+        Some(alg) if alg.eq_ignore_ascii_case("none") => {
             return Err(Error::token(
                 "the service account token is not signed (alg is none or missing)",
             )
@@ -352,6 +381,9 @@ mod tests {
             ("!!!.e30.sig".to_string(), "header is not valid base64url"),
             (jwt("[]", &good), "header is not a JSON object"),
             (jwt(r#"{"alg":"none"}"#, &good), "not signed"),
+            (jwt(r#"{"alg":"NONE"}"#, &good), "not signed"),
+            (jwt(r#"{"alg":"None"}"#, &good), "not signed"),
+            (jwt(r#"{"alg":" nOnE "}"#, &good), "not signed"),
             (jwt(HEADER, "not json"), "claims are not a JSON object"),
             (jwt(HEADER, r#"{"sub":"x"}"#), "no kubernetes.io claim"),
             (

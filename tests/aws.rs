@@ -1025,6 +1025,37 @@ fn missing_empty_and_malformed_role_annotations_are_refused_before_any_call() {
 }
 
 #[test]
+fn ecr_hosts_with_a_port_are_refused_before_any_call() {
+    let wire = tripwire();
+    let env = [("AWS_ENDPOINT_URL", wire.url())];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
+    let role = [(ROLE_ANNOTATION, "arn:aws:iam::123456789012:role/pull")];
+    for registry in [
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com:5000",
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com:443",
+        "public.ecr.aws:8443",
+    ] {
+        let image = format!("{registry}/team/app");
+        let line = plugin(&[], &env, &image, &token, &role).failure();
+        assert!(
+            line.contains(&format!(
+                "registry {registry} is not served by the aws exchanger"
+            )),
+            "{line}"
+        );
+        // Nor does auto routing send it to aws.
+        let out = run(
+            &["--provider", "auto"],
+            &env,
+            request(&image, Some(&token), &role).as_bytes(),
+        );
+        out.failure();
+    }
+    assert_eq!(wire.request_count(), 0);
+}
+
+#[test]
 fn lookalike_hosts_are_not_ecr() {
     let wire = tripwire();
     let token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();

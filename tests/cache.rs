@@ -289,6 +289,50 @@ fn sa_token(namespace: &str, name: &str) -> String {
 }
 
 #[test]
+fn the_info_line_says_whether_the_credential_was_cached() {
+    let world = World::new(&[("team", "puller")]);
+    let first = world.pull(&sa_token("team", "puller"));
+    assert!(
+        first.stderr.contains(", exchanged and cached"),
+        "{}",
+        first.stderr
+    );
+
+    // The entry's name is taken by a directory: the write fails.
+    let entry = world.entry_files().pop().unwrap();
+    std::fs::remove_file(&entry).unwrap();
+    std::fs::create_dir(&entry).unwrap();
+    let out = world.pull(&sa_token("team", "puller"));
+    out.response();
+    assert!(
+        out.stderr
+            .contains(", exchanged, not cached (the cache entry could not be written)"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        !out.stderr.contains("exchanged and cached"),
+        "{}",
+        out.stderr
+    );
+    std::fs::remove_dir(&entry).unwrap();
+
+    // Too close to --max-cache-duration to be served again: not written.
+    let out = world.pull_with(
+        &["--max-cache-duration", "0s"],
+        &sa_token("team", "puller"),
+        IDENTITY,
+    );
+    out.response();
+    assert!(
+        out.stderr.contains(", exchanged, not cached (too close to its expiry or --max-cache-duration to be served again)"),
+        "{}",
+        out.stderr
+    );
+    assert!(world.entry_files().is_empty());
+}
+
+#[test]
 fn one_exchange_then_hits_across_processes_and_pods() {
     let world = World::new(&[("team", "puller")]);
     let first = world.pull(&sa_token("team", "puller"));
@@ -645,6 +689,100 @@ fn a_process_killed_while_holding_the_lock_does_not_block_the_next() {
     // And the entry it wrote serves the next pull.
     world.pull(&sa_token("team", "puller")).response();
     assert_eq!(world.exchanges(), 2);
+}
+
+/// Each of the two upstream calls of an exchange takes this long.
+const SLOW_CALL: Duration = Duration::from_millis(5_500);
+
+/// A world whose Entra ID and ACR each take [`SLOW_CALL`] to answer, and
+/// the plugin's arguments for it with `--timeout 20s`: one exchange takes
+/// 11 s, more than half the deadline.
+fn slow_world() -> (World, Vec<String>) {
+    let world = World::new(&[("team", "puller")]);
+    world.entra.delay(SLOW_CALL);
+    world.acr.delay(SLOW_CALL);
+    let mut args = world.args();
+    args[3] = "info".into();
+    args.extend(["--timeout".to_string(), "20s".to_string()]);
+    (world, args)
+}
+
+fn pod_token(i: usize) -> String {
+    let mut spec = TokenSpec::new("team", "puller", azure::AUDIENCE);
+    spec.pod_name = format!("puller-{i}");
+    spec.pod_uid = format!("pod-uid-{i}");
+    spec.mint()
+}
+
+fn start(args: &[String], token: &str) -> Child {
+    let mut child = spawn(args);
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(request(IMAGE, Some(token), IDENTITY).as_bytes())
+        .unwrap();
+    child
+}
+
+#[test]
+fn four_processes_behind_a_slow_upstream_all_get_the_one_exchange() {
+    let (world, args) = slow_world();
+    let started = Instant::now();
+    let tokens: Vec<String> = (0..4).map(pod_token).collect();
+    let children: Vec<Child> = tokens.iter().map(|t| start(&args, t)).collect();
+    let runs: Vec<Run> = children.into_iter().map(finish).collect();
+    let took = started.elapsed();
+    let ok = runs.iter().filter(|r| r.code == Some(0)).count();
+    assert_eq!(
+        ok,
+        4,
+        "every pull succeeds: {:#?}",
+        runs.iter().map(|r| &r.stderr).collect::<Vec<_>>()
+    );
+    assert_eq!(world.exchanges(), 1, "one exchange upstream");
+    assert_eq!(world.acr.server.request_count(), 1);
+    let minted = world.acr.minted();
+    for (out, token) in runs.iter().zip(&tokens) {
+        assert_eq!(password(out), minted[0]);
+        world.assert_no_secrets(&out.stderr, token);
+    }
+    assert!(took < Duration::from_secs(20), "{took:?}");
+}
+
+#[test]
+fn a_holder_killed_mid_exchange_does_not_fail_the_waiters() {
+    let (world, args) = slow_world();
+    let mut holder = start(&args, &pod_token(0));
+    wait_for("the holder's exchange to reach Entra", || {
+        world.entra.server.request_count() == 1
+    });
+    let started = Instant::now();
+    let waiters: Vec<Child> = (1..4).map(|i| start(&args, &pod_token(i))).collect();
+    std::thread::sleep(Duration::from_millis(1_500));
+    assert_eq!(
+        world.entra.server.request_count(),
+        1,
+        "no waiter calls the upstream while the holder is alive"
+    );
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let runs: Vec<Run> = waiters.into_iter().map(finish).collect();
+    let took = started.elapsed();
+    for out in &runs {
+        out.response();
+    }
+    let passwords: BTreeSet<String> = runs.iter().map(password).collect();
+    assert_eq!(passwords.len(), 1, "the waiters share one credential");
+    assert_eq!(
+        world.exchanges(),
+        2,
+        "the killed holder's call, then one exchange for all waiters"
+    );
+    assert!(
+        took < Duration::from_secs(20),
+        "within the deadline: {took:?}"
+    );
 }
 
 fn wait_for(what: &str, done: impl Fn() -> bool) {

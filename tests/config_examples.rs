@@ -21,10 +21,11 @@ use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use serde::Deserialize;
 
-const SCENARIOS: [&str; 11] = [
+const SCENARIOS: [&str; 13] = [
     "aws-pod-identity",
     "aws-web-identity",
     "azure",
+    "chainguard",
     "cloudsmith",
     "gcp-federation",
     "gke",
@@ -32,6 +33,7 @@ const SCENARIOS: [&str; 11] = [
     "multi-provider",
     "passthrough-harbor-zot",
     "quay",
+    "token-exchange",
     "vault",
 ];
 

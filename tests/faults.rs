@@ -654,6 +654,20 @@ fn retry_after_beyond_the_deadline_fails_at_once() {
 }
 
 #[test]
+fn an_absurd_retry_after_is_shown_clamped() {
+    for case in Case::all() {
+        case.script(vec![case.throttled("99999999999999999999")]);
+        let out = case.run_normal(&["--timeout", "10s"], &[]);
+        let line = case.failure(&out);
+        assert!(
+            line.contains("answered HTTP 429 asking to retry after more than 24h0m0s, beyond the "),
+            "{line}"
+        );
+        assert_eq!(case.first_requests(), 1);
+    }
+}
+
+#[test]
 fn a_refusal_is_not_retried() {
     for case in Case::all() {
         case.script(vec![case.forbidden()]);

@@ -19,12 +19,14 @@ use sha2::{Digest, Sha256};
 
 const BIN_DIR: &str = "usr/libexec/kubernetes/kubelet-plugins/credential-provider/exec";
 const CONFIG: &str = "etc/kubernetes/credential-provider.yaml";
-const LINKS: [&str; 8] = [
+const LINKS: [&str; 10] = [
     "wi-credential-provider-aws",
     "wi-credential-provider-azure",
     "wi-credential-provider-gcp",
     "wi-credential-provider-passthrough",
     "wi-credential-provider-vault",
+    "wi-credential-provider-token-exchange",
+    "wi-credential-provider-chainguard",
     "wi-credential-provider-jfrog",
     "wi-credential-provider-quay",
     "wi-credential-provider-cloudsmith",

@@ -756,6 +756,13 @@ fn dry_run_writes_nothing() {
 #[test]
 fn aks_merges_into_agentbakers_yaml_and_narrows_the_node_entry() {
     let node = Node::new("aks", true);
+    // AgentBaker writes its flags file 0600; git keeps only 0644 or 0755,
+    // so the fixture gets its real mode here.
+    std::fs::set_permissions(
+        node.path("/etc/default/kubelet"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
     let install = [
         "--provider",
         "azure",

@@ -118,6 +118,60 @@ fn skopeo_pulls_with_the_passthrough_credentials() {
     );
 }
 
+/// A path-scoped allowlist: the kubelet must not reuse the token for other
+/// paths of the host, so the key carries the allowed path and the kubelet
+/// caches per image.
+#[test]
+fn a_path_scoped_registry_gets_a_path_scoped_key() {
+    let token = TokenSpec::new("team", "puller", "harbor.example.com").mint();
+    let pull = |registries: &[&str], image: &str| {
+        let mut args = vec!["--provider", "passthrough"];
+        for r in registries {
+            args.extend(["--registry", r]);
+        }
+        run(&args, &[], request(image, Some(&token), &[]).as_bytes())
+    };
+
+    let image = "harbor.example.com/team-a/app:v1";
+    let response = pull(&["harbor.example.com/team-a"], image).response_for(image);
+    assert_eq!(response["cacheKeyType"], "Image", "{response}");
+    let keys: Vec<&String> = response["auth"].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["harbor.example.com/team-a"], "{response}");
+    // What the kubelet then does with the key: a literal path prefix.
+    let key = "harbor.example.com/team-a";
+    assert!(!wi_credential_provider::matching::matches(
+        key,
+        "harbor.example.com/team-b/app"
+    ));
+    assert!(wi_credential_provider::matching::matches(
+        key,
+        "harbor.example.com/team-ab/app"
+    ));
+
+    // The narrowest allowing pattern wins; a trailing slash keeps team-ab out.
+    let response = pull(
+        &["harbor.example.com/team", "harbor.example.com/team-a/"],
+        image,
+    )
+    .response_for(image);
+    let keys: Vec<&String> = response["auth"].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["harbor.example.com/team-a/"], "{response}");
+
+    // A host-wide pattern keeps the host-wide key.
+    let response =
+        pull(&["harbor.example.com", "harbor.example.com/team-a"], image).response_for(image);
+    assert_eq!(response["cacheKeyType"], "Registry", "{response}");
+    let keys: Vec<&String> = response["auth"].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["harbor.example.com"], "{response}");
+
+    // team-b is refused outright.
+    pull(
+        &["harbor.example.com/team-a"],
+        "harbor.example.com/team-b/app",
+    )
+    .failure();
+}
+
 /// The same end to end with the client a node really uses: containerd, fed
 /// exactly the username and password the plugin printed. containerd logs in
 /// with an OAuth2 POST, which this token service grants the way
@@ -185,5 +239,102 @@ fn containerd_pulls_with_the_passthrough_credentials() {
     assert!(
         !logins.is_empty() && logins.iter().all(|(m, s)| m == "POST" && *s == 200),
         "containerd logged in with OAuth2 POSTs only: {calls:?}"
+    );
+}
+
+/// Zot (v2.1.19+) set up as docs/providers/passthrough.md shows: the bearer
+/// realm is Zot's `/zot/auth/token`, which verifies the service account
+/// token against the cluster's issuer for its configured audiences. A fake
+/// of that endpoint (tests/support/zot.rs, from Zot's source) sits in front
+/// of Debian's docker-registry, and skopeo pulls with exactly the
+/// credentials the plugin returned; tokens Zot would refuse do not pull.
+#[test]
+fn skopeo_pulls_through_zots_token_endpoint_with_the_passthrough_credentials() {
+    use support::registry::Registry;
+    use support::zot::FakeZot;
+
+    const AUDIENCE: &str = "zot.cluster.test";
+    let zot = FakeZot::start(
+        support::token::ISSUER,
+        &[AUDIENCE, "https://zot.cluster.test"],
+        ("zot-admin", "admin-password"),
+    );
+    let registry = Registry::start_with_token_realm(&zot.realm(), "zot-admin", "admin-password");
+    let digest = registry.push_test_image("team/app", "v1");
+    let host = registry.host().to_string();
+    let args = [
+        "--provider",
+        "passthrough",
+        "--registry",
+        &host,
+        "--audience",
+        AUDIENCE,
+        "--passthrough-username",
+        "zot",
+    ];
+
+    let token = TokenSpec::new("team", "puller", AUDIENCE).mint();
+    let out = run(
+        &args,
+        &[],
+        request(&format!("{host}/team/app"), Some(&token), &[]).as_bytes(),
+    );
+    let response = out.response();
+    let auth = &response["auth"][host.as_str()];
+    assert_eq!(auth["username"], "zot");
+    assert_eq!(auth["password"], token.as_str());
+    registry
+        .pull("team/app", "v1", "zot", auth["password"].as_str().unwrap())
+        .expect("skopeo pulls through Zot's token endpoint");
+    let accepted = zot.seen().accepted;
+    assert!(!accepted.is_empty());
+    assert!(
+        accepted
+            .iter()
+            .all(|s| s == "system:serviceaccount:team:puller"),
+        "{accepted:?}"
+    );
+
+    // containerd, as on a node: its OAuth2 POST carries the token as the
+    // form's `password`, which Zot reads.
+    let containerd = support::containerd::Containerd::start();
+    let image = format!("{host}/team/app:v1");
+    let pulled = containerd
+        .pull(&image, "zot", auth["password"].as_str().unwrap())
+        .unwrap_or_else(|e| panic!("containerd refused the plugin's credentials:\n{e}"));
+    assert_eq!(pulled, digest);
+    let logins = zot.seen().logins;
+    assert!(
+        logins.iter().any(|(m, s)| m == "POST" && *s == "form"),
+        "containerd logged in by POST with the form's password: {logins:?}"
+    );
+    let accepted = zot.seen().accepted;
+
+    // Signed by another key: owned by the provider (issuer and audience
+    // match), then refused by verification.
+    let forged = TokenSpec::new("team", "puller", AUDIENCE).mint_with_wrong_key();
+    assert!(registry.pull("team/app", "v1", "zot", &forged).is_err());
+    // An audience Zot is not configured for: owned by nobody.
+    let other = TokenSpec::new("team", "puller", "harbor.cluster.test").mint();
+    assert!(registry.pull("team/app", "v1", "zot", &other).is_err());
+    // Expired.
+    let mut spec = TokenSpec::new("team", "puller", AUDIENCE);
+    spec.expires_in = -120;
+    assert!(
+        registry
+            .pull("team/app", "v1", "zot", &spec.mint())
+            .is_err()
+    );
+    let seen = zot.seen();
+    assert_eq!(seen.accepted.len(), accepted.len(), "{seen:?}");
+    assert!(
+        seen.refused
+            .iter()
+            .any(|r| r.contains("failed verification")),
+        "{seen:?}"
+    );
+    assert!(
+        seen.refused.iter().any(|r| r.contains("belongs to")),
+        "{seen:?}"
     );
 }

@@ -399,15 +399,30 @@ fn help_and_version() {
         "--passthrough-username",
         "WICP_PROVIDER",
         "WICP_REGISTRY",
+        // The commands: the serving path parses without them (main.rs
+        // `parse`), help must not.
+        "check-config",
+        "explain",
+        "cache",
     ] {
         assert!(help.contains(needle), "--help lacks {needle}");
     }
     let out = run(&["--version"], &[], b"");
     assert_eq!(out.code, Some(0));
+    let version = String::from_utf8(out.stdout).unwrap();
+    assert!(version.starts_with("wi-credential-provider "), "{version}");
     assert!(
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .starts_with("wi-credential-provider ")
+        version.contains("(commit ") && version.contains("providers: "),
+        "--version is the full version line: {version}"
+    );
+    // A word that is no command is refused as the full command line refuses
+    // it, with usage status 2.
+    let out = run(&["--provider", "passthrough", "chek-config"], &[], b"");
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("unrecognized subcommand 'chek-config'"),
+        "{}",
+        out.stderr
     );
 }
 
@@ -465,5 +480,60 @@ fn unsigned_and_alg_none_tokens_are_refused() {
     assert!(
         line.contains("does not match its kubernetes.io claim"),
         "{line}"
+    );
+}
+
+#[test]
+fn a_stdin_that_never_closes_ends_at_the_deadline() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    let mut child = Command::new(support::plugin::bin())
+        .args([
+            "--provider",
+            "passthrough",
+            "--registry",
+            "registry.example",
+            "--timeout",
+            "2s",
+        ])
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Half a request, and the writer keeps stdin open.
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(b"{\"kind\":\"CredentialProviderRequest\",")
+        .unwrap();
+    stdin.flush().unwrap();
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if started.elapsed() > Duration::from_secs(15) {
+            child.kill().unwrap();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = child.wait_with_output().unwrap();
+    drop(stdin);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let status = status.unwrap_or_else(|| panic!("still reading stdin after 15s: {stderr}"));
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(out.stdout.is_empty());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        stderr.contains("no complete request arrived on stdin within the deadline of 2s"),
+        "{stderr}"
     );
 }

@@ -2,7 +2,7 @@
 //! that decides whether a cloud token may be handed out for a host.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use wi_credential_provider::providers::{aws, azure, gcp};
+use wi_credential_provider::providers::{aws, azure, chainguard, gcp};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(registry) = std::str::from_utf8(data) else {
@@ -37,6 +37,12 @@ fuzz_target!(|data: &[u8]| {
             "{registry:?}"
         );
         assert_eq!(aws::host::parse(registry).as_ref(), Some(parsed));
+    }
+    // Chainguard's identity IDs: lowercase hex segments only, so one never
+    // carries a host, a scheme, a query or a path step.
+    if chainguard::is_identity_id(registry) {
+        assert!(registry.bytes().all(|c| c == b'/' || c.is_ascii_digit() || (b'a'..=b'f').contains(&c)), "{registry:?}");
+        assert!(!registry.contains("//") && !registry.ends_with('/'), "{registry:?}");
     }
     // No host is claimed by two clouds.
     let claimed = [acr.is_some(), google, ecr.is_some()];

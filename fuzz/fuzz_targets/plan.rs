@@ -26,6 +26,8 @@ static MATCHES: LazyLock<ArgMatches> = LazyLock::new(|| {
         "--vault-address=https://vault.example.com:8200",
         "--vault-secret-prefix=registry",
         "--vault-secret-path=registry/{namespace}/{name}",
+        "--token-exchange-url=https://sts.example.com/oauth2/token",
+        "--token-exchange-username=robot",
     ]
     .map(String::from);
     options::parse_as(BINARY, &args, &Env::default()).unwrap()
@@ -64,7 +66,15 @@ fuzz_target!(|data: &[u8]| {
         .collect();
     let token = token(namespace, name);
     let inputs = Inputs::default();
-    let choices = [None, Provider::find("azure"), Provider::find("gcp"), Provider::find("passthrough"), Provider::find("vault")];
+    let choices = [
+        None,
+        Provider::find("azure"),
+        Provider::find("gcp"),
+        Provider::find("passthrough"),
+        Provider::find("vault"),
+        Provider::find("token-exchange"),
+        Provider::find("chainguard"),
+    ];
     for choice in choices {
         let Ok(provider) = route::choose(choice, &image) else {
             continue;

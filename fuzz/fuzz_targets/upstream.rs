@@ -1,5 +1,6 @@
 //! Upstream replies, any status and body: the Google STS and IAM
-//! Credentials interpreters, Google's and Entra/ACR's error readers, and the
+//! Credentials interpreters, the RFC 8693 token-exchange and Chainguard STS
+//! interpreters, Google's and Entra/ACR's error readers, and the
 //! ACR refresh token's expiry. A cloud endpoint, a proxy or a captive portal
 //! can answer anything; the plugin must answer with an error, not a panic.
 #![no_main]
@@ -7,7 +8,7 @@ use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 use wi_credential_provider::net::http::Reply;
-use wi_credential_provider::providers::{azure, gcp, vault};
+use wi_credential_provider::providers::{azure, chainguard, gcp, token_exchange, vault};
 use wi_credential_provider::secret::Secret;
 
 fuzz_target!(|data: &[u8]| {
@@ -40,6 +41,34 @@ fuzz_target!(|data: &[u8]| {
     };
     if let Ok(token) = gcp::iam::interpret(&reply, &iam) {
         assert!(reply.is_success() && !token.token.is_empty());
+    }
+    for username in [
+        token_exchange::Username::Fixed("robot".into()),
+        token_exchange::Username::Field("username".into()),
+    ] {
+        let describe = token_exchange::Describe {
+            url: "https://sts.example.com/token",
+            service_account: "team/puller",
+            issuer: "https://oidc.cluster.test",
+            subject: "system:serviceaccount:team:puller",
+            requested_token_type: Some("urn:ietf:params:oauth:token-type:access_token"),
+            username: &username,
+        };
+        if let Ok(c) = token_exchange::interpret(&reply, 1_800_000_000, &describe) {
+            assert!(reply.is_success() && !c.password.is_empty() && !c.username.is_empty());
+            assert!(c.expires_at > 1_800_000_000 && !c.username.contains(':'));
+        }
+    }
+    let describe = chainguard::Describe {
+        url: "https://issuer.enforce.dev/sts/exchange",
+        identity: "0123456789abcdef0123456789abcdef01234567/0123456789abcdef",
+        service_account: "team/puller",
+        issuer: "https://oidc.cluster.test",
+        subject: "system:serviceaccount:team:puller",
+    };
+    if let Ok(c) = chainguard::interpret(&reply, 1_800_000_000, &describe) {
+        assert!(reply.is_success() && !c.password.is_empty());
+        assert!(c.expires_at > 1_800_000_000);
     }
     let _ = gcp::upstream_error(body);
     if let Ok(login) = vault::wire::read_login(&reply, "login") {

@@ -11,7 +11,10 @@
 //! - temporary files older than [`STALE_AFTER`] (left by a killed writer).
 //!
 //! Entries and lock files are removed only while holding the key's lock,
-//! taken without waiting: a key in use is skipped, never raced.
+//! taken without waiting: a key in use is skipped, never raced. An entry
+//! that cannot be removed (say, a directory under an entry's name) is
+//! skipped too and reported once; the pass goes on, so one bad name never
+//! stops the cap from being enforced.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -37,6 +40,10 @@ pub struct Report {
     pub over_cap: usize,
     pub locks: usize,
     pub temps: usize,
+    /// Entries that could not be removed, skipped.
+    pub unremovable: usize,
+    /// The first of them and why, for the one warning.
+    pub first_failure: Option<String>,
 }
 
 impl Report {
@@ -51,7 +58,11 @@ impl fmt::Display for Report {
             f,
             "removed {} stale entries, {} entries over the cap, {} lock files, {} temporary files",
             self.stale_entries, self.over_cap, self.locks, self.temps
-        )
+        )?;
+        if self.unremovable > 0 {
+            write!(f, "; skipped {} entries it cannot remove", self.unremovable)?;
+        }
+        Ok(())
     }
 }
 
@@ -68,6 +79,14 @@ pub fn run(
     let mut report = Report::default();
     let mut budget = MAX_REMOVALS;
     let mut removed: BTreeSet<Key> = BTreeSet::new();
+    let mut failed: BTreeSet<Key> = BTreeSet::new();
+    let failure = |report: &mut Report, failed: &mut BTreeSet<Key>, key: &Key, e: io::Error| {
+        failed.insert(key.clone());
+        report.unremovable += 1;
+        if report.first_failure.is_none() {
+            report.first_failure = Some(format!("{}: {e}", store.entry_path(key).display()));
+        }
+    };
     let wall_now = SystemTime::now();
 
     let mut entries: Vec<(Key, SystemTime)> = scan
@@ -86,10 +105,17 @@ pub fn run(
         if budget == 0 {
             break;
         }
-        if !servable(&store.read(key)) && remove_entry(store, key, |l| !servable(l))? {
-            removed.insert(key.clone());
-            report.stale_entries += 1;
-            budget -= 1;
+        if servable(&store.read(key)) {
+            continue;
+        }
+        match remove_entry(store, key, |l| !servable(l)) {
+            Ok(true) => {
+                removed.insert(key.clone());
+                report.stale_entries += 1;
+                budget -= 1;
+            }
+            Ok(false) => {}
+            Err(e) => failure(&mut report, &mut failed, key, e),
         }
     }
 
@@ -99,15 +125,25 @@ pub fn run(
         .map(|(key, _)| key)
         .filter(|key| !removed.contains(*key))
         .collect();
-    let over = (live.len() + 1).saturating_sub(max_entries);
-    for key in live.into_iter().take(over) {
-        if budget == 0 {
+    // Oldest first; an entry that cannot be removed (now or in the stale
+    // pass) is skipped and the next one goes instead.
+    let mut over = (live.len() + 1).saturating_sub(max_entries);
+    for key in live {
+        if budget == 0 || over == 0 {
             break;
         }
-        if remove_entry(store, key, |_| true)? {
-            removed.insert(key.clone());
-            report.over_cap += 1;
-            budget -= 1;
+        if failed.contains(key) {
+            continue;
+        }
+        match remove_entry(store, key, |_| true) {
+            Ok(true) => {
+                removed.insert(key.clone());
+                report.over_cap += 1;
+                budget -= 1;
+                over -= 1;
+            }
+            Ok(false) => {}
+            Err(e) => failure(&mut report, &mut failed, key, e),
         }
     }
 
@@ -256,6 +292,50 @@ mod tests {
         assert!(matches!(store.read(&keys[2]), Lookup::Found(_)));
         assert!(matches!(store.read(&keys[3]), Lookup::Found(_)));
         assert!(matches!(store.read(&keep), Lookup::Found(_)));
+    }
+
+    #[test]
+    fn an_entry_that_cannot_be_removed_is_skipped_and_the_cap_still_holds() {
+        let (_parent, store) = store();
+        let now = crate::duration::unix_now();
+        // The oldest "entry" is a directory: neither stale removal nor the
+        // cap can remove it.
+        let stuck = key('0');
+        std::fs::create_dir(store.entry_path(&stuck)).unwrap();
+        std::fs::write(store.entry_path(&stuck).join("x"), b"x").unwrap();
+        let when = SystemTime::now() - Duration::from_secs(1000);
+        std::fs::File::open(store.entry_path(&stuck))
+            .unwrap()
+            .set_modified(when)
+            .unwrap_or(());
+        let keys: Vec<Key> = ['1', '2', '3', '4']
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let k = write(&store, c, now, now + 3600);
+                age(&store.entry_path(&k), 100 - 10 * i as u64);
+                k
+            })
+            .collect();
+        let keep = write(&store, '5', now, now + 3600);
+        // Cap 3 with six names: the directory is skipped, and three real
+        // entries go so that the cap holds for what can be removed.
+        let report = run(&store, now, HOUR, 3, &keep).unwrap();
+        assert_eq!(report.unremovable, 1, "{report}");
+        assert!(
+            report
+                .first_failure
+                .as_deref()
+                .unwrap_or("")
+                .contains(&stuck.to_string())
+        );
+        assert_eq!(report.over_cap, 3, "{report}");
+        for k in &keys[..3] {
+            assert!(matches!(store.read(k), Lookup::Missing), "{k}");
+        }
+        assert!(matches!(store.read(&keys[3]), Lookup::Found(_)));
+        assert!(matches!(store.read(&keep), Lookup::Found(_)));
+        assert!(store.entry_path(&stuck).is_dir());
     }
 
     #[test]

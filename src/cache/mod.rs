@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use crate::deadline::Deadline;
 use crate::duration;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::providers::Credential;
 use crate::token::ServiceAccount;
 
@@ -88,6 +88,20 @@ pub enum Origin {
     Exchange,
 }
 
+/// What became of a freshly exchanged credential in the cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stored {
+    /// Written: the next pull is a hit.
+    Written,
+    /// The entry could not be written (a warning said why).
+    WriteFailed,
+    /// Not written: the credential expires within its refresh margin (or
+    /// --max-cache-duration is 0s), so it could never be served.
+    TooShortLived,
+    /// Served from the cache, or no cache.
+    NotApplicable,
+}
+
 /// A credential to answer with, and when it was minted.
 #[derive(Debug)]
 pub struct Served {
@@ -95,6 +109,7 @@ pub struct Served {
     /// Unix seconds.
     pub created_at: i64,
     pub origin: Origin,
+    pub stored: Stored,
 }
 
 /// An open cache.
@@ -130,9 +145,19 @@ impl Cache {
     }
 
     /// Serves the credential for `key` from the cache, or runs `exchange`
-    /// and caches its result. Concurrent misses for the same key, in any
-    /// process, wait for one exchange (at most half of what is left of the
-    /// deadline, then they exchange on their own).
+    /// and caches its result.
+    ///
+    /// Concurrent misses for the same key, in any process, share one
+    /// exchange: the first takes the key's lock and exchanges, the others
+    /// wait. A waiter keeps waiting as long as the holder is alive (the
+    /// kernel releases a dead holder's lock at once), looks at the entry
+    /// every [`ENTRY_POLL`] while it waits, and never calls the upstream
+    /// while a holder is at work: a slow upstream is not helped by more
+    /// calls, and the holder's entry is what the waiter wants. If the holder
+    /// is still at work when the waiter's deadline comes, the waiter fails
+    /// with a message saying so. Only when the lock cannot be used at all
+    /// (an I/O error) does a process exchange without it, after one more
+    /// look at the entry.
     pub fn serve(
         &self,
         key: &Key,
@@ -143,27 +168,31 @@ impl Cache {
         if let Some(entry) = self.fresh(key, subject, true) {
             return Ok(hit(entry));
         }
-        let wait_until = Instant::now() + deadline.remaining() / 2;
-        let lock = match self.store.lock(key, wait_until) {
-            Ok(Acquired::Held(lock)) => {
+        let lock = match self.wait_for_lock(key, subject, deadline) {
+            Waited::Served(entry) => return Ok(hit(entry)),
+            Waited::Held(lock) => {
                 // Whoever held the lock before us may have just written it.
                 if let Some(entry) = self.fresh(key, subject, false) {
                     return Ok(hit(entry));
                 }
                 Some(lock)
             }
-            Ok(Acquired::Busy) => {
-                crate::warn!(
-                    "another plugin process is still exchanging the credential for cache key {key}; exchanging without it"
-                );
-                None
-            }
-            Err(e) => {
+            Waited::Unlockable(e) => {
                 crate::warn!(
                     "cannot lock cache key {key} in {}: {e}; exchanging without it",
                     self.store.dir().display()
                 );
+                if let Some(entry) = self.fresh(key, subject, false) {
+                    return Ok(hit(entry));
+                }
                 None
+            }
+            Waited::HolderStillBusy => {
+                return Err(Error::cache(format!(
+                    "another plugin process has been exchanging the credential for cache key {key} for the whole deadline of {}s and has not finished",
+                    deadline.budget().as_secs()
+                ))
+                .fix("the upstream is slow or not answering: see the other process's error in the kubelet log; the next pull retries"));
             }
         };
         let credential = exchange(deadline)?;
@@ -178,31 +207,74 @@ impl Cache {
             created_at,
             expires_at: credential.expires_at,
         };
-        if is_fresh(entry.created_at, entry.expires_at, created_at, self.max_age) {
+        let stored = if is_fresh(entry.created_at, entry.expires_at, created_at, self.max_age) {
             match self.store.write(&entry) {
-                Ok(()) => crate::debug!("cached the credential under key {key}"),
-                Err(e) => crate::warn!(
-                    "cannot write the cache entry {}: {e}; the credential is returned but not cached",
-                    self.store.entry_path(key).display()
-                ),
+                Ok(()) => {
+                    crate::debug!("cached the credential under key {key}");
+                    Stored::Written
+                }
+                Err(e) => {
+                    crate::warn!(
+                        "cannot write the cache entry {}: {e}; the credential is returned but not cached",
+                        self.store.entry_path(key).display()
+                    );
+                    Stored::WriteFailed
+                }
             }
         } else {
             crate::debug!(
                 "not caching the credential: it expires at {}, within its refresh margin",
                 duration::format_unix(entry.expires_at)
             );
-        }
+            Stored::TooShortLived
+        };
         drop(lock);
         match housekeeping::run(&self.store, created_at, self.max_age, self.max_entries, key) {
-            Ok(report) if report.removed() > 0 => crate::debug!("cache housekeeping: {report}"),
-            Ok(_) => {}
+            Ok(report) => {
+                if let Some(first) = &report.first_failure {
+                    crate::warn!(
+                        "cache housekeeping skipped {} entries it cannot remove (first: {first}); remove them by hand",
+                        report.unremovable
+                    );
+                }
+                if report.removed() > 0 {
+                    crate::debug!("cache housekeeping: {report}");
+                }
+            }
             Err(e) => crate::debug!("cache housekeeping stopped: {e}"),
         }
         Ok(Served {
             credential,
             created_at,
             origin: Origin::Exchange,
+            stored,
         })
+    }
+
+    /// Waits for the key's lock until the deadline, looking at the entry
+    /// every [`ENTRY_POLL`] meanwhile.
+    fn wait_for_lock(&self, key: &Key, subject: Subject<'_>, deadline: &Deadline) -> Waited {
+        let mut waited = false;
+        loop {
+            let until = (Instant::now() + ENTRY_POLL).min(deadline.instant());
+            match self.store.lock(key, until) {
+                Ok(Acquired::Held(lock)) => return Waited::Held(lock),
+                Err(e) => return Waited::Unlockable(e),
+                Ok(Acquired::Busy) => {}
+            }
+            if !waited {
+                crate::debug!(
+                    "another plugin process is exchanging the credential for cache key {key}; waiting for it"
+                );
+                waited = true;
+            }
+            if let Some(entry) = self.fresh(key, subject, false) {
+                return Waited::Served(entry);
+            }
+            if deadline.expired() {
+                return Waited::HolderStillBusy;
+            }
+        }
     }
 
     /// The entry for `key` if it may be served now.
@@ -243,6 +315,21 @@ impl Cache {
     }
 }
 
+/// How often a waiter looks at the entry while another process holds the
+/// key's lock (it also looks as soon as it gets the lock).
+const ENTRY_POLL: Duration = Duration::from_millis(250);
+
+/// How waiting for a key's lock ended.
+enum Waited {
+    Held(lock::KeyLock),
+    /// The holder wrote the entry (it may still hold the lock).
+    Served(Entry),
+    /// The lock cannot be used (read-only directory, foreign lock file).
+    Unlockable(std::io::Error),
+    /// The deadline came while another process still held the lock.
+    HolderStillBusy,
+}
+
 fn hit(entry: Entry) -> Served {
     Served {
         credential: Credential {
@@ -252,6 +339,7 @@ fn hit(entry: Entry) -> Served {
         },
         created_at: entry.created_at,
         origin: Origin::Cache,
+        stored: Stored::NotApplicable,
     }
 }
 
@@ -465,6 +553,73 @@ mod tests {
             .unwrap();
         assert_eq!(served.origin, Origin::Exchange);
         assert_eq!(served.credential.password.expose(), "three");
+    }
+
+    #[test]
+    fn a_waiter_never_exchanges_while_the_holder_is_alive() {
+        let (_dir, cache) = cache(HOUR);
+        let key = store::tests::key('b');
+        let Ok(Acquired::Held(holder)) = cache.store.try_lock(&key) else {
+            panic!("the lock is free");
+        };
+        let deadline = Deadline::after(Duration::from_millis(600));
+        let started = Instant::now();
+        let err = cache
+            .serve(&key, subject(), &deadline, |_| {
+                panic!("no exchange while a holder is alive")
+            })
+            .unwrap_err();
+        assert!(started.elapsed() >= Duration::from_millis(600));
+        assert!(
+            err.what()
+                .contains("another plugin process has been exchanging"),
+            "{err}"
+        );
+        drop(holder);
+    }
+
+    #[test]
+    fn a_waiter_takes_the_entry_the_holder_wrote_while_still_holding() {
+        let (_dir, cache) = cache(HOUR);
+        let cache = std::sync::Arc::new(cache);
+        let key = store::tests::key('a');
+        let Ok(Acquired::Held(holder)) = cache.store.try_lock(&key) else {
+            panic!("the lock is free");
+        };
+        let waiter = {
+            let (cache, key) = (cache.clone(), key.clone());
+            std::thread::spawn(move || {
+                let deadline = Deadline::after(Duration::from_secs(10));
+                let served = cache
+                    .serve(&key, subject(), &deadline, |_| {
+                        panic!("no exchange while a holder is alive")
+                    })
+                    .unwrap();
+                (
+                    served.origin,
+                    served.credential.password.expose().to_string(),
+                )
+            })
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        let credential = credential("from-the-holder", 3600);
+        cache
+            .store
+            .write(&Entry {
+                key: key.clone(),
+                provider: "aws".into(),
+                service_account: None,
+                registry: "reg.example".into(),
+                username: credential.username,
+                password: credential.password,
+                created_at: duration::unix_now(),
+                expires_at: credential.expires_at,
+            })
+            .unwrap();
+        let (origin, password) = waiter.join().unwrap();
+        assert_eq!(origin, Origin::Cache);
+        assert_eq!(password, "from-the-holder");
+        drop(holder);
     }
 
     #[test]

@@ -74,10 +74,14 @@ pub struct Account {
 /// Reads the one ServiceAccount in `path` (a manifest, a multi-document
 /// file or a `kind: List`), with k8s-openapi's type.
 pub fn read_service_account(path: &Path) -> Result<Account> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        Error::config(format!("cannot read {}: {e}", path.display()))
-            .fix("pass the manifest from `kubectl get serviceaccount NAME -o yaml`")
+    let manifest = || "pass the manifest from `kubectl get serviceaccount NAME -o yaml`";
+    let bytes = crate::yaml::read(path)
+        .map_err(|why| Error::config(format!("{}: {why}", path.display())).fix(manifest()))?;
+    let text = String::from_utf8(bytes).map_err(|_| {
+        Error::config(format!("{} is not UTF-8 text", path.display())).fix(manifest())
     })?;
+    crate::yaml::check_depth(&text)
+        .map_err(|why| Error::config(format!("{}: {why}", path.display())).fix(manifest()))?;
     let mut found = Vec::new();
     for document in yaml_serde::Deserializer::from_str(&text) {
         let value = yaml_serde::Value::deserialize(document)

@@ -338,10 +338,14 @@ fn retry_after_beyond_deadline(
     asked: Duration,
     deadline: &Deadline,
 ) -> Error {
+    let asked = if asked >= MAX_RETRY_AFTER {
+        format!("more than {}", crate::duration::format_go(MAX_RETRY_AFTER))
+    } else {
+        crate::duration::format_go(asked)
+    };
     Error::upstream(format!(
-        "{call} answered{} asking to retry after {}, beyond the {} left of the {} deadline",
+        "{call} answered{} asking to retry after {asked}, beyond the {} left of the {} deadline",
         status.map(|s| format!(" HTTP {s}")).unwrap_or_default(),
-        crate::duration::format_go(asked),
         crate::duration::format_go(deadline.remaining()),
         crate::duration::format_go(deadline.budget()),
     ))
@@ -398,10 +402,20 @@ fn backoff(attempt: u32, retry_after: Option<Duration>) -> Option<Duration> {
     Some(ceiling.mul_f64(jitter()))
 }
 
+/// The longest `Retry-After` we take literally: anything longer is only
+/// "longer than any deadline", and printing it as is would give
+/// `5124095576030431h0m15s`.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
+
 /// A `Retry-After` value (RFC 9110 section 10.2.3): delay seconds or an
-/// HTTP date, seen at `now`. A date in the past means no wait; anything
-/// unreadable is ignored and the backoff applies.
+/// HTTP date, seen at `now`, at most [`MAX_RETRY_AFTER`]. A date in the
+/// past means no wait; anything unreadable is ignored and the backoff
+/// applies.
 pub fn parse_retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration> {
+    parse_retry_after_unclamped(value, now).map(|d| d.min(MAX_RETRY_AFTER))
+}
+
+fn parse_retry_after_unclamped(value: &str, now: std::time::SystemTime) -> Option<Duration> {
     let value = value.trim();
     if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
         // More digits than a u64 holds is still "a very long time".
@@ -538,10 +552,8 @@ mod tests {
         let p = |v: &str| parse_retry_after(v, now);
         assert_eq!(p("120"), Some(Duration::from_secs(120)));
         assert_eq!(p(" 0 "), Some(Duration::ZERO));
-        assert_eq!(
-            p("99999999999999999999999"),
-            Some(Duration::from_secs(u64::MAX))
-        );
+        assert_eq!(p("99999999999999999999999"), Some(MAX_RETRY_AFTER));
+        assert_eq!(p("86401"), Some(MAX_RETRY_AFTER));
         assert_eq!(
             p("Sun, 06 Nov 1994 08:50:07 GMT"),
             Some(Duration::from_secs(30))

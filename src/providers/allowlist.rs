@@ -51,6 +51,19 @@ impl Allowlist {
         self.patterns.iter().any(|p| matching::matches(p, &target))
     }
 
+    /// The path of the pattern that allows `image` (`/team-a` for
+    /// `harbor.example.com/team-a`): empty when a host-wide pattern allows
+    /// it, else the longest allowing path, so a response keyed with it
+    /// covers as little as possible. `None` when no pattern allows it.
+    pub fn scope(&self, image: &ImageRef) -> Option<&str> {
+        let target = image.to_string();
+        self.patterns
+            .iter()
+            .filter(|p| matching::matches(p, &target))
+            .map(|p| matching::pattern_path(p))
+            .min_by_key(|path| (!path.is_empty(), std::cmp::Reverse(path.len())))
+    }
+
     /// The allowed registries, for messages.
     pub fn describe(&self) -> String {
         if self.patterns.is_empty() {

@@ -14,12 +14,14 @@
 pub mod allowlist;
 pub mod aws;
 pub mod azure;
+pub mod chainguard;
 pub mod cloudsmith;
 pub mod gcp;
 pub mod jfrog;
 pub mod passthrough;
 pub mod quay;
 pub mod route;
+pub mod token_exchange;
 pub mod token_service;
 pub mod vault;
 
@@ -88,6 +90,8 @@ pub static ALL: &[&Provider] = &[
     &jfrog::PROVIDER,
     &quay::PROVIDER,
     &cloudsmith::PROVIDER,
+    &token_exchange::PROVIDER,
+    &chainguard::PROVIDER,
     &vault::PROVIDER,
 ];
 

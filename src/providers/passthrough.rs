@@ -10,6 +10,14 @@
 //! The kubelet refuses a response whose password equals the token unless the
 //! provider entry says `tokenAttributes.cacheType: Token`; with
 //! `ServiceAccount` it logs an error and pulls without credentials.
+//!
+//! When only a path of a host is allowed (`--registry
+//! harbor.example.com/team-a`), the answer must not let the kubelet reuse
+//! the token for the rest of the host: its key carries that path
+//! (`harbor.example.com/team-a`) and `cacheKeyType: Image`. The kubelet
+//! matches a key's path as a literal string prefix, so `team-a` also covers
+//! `team-ab`; a pattern ending in `/` (`harbor.example.com/team-a/`) does
+//! not.
 
 use crate::error::{Error, Result};
 use crate::image::ImageRef;
@@ -98,10 +106,16 @@ impl Exchanger for Passthrough {
             return Err(self.refusal(cx.image));
         }
         let token = cx.token()?;
+        let path = self.allowlist.scope(cx.image).unwrap_or_default();
+        let cache_key_type = if path.is_empty() {
+            CacheKeyType::Registry
+        } else {
+            CacheKeyType::Image
+        };
         Ok(Plan {
             provider: &PROVIDER,
-            auth_key: cx.image.registry().to_string(),
-            cache_key_type: CacheKeyType::Registry,
+            auth_key: format!("{}{path}", cx.image.registry()),
+            cache_key_type,
             cacheable: false,
             inputs: vec![
                 ("registry", cx.image.registry().to_string()),

@@ -192,6 +192,8 @@ struct EntraState {
     script: Script,
     violations: Violations,
     issued: Mutex<Vec<String>>,
+    /// How long each answer takes (a slow upstream).
+    delay: Mutex<std::time::Duration>,
 }
 
 /// The fake Entra ID token endpoint.
@@ -208,6 +210,7 @@ impl FakeEntra {
             script: Script::default(),
             violations: Violations::default(),
             issued: Mutex::new(Vec::new()),
+            delay: Mutex::new(std::time::Duration::ZERO),
         });
         let handler_state = Arc::clone(&state);
         let server = TestServer::start(move |req| entra_handle(&handler_state, req));
@@ -222,6 +225,11 @@ impl FakeEntra {
     /// Answers the next requests with `responses`, in order.
     pub fn script(&self, responses: impl IntoIterator<Item = Response>) {
         self.state.script.push(responses);
+    }
+
+    /// Makes every later answer take `delay`.
+    pub fn delay(&self, delay: std::time::Duration) {
+        *self.state.delay.lock().unwrap_or_else(|p| p.into_inner()) = delay;
     }
 
     /// The access tokens issued so far.
@@ -276,6 +284,7 @@ pub fn entra_error(status: u16, error: &str, code: u32, message: &str) -> Respon
 }
 
 fn entra_handle(state: &EntraState, req: &Request) -> Response {
+    std::thread::sleep(*state.delay.lock().unwrap_or_else(|p| p.into_inner()));
     let app = &state.app;
     // The tenant is the first path segment.
     let tenant = req
@@ -474,6 +483,8 @@ struct AcrState {
     script: Script,
     violations: Violations,
     minted: Mutex<Vec<String>>,
+    /// How long each answer takes (a slow upstream).
+    delay: Mutex<std::time::Duration>,
 }
 
 /// The fake ACR login server (only `/oauth2/exchange`).
@@ -492,6 +503,7 @@ impl FakeAcr {
             script: Script::default(),
             violations: Violations::default(),
             minted: Mutex::new(Vec::new()),
+            delay: Mutex::new(std::time::Duration::ZERO),
         });
         let handler_state = Arc::clone(&state);
         let server = TestServer::start(move |req| acr_handle(&handler_state, req));
@@ -505,6 +517,11 @@ impl FakeAcr {
 
     pub fn script(&self, responses: impl IntoIterator<Item = Response>) {
         self.state.script.push(responses);
+    }
+
+    /// Makes every later answer take `delay`.
+    pub fn delay(&self, delay: std::time::Duration) {
+        *self.state.delay.lock().unwrap_or_else(|p| p.into_inner()) = delay;
     }
 
     /// The refresh tokens minted so far.
@@ -543,6 +560,7 @@ pub fn acr_error(status: u16, code: &str, message: &str) -> Response {
 }
 
 fn acr_handle(state: &AcrState, req: &Request) -> Response {
+    std::thread::sleep(*state.delay.lock().unwrap_or_else(|p| p.into_inner()));
     let form = match check_form(
         req,
         "/oauth2/exchange",

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod azure;
+pub mod chainguard;
 pub mod cloudsmith;
 pub mod containerd;
 pub mod google;
@@ -13,6 +14,8 @@ pub mod net;
 pub mod plugin;
 pub mod quay;
 pub mod registry;
+pub mod sts;
 pub mod token;
 pub mod token_service;
 pub mod vault;
+pub mod zot;

@@ -121,6 +121,39 @@ impl Registry {
         )
     }
 
+    /// Starts a registry that uses token auth with a token service the test runs itself at
+    /// `realm` (a fake of a registry's own token endpoint, such as Zot's). That service signs
+    /// tokens with [`Registry::sign_token`]; `push_user`/`push_password` are the credentials it
+    /// grants push to, for [`Registry::push_test_image`].
+    pub fn start_with_token_realm(realm: &str, push_user: &str, push_password: &str) -> Self {
+        require_tools(&["docker-registry", "skopeo"]);
+        let dir = tempdir();
+        let auth = json!({
+            "token": {
+                "realm": realm,
+                "service": Self::SERVICE,
+                "issuer": Self::ISSUER,
+                "rootcertbundle": TOKEN_CERT_PEM,
+            }
+        });
+        Self::spawn(
+            dir,
+            &auth,
+            push_user.to_owned(),
+            push_password.to_owned(),
+            None,
+        )
+    }
+
+    /// A registry token as this registry accepts them, granting each requested
+    /// `repository:NAME:ACTIONS` scope the actions also in `granted`.
+    pub fn sign_token(subject: &str, scopes: &[String], granted: &[&str]) -> String {
+        let key_pem = fs::read(TOKEN_KEY_PEM).expect("read registry-token.key fixture");
+        let key = jsonwebtoken::EncodingKey::from_rsa_pem(&key_pem).expect("parse token key");
+        let cert_pem = fs::read_to_string(TOKEN_CERT_PEM).expect("read registry-token.crt");
+        issue_token(&key, &pem_body(&cert_pem), subject, scopes, granted)
+    }
+
     /// Starts a registry with Basic auth for exactly one bcrypt htpasswd account, which also has
     /// push rights.
     pub fn start_with_htpasswd(user: &str, password: &str) -> Self {

@@ -258,15 +258,10 @@ pub fn load(path: &Path) -> Loaded {
         }
     };
     for file in files {
-        match std::fs::read(&file) {
-            Err(e) => loaded.findings.push(
-                Finding::error(
-                    Rule::KubeletRead,
-                    &file,
-                    "",
-                    format!("cannot read the file: {e}"),
-                )
-                .fix("the kubelet must be able to read every config file"),
+        match crate::yaml::read(&file) {
+            Err(why) => loaded.findings.push(
+                Finding::error(Rule::KubeletRead, &file, "", why)
+                    .fix("the kubelet must be able to read every config file, and check-config reads at most 1 MiB"),
             ),
             Ok(bytes) => {
                 let (providers, findings) = decode(&file, &bytes);
@@ -344,6 +339,13 @@ fn decode(file: &Path, bytes: &[u8]) -> (Vec<CredentialProvider>, Vec<Finding>) 
         findings.push(fail(Rule::KubeletDecode, "the file is not UTF-8".into()));
         return (Vec::new(), findings);
     };
+    if let Err(why) = crate::yaml::check_depth(text) {
+        findings.push(
+            Finding::error(Rule::KubeletDecode, file, "", why)
+                .fix("a kubelet config is a few levels deep: check that this is the right file"),
+        );
+        return (Vec::new(), findings);
+    }
     let mut documents = yaml_serde::Deserializer::from_str(text);
     let Some(first) = documents.next() else {
         findings.push(fail(

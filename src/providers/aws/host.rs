@@ -206,8 +206,29 @@ pub fn parse(hostname: &str) -> Option<Registry> {
     }))
 }
 
-/// Like [`parse`], with the error an admin sees for any other host.
-pub fn require(hostname: &str) -> Result<Registry> {
+/// Parses a registry as the image names it (`host[:port]`). ECR serves
+/// registries on the default HTTPS port only, so a host with any port, even
+/// `:443`, is some other registry (as for Azure and Google): `None`.
+pub fn parse_registry(registry: &str) -> Option<Registry> {
+    match crate::image::split_port(registry) {
+        (hostname, None) => parse(hostname),
+        (_, Some(_)) => None,
+    }
+}
+
+/// Like [`parse_registry`], with the error an admin sees for any other
+/// registry.
+pub fn require(registry: &str) -> Result<Registry> {
+    if let (hostname, Some(_)) = crate::image::split_port(registry)
+        && parse(hostname).is_some()
+    {
+        return Err(Error::registry(format!(
+            "registry {} names an ECR host with a port; ECR serves registries on the default HTTPS port only, so the token is not sent there",
+            quote(registry)
+        ))
+        .fix("write the image without the port (ECR images are <account>.dkr.ecr.<region>.amazonaws.com/<repository>), or route this registry to another provider"));
+    }
+    let hostname = registry;
     parse(hostname).ok_or_else(|| {
         Error::registry(format!(
             "registry {} is not an ECR registry: expected {SERVED}, with a 12-digit account and a region of the partition the suffix names",
@@ -235,6 +256,23 @@ mod tests {
             fips,
             dual_stack,
         }))
+    }
+
+    #[test]
+    fn a_port_makes_it_another_registry() {
+        for registry in [
+            "123456789012.dkr.ecr.us-east-1.amazonaws.com:5000",
+            "123456789012.dkr.ecr.us-east-1.amazonaws.com:443",
+            "public.ecr.aws:8443",
+        ] {
+            assert_eq!(parse_registry(registry), None, "{registry}");
+            let err = require(registry).unwrap_err().to_string();
+            assert!(err.contains("names an ECR host with a port"), "{err}");
+        }
+        assert!(parse_registry("public.ecr.aws").is_some());
+        assert!(require("123456789012.dkr.ecr.us-east-1.amazonaws.com").is_ok());
+        let err = require("registry.example:5000").unwrap_err().to_string();
+        assert!(err.contains("is not an ECR registry"), "{err}");
     }
 
     #[test]

@@ -186,7 +186,7 @@ impl Exchanger for Aws {
     }
 
     fn serves(&self, image: &ImageRef) -> bool {
-        host::parse(image.hostname()).is_some()
+        host::parse_registry(image.registry()).is_some()
     }
 
     fn registries(&self) -> String {
@@ -195,7 +195,7 @@ impl Exchanger for Aws {
 
     fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
         let net: &'a net::Settings = &self.net;
-        let registry = host::require(cx.image.hostname())?;
+        let registry = host::require(cx.image.registry())?;
         let token = cx.token()?;
         let ecr_service = match registry {
             Registry::Private(_) => Service::Ecr,

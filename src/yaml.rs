@@ -1,0 +1,104 @@
+//! Bounds on the YAML (and JSON) files the admin commands read:
+//! check-config's kubelet configuration and explain's ServiceAccount
+//! manifest.
+//!
+//! The YAML parser's cost grows with the square of the nesting depth (a
+//! file 100,000 levels deep took check-config 32 s), so a file is measured
+//! before it is parsed, cheaply and conservatively: its size, how far
+//! right any line's content starts (each block level, indentation or a
+//! compact `- `, moves content right by at least one column), and how many
+//! flow collections (`[` or `{`, wherever they appear, quoted or not) it
+//! holds, which bounds their nesting. A kubelet config or a ServiceAccount
+//! manifest is a few kilobytes, a handful of levels and a few dozen
+//! brackets; the bounds are far above that and far below a slow parse.
+
+use std::io::Read;
+use std::path::Path;
+
+/// Largest file read.
+pub const MAX_BYTES: u64 = 1 << 20;
+/// Rightmost column at which a line's content may start.
+pub const MAX_CONTENT_COLUMN: usize = 200;
+/// Most `[` and `{` in a file.
+pub const MAX_FLOW_OPENERS: usize = 1_000;
+
+/// Reads `path`, refusing a file larger than [`MAX_BYTES`] without reading
+/// all of it. The error is a sentence about the file.
+pub fn read(path: &Path) -> Result<Vec<u8>, String> {
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot read the file: {e}"))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read the file: {e}"))?;
+    if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > MAX_BYTES {
+        return Err(format!(
+            "the file is larger than {MAX_BYTES} bytes, far more than a kubelet config or a manifest; it is not parsed"
+        ));
+    }
+    Ok(bytes)
+}
+
+/// Checks that `text` is shallow enough to parse quickly.
+pub fn check_depth(text: &str) -> Result<(), String> {
+    let mut openers = 0usize;
+    for (number, line) in text.lines().enumerate() {
+        let mut column = 0;
+        let mut rest = line;
+        loop {
+            let trimmed = rest.trim_start_matches([' ', '\t']);
+            column += rest.len() - trimmed.len();
+            rest = trimmed;
+            match rest.strip_prefix("- ").or_else(|| rest.strip_prefix("? ")) {
+                Some(after) => {
+                    column += 2;
+                    rest = after;
+                }
+                None => break,
+            }
+            if column > MAX_CONTENT_COLUMN {
+                break;
+            }
+        }
+        if column > MAX_CONTENT_COLUMN {
+            return Err(format!(
+                "the file is nested too deeply to parse safely: the content of line {} starts beyond column {MAX_CONTENT_COLUMN}",
+                number + 1
+            ));
+        }
+        openers += line.bytes().filter(|b| matches!(b, b'[' | b'{')).count();
+        if openers > MAX_FLOW_OPENERS {
+            return Err(format!(
+                "the file is nested too deeply to parse safely: it has more than {MAX_FLOW_OPENERS} flow collections ('[' or '{{')"
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ordinary_files_pass() {
+        let config = "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: x\n    matchImages: [\"*.azurecr.io\", \"[::1]:5000\"]\n    args: [\"--registry\", \"a\"]\n";
+        assert_eq!(check_depth(config), Ok(()));
+        assert_eq!(
+            check_depth(&"{\"a\": [1, {\"b\": {}}]}\n".repeat(100)),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn deep_files_are_refused() {
+        for deep in [
+            format!("{}1{}", "{a: ".repeat(2_000), "}".repeat(2_000)),
+            format!("{}{}", "[".repeat(1_001), "]".repeat(1_001)),
+            format!("{}x", "- ".repeat(101)),
+            (0..300).map(|i| format!("{}a:\n", " ".repeat(i))).collect(),
+        ] {
+            let err = check_depth(&deep).unwrap_err();
+            assert!(err.contains("nested too deeply"), "{err}");
+        }
+    }
+}

@@ -1,0 +1,260 @@
+//! The binary as the kubelet runs it with `--provider chainguard`, against
+//! a local Chainguard STS (tests/support/chainguard.rs).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod support;
+
+use support::chainguard::{AUDIENCE, FakeChainguard, IDENTITY, OTHER_IDENTITY, grpc_error};
+use support::http_server::{Response, TestServer};
+use support::plugin::{Run, request, run};
+use support::token::TokenSpec;
+
+const IMAGE: &str = "cgr.dev/example.com/app:latest";
+const OURS: &str = "wi-credential-provider.io/chainguard-identity";
+const COOKBOOK: &str = "credentials.chainguard.dev/identity";
+
+fn args(cg: &FakeChainguard, extra: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "--provider",
+        "chainguard",
+        "--chainguard-issuer-url",
+        &cg.url(),
+        "--log-level",
+        "debug",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a
+}
+
+fn exec(args: &[String], stdin: &str) -> Run {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    run(&args, &[], stdin.as_bytes())
+}
+
+fn token(name: &str) -> String {
+    TokenSpec::new("team", name, AUDIENCE).mint()
+}
+
+fn assert_no_secrets(out: &Run, secrets: &[String]) {
+    for s in secrets {
+        assert!(
+            !out.stderr.contains(s.as_str()),
+            "stderr leaks a secret: {}",
+            out.stderr
+        );
+    }
+}
+
+#[test]
+fn exchanges_for_the_annotated_identity() {
+    let cg = FakeChainguard::start();
+    let t = token("puller");
+    let out = exec(
+        &args(&cg, &[]),
+        &request(IMAGE, Some(&t), &[(OURS, IDENTITY)]),
+    );
+    let response = out.response_for(IMAGE);
+    let issued = cg.issued();
+    assert_eq!(issued.len(), 1);
+    assert_eq!(response["cacheKeyType"], "Registry");
+    assert_eq!(response["auth"]["cgr.dev"]["username"], "_token");
+    assert_eq!(response["auth"]["cgr.dev"]["password"], issued[0].as_str());
+    let d = response["cacheDuration"].as_str().unwrap();
+    assert!(d.contains('m') && !d.contains('h'), "{d}");
+    let req = &cg.server.requests()[0];
+    assert_eq!(req.query_values("identity"), [IDENTITY]);
+    assert_eq!(req.bearer().as_deref(), Some(t.as_str()));
+    assert_no_secrets(&out, &[t, issued[0].clone()]);
+}
+
+#[test]
+fn identity_order_cookbook_key_and_flag() {
+    let cg = FakeChainguard::start();
+    let other = token("other");
+    // The cookbook plugin's key is read when ours is absent.
+    exec(
+        &args(&cg, &[]),
+        &request(IMAGE, Some(&other), &[(COOKBOOK, OTHER_IDENTITY)]),
+    )
+    .response();
+    // Ours wins over the cookbook's: IDENTITY does not trust team/other.
+    let line = exec(
+        &args(&cg, &[]),
+        &request(
+            IMAGE,
+            Some(&other),
+            &[(OURS, IDENTITY), (COOKBOOK, OTHER_IDENTITY)],
+        ),
+    )
+    .failure();
+    assert!(line.contains("HTTP 403 PERMISSION_DENIED"), "{line}");
+    assert!(line.contains("system:serviceaccount:team:other"), "{line}");
+    // The flag is the default.
+    exec(
+        &args(&cg, &["--chainguard-identity", IDENTITY]),
+        &request(IMAGE, Some(&token("puller")), &[]),
+    )
+    .response();
+    // Neither: refused before the network.
+    let before = cg.server.request_count();
+    let line = exec(
+        &args(&cg, &[]),
+        &request(IMAGE, Some(&token("puller")), &[]),
+    )
+    .failure();
+    assert!(line.contains("no Chainguard identity to assume"), "{line}");
+    assert_eq!(cg.server.request_count(), before);
+    let ids: Vec<Vec<String>> = cg
+        .server
+        .requests()
+        .iter()
+        .map(|r| r.query_values("identity"))
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            vec![OTHER_IDENTITY.to_string()],
+            vec![IDENTITY.to_string()],
+            vec![IDENTITY.to_string()]
+        ]
+    );
+}
+
+#[test]
+fn hostile_annotations_and_registries_are_refused_before_any_call() {
+    let cg = FakeChainguard::start();
+    let elsewhere = TestServer::start(|_| Response::text(200, "{}"));
+    let t = token("puller");
+    let evil = elsewhere.url();
+    for value in [
+        format!("{IDENTITY}&aud=evil.example.com"),
+        format!("{IDENTITY}?x=1"),
+        format!("{IDENTITY}#x"),
+        format!("{evil}/sts/exchange"),
+        "../../../evil".to_string(),
+        format!("{IDENTITY}/../.."),
+        format!("{IDENTITY}\n"),
+        String::new(),
+    ] {
+        for key in [OURS, COOKBOOK] {
+            let out = exec(&args(&cg, &[]), &request(IMAGE, Some(&t), &[(key, &value)]));
+            if value.trim().is_empty() {
+                // An empty value is still a malformed identity, never a fallback.
+                assert!(
+                    out.failure().contains("not a Chainguard identity ID"),
+                    "{value:?}"
+                );
+                continue;
+            }
+            if value == format!("{IDENTITY}\n") {
+                // Surrounding whitespace is trimmed: the same identity.
+                out.response();
+                continue;
+            }
+            let line = out.failure();
+            assert!(
+                line.contains("not a Chainguard identity ID"),
+                "{value:?}: {line}"
+            );
+            assert!(!line.contains(&t));
+        }
+    }
+    // Look-alike registries get nothing either.
+    for image in [
+        "cgr.dev.evil.net/app",
+        "evil.net/cgr.dev/app",
+        "cgr.dev:8443/app",
+    ] {
+        let line = exec(
+            &args(&cg, &[]),
+            &request(image, Some(&t), &[(OURS, IDENTITY)]),
+        )
+        .failure();
+        assert!(
+            line.contains("not served by the chainguard provider"),
+            "{image}: {line}"
+        );
+    }
+    assert_eq!(elsewhere.request_count(), 0);
+    // Only the two trimmed-newline runs reached the STS.
+    assert_eq!(cg.server.request_count(), 2);
+}
+
+#[test]
+fn refusals_and_faults_name_the_code_and_a_fix() {
+    let cg = FakeChainguard::start();
+    let a = args(&cg, &[]);
+    let t = token("puller");
+    let req = request(IMAGE, Some(&t), &[(OURS, IDENTITY)]);
+    // Unknown identity.
+    let unknown = "0123456789abcdef0123456789abcdef01234567/0000000000000000";
+    let line = exec(&a, &request(IMAGE, Some(&t), &[(OURS, unknown)])).failure();
+    assert!(
+        line.contains("HTTP 404 NOT_FOUND: \"identity not found\""),
+        "{line}"
+    );
+    assert!(line.contains("chainctl iam identities list"), "{line}");
+    // A token with the wrong audience: Chainguard's 401.
+    let wrong_aud = TokenSpec::new("team", "puller", "cgr.dev").mint();
+    let out = exec(
+        &[a.clone(), vec!["--audience".into(), "cgr.dev".into()]].concat(),
+        &request(IMAGE, Some(&wrong_aud), &[(OURS, IDENTITY)]),
+    );
+    let line = out.failure();
+    assert!(
+        line.contains("HTTP 401 UNAUTHENTICATED: \"unable to verify token: InvalidAudience\""),
+        "{line}"
+    );
+    assert_no_secrets(&out, &[wrong_aud]);
+    // 429 with Retry-After, then success.
+    let before = cg.server.request_count();
+    cg.script([grpc_error(429, 8, "rate limited").with_header("Retry-After", "1")]);
+    exec(&a, &req).response();
+    assert_eq!(cg.server.request_count() - before, 2);
+    // 500 on every attempt.
+    let before = cg.server.request_count();
+    cg.script((0..4).map(|_| grpc_error(500, 13, "internal error")));
+    let line = exec(&a, &req).failure();
+    assert!(line.contains("failed the exchange for identity"), "{line}");
+    assert!(line.contains("HTTP 500 INTERNAL"), "{line}");
+    assert!(line.contains("throttling or unavailable"), "{line}");
+    assert_eq!(cg.server.request_count() - before, 4);
+    // Malformed JSON, no token, an expired token.
+    cg.script([Response::text(200, "{\"token\":")]);
+    assert!(exec(&a, &req).failure().contains("not a token"));
+    cg.script([Response::json(
+        200,
+        serde_json::json!({"refreshToken": "r"}),
+    )]);
+    assert!(exec(&a, &req).failure().contains("no token"));
+    let expired = support::token::sign(
+        &serde_json::json!({"exp": support::token::now() - 5}),
+        support::token::WRONG_KEY,
+    );
+    cg.script([Response::json(200, serde_json::json!({"token": expired}))]);
+    let out = exec(&a, &req);
+    assert!(out.failure().contains("expired already"));
+    assert_no_secrets(&out, &[expired, t]);
+}
+
+#[test]
+fn auto_never_routes_to_chainguard() {
+    let cg = FakeChainguard::start();
+    let t = token("puller");
+    let out = run(
+        &["--provider", "auto", "--chainguard-issuer-url", &cg.url()],
+        &[],
+        request(IMAGE, Some(&t), &[(OURS, IDENTITY)]).as_bytes(),
+    );
+    let line = out.failure();
+    assert!(!line.contains("Chainguard's STS"), "{line}");
+    assert_eq!(cg.server.request_count(), 0);
+}

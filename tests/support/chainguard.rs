@@ -1,0 +1,143 @@
+//! A local Chainguard STS (`issuer.enforce.dev`), from Chainguard's
+//! documented exchange (chainguard-dev/edu: `GET /sts/exchange?aud=...&identity=...`
+//! with the OIDC token as Bearer, answer `{"token": ...}`) and the SDK's
+//! protojson answer (`token`, `refreshToken`, `expiry`) and grpc-gateway
+//! error bodies (`{"code": <gRPC code>, "message", "details"}`).
+//!
+//! It knows assumable identities, each trusting one issuer and subject as
+//! `chainctl iam identities create --identity-issuer --subject` does, and
+//! verifies the service account token as Chainguard would for an identity
+//! given the cluster's keys: signature, expiry, issuer, subject, audience.
+//! It asserts the method, path, the exact query and the headers; violations
+//! fail the test when the fake is dropped.
+
+#![allow(clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use serde_json::json;
+
+use super::http_server::{Request, Response, TestServer};
+use super::token;
+
+pub const AUDIENCE: &str = "issuer.enforce.dev";
+pub const IDENTITY: &str = "0123456789abcdef0123456789abcdef01234567/89abcdef01234567";
+pub const OTHER_IDENTITY: &str = "0123456789abcdef0123456789abcdef01234567/fedcba9876543210";
+
+pub struct FakeChainguard {
+    pub server: TestServer,
+    state: Arc<Mutex<State>>,
+}
+
+#[derive(Default)]
+struct State {
+    /// identity ID -> trusted subject.
+    identities: BTreeMap<String, String>,
+    script: VecDeque<Response>,
+    issued: Vec<String>,
+    violations: Vec<String>,
+}
+
+/// A grpc-gateway error body.
+pub fn grpc_error(status: u16, code: u32, message: &str) -> Response {
+    Response::json(
+        status,
+        json!({"code": code, "message": message, "details": []}),
+    )
+}
+
+impl FakeChainguard {
+    /// Starts with IDENTITY trusting team/puller and OTHER_IDENTITY trusting team/other.
+    pub fn start() -> FakeChainguard {
+        let state = Arc::new(Mutex::new(State::default()));
+        {
+            let mut s = state.lock().unwrap();
+            s.identities
+                .insert(IDENTITY.into(), "system:serviceaccount:team:puller".into());
+            s.identities.insert(
+                OTHER_IDENTITY.into(),
+                "system:serviceaccount:team:other".into(),
+            );
+        }
+        let handler = Arc::clone(&state);
+        let server = TestServer::start(move |req| handle(&handler, req));
+        FakeChainguard { server, state }
+    }
+
+    pub fn url(&self) -> String {
+        self.server.url()
+    }
+
+    pub fn script(&self, responses: impl IntoIterator<Item = Response>) {
+        self.state.lock().unwrap().script.extend(responses);
+    }
+
+    pub fn issued(&self) -> Vec<String> {
+        self.state.lock().unwrap().issued.clone()
+    }
+}
+
+impl Drop for FakeChainguard {
+    fn drop(&mut self) {
+        let violations = self.state.lock().unwrap().violations.clone();
+        if !violations.is_empty() && !std::thread::panicking() {
+            panic!("the plugin sent requests Chainguard's STS would refuse: {violations:#?}");
+        }
+    }
+}
+
+fn handle(state: &Mutex<State>, req: &Request) -> Response {
+    let mut problems = Vec::new();
+    if req.method != "GET" || req.path != "/sts/exchange" || !req.body.is_empty() {
+        problems.push(format!(
+            "{} {} with a {}-byte body",
+            req.method,
+            req.path,
+            req.body.len()
+        ));
+    }
+    let query = req.query_pairs();
+    let names: Vec<&str> = query.iter().map(|(k, _)| k.as_str()).collect();
+    if names != ["aud", "identity"] {
+        problems.push(format!("query fields {names:?}"));
+    } else if query[0].1 != "cgr.dev" {
+        problems.push(format!("aud={:?}", query[0].1));
+    }
+    if req.header("accept") != Some("application/json") {
+        problems.push(format!("accept {:?}", req.header("accept")));
+    }
+    let bearer = req.bearer();
+    if bearer.is_none() {
+        problems.push("no Bearer token".to_string());
+    }
+    let mut state = state.lock().unwrap();
+    if !problems.is_empty() {
+        state.violations.extend(problems);
+        return grpc_error(400, 3, "invalid request");
+    }
+    let identity = &query[1].1;
+    let Some(subject) = state.identities.get(identity).cloned() else {
+        return grpc_error(404, 5, "identity not found");
+    };
+    let claims = match token::verify(&bearer.unwrap_or_default(), AUDIENCE) {
+        Ok(claims) => claims,
+        Err(e) => return grpc_error(401, 16, &format!("unable to verify token: {e}")),
+    };
+    if claims["sub"] != subject.as_str() {
+        return grpc_error(403, 7, "the token's subject does not match the identity");
+    }
+    if let Some(canned) = state.script.pop_front() {
+        return canned;
+    }
+    let now = token::now();
+    let registry_token = token::sign(
+        &json!({"iss": "https://issuer.enforce.dev", "sub": identity, "aud": "cgr.dev", "iat": now, "exp": now + 3600, "n": state.issued.len()}),
+        token::WRONG_KEY,
+    );
+    state.issued.push(registry_token.clone());
+    Response::json(
+        200,
+        json!({"token": registry_token, "refreshToken": format!("refresh-{now}")}),
+    )
+}

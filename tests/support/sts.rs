@@ -1,0 +1,190 @@
+//! A local RFC 8693 token server (OAuth 2.0 Token Exchange), written from
+//! RFC 8693 §2.1-2.2 and RFC 6749 §2.3.1, §5.2: a form POST to the token
+//! endpoint, a JWT subject token verified as a server trusting the test
+//! cluster's issuer would verify it, optional client authentication by
+//! HTTP Basic with form-urlencoded ID and secret, and the RFC's success and
+//! error bodies.
+//!
+//! Every request is checked field by field against what the server was
+//! configured to expect (and no other field); a request the server would
+//! refuse is answered with `invalid_request` and recorded, and dropping the
+//! fake with recorded violations fails the test. Scripted answers replace
+//! the next ones, after the request was checked.
+
+#![allow(clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use serde_json::json;
+
+use super::http_server::{Request, Response, TestServer, form_urlencoded_pairs};
+use super::token;
+
+pub const PATH: &str = "/oauth2/token";
+pub const GRANT_TYPE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
+pub const JWT: &str = "urn:ietf:params:oauth:token-type:jwt";
+pub const ACCESS_TOKEN: &str = "urn:ietf:params:oauth:token-type:access_token";
+
+/// What the server expects, as an admin would have configured it.
+#[derive(Clone)]
+pub struct Expect {
+    /// The service account token's audience the server trusts.
+    pub token_audience: String,
+    /// The form fields besides grant_type, subject_token and
+    /// subject_token_type, in order.
+    pub fields: Vec<(String, String)>,
+    /// Basic client credentials, if the client must authenticate.
+    pub client: Option<(String, String)>,
+    /// Only this subject is granted a token.
+    pub subject: String,
+}
+
+pub struct FakeSts {
+    pub server: TestServer,
+    state: Arc<Mutex<State>>,
+}
+
+#[derive(Default)]
+struct State {
+    script: VecDeque<Response>,
+    issued: Vec<String>,
+    violations: Vec<String>,
+}
+
+impl FakeSts {
+    pub fn start(expect: Expect) -> FakeSts {
+        let state = Arc::new(Mutex::new(State::default()));
+        let handler = Arc::clone(&state);
+        let server = TestServer::start(move |req| handle(&expect, &handler, req));
+        FakeSts { server, state }
+    }
+
+    pub fn url(&self) -> String {
+        format!("{}{PATH}", self.server.url())
+    }
+
+    pub fn script(&self, responses: impl IntoIterator<Item = Response>) {
+        self.state.lock().unwrap().script.extend(responses);
+    }
+
+    /// Every access token issued so far.
+    pub fn issued(&self) -> Vec<String> {
+        self.state.lock().unwrap().issued.clone()
+    }
+}
+
+impl Drop for FakeSts {
+    fn drop(&mut self) {
+        let violations = self.state.lock().unwrap().violations.clone();
+        if !violations.is_empty() && !std::thread::panicking() {
+            panic!("the plugin sent requests the token server would refuse: {violations:#?}");
+        }
+    }
+}
+
+/// RFC 6749 §5.2.
+pub fn oauth_error(status: u16, code: &str, description: &str) -> Response {
+    Response::json(
+        status,
+        json!({"error": code, "error_description": description}),
+    )
+}
+
+/// RFC 6749 Appendix B.
+fn form_decode(text: &str) -> String {
+    form_urlencoded_pairs(&format!("x={text}"))
+        .pop()
+        .map(|(_, v)| v)
+        .unwrap_or_default()
+}
+
+fn handle(expect: &Expect, state: &Mutex<State>, req: &Request) -> Response {
+    let mut problems = Vec::new();
+    if req.method != "POST" || req.path != PATH || !req.query.is_empty() {
+        problems.push(format!("{} {}?{}", req.method, req.path, req.query));
+    }
+    if req.header("content-type") != Some("application/x-www-form-urlencoded") {
+        problems.push(format!("content type {:?}", req.header("content-type")));
+    }
+    if req.header("accept") != Some("application/json") {
+        problems.push(format!("accept {:?}", req.header("accept")));
+    }
+    let pairs = form_urlencoded_pairs(&String::from_utf8_lossy(&req.body));
+    let mut expected = vec![
+        ("grant_type".to_string(), GRANT_TYPE.to_string()),
+        ("subject_token".to_string(), String::new()),
+        ("subject_token_type".to_string(), JWT.to_string()),
+    ];
+    expected.extend(expect.fields.iter().cloned());
+    let names: Vec<&str> = pairs.iter().map(|(k, _)| k.as_str()).collect();
+    let wanted: Vec<&str> = expected.iter().map(|(k, _)| k.as_str()).collect();
+    if names != wanted {
+        problems.push(format!("fields {names:?}, expected {wanted:?}"));
+    } else {
+        for ((name, got), (_, want)) in pairs.iter().zip(&expected) {
+            if name != "subject_token" && got != want {
+                problems.push(format!("{name}={got:?}"));
+            }
+        }
+    }
+    let basic = req.basic_auth();
+    match (&expect.client, &basic) {
+        (None, None) => {}
+        (None, Some(_)) => problems.push("an Authorization header".to_string()),
+        // RFC 6749 §5.2: a client that did not authenticate gets 401 invalid_client.
+        (Some(_), None) => {
+            return Response::json(401, json!({"error": "invalid_client", "error_description": "Client authentication failed."}))
+                .with_header("WWW-Authenticate", "Basic realm=\"sts\"");
+        }
+        (Some((id, secret)), Some((u, p))) => {
+            if form_decode(u) != *id || form_decode(p) != *secret {
+                return Response::json(401, json!({"error": "invalid_client", "error_description": "Client authentication failed."}))
+                    .with_header("WWW-Authenticate", "Basic realm=\"sts\"");
+            }
+        }
+    }
+    let mut state = state.lock().unwrap();
+    if !problems.is_empty() {
+        state.violations.extend(problems);
+        return oauth_error(
+            400,
+            "invalid_request",
+            "The request is missing a required parameter.",
+        );
+    }
+    let subject_token = &pairs[1].1;
+    let claims = match token::verify(subject_token, &expect.token_audience) {
+        Ok(claims) => claims,
+        Err(e) => {
+            return oauth_error(
+                400,
+                "invalid_grant",
+                &format!("subject_token is invalid: {e}"),
+            );
+        }
+    };
+    if claims["sub"] != expect.subject.as_str() {
+        return oauth_error(
+            400,
+            "invalid_grant",
+            "the subject is not allowed to exchange tokens",
+        );
+    }
+    if let Some(canned) = state.script.pop_front() {
+        return canned;
+    }
+    let access_token = format!("sts-at-{}-{}", token::now(), state.issued.len());
+    state.issued.push(access_token.clone());
+    Response::json(
+        200,
+        json!({
+            "access_token": access_token,
+            "issued_token_type": ACCESS_TOKEN,
+            "token_type": "Bearer",
+            "expires_in": 900,
+            "username": "svc-from-sts",
+        }),
+    )
+    .with_header("Cache-Control", "no-store")
+}

@@ -1,0 +1,326 @@
+//! The binary as the kubelet runs it with `--provider token-exchange`,
+//! against a local RFC 8693 token server (tests/support/sts.rs) and, end
+//! to end, Debian's docker-registry behind a token service that accepts
+//! exactly the exchanged token.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod support;
+
+use support::http_server::{Response, TestServer};
+use support::plugin::{Run, request, run};
+use support::sts::{ACCESS_TOKEN, Expect, FakeSts, oauth_error};
+use support::token::TokenSpec;
+
+const AUDIENCE: &str = "sts.cluster.test";
+const REGISTRY: &str = "registry.example.com";
+const IMAGE: &str = "registry.example.com/team/app:v1";
+const SUBJECT: &str = "system:serviceaccount:team:puller";
+
+fn expect(fields: &[(&str, &str)], client: Option<(&str, &str)>) -> Expect {
+    Expect {
+        token_audience: AUDIENCE.into(),
+        fields: fields
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        client: client.map(|(a, b)| (a.to_string(), b.to_string())),
+        subject: SUBJECT.into(),
+    }
+}
+
+fn args(sts: &FakeSts, extra: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "--provider",
+        "token-exchange",
+        "--registry",
+        REGISTRY,
+        "--audience",
+        AUDIENCE,
+        "--token-exchange-url",
+        &sts.url(),
+        "--log-level",
+        "debug",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a
+}
+
+fn exec(args: &[String], stdin: &str) -> Run {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    run(&args, &[], stdin.as_bytes())
+}
+
+fn token() -> String {
+    TokenSpec::new("team", "puller", AUDIENCE).mint()
+}
+
+/// No secret on stderr, at debug.
+fn assert_no_secrets(out: &Run, secrets: &[String]) {
+    for s in secrets {
+        assert!(
+            !out.stderr.contains(s.as_str()),
+            "stderr leaks a secret: {}",
+            out.stderr
+        );
+    }
+}
+
+#[test]
+fn exchanges_with_every_optional_field() {
+    let sts = FakeSts::start(expect(
+        &[
+            ("resource", "https://registry.example.com"),
+            ("audience", "registry"),
+            ("audience", "mirror"),
+            ("scope", "repository:team/app:pull"),
+            ("requested_token_type", ACCESS_TOKEN),
+        ],
+        None,
+    ));
+    let t = token();
+    let out = exec(
+        &args(
+            &sts,
+            &[
+                "--token-exchange-resource",
+                "https://registry.example.com",
+                "--token-exchange-audience",
+                "registry",
+                "--token-exchange-audience",
+                "mirror",
+                "--token-exchange-scope",
+                "repository:team/app:pull",
+                "--token-exchange-requested-token-type",
+                ACCESS_TOKEN,
+                "--token-exchange-username",
+                "robot",
+            ],
+        ),
+        &request(IMAGE, Some(&t), &[]),
+    );
+    let response = out.response_for(IMAGE);
+    let issued = sts.issued();
+    assert_eq!(issued.len(), 1);
+    assert_eq!(response["cacheKeyType"], "Registry");
+    assert_eq!(response["auth"][REGISTRY]["username"], "robot");
+    assert_eq!(response["auth"][REGISTRY]["password"], issued[0].as_str());
+    // expires_in 900 s, less the margin the core keeps.
+    let d = response["cacheDuration"].as_str().unwrap();
+    assert!(
+        d.ends_with('s') && d.starts_with("1") && d.contains('m'),
+        "{d}"
+    );
+    assert_no_secrets(&out, &[t, issued[0].clone()]);
+}
+
+#[test]
+fn client_authentication_and_username_from_the_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret_file = dir.path().join("secret");
+    std::fs::write(&secret_file, "s3cr:et value\n").unwrap();
+    let sts = FakeSts::start(expect(&[], Some(("kubelet client", "s3cr:et value"))));
+    let t = token();
+    let base = args(
+        &sts,
+        &[
+            "--token-exchange-username-field",
+            "username",
+            "--token-exchange-client-id",
+            "kubelet client",
+        ],
+    );
+    let mut with_secret = base.clone();
+    with_secret.extend([
+        "--token-exchange-client-secret-file".to_string(),
+        secret_file.display().to_string(),
+    ]);
+    let out = exec(&with_secret, &request(IMAGE, Some(&t), &[]));
+    let response = out.response();
+    assert_eq!(response["auth"][REGISTRY]["username"], "svc-from-sts");
+    assert_no_secrets(
+        &out,
+        &[t.clone(), "s3cr:et value".into(), sts.issued()[0].clone()],
+    );
+
+    // The wrong secret: the server's 401 invalid_client, with the fix.
+    std::fs::write(&secret_file, "wrong").unwrap();
+    let line = exec(&with_secret, &request(IMAGE, Some(&t), &[])).failure();
+    assert!(
+        line.contains("HTTP 401 invalid_client: \"Client authentication failed.\""),
+        "{line}"
+    );
+    assert!(
+        line.contains("--token-exchange-client-secret-file"),
+        "{line}"
+    );
+    // No client authentication at all, as a public client: refused too.
+    let line = exec(&base, &request(IMAGE, Some(&t), &[])).failure();
+    assert!(line.contains("invalid_client"), "{line}");
+    assert!(!line.contains("wrong"), "{line}");
+}
+
+#[test]
+fn refusals_and_faults_name_the_code_and_a_fix() {
+    let sts = FakeSts::start(expect(&[], None));
+    let a = args(&sts, &["--token-exchange-username", "robot"]);
+    let t = token();
+    let req = request(IMAGE, Some(&t), &[]);
+
+    // A token the server does not trust (another subject).
+    let other = TokenSpec::new("team", "other", AUDIENCE).mint();
+    let line = exec(&a, &request(IMAGE, Some(&other), &[])).failure();
+    assert!(
+        line.contains("refused the token exchange for team/other: HTTP 400 invalid_grant"),
+        "{line}"
+    );
+    assert!(line.contains("https://oidc.cluster.test"), "{line}");
+    // Signed by another key: the server's description is repeated, without the token.
+    let forged = TokenSpec::new("team", "puller", AUDIENCE).mint_with_wrong_key();
+    let out = exec(&a, &request(IMAGE, Some(&forged), &[]));
+    let line = out.failure();
+    assert!(
+        line.contains("invalid_grant: \"subject_token is invalid: InvalidSignature\""),
+        "{line}"
+    );
+    assert_no_secrets(&out, &[forged]);
+
+    // 429 with Retry-After: retried, then success.
+    let before = sts.server.request_count();
+    sts.script([
+        oauth_error(429, "slow_down", "Too many requests.").with_header("Retry-After", "1")
+    ]);
+    let out = exec(&a, &req);
+    out.response();
+    assert_eq!(sts.server.request_count() - before, 2);
+    // 429 asking for longer than the kubelet waits: reported at once.
+    let before = sts.server.request_count();
+    sts.script([
+        oauth_error(429, "slow_down", "Too many requests.").with_header("Retry-After", "3600")
+    ]);
+    let line = exec(&a, &req).failure();
+    assert!(line.contains("429"), "{line}");
+    assert_eq!(sts.server.request_count() - before, 1);
+    // 500 on every attempt.
+    let before = sts.server.request_count();
+    sts.script((0..4).map(|_| Response::text(500, "<html>upstream connect error</html>")));
+    let line = exec(&a, &req).failure();
+    assert!(
+        line.contains("failed the token exchange for team/puller: HTTP 500 with"),
+        "{line}"
+    );
+    assert!(line.contains("throttling or unavailable"), "{line}");
+    assert_eq!(sts.server.request_count() - before, 4);
+    // Malformed JSON and a token already expired.
+    sts.script([Response::text(200, "{\"access_token\": ")]);
+    let line = exec(&a, &req).failure();
+    assert!(line.contains("not a JSON token response"), "{line}");
+    let expired = support::token::sign(
+        &serde_json::json!({"sub": "robot", "exp": support::token::now() - 60}),
+        support::token::WRONG_KEY,
+    );
+    sts.script([Response::json(200, serde_json::json!({"access_token": expired, "issued_token_type": ACCESS_TOKEN, "token_type": "Bearer"}))]);
+    let out = exec(&a, &req);
+    let line = out.failure();
+    assert!(line.contains("expired already"), "{line}");
+    assert_no_secrets(&out, &[expired, t]);
+}
+
+#[test]
+fn other_registries_and_annotations_never_move_the_token() {
+    let sts = FakeSts::start(expect(&[], None));
+    let elsewhere = TestServer::start(|_| Response::text(200, "{}"));
+    let a = args(&sts, &["--token-exchange-username", "robot"]);
+    let t = token();
+    // A registry that was not allowed: refused before any network call.
+    for image in [
+        "registry.example.com.evil.net/app",
+        "evil.net/registry.example.com/app",
+        "registry.example.com:8443/app",
+    ] {
+        let line = exec(&a, &request(image, Some(&t), &[])).failure();
+        assert!(
+            line.contains("not allowed to receive the exchanged token"),
+            "{image}: {line}"
+        );
+    }
+    assert_eq!(sts.server.request_count(), 0);
+    // Annotations that look like settings change nothing: the token goes
+    // to the configured server only.
+    let hostile = elsewhere.url();
+    let annotations = [
+        ("token-exchange/url", hostile.as_str()),
+        (
+            "wi-credential-provider.io/token-exchange-url",
+            hostile.as_str(),
+        ),
+        ("wi-credential-provider.io/registry", "evil.net"),
+    ];
+    exec(&a, &request(IMAGE, Some(&t), &annotations)).response();
+    assert_eq!(sts.server.request_count(), 1);
+    assert_eq!(elsewhere.request_count(), 0);
+}
+
+#[test]
+fn skopeo_and_containerd_pull_with_the_exchanged_token() {
+    use std::sync::{Arc, Mutex};
+    use support::registry::Registry;
+
+    let sts = FakeSts::start(expect(&[("audience", "registry")], None));
+    let issued: Arc<Mutex<Vec<String>>> = Arc::default();
+    let accepted = Arc::clone(&issued);
+    // The registry's token service accepts exactly the tokens the STS issued, as `robot`.
+    let registry = Registry::start_with_token_auth(move |username, password| {
+        username == "robot" && accepted.lock().unwrap().iter().any(|t| t == password)
+    });
+    let digest = registry.push_test_image("team/app", "v1");
+    let host = registry.host().to_string();
+    let a: Vec<String> = [
+        "--provider",
+        "token-exchange",
+        "--registry",
+        &host,
+        "--audience",
+        AUDIENCE,
+        "--token-exchange-url",
+        &sts.url(),
+        "--token-exchange-audience",
+        "registry",
+        "--token-exchange-username",
+        "robot",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let image = format!("{host}/team/app:v1");
+    let response = exec(&a, &request(&image, Some(&token()), &[])).response_for(&image);
+    *issued.lock().unwrap() = sts.issued();
+    let auth = &response["auth"][host.as_str()];
+    registry
+        .pull(
+            "team/app",
+            "v1",
+            auth["username"].as_str().unwrap(),
+            auth["password"].as_str().unwrap(),
+        )
+        .expect("skopeo pulls with the exchanged token");
+    // containerd, as on a node (its OAuth2 POST login).
+    let containerd = support::containerd::Containerd::start();
+    let pulled = containerd
+        .pull(
+            &image,
+            auth["username"].as_str().unwrap(),
+            auth["password"].as_str().unwrap(),
+        )
+        .unwrap_or_else(|e| panic!("containerd refused the exchanged token:\n{e}"));
+    assert_eq!(pulled, digest);
+    // The service account token itself is not a registry password here.
+    assert!(registry.pull("team/app", "v1", "robot", &token()).is_err());
+}
