@@ -115,9 +115,12 @@ impl Prepared<'_> {
     }
 }
 
-/// Admits the token for `exchanger` (`audience` is `--audience`), plans,
-/// and refuses a plan whose auth key the kubelet could never match against
-/// `image`: such a pull would silently go out without credentials.
+/// Refuses `image` unless `exchanger` serves its registry, admits the
+/// token for `exchanger` (`audience` is `--audience`), plans, and refuses a
+/// plan whose auth key the kubelet could never match against `image`: such
+/// a pull would silently go out without credentials. Every plan goes
+/// through here, so no provider can send a token or credential for a
+/// registry it does not serve.
 pub fn prepare<'a>(
     exchanger: &'a dyn Exchanger,
     audience: Option<&str>,
@@ -126,6 +129,7 @@ pub fn prepare<'a>(
     annotations: &'a BTreeMap<String, String>,
     api_version: &str,
 ) -> Result<Prepared<'a>> {
+    route::require_served(exchanger, image)?;
     let audiences = route::admit_token(exchanger, audience, token, api_version)?;
     let cx = Context {
         image,
@@ -196,7 +200,6 @@ fn respond(
         subject.service_account = Some(token.service_account().to_string());
     }
     let exchanger = (provider.build)(matches, inputs)?;
-    route::require_served(exchanger.as_ref(), &image)?;
     let annotations = &request.service_account_annotations;
     let prepared = prepare(
         exchanger.as_ref(),

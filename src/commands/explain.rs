@@ -492,7 +492,6 @@ fn plan(
     let provider = route::choose(routing.choice, image)?;
     let _ = writeln!(out, "    provider: {provider} (chosen by {how})");
     let exchanger = routing.build(provider)?;
-    route::require_served(exchanger.as_ref(), image)?;
     let prepared = serve::prepare(
         exchanger.as_ref(),
         routing.options.audience.as_deref(),

@@ -230,9 +230,6 @@ impl Exchanger for Chainguard {
     }
 
     fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
-        if !self.serves(cx.image) {
-            return Err(self.refusal(cx.image));
-        }
         let (identity, source) = self.identity(cx)?;
         let token = cx.token()?;
         let registry = cx.image.registry().to_string();

@@ -34,7 +34,6 @@ use std::sync::Arc;
 use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result, quote};
-use crate::image::ImageRef;
 use crate::inputs::Inputs;
 use crate::net;
 use crate::protocol::CacheKeyType;
@@ -204,23 +203,11 @@ impl Exchanger for Cloudsmith {
         SERVICE_ANNOTATIONS.iter().map(|k| k.to_string()).collect()
     }
 
-    fn serves(&self, image: &ImageRef) -> bool {
-        self.allowlist.allows(image)
-    }
-
-    fn registries(&self) -> String {
-        self.allowlist.describe()
-    }
-
-    fn refusal(&self, image: &ImageRef) -> Error {
-        self.allowlist
-            .refusal("cloudsmith", "the Cloudsmith token", image)
+    fn allowlist(&self) -> Option<(&Allowlist, &'static str)> {
+        Some((&self.allowlist, "the Cloudsmith token"))
     }
 
     fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
-        if !self.serves(cx.image) {
-            return Err(self.refusal(cx.image));
-        }
         let token = cx.token()?;
         let slug = self.service_slug(cx)?;
         let registry = cx.image.registry().to_string();
@@ -254,6 +241,7 @@ impl Exchanger for Cloudsmith {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::image::ImageRef;
     use crate::net::http::Reply;
     use std::collections::BTreeMap;
 

@@ -36,7 +36,6 @@ use std::sync::Arc;
 use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result};
-use crate::image::ImageRef;
 use crate::inputs::Inputs;
 use crate::net;
 use crate::protocol::CacheKeyType;
@@ -200,23 +199,11 @@ impl Exchanger for Jfrog {
         vec![IDENTITY_MAPPING_ANNOTATION.to_string()]
     }
 
-    fn serves(&self, image: &ImageRef) -> bool {
-        self.allowlist.allows(image)
-    }
-
-    fn registries(&self) -> String {
-        self.allowlist.describe()
-    }
-
-    fn refusal(&self, image: &ImageRef) -> Error {
-        self.allowlist
-            .refusal("jfrog", "the JFrog access token", image)
+    fn allowlist(&self) -> Option<(&Allowlist, &'static str)> {
+        Some((&self.allowlist, "the JFrog access token"))
     }
 
     fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
-        if !self.serves(cx.image) {
-            return Err(self.refusal(cx.image));
-        }
         let token = cx.token()?;
         let mapping = token_service::identity(
             cx,

@@ -226,17 +226,39 @@ pub trait Exchanger {
         true
     }
 
-    /// Whether `image` is on a registry this exchanger serves. `auto`
-    /// routing asks every cloud exchanger in turn.
-    fn serves(&self, image: &ImageRef) -> bool;
+    /// For providers whose registries are the admin's choice: the
+    /// `--registry` allowlist, and what it guards ("the service account
+    /// token"). Giving it is all such a provider does for [`serves`],
+    /// [`registries`] and [`refusal`].
+    ///
+    /// [`serves`]: Exchanger::serves
+    /// [`registries`]: Exchanger::registries
+    /// [`refusal`]: Exchanger::refusal
+    fn allowlist(&self) -> Option<(&allowlist::Allowlist, &'static str)> {
+        None
+    }
+
+    /// Whether `image` is on a registry this exchanger serves. Checked
+    /// before every plan ([`crate::serve::prepare`]), so no credential or
+    /// token leaves for any other.
+    fn serves(&self, image: &ImageRef) -> bool {
+        self.allowlist()
+            .is_some_and(|(allowed, _)| allowed.allows(image))
+    }
 
     /// The registries this exchanger serves, for error messages.
-    fn registries(&self) -> String;
+    fn registries(&self) -> String {
+        self.allowlist()
+            .map_or_else(String::new, |(allowed, _)| allowed.describe())
+    }
 
     /// Why `image`, which [`Exchanger::serves`] refused, gets no
     /// credential from this exchanger, and what to change.
     fn refusal(&self, image: &ImageRef) -> Error {
         let provider = self.provider();
+        if let Some((allowed, what)) = self.allowlist() {
+            return allowed.refusal(provider.name, what, image);
+        }
         Error::registry(format!(
             "registry {} is not served by the {provider} exchanger, which serves {}",
             image.registry(),

@@ -20,7 +20,6 @@
 //! not.
 
 use crate::error::{Error, Result};
-use crate::image::ImageRef;
 use crate::inputs::Inputs;
 use crate::protocol::CacheKeyType;
 use crate::providers::allowlist::{self, Allowlist};
@@ -86,25 +85,11 @@ impl Exchanger for Passthrough {
         Vec::new()
     }
 
-    fn serves(&self, image: &ImageRef) -> bool {
-        self.allowlist.allows(image)
-    }
-
-    fn registries(&self) -> String {
-        self.allowlist.describe()
-    }
-
-    fn refusal(&self, image: &ImageRef) -> Error {
-        self.allowlist
-            .refusal("passthrough", "the service account token", image)
+    fn allowlist(&self) -> Option<(&Allowlist, &'static str)> {
+        Some((&self.allowlist, "the service account token"))
     }
 
     fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
-        // The router checked already; the token must never leave for a
-        // registry that was not allowed, so check again where it is sent.
-        if !self.serves(cx.image) {
-            return Err(self.refusal(cx.image));
-        }
         let token = cx.token()?;
         let path = self.allowlist.scope(cx.image).unwrap_or_default();
         let cache_key_type = if path.is_empty() {

@@ -35,7 +35,6 @@ use std::sync::Arc;
 use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result, quote};
-use crate::image::ImageRef;
 use crate::inputs::Inputs;
 use crate::net;
 use crate::protocol::CacheKeyType;
@@ -227,23 +226,11 @@ impl Exchanger for Quay {
         ROBOT_ANNOTATIONS.iter().map(|k| k.to_string()).collect()
     }
 
-    fn serves(&self, image: &ImageRef) -> bool {
-        self.allowlist.allows(image)
-    }
-
-    fn registries(&self) -> String {
-        self.allowlist.describe()
-    }
-
-    fn refusal(&self, image: &ImageRef) -> Error {
-        self.allowlist
-            .refusal("quay", "the Quay robot token", image)
+    fn allowlist(&self) -> Option<(&Allowlist, &'static str)> {
+        Some((&self.allowlist, "the Quay robot token"))
     }
 
     fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
-        if !self.serves(cx.image) {
-            return Err(self.refusal(cx.image));
-        }
         let token = cx.token()?;
         let robot = self.robot(cx)?;
         let registry = cx.image.registry().to_string();
@@ -285,6 +272,7 @@ impl Exchanger for Quay {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::image::ImageRef;
     use crate::net::http::Reply;
     use std::collections::BTreeMap;
 

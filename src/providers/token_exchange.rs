@@ -43,7 +43,6 @@ use crate::duration::{self, unix_now};
 use crate::error::{Error, Result, quote};
 use std::sync::Arc;
 
-use crate::image::ImageRef;
 use crate::inputs::Inputs;
 use crate::net::{self, http, http::Reply};
 use crate::protocol::CacheKeyType;
@@ -423,23 +422,11 @@ impl Exchanger for TokenExchange {
         Vec::new()
     }
 
-    fn serves(&self, image: &ImageRef) -> bool {
-        self.allowlist.allows(image)
-    }
-
-    fn registries(&self) -> String {
-        self.allowlist.describe()
-    }
-
-    fn refusal(&self, image: &ImageRef) -> Error {
-        self.allowlist
-            .refusal("token-exchange", "the exchanged token", image)
+    fn allowlist(&self) -> Option<(&Allowlist, &'static str)> {
+        Some((&self.allowlist, "the exchanged token"))
     }
 
     fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
-        if !self.serves(cx.image) {
-            return Err(self.refusal(cx.image));
-        }
         let token = cx.token()?;
         let registry = cx.image.registry().to_string();
         let inputs = vec![
@@ -668,6 +655,7 @@ pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::image::ImageRef;
 
     fn options(url: &str) -> Options {
         Options {

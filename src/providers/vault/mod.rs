@@ -51,7 +51,6 @@ pub mod wire;
 use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result, quote};
-use crate::image::ImageRef;
 use crate::inputs::Inputs;
 use crate::net::{self, http, http::Reply};
 use crate::protocol::CacheKeyType;
@@ -541,23 +540,11 @@ impl Exchanger for Vault {
         keys
     }
 
-    fn serves(&self, image: &ImageRef) -> bool {
-        self.allowlist.allows(image)
-    }
-
-    fn registries(&self) -> String {
-        self.allowlist.describe()
-    }
-
-    fn refusal(&self, image: &ImageRef) -> Error {
-        self.allowlist
-            .refusal("vault", "the registry credentials read from Vault", image)
+    fn allowlist(&self) -> Option<(&Allowlist, &'static str)> {
+        Some((&self.allowlist, "the registry credentials read from Vault"))
     }
 
     fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
-        if !self.serves(cx.image) {
-            return Err(self.refusal(cx.image));
-        }
         let token = cx.token()?;
         let role = self.role(cx)?;
         let secret = self.secret_path(cx)?;
@@ -630,6 +617,7 @@ pub fn expiry(started: i64, token_lease: i64, secret_lease: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::image::ImageRef;
     use std::collections::BTreeMap;
 
     fn options() -> Options {
