@@ -73,7 +73,31 @@ pub const WINDOW: usize = 16;
 /// the window's length. Only hashes are kept, not the secrets: the registry
 /// outlives the `Secret` values and must not undo the wiping in `Drop`.
 /// Process-wide like the log level: one invocation, one set of secrets.
-static REGISTRY: Mutex<BTreeSet<(usize, u64)>> = Mutex::new(BTreeSet::new());
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+    windows: Vec::new(),
+    sorted: true,
+});
+
+/// Window hashes in a plain vector, sorted only when a line is masked:
+/// registering is on every request's path (the service account token, a
+/// cached password), masking only on the few lines a run writes, so
+/// registering is a push and the sort waits for the first lookup.
+struct Registry {
+    windows: Vec<(usize, u64)>,
+    sorted: bool,
+}
+
+impl Registry {
+    /// The windows, sorted and without repeats, for binary search.
+    fn lookup(&mut self) -> &[(usize, u64)] {
+        if !self.sorted {
+            self.windows.sort_unstable();
+            self.windows.dedup();
+            self.sorted = true;
+        }
+        &self.windows
+    }
+}
 
 fn window_hash(bytes: &[u8]) -> u64 {
     let mut hasher = DefaultHasher::new();
@@ -89,15 +113,19 @@ fn register(value: &str) {
     }
     let width = bytes.len().min(WINDOW);
     let mut registry = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
-    for window in bytes.windows(width) {
-        registry.insert((width, window_hash(window)));
-    }
+    registry.windows.extend(
+        bytes
+            .windows(width)
+            .map(|window| (width, window_hash(window))),
+    );
+    registry.sorted = false;
 }
 
 /// The byte ranges of `text` covered by a window of a registered secret,
 /// merged and widened to character boundaries, in order.
 pub fn known_spans(text: &str) -> Vec<std::ops::Range<usize>> {
-    let registry = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
+    let mut guard = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
+    let registry = guard.lookup();
     if registry.is_empty() {
         return Vec::new();
     }
@@ -106,12 +134,15 @@ pub fn known_spans(text: &str) -> Vec<std::ops::Range<usize>> {
     let mut spans: Vec<std::ops::Range<usize>> = Vec::new();
     for width in widths {
         for (at, window) in bytes.windows(width).enumerate() {
-            if registry.contains(&(width, window_hash(window))) {
+            if registry
+                .binary_search(&(width, window_hash(window)))
+                .is_ok()
+            {
                 spans.push(at..at + width);
             }
         }
     }
-    drop(registry);
+    drop(guard);
     spans.sort_by_key(|r| r.start);
     let mut merged: Vec<std::ops::Range<usize>> = Vec::new();
     for mut span in spans {
