@@ -415,4 +415,27 @@ mod tests {
             .to_string();
         assert!(err.contains("not signed"), "{err}");
     }
+
+    #[test]
+    fn unverified_expiry_is_the_exp_claim_of_a_jwt() {
+        // Moved from the ACR exchange, which read its refresh token's
+        // lifetime with its own copy of this parser.
+        let b64 = |s: &str| URL_SAFE_NO_PAD.encode(s);
+        let token = format!(
+            "{}.{}.c2ln",
+            b64(r#"{"alg":"RS256"}"#),
+            b64(r#"{"exp":1700010800,"iat":1700000000}"#)
+        );
+        assert_eq!(unverified_expiry(&token), Some(1_700_010_800));
+        for bad in [
+            "opaque".to_string(),
+            format!("{}.{}", b64("{}"), b64(r#"{"exp":1}"#)),
+            format!("{}.{}.s", b64("{}"), b64(r#"{"iat":1}"#)),
+            format!("{}.{}.s", b64("{}"), b64(r#"{"exp":"soon"}"#)),
+            format!("{}.!!!.s", b64("{}")),
+            format!("{}.{}.s.x", b64("{}"), b64(r#"{"exp":1}"#)),
+        ] {
+            assert_eq!(unverified_expiry(&bad), None, "{bad}");
+        }
+    }
 }

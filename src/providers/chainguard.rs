@@ -43,7 +43,7 @@ use crate::inputs::Inputs;
 use crate::net::{self, http, http::Reply};
 use crate::protocol::CacheKeyType;
 use crate::providers::allowlist::{self, Allowlist};
-use crate::providers::token_exchange::form_urlencode;
+use crate::providers::oauth::{self, form_urlencode};
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
 use crate::secret::Secret;
 
@@ -60,7 +60,6 @@ pub const USERNAME: &str = "_token";
 /// exchange (with and without the scheme).
 pub const TOKEN_AUDIENCES: [&str; 2] = ["issuer.enforce.dev", "https://issuer.enforce.dev"];
 
-const MAX_MESSAGE_CHARS: usize = 300;
 /// An identity is at most a few groups deep; this bounds the pattern.
 const MAX_IDENTITY_LEVELS: usize = 16;
 
@@ -338,12 +337,10 @@ pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential
             .as_ref()
             .and_then(|b| b.get("message"))
             .and_then(serde_json::Value::as_str)
-            .filter(|m| !m.is_empty())
-            .map(|m| crate::redact::clean(m, MAX_MESSAGE_CHARS));
-        let what = match (code, &message) {
-            (Some(code), Some(m)) => format!("HTTP {} {code}: {m:?}", reply.status),
-            (Some(code), None) => format!("HTTP {} {code}", reply.status),
-            _ => format!(
+            .filter(|m| !m.is_empty());
+        let what = match code {
+            Some(code) => oauth::summary(reply.status, Some(code), message),
+            None => format!(
                 "HTTP {} with {}",
                 reply.status,
                 crate::redact::body_shape(&reply.body)

@@ -40,6 +40,7 @@ use crate::inputs::Inputs;
 use crate::net;
 use crate::protocol::CacheKeyType;
 use crate::providers::allowlist::{self, Allowlist};
+use crate::providers::oauth;
 use crate::providers::token_service::{self, Pattern, Service};
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
 use crate::secret::Secret;
@@ -304,7 +305,7 @@ impl Jfrog {
         let expires_at = token_service::expiry(
             &self.service,
             now,
-            token_service::expires_in(&value),
+            oauth::expires_in(value.get("expires_in")).filter(|&s| s > 0),
             &password,
             DEFAULT_LIFETIME_SECS,
         )?;

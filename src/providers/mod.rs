@@ -18,6 +18,7 @@ pub mod chainguard;
 pub mod cloudsmith;
 pub mod gcp;
 pub mod jfrog;
+pub mod oauth;
 pub mod passthrough;
 pub mod quay;
 pub mod route;

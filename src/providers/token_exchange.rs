@@ -47,15 +47,13 @@ use crate::inputs::Inputs;
 use crate::net::{self, http, http::Reply};
 use crate::protocol::CacheKeyType;
 use crate::providers::allowlist::{self, Allowlist};
-use crate::providers::gcp::upstream_error;
+use crate::providers::oauth::{self, form_urlencode};
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
 use crate::secret::Secret;
 
 pub const GRANT_TYPE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
 pub const JWT_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:jwt";
 
-/// Upstream descriptions are cut to this many characters.
-const MAX_DESCRIPTION_CHARS: usize = 300;
 /// A username is a registry account name: short, printable, no `:`.
 const MAX_USERNAME_CHARS: usize = 256;
 
@@ -395,22 +393,6 @@ fn check_username(name: &str) -> std::result::Result<String, &'static str> {
     Ok(name.to_string())
 }
 
-/// RFC 6749 Appendix B: client ID and secret are form-urlencoded before
-/// they go into HTTP Basic (§2.3.1).
-pub(crate) fn form_urlencode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'*' => {
-                out.push(char::from(b))
-            }
-            b' ' => out.push('+'),
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
-}
-
 impl Exchanger for TokenExchange {
     fn provider(&self) -> &'static Provider {
         &PROVIDER
@@ -520,7 +502,7 @@ pub struct Describe<'a> {
 pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential> {
     let url = d.url;
     if !reply.is_success() {
-        let upstream = upstream_error(&reply.body);
+        let upstream = oauth::error_body(&reply.body);
         let code = upstream.as_ref().map(|u| u.code.as_str());
         let fix = match code {
             Some("invalid_grant") => format!(
@@ -561,15 +543,7 @@ pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential
                 .to_string(),
         };
         let what = match &upstream {
-            Some(u) => match &u.description {
-                Some(text) => format!(
-                    "HTTP {} {}: {:?}",
-                    reply.status,
-                    u.code,
-                    crate::redact::clean(text, MAX_DESCRIPTION_CHARS)
-                ),
-                None => format!("HTTP {} {}", reply.status, u.code),
-            },
+            Some(u) => u.summary(reply.status),
             None => format!(
                 "HTTP {} with {}",
                 reply.status,
@@ -616,12 +590,7 @@ pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential
             quote(wanted)
         )));
     }
-    let expires_in = match body.get("expires_in") {
-        Some(serde_json::Value::Number(n)) => n.as_i64(),
-        Some(serde_json::Value::String(s)) => s.trim().parse::<i64>().ok(),
-        _ => None,
-    };
-    let expires_at = match expires_in {
+    let expires_at = match oauth::expires_in(body.get("expires_in")) {
         Some(s) if s > 0 => now.saturating_add(s),
         Some(_) => return Err(malformed("an expires_in that is not positive".to_string())),
         None => crate::token::unverified_expiry(access_token).ok_or_else(|| {
@@ -809,7 +778,6 @@ mod tests {
                 ("client_id", "kubelet"),
             ]
         );
-        assert_eq!(form_urlencode("a b:c/é"), "a+b%3Ac%2F%C3%A9");
     }
 
     #[test]
