@@ -426,6 +426,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use crate::net::http::reply;
 
     const ID: &str = "0123456789abcdef0123456789abcdef01234567/0123456789abcdef";
 
@@ -439,14 +440,6 @@ mod tests {
             },
         )
         .unwrap()
-    }
-
-    fn reply(status: u16, body: &str) -> Reply {
-        Reply {
-            status,
-            retry_after: None,
-            body: body.as_bytes().to_vec(),
-        }
     }
 
     fn describe() -> Describe<'static> {

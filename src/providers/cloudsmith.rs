@@ -242,7 +242,7 @@ impl Exchanger for Cloudsmith {
 mod tests {
     use super::*;
     use crate::image::ImageRef;
-    use crate::net::http::Reply;
+    use crate::net::http::reply;
     use std::collections::BTreeMap;
 
     fn cloudsmith() -> Cloudsmith {
@@ -257,14 +257,6 @@ mod tests {
             Arc::default(),
         )
         .unwrap()
-    }
-
-    fn reply(status: u16, body: &str) -> Reply {
-        Reply {
-            status,
-            retry_after: None,
-            body: body.as_bytes().to_vec(),
-        }
     }
 
     fn slug(annotations: &[(&str, &str)]) -> Result<String> {

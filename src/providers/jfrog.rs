@@ -320,7 +320,7 @@ impl Jfrog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::http::Reply;
+    use crate::net::http::reply;
 
     fn jfrog(project: Option<&str>) -> Jfrog {
         Jfrog::new(
@@ -335,14 +335,6 @@ mod tests {
             Arc::default(),
         )
         .unwrap()
-    }
-
-    fn reply(status: u16, body: &str) -> Reply {
-        Reply {
-            status,
-            retry_after: None,
-            body: body.as_bytes().to_vec(),
-        }
     }
 
     #[test]

@@ -273,7 +273,7 @@ impl Exchanger for Quay {
 mod tests {
     use super::*;
     use crate::image::ImageRef;
-    use crate::net::http::Reply;
+    use crate::net::http::reply;
     use std::collections::BTreeMap;
 
     fn quay() -> Quay {
@@ -288,14 +288,6 @@ mod tests {
             Arc::default(),
         )
         .unwrap()
-    }
-
-    fn reply(status: u16, body: &str) -> Reply {
-        Reply {
-            status,
-            retry_after: None,
-            body: body.as_bytes().to_vec(),
-        }
     }
 
     fn robot(annotations: &[(&str, &str)]) -> Result<String> {

@@ -625,6 +625,7 @@ pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential
 mod tests {
     use super::*;
     use crate::image::ImageRef;
+    use crate::net::http::reply;
 
     fn options(url: &str) -> Options {
         Options {
@@ -638,14 +639,6 @@ mod tests {
     fn registries() -> allowlist::Options {
         allowlist::Options {
             registries: vec!["registry.example.com".into()],
-        }
-    }
-
-    fn reply(status: u16, body: &str) -> Reply {
-        Reply {
-            status,
-            retry_after: None,
-            body: body.as_bytes().to_vec(),
         }
     }
 

@@ -332,6 +332,7 @@ pub fn identity(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::net::http::reply;
 
     fn service() -> Service {
         Service {
@@ -339,14 +340,6 @@ mod tests {
             endpoint_flag: "--acme-url",
             url: "https://acme.example/token".into(),
             net: Arc::default(),
-        }
-    }
-
-    fn reply(status: u16, body: &str) -> Reply {
-        Reply {
-            status,
-            retry_after: None,
-            body: body.as_bytes().to_vec(),
         }
     }
 

@@ -203,14 +203,7 @@ mod tests {
             tenant: "72f988bf-86f1-41af-91ab-2d7cd011db47",
             client_id: "11111111-2222-3333-4444-555555555555",
         };
-        explain(
-            &request,
-            &http::Reply {
-                status,
-                retry_after: None,
-                body: body.as_bytes().to_vec(),
-            },
-        )
+        explain(&request, &http::reply(status, body))
     }
 
     #[test]

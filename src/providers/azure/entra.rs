@@ -292,14 +292,7 @@ mod tests {
             assertion: &secret,
             federation: &fed,
         };
-        explain(
-            &request,
-            &http::Reply {
-                status,
-                retry_after: None,
-                body: body.as_bytes().to_vec(),
-            },
-        )
+        explain(&request, &http::reply(status, body))
     }
 
     #[test]

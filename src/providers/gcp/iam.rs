@@ -155,6 +155,7 @@ pub fn interpret(reply: &Reply, request: &Request<'_>) -> Result<AccessToken> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::net::http::reply;
 
     fn request(token: &Secret, lifetime: u64) -> Request<'_> {
         Request {
@@ -163,14 +164,6 @@ mod tests {
             federated_token: token,
             lifetime: Duration::from_secs(lifetime),
             principal: "serviceAccount:my-project.svc.id.goog[team/api]",
-        }
-    }
-
-    fn reply(status: u16, body: &str) -> Reply {
-        Reply {
-            status,
-            retry_after: None,
-            body: body.as_bytes().to_vec(),
         }
     }
 

@@ -115,6 +115,7 @@ pub fn interpret(reply: &Reply, now: i64, request: &Request<'_>) -> Result<Acces
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::net::http::reply;
 
     fn request(token: &Secret) -> Request<'_> {
         Request {
@@ -123,14 +124,6 @@ mod tests {
             subject_token: token,
             grant_fix: "GRANT FIX",
             target_fix: "TARGET FIX",
-        }
-    }
-
-    fn reply(status: u16, body: &str) -> Reply {
-        Reply {
-            status,
-            retry_after: None,
-            body: body.as_bytes().to_vec(),
         }
     }
 
