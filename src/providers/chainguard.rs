@@ -41,7 +41,6 @@ use std::sync::Arc;
 use crate::image::ImageRef;
 use crate::inputs::Inputs;
 use crate::net::{self, http, http::Reply};
-use crate::protocol::CacheKeyType;
 use crate::providers::allowlist::{self, Allowlist};
 use crate::providers::oauth::{self, form_urlencode};
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
@@ -195,14 +194,11 @@ impl Exchanger for Chainguard {
     }
 
     fn audiences(&self) -> Vec<String> {
-        TOKEN_AUDIENCES.iter().map(|a| a.to_string()).collect()
+        providers::names(&TOKEN_AUDIENCES)
     }
 
     fn annotation_keys(&self) -> Vec<String> {
-        vec![
-            IDENTITY_ANNOTATION.to_string(),
-            COOKBOOK_IDENTITY_ANNOTATION.to_string(),
-        ]
+        providers::names(&[IDENTITY_ANNOTATION, COOKBOOK_IDENTITY_ANNOTATION])
     }
 
     /// cgr.dev exactly, and the hosts the admin allowed with `--registry`
@@ -231,21 +227,18 @@ impl Exchanger for Chainguard {
     fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
         let (identity, source) = self.identity(cx)?;
         let token = cx.token()?;
-        let registry = cx.image.registry().to_string();
         let inputs = vec![
-            ("registry", registry.clone()),
+            ("registry", cx.image.registry().to_string()),
             ("issuer_url", self.issuer.clone()),
             ("registry_audience", self.audience.clone()),
             ("identity", identity.clone()),
             ("identity_source", source.to_string()),
         ];
-        Ok(Plan {
-            provider: &PROVIDER,
-            auth_key: registry,
-            cache_key_type: CacheKeyType::Registry,
-            cacheable: true,
+        Ok(Plan::for_registry(
+            &PROVIDER,
+            cx.image,
             inputs,
-            exchange: Box::new(move |deadline: &Deadline| {
+            Box::new(move |deadline: &Deadline| {
                 let url = format!("{}/sts/exchange", self.issuer);
                 let call = format!("the Chainguard token exchange at {url}");
                 // The query (application/x-www-form-urlencoded, as grpc-gateway reads it).
@@ -288,7 +281,7 @@ impl Exchanger for Chainguard {
                 );
                 Ok(credential)
             }),
-        })
+        ))
     }
 }
 

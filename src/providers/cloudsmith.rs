@@ -36,7 +36,6 @@ use crate::duration;
 use crate::error::{Error, Result, quote};
 use crate::inputs::Inputs;
 use crate::net;
-use crate::protocol::CacheKeyType;
 use crate::providers::allowlist::{self, Allowlist};
 use crate::providers::token_service::{self, Pattern, Service};
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
@@ -178,13 +177,14 @@ impl Cloudsmith {
             _ => format!("check the service account slug {slug} and --cloudsmith-org {}", self.org),
         }
         })?;
-        let expires_at =
-            token_service::expiry(&self.service, now, None, &password, DEFAULT_LIFETIME_SECS)?;
-        Ok(Credential {
-            username: USERNAME.to_string(),
+        token_service::credential(
+            &self.service,
+            now,
+            USERNAME.to_string(),
             password,
-            expires_at,
-        })
+            None,
+            DEFAULT_LIFETIME_SECS,
+        )
     }
 }
 
@@ -193,14 +193,8 @@ impl Exchanger for Cloudsmith {
         &PROVIDER
     }
 
-    /// Cloudsmith checks claims only where the provider requires them;
-    /// `--audience` pins the audience.
-    fn audiences(&self) -> Vec<String> {
-        Vec::new()
-    }
-
     fn annotation_keys(&self) -> Vec<String> {
-        SERVICE_ANNOTATIONS.iter().map(|k| k.to_string()).collect()
+        providers::names(&SERVICE_ANNOTATIONS)
     }
 
     fn allowlist(&self) -> Option<(&Allowlist, &'static str)> {
@@ -210,21 +204,18 @@ impl Exchanger for Cloudsmith {
     fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
         let token = cx.token()?;
         let slug = self.service_slug(cx)?;
-        let registry = cx.image.registry().to_string();
         let inputs = vec![
-            ("registry", registry.clone()),
+            ("registry", cx.image.registry().to_string()),
             ("token_url", self.service.url.clone()),
             ("organisation", self.org.clone()),
             ("service_slug", slug.clone()),
         ];
         let issuer = token.claims().issuer.clone();
-        Ok(Plan {
-            provider: &PROVIDER,
-            auth_key: registry,
-            cache_key_type: CacheKeyType::Registry,
-            cacheable: true,
+        Ok(Plan::for_registry(
+            &PROVIDER,
+            cx.image,
             inputs,
-            exchange: Box::new(move |deadline: &Deadline| {
+            Box::new(move |deadline: &Deadline| {
                 let body = serde_json::json!({
                     "oidc_token": token.secret().expose(),
                     "service_slug": slug,
@@ -234,7 +225,7 @@ impl Exchanger for Cloudsmith {
                 })?;
                 self.interpret(&reply, duration::unix_now(), &slug, &issuer)
             }),
-        })
+        ))
     }
 }
 

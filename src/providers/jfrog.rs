@@ -38,7 +38,6 @@ use crate::duration;
 use crate::error::{Error, Result};
 use crate::inputs::Inputs;
 use crate::net;
-use crate::protocol::CacheKeyType;
 use crate::providers::allowlist::{self, Allowlist};
 use crate::providers::oauth;
 use crate::providers::token_service::{self, Pattern, Service};
@@ -191,13 +190,8 @@ impl Exchanger for Jfrog {
         &PROVIDER
     }
 
-    /// JFrog does not check the token's audience; `--audience` pins it.
-    fn audiences(&self) -> Vec<String> {
-        Vec::new()
-    }
-
     fn annotation_keys(&self) -> Vec<String> {
-        vec![IDENTITY_MAPPING_ANNOTATION.to_string()]
+        providers::names(&[IDENTITY_MAPPING_ANNOTATION])
     }
 
     fn allowlist(&self) -> Option<(&Allowlist, &'static str)> {
@@ -213,9 +207,8 @@ impl Exchanger for Jfrog {
             "JFrog identity mapping name",
         )?
         .map(|(_, name)| name);
-        let registry = cx.image.registry().to_string();
         let inputs = vec![
-            ("registry", registry.clone()),
+            ("registry", cx.image.registry().to_string()),
             ("token_url", self.service.url.clone()),
             ("provider_name", self.provider_name.clone()),
             (
@@ -235,13 +228,11 @@ impl Exchanger for Jfrog {
         ];
         let claims = token.claims();
         let (issuer, subject) = (claims.issuer.clone(), claims.subject.clone());
-        Ok(Plan {
-            provider: &PROVIDER,
-            auth_key: registry,
-            cache_key_type: CacheKeyType::Registry,
-            cacheable: true,
+        Ok(Plan::for_registry(
+            &PROVIDER,
+            cx.image,
             inputs,
-            exchange: Box::new(move |deadline: &Deadline| {
+            Box::new(move |deadline: &Deadline| {
                 let body = self.body(token.secret(), mapping.as_deref());
                 let reply = token_service::call(&self.service, deadline, |client| async move {
                     token_service::post_json(&client, &self.service, &body, deadline).await
@@ -260,7 +251,7 @@ impl Exchanger for Jfrog {
                 }
                 Ok(credential)
             }),
-        })
+        ))
     }
 }
 
@@ -302,18 +293,14 @@ impl Jfrog {
         let username = token_service::field(&value, "username")
             .filter(|u| !u.contains(['\n', '\r', ':']))
             .ok_or_else(|| token_service::malformed(&self.service, reply, "no usable username"))?;
-        let expires_at = token_service::expiry(
+        token_service::credential(
             &self.service,
             now,
-            oauth::expires_in(value.get("expires_in")).filter(|&s| s > 0),
-            &password,
-            DEFAULT_LIFETIME_SECS,
-        )?;
-        Ok(Credential {
             username,
             password,
-            expires_at,
-        })
+            oauth::expires_in(value.get("expires_in")).filter(|&s| s > 0),
+            DEFAULT_LIFETIME_SECS,
+        )
     }
 }
 

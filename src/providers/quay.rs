@@ -37,7 +37,6 @@ use crate::duration;
 use crate::error::{Error, Result, quote};
 use crate::inputs::Inputs;
 use crate::net;
-use crate::protocol::CacheKeyType;
 use crate::providers::allowlist::{self, Allowlist};
 use crate::providers::token_service::{self, Pattern, Service};
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
@@ -201,13 +200,14 @@ impl Quay {
             _ => format!("check the robot name {robot} and --quay-url"),
         }
         })?;
-        let expires_at =
-            token_service::expiry(&self.service, now, None, &password, DEFAULT_LIFETIME_SECS)?;
-        Ok(Credential {
-            username: robot.to_string(),
+        token_service::credential(
+            &self.service,
+            now,
+            robot.to_string(),
             password,
-            expires_at,
-        })
+            None,
+            DEFAULT_LIFETIME_SECS,
+        )
     }
 }
 
@@ -216,14 +216,8 @@ impl Exchanger for Quay {
         &PROVIDER
     }
 
-    /// Quay checks the audience only where a federation entry lists one;
-    /// `--audience` pins it.
-    fn audiences(&self) -> Vec<String> {
-        Vec::new()
-    }
-
     fn annotation_keys(&self) -> Vec<String> {
-        ROBOT_ANNOTATIONS.iter().map(|k| k.to_string()).collect()
+        providers::names(&ROBOT_ANNOTATIONS)
     }
 
     fn allowlist(&self) -> Option<(&Allowlist, &'static str)> {
@@ -233,21 +227,18 @@ impl Exchanger for Quay {
     fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
         let token = cx.token()?;
         let robot = self.robot(cx)?;
-        let registry = cx.image.registry().to_string();
         let inputs = vec![
-            ("registry", registry.clone()),
+            ("registry", cx.image.registry().to_string()),
             ("token_url", self.service.url.clone()),
             ("robot", robot.clone()),
         ];
         let claims = token.claims();
         let (issuer, subject) = (claims.issuer.clone(), claims.subject.clone());
-        Ok(Plan {
-            provider: &PROVIDER,
-            auth_key: registry,
-            cache_key_type: CacheKeyType::Registry,
-            cacheable: true,
+        Ok(Plan::for_registry(
+            &PROVIDER,
+            cx.image,
             inputs,
-            exchange: Box::new(move |deadline: &Deadline| {
+            Box::new(move |deadline: &Deadline| {
                 let robot_name = robot.as_str();
                 let reply = token_service::call(&self.service, deadline, |client| async move {
                     crate::net::http::send(
@@ -265,7 +256,7 @@ impl Exchanger for Quay {
                 })?;
                 self.interpret(&reply, duration::unix_now(), &robot, &issuer, &subject)
             }),
-        })
+        ))
     }
 }
 

@@ -45,7 +45,6 @@ use std::sync::Arc;
 
 use crate::inputs::Inputs;
 use crate::net::{self, http, http::Reply};
-use crate::protocol::CacheKeyType;
 use crate::providers::allowlist::{self, Allowlist};
 use crate::providers::oauth::{self, form_urlencode};
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
@@ -398,21 +397,14 @@ impl Exchanger for TokenExchange {
         &PROVIDER
     }
 
-    /// Whatever the token server trusts: the core checks `--audience` when
-    /// it is given.
-    fn audiences(&self) -> Vec<String> {
-        Vec::new()
-    }
-
     fn allowlist(&self) -> Option<(&Allowlist, &'static str)> {
         Some((&self.allowlist, "the exchanged token"))
     }
 
     fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
         let token = cx.token()?;
-        let registry = cx.image.registry().to_string();
         let inputs = vec![
-            ("registry", registry.clone()),
+            ("registry", cx.image.registry().to_string()),
             ("url", self.url.clone()),
             ("subject_token_type", self.subject_token_type.clone()),
             ("audience", self.audiences.join(" ")),
@@ -431,13 +423,11 @@ impl Exchanger for TokenExchange {
             ),
             ("client", self.client_input()),
         ];
-        Ok(Plan {
-            provider: &PROVIDER,
-            auth_key: registry,
-            cache_key_type: CacheKeyType::Registry,
-            cacheable: true,
+        Ok(Plan::for_registry(
+            &PROVIDER,
+            cx.image,
             inputs,
-            exchange: Box::new(move |deadline: &Deadline| {
+            Box::new(move |deadline: &Deadline| {
                 let call = format!("the token exchange at {}", self.url);
                 let service_account = token.service_account().to_string();
                 let claims = token.claims();
@@ -483,7 +473,7 @@ impl Exchanger for TokenExchange {
                 );
                 Ok(issued)
             }),
-        })
+        ))
     }
 }
 

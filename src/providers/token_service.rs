@@ -26,7 +26,7 @@ use crate::net::{
     self,
     http::{self, Reply},
 };
-use crate::providers::{Context, oauth};
+use crate::providers::{Context, Credential, oauth};
 use crate::secret::Secret;
 
 /// One vendor token service as configured by the admin, for messages.
@@ -234,6 +234,24 @@ pub fn field(value: &serde_json::Value, name: &str) -> Option<String> {
         .and_then(serde_json::Value::as_str)
         .filter(|s| !s.is_empty())
         .map(str::to_string)
+}
+
+/// The registry credential a service returned: `username` with the
+/// `password` it issued, until [`expiry`] says.
+pub fn credential(
+    service: &Service,
+    now: i64,
+    username: String,
+    password: Secret,
+    expires_in: Option<i64>,
+    fallback_secs: i64,
+) -> Result<Credential> {
+    let expires_at = expiry(service, now, expires_in, &password, fallback_secs)?;
+    Ok(Credential {
+        username,
+        password,
+        expires_at,
+    })
 }
 
 /// When a returned credential stops working, seen at `now`: the earlier of

@@ -30,7 +30,6 @@ use crate::error::{Error, Result};
 use crate::image::ImageRef;
 use crate::inputs::Inputs;
 use crate::net::{self, http};
-use crate::protocol::CacheKeyType;
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
 use std::sync::Arc;
 
@@ -303,14 +302,7 @@ impl Exchanger for Aws {
                 })
             }
         };
-        Ok(Plan {
-            provider: &PROVIDER,
-            auth_key: cx.image.registry().to_string(),
-            cache_key_type: CacheKeyType::Registry,
-            cacheable: true,
-            inputs,
-            exchange,
-        })
+        Ok(Plan::for_registry(&PROVIDER, cx.image, inputs, exchange))
     }
 }
 
@@ -359,6 +351,7 @@ fn login(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::CacheKeyType;
     use crate::secret::Secret;
     use crate::token::ServiceAccountToken;
     use base64::Engine;

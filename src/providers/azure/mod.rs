@@ -28,7 +28,6 @@ use crate::error::{Error, Result, quote};
 use crate::image::ImageRef;
 use crate::inputs::Inputs;
 use crate::net::{self, http};
-use crate::protocol::CacheKeyType;
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
 use std::sync::Arc;
 
@@ -230,13 +229,11 @@ impl Exchanger for Azure {
             ("scope", entra::SCOPE.to_string()),
         ];
         let net = &self.net;
-        Ok(Plan {
-            provider: &PROVIDER,
-            auth_key: cx.image.registry().to_string(),
-            cache_key_type: CacheKeyType::Registry,
-            cacheable: true,
+        Ok(Plan::for_registry(
+            &PROVIDER,
+            cx.image,
             inputs,
-            exchange: Box::new(move |deadline| {
+            Box::new(move |deadline| {
                 let client = net.client(deadline)?;
                 let entra_request = entra::TokenRequest {
                     authority: &authority,
@@ -267,13 +264,15 @@ impl Exchanger for Azure {
                     },
                 )
             }),
-        })
+        ))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
+
+    use crate::protocol::CacheKeyType;
 
     use base64::Engine;
 

@@ -32,7 +32,6 @@ use crate::error::{Error, Result};
 use crate::image::ImageRef;
 use crate::inputs::Inputs;
 use crate::net::{self, http};
-use crate::protocol::CacheKeyType;
 use crate::providers::oauth::ErrorBody;
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
 use crate::secret::Secret;
@@ -172,7 +171,7 @@ impl Exchanger for Gcp {
     }
 
     fn annotation_keys(&self) -> Vec<String> {
-        vec![SERVICE_ACCOUNT_ANNOTATION.to_string()]
+        providers::names(&[SERVICE_ACCOUNT_ANNOTATION])
     }
 
     fn serves(&self, image: &ImageRef) -> bool {
@@ -221,13 +220,11 @@ impl Exchanger for Gcp {
         let claims = token.claims();
         let (grant_fix, target_fix) = fixes(mode, &claims.issuer, &claims.subject);
         let principal = mode.principal(token.service_account());
-        Ok(Plan {
-            provider: &PROVIDER,
-            auth_key: registry.to_string(),
-            cache_key_type: CacheKeyType::Registry,
-            cacheable: true,
+        Ok(Plan::for_registry(
+            &PROVIDER,
+            cx.image,
             inputs,
-            exchange: Box::new(move |deadline: &Deadline| {
+            Box::new(move |deadline: &Deadline| {
                 let sts_request = sts::Request {
                     endpoint: &self.sts_endpoint,
                     audience: &sts_audience,
@@ -268,7 +265,7 @@ impl Exchanger for Gcp {
                     expires_at: access.expires_at.min(token.claims().expires_at),
                 })
             }),
-        })
+        ))
     }
 }
 

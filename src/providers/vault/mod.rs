@@ -53,7 +53,6 @@ use crate::duration;
 use crate::error::{Error, Result, quote};
 use crate::inputs::Inputs;
 use crate::net::{self, http, http::Reply};
-use crate::protocol::CacheKeyType;
 use crate::providers::allowlist::{self, Allowlist};
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
 use crate::secret::Secret;
@@ -526,11 +525,6 @@ impl Exchanger for Vault {
         &PROVIDER
     }
 
-    /// Whatever the Vault role is bound to: the core checks `--audience`.
-    fn audiences(&self) -> Vec<String> {
-        Vec::new()
-    }
-
     fn annotation_keys(&self) -> Vec<String> {
         let mut keys = vec![ROLE_ANNOTATION.to_string()];
         if self.secrets.prefix.is_some() {
@@ -564,13 +558,11 @@ impl Exchanger for Vault {
             ("username_field", self.username_field.clone()),
             ("password_field", self.password_field.clone()),
         ];
-        Ok(Plan {
-            provider: &PROVIDER,
-            auth_key: cx.image.registry().to_string(),
-            cache_key_type: CacheKeyType::Registry,
-            cacheable: true,
+        Ok(Plan::for_registry(
+            &PROVIDER,
+            cx.image,
             inputs,
-            exchange: Box::new(move |deadline: &Deadline| {
+            Box::new(move |deadline: &Deadline| {
                 let call = format!("the Vault login and read at {}", self.address);
                 let (login, secrets, started) = http::block_on(deadline, &call, async {
                     let client = self.net.client(deadline)?;
@@ -599,7 +591,7 @@ impl Exchanger for Vault {
                     expires_at,
                 })
             }),
-        })
+        ))
     }
 }
 
