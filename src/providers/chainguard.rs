@@ -416,7 +416,6 @@ pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
 
     use super::*;
     use crate::net::http::reply;
@@ -481,10 +480,7 @@ mod tests {
         let image = ImageRef::parse("cgr.dev/org/app").unwrap();
         let other = format!("{ID}/1111111111111111");
         let pick = |c: &Chainguard, pairs: &[(&str, &str)]| {
-            let annotations: BTreeMap<String, String> = pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
+            let annotations = crate::providers::annotations(pairs);
             let cx = Context {
                 image: &image,
                 annotations: &annotations,

@@ -234,7 +234,6 @@ mod tests {
     use super::*;
     use crate::image::ImageRef;
     use crate::net::http::reply;
-    use std::collections::BTreeMap;
 
     fn cloudsmith() -> Cloudsmith {
         Cloudsmith::new(
@@ -252,10 +251,7 @@ mod tests {
 
     fn slug(annotations: &[(&str, &str)]) -> Result<String> {
         let image = ImageRef::parse("docker.cloudsmith.io/acme/repo/app").unwrap();
-        let annotations: BTreeMap<String, String> = annotations
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let annotations = crate::providers::annotations(annotations);
         cloudsmith().service_slug(&Context {
             image: &image,
             annotations: &annotations,

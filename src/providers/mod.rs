@@ -130,6 +130,15 @@ pub fn names(list: &[&str]) -> Vec<String> {
     list.iter().map(|name| name.to_string()).collect()
 }
 
+/// Annotations as the kubelet passes them, for the tests of exchangers.
+#[cfg(test)]
+pub fn annotations(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 /// Registry credentials and when they stop working.
 pub struct Credential {
     pub username: String,

@@ -265,7 +265,6 @@ mod tests {
     use super::*;
     use crate::image::ImageRef;
     use crate::net::http::reply;
-    use std::collections::BTreeMap;
 
     fn quay() -> Quay {
         Quay::new(
@@ -283,10 +282,7 @@ mod tests {
 
     fn robot(annotations: &[(&str, &str)]) -> Result<String> {
         let image = ImageRef::parse("quay.io/acme/app").unwrap();
-        let annotations: BTreeMap<String, String> = annotations
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let annotations = crate::providers::annotations(annotations);
         quay().robot(&Context {
             image: &image,
             annotations: &annotations,

@@ -355,7 +355,6 @@ mod tests {
     use crate::secret::Secret;
     use crate::token::ServiceAccountToken;
     use base64::Engine;
-    use std::collections::BTreeMap;
 
     fn token(audience: &str) -> ServiceAccountToken {
         let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
@@ -389,10 +388,7 @@ mod tests {
         annotations: &[(&str, &str)],
     ) -> Result<Vec<(&'static str, String)>> {
         let image = ImageRef::parse(image).unwrap();
-        let annotations: BTreeMap<String, String> = annotations
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let annotations = crate::providers::annotations(annotations);
         let cx = Context {
             image: &image,
             annotations: &annotations,

@@ -270,7 +270,6 @@ impl Exchanger for Azure {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
 
     use crate::protocol::CacheKeyType;
 
@@ -309,10 +308,7 @@ mod tests {
         annotations: &[(&str, &str)],
     ) -> Result<Vec<(&'static str, String)>> {
         let image = ImageRef::parse(image).unwrap();
-        let annotations: BTreeMap<String, String> = annotations
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let annotations = crate::providers::annotations(annotations);
         let token = token();
         let cx = Context {
             image: &image,

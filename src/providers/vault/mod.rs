@@ -683,10 +683,7 @@ mod tests {
 
     fn plan_error(options: &Options, annotations: &[(&str, &str)]) -> Option<String> {
         let vault = Vault::new(&registries(), options, Arc::default()).unwrap();
-        let annotations: BTreeMap<String, String> = annotations
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let annotations = crate::providers::annotations(annotations);
         let image = ImageRef::parse("registry.example.com/team/app").unwrap();
         let cx = Context {
             image: &image,
