@@ -91,11 +91,11 @@ pub static PROVIDER: Provider = Provider {
 };
 
 fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
-    let registries: allowlist::Options = providers::flags(matches)?;
-    let options: Options = providers::flags(matches)?;
-    Ok(Box::new(
-        Chainguard::new(&registries, &options)?.with_net(Arc::clone(&inputs.net)),
-    ))
+    Ok(Box::new(Chainguard::new(
+        &providers::flags(matches)?,
+        &providers::flags(matches)?,
+        Arc::clone(&inputs.net),
+    )?))
 }
 
 pub struct Chainguard {
@@ -122,13 +122,11 @@ pub fn is_identity_id(id: &str) -> bool {
 }
 
 impl Chainguard {
-    /// The process's network settings (proxies, `--ca-file`).
-    pub fn with_net(mut self, net: Arc<net::Settings>) -> Self {
-        self.net = net;
-        self
-    }
-
-    pub fn new(registries: &allowlist::Options, options: &Options) -> Result<Self> {
+    pub fn new(
+        registries: &allowlist::Options,
+        options: &Options,
+        net: Arc<net::Settings>,
+    ) -> Result<Self> {
         let issuer =
             http::endpoint_override("--chainguard-issuer-url", &options.chainguard_issuer_url)?;
         let audience = options.chainguard_registry_audience.trim();
@@ -157,7 +155,7 @@ impl Chainguard {
             })
             .transpose()?;
         Ok(Chainguard {
-            net: Arc::default(),
+            net,
             allowlist: Allowlist::new(registries)?,
             issuer,
             audience: audience.to_string(),
@@ -430,6 +428,7 @@ mod tests {
                 chainguard_registry_audience: REGISTRY.into(),
                 chainguard_identity: identity.map(str::to_string),
             },
+            Arc::default(),
         )
         .unwrap()
     }
@@ -550,6 +549,7 @@ mod tests {
                 chainguard_registry_audience: REGISTRY.into(),
                 chainguard_identity: None,
             },
+            Arc::default(),
         )
         .unwrap();
         assert!(mirrored.serves(&image("mirror.example.com/org/app")));
@@ -559,7 +559,7 @@ mod tests {
     #[test]
     fn flags_are_checked() {
         let bad = |o: Options| {
-            Chainguard::new(&allowlist::Options::default(), &o)
+            Chainguard::new(&allowlist::Options::default(), &o, Arc::default())
                 .err()
                 .unwrap()
                 .to_string()

@@ -141,11 +141,11 @@ pub static PROVIDER: Provider = Provider {
 };
 
 fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
-    let registries: allowlist::Options = providers::flags(matches)?;
-    let options: Options = providers::flags(matches)?;
-    Ok(Box::new(
-        TokenExchange::new(&registries, &options)?.with_net(Arc::clone(&inputs.net)),
-    ))
+    Ok(Box::new(TokenExchange::new(
+        &providers::flags(matches)?,
+        &providers::flags(matches)?,
+        Arc::clone(&inputs.net),
+    )?))
 }
 
 /// Where the registry username comes from.
@@ -177,13 +177,11 @@ pub struct TokenExchange {
 }
 
 impl TokenExchange {
-    /// The process's network settings (proxies, `--ca-file`).
-    pub fn with_net(mut self, net: Arc<net::Settings>) -> Self {
-        self.net = net;
-        self
-    }
-
-    pub fn new(registries: &allowlist::Options, options: &Options) -> Result<Self> {
+    pub fn new(
+        registries: &allowlist::Options,
+        options: &Options,
+        net: Arc<net::Settings>,
+    ) -> Result<Self> {
         let allowlist = Allowlist::new(registries)?;
         let url = options.token_exchange_url.as_deref().ok_or_else(|| {
             Error::config("the token-exchange provider has no token server (--token-exchange-url is not set)")
@@ -334,7 +332,7 @@ impl TokenExchange {
             }
         };
         Ok(TokenExchange {
-            net: Arc::default(),
+            net,
             allowlist,
             url,
             subject_token_type,
@@ -656,10 +654,15 @@ mod tests {
     #[test]
     fn flags_are_checked() {
         assert!(
-            TokenExchange::new(&registries(), &options("https://sts.example.com/token")).is_ok()
+            TokenExchange::new(
+                &registries(),
+                &options("https://sts.example.com/token"),
+                Arc::default()
+            )
+            .is_ok()
         );
         let err = |o: Options| {
-            TokenExchange::new(&registries(), &o)
+            TokenExchange::new(&registries(), &o, Arc::default())
                 .err()
                 .map(|e| e.to_string())
                 .unwrap_or_default()
@@ -742,7 +745,7 @@ mod tests {
         o.token_exchange_requested_token_type =
             Some("urn:ietf:params:oauth:token-type:access_token".into());
         o.token_exchange_client_id = Some("kubelet".into());
-        let x = TokenExchange::new(&registries(), &o).unwrap();
+        let x = TokenExchange::new(&registries(), &o, Arc::default()).unwrap();
         let secret = Secret::new("SUBJECT");
         assert_eq!(
             x.form(&secret),
@@ -904,13 +907,17 @@ mod tests {
 
     #[test]
     fn serves_only_allowed_registries() {
-        let x = TokenExchange::new(&registries(), &options("https://a")).unwrap();
+        let x = TokenExchange::new(&registries(), &options("https://a"), Arc::default()).unwrap();
         let image = |s: &str| ImageRef::parse(s).unwrap();
         assert!(x.serves(&image("registry.example.com/app")));
         assert!(!x.serves(&image("registry.example.com.evil.net/app")));
         assert!(!x.serves(&image("registry.example.com:444/app")));
-        let none =
-            TokenExchange::new(&allowlist::Options::default(), &options("https://a")).unwrap();
+        let none = TokenExchange::new(
+            &allowlist::Options::default(),
+            &options("https://a"),
+            Arc::default(),
+        )
+        .unwrap();
         assert!(!none.serves(&image("registry.example.com/app")));
     }
 }
