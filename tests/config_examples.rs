@@ -21,22 +21,6 @@ use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use serde::Deserialize;
 
-const SCENARIOS: [&str; 13] = [
-    "aws-pod-identity",
-    "aws-web-identity",
-    "azure",
-    "chainguard",
-    "cloudsmith",
-    "gcp-federation",
-    "gke",
-    "jfrog",
-    "multi-provider",
-    "passthrough-harbor-zot",
-    "quay",
-    "token-exchange",
-    "vault",
-];
-
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -113,8 +97,8 @@ fn assert_clean(config: &Path) {
     }
 }
 
-#[test]
-fn there_is_one_directory_per_scenario() {
+/// The scenarios: every directory under config-examples/.
+fn scenarios() -> Vec<String> {
     let mut found: Vec<String> = std::fs::read_dir(examples())
         .unwrap()
         .map(|e| e.unwrap())
@@ -122,8 +106,14 @@ fn there_is_one_directory_per_scenario() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     found.sort();
-    assert_eq!(found, SCENARIOS);
-    for scenario in SCENARIOS {
+    found
+}
+
+#[test]
+fn every_scenario_is_complete() {
+    let scenarios = scenarios();
+    assert!(scenarios.len() >= 10, "{scenarios:?}");
+    for scenario in &scenarios {
         for file in [
             "credential-provider-config.yaml",
             "rbac.yaml",
@@ -138,9 +128,42 @@ fn there_is_one_directory_per_scenario() {
     }
 }
 
+/// The provider names a scenario's kubelet config runs the plugin as.
+fn configured_providers(scenario: &str) -> BTreeSet<String> {
+    let config = examples()
+        .join(scenario)
+        .join("credential-provider-config.yaml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("- name: wi-credential-provider-"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every provider the binary carries has a scenario of its own, and is in
+/// `multi-provider`, the config a fleet starts from.
+#[test]
+fn every_provider_has_a_scenario() {
+    let scenarios = scenarios();
+    let all = configured_providers("multi-provider");
+    for provider in support::plugin::carried_providers() {
+        assert!(
+            scenarios
+                .iter()
+                .filter(|s| s.as_str() != "multi-provider")
+                .any(|s| configured_providers(s).contains(&provider)),
+            "no config-examples/<scenario>/ runs wi-credential-provider-{provider}"
+        );
+        assert!(
+            all.contains(&provider),
+            "config-examples/multi-provider does not run wi-credential-provider-{provider}"
+        );
+    }
+}
+
 #[test]
 fn every_example_config_passes_check_config() {
-    let problems: Vec<String> = SCENARIOS
+    let problems: Vec<String> = scenarios()
         .iter()
         .filter_map(|scenario| {
             check_config_problems(
@@ -155,7 +178,7 @@ fn every_example_config_passes_check_config() {
 
 #[test]
 fn rbac_grants_the_nodes_exactly_the_configured_audiences() {
-    for scenario in SCENARIOS {
+    for scenario in &scenarios() {
         let dir = examples().join(scenario);
         let wanted = configured_audiences(&dir.join("credential-provider-config.yaml"));
         let docs = documents(&dir.join("rbac.yaml"));
@@ -195,7 +218,7 @@ fn rbac_grants_the_nodes_exactly_the_configured_audiences() {
 #[test]
 fn every_example_pod_image_passes_explain() {
     let mut failures = Vec::new();
-    for scenario in SCENARIOS {
+    for scenario in &scenarios() {
         let dir = examples().join(scenario);
         let docs = documents(&dir.join("workload.yaml"));
         let pods: Vec<Pod> = of_kind(&docs, "Pod");

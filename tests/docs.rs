@@ -12,9 +12,10 @@
     clippy::indexing_slicing
 )]
 
+mod support;
+
 use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
-use std::process::Command;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -263,25 +264,6 @@ fn every_relative_link_and_fragment_resolves() {
     );
 }
 
-/// The providers `--version` lists: `(commit X, providers: a, b, c)`.
-fn reported_providers() -> Vec<String> {
-    let out = Command::new(env!("CARGO_BIN_EXE_wi-credential-provider"))
-        .arg("--version")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let text = String::from_utf8(out.stdout).unwrap();
-    let list = text
-        .split_once("providers: ")
-        .unwrap_or_else(|| panic!("no `providers: ` in --version: {text}"))
-        .1;
-    let list = list.split(')').next().unwrap();
-    list.split(',')
-        .map(|p| p.trim().to_string())
-        .filter(|p| !p.is_empty())
-        .collect()
-}
-
 /// The providers linked from the first cell of the rows of the README's
 /// table under `## Providers`, with the page each row links to.
 fn providers_table(readme: &str) -> Vec<(String, String)> {
@@ -348,7 +330,7 @@ fn missing_provider_docs(
 
 #[test]
 fn every_provider_has_its_page_and_its_readme_row() {
-    let providers = reported_providers();
+    let providers = support::plugin::carried_providers();
     assert!(providers.len() >= 4, "{providers:?}");
     let readme = read_repo(Path::new("README.md")).unwrap();
     let problems = missing_provider_docs(&providers, &readme, &|page| repo().join(page).is_file());

@@ -19,18 +19,39 @@ use sha2::{Digest, Sha256};
 
 const BIN_DIR: &str = "usr/libexec/kubernetes/kubelet-plugins/credential-provider/exec";
 const CONFIG: &str = "etc/kubernetes/credential-provider.yaml";
-const LINKS: [&str; 10] = [
-    "wi-credential-provider-aws",
-    "wi-credential-provider-azure",
-    "wi-credential-provider-gcp",
-    "wi-credential-provider-passthrough",
-    "wi-credential-provider-vault",
-    "wi-credential-provider-token-exchange",
-    "wi-credential-provider-chainguard",
-    "wi-credential-provider-jfrog",
-    "wi-credential-provider-quay",
-    "wi-credential-provider-cloudsmith",
-];
+/// One `wi-credential-provider-<name>` link per provider the binary carries.
+fn links() -> Vec<String> {
+    support::plugin::carried_providers()
+        .iter()
+        .map(|p| format!("wi-credential-provider-{p}"))
+        .collect()
+}
+
+/// The names install.sh links, from its `PROVIDERS="..."` line.
+fn script_providers() -> Vec<String> {
+    let text = std::fs::read_to_string(script()).unwrap();
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("PROVIDERS=\""))
+        .expect("install.sh has a PROVIDERS=\"...\" line");
+    let mut names: Vec<String> = line
+        .trim_end_matches('"')
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    names.sort();
+    names
+}
+
+/// install.sh is POSIX sh that may install a binary for another
+/// architecture, so it cannot ask the binary; its list is checked here
+/// against the binary's own instead.
+#[test]
+fn install_sh_links_every_provider_the_binary_carries() {
+    let mut carried = support::plugin::carried_providers();
+    carried.sort();
+    assert_eq!(script_providers(), carried);
+}
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -188,7 +209,11 @@ fn installs_the_binary_its_links_and_the_config_and_prints_the_flags() {
         std::fs::metadata(&installed).unwrap().permissions().mode() & 0o777,
         0o755
     );
-    for name in LINKS.iter().chain(&["wi-credential-provider-zot"]) {
+    for name in links()
+        .iter()
+        .map(String::as_str)
+        .chain(["wi-credential-provider-zot"])
+    {
         assert_eq!(
             std::fs::read_link(bin.join(name)).unwrap(),
             Path::new("wi-credential-provider"),
@@ -524,9 +549,9 @@ fn works_with_busybox_alone_as_in_the_daemonset_image() {
         text(&first.stdout),
         text(&first.stderr)
     );
-    for name in LINKS {
+    for name in links() {
         assert_eq!(
-            std::fs::read_link(node.path().join(BIN_DIR).join(name)).unwrap(),
+            std::fs::read_link(node.path().join(BIN_DIR).join(&name)).unwrap(),
             Path::new("wi-credential-provider")
         );
     }

@@ -12,19 +12,9 @@
 //! runs [`Plan::exchange`], which does the network calls.
 
 pub mod allowlist;
-pub mod aws;
-pub mod azure;
-pub mod chainguard;
-pub mod cloudsmith;
-pub mod gcp;
-pub mod jfrog;
 pub mod oauth;
-pub mod passthrough;
-pub mod quay;
 pub mod route;
-pub mod token_exchange;
 pub mod token_service;
-pub mod vault;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -43,7 +33,7 @@ use crate::token::ServiceAccountToken;
 /// its declaration and from the [`Exchanger`] it builds: the router and
 /// `auto`, `--help` and `--version`, `check-config`, `explain` and the
 /// cache key all read [`ALL`]. Adding a provider is one module that
-/// declares a `PROVIDER` and one line in [`ALL`].
+/// declares a `PROVIDER` and one line in the `providers!` list below.
 pub struct Provider {
     /// `--provider` value, binary-name suffix (`wi-credential-provider-aws`),
     /// log and cache-key name.
@@ -82,19 +72,33 @@ impl Provider {
     }
 }
 
-/// Every provider this binary carries, in `auto`'s order of preference.
-pub static ALL: &[&Provider] = &[
-    &aws::PROVIDER,
-    &azure::PROVIDER,
-    &gcp::PROVIDER,
-    &passthrough::PROVIDER,
-    &jfrog::PROVIDER,
-    &quay::PROVIDER,
-    &cloudsmith::PROVIDER,
-    &token_exchange::PROVIDER,
-    &chainguard::PROVIDER,
-    &vault::PROVIDER,
-];
+/// Declares each provider module and lists its `PROVIDER` in [`ALL`], so
+/// that a provider is one line here and cannot be carried without being
+/// listed (or listed without being carried).
+macro_rules! providers {
+    ($($module:ident),+ $(,)?) => {
+        $(pub mod $module;)+
+
+        /// Every provider this binary carries, in `auto`'s order of preference.
+        pub static ALL: &[&Provider] = &[$(&$module::PROVIDER),+];
+    };
+}
+
+// One line per provider, in `auto`'s order of preference: the clouds first
+// (their registries are recognisable by host), then the providers `auto`
+// never picks.
+providers! {
+    aws,
+    azure,
+    gcp,
+    passthrough,
+    jfrog,
+    quay,
+    cloudsmith,
+    token_exchange,
+    chainguard,
+    vault,
+}
 
 impl PartialEq for Provider {
     fn eq(&self, other: &Self) -> bool {

@@ -14,6 +14,24 @@ pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_wi-credential-provider"))
 }
 
+/// The providers the built binary carries, as `--version` lists them
+/// (`(commit X, providers: a, b, c)`): the one list tests compare the
+/// hand-written ones (docs, install.sh, config-examples) against.
+pub fn carried_providers() -> Vec<String> {
+    let out = Command::new(bin()).arg("--version").output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let list = text
+        .split_once("providers: ")
+        .unwrap_or_else(|| panic!("no `providers: ` in --version: {text}"))
+        .1;
+    let list = list.split(')').next().unwrap();
+    list.split(',')
+        .map(|p| p.trim().to_string())
+        .filter(|p| !p.is_empty())
+        .collect()
+}
+
 /// One finished invocation.
 #[derive(Debug)]
 pub struct Run {
