@@ -314,18 +314,22 @@ pub fn decode_claims(token: &str) -> Result<Claims> {
     })
 }
 
+/// A compact JWS of `header` and `claims` whose signature is not one, for
+/// the tests of code that reads tokens (ours, and those upstreams issue).
+#[cfg(test)]
+pub(crate) fn jwt(header: &str, claims: &str) -> String {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    format!(
+        "{}.{}.c2lnbmF0dXJl",
+        URL_SAFE_NO_PAD.encode(header),
+        URL_SAFE_NO_PAD.encode(claims)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-
-    fn jwt(header: &str, claims: &str) -> String {
-        format!(
-            "{}.{}.c2lnbmF0dXJl",
-            URL_SAFE_NO_PAD.encode(header),
-            URL_SAFE_NO_PAD.encode(claims)
-        )
-    }
 
     const HEADER: &str = r#"{"alg":"RS256","kid":"k"}"#;
 

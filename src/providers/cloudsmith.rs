@@ -315,13 +315,7 @@ mod tests {
 
     #[test]
     fn reads_the_answer() {
-        use base64::Engine as _;
-        let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
-        let jwt = format!(
-            "{}.{}.sig",
-            b64(r#"{"alg":"HS256"}"#),
-            b64(r#"{"exp":6400}"#)
-        );
+        let jwt = crate::token::jwt(r#"{"alg":"HS256"}"#, r#"{"exp":6400}"#);
         let c = cloudsmith()
             .interpret(
                 &reply(201, &format!(r#"{{"token":"{jwt}"}}"#)),

@@ -362,12 +362,9 @@ mod tests {
 
     #[test]
     fn reads_the_answer() {
-        use base64::Engine as _;
-        let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
-        let jwt = format!(
-            "{}.{}.sig",
-            b64(r#"{"alg":"RS256"}"#),
-            b64(r#"{"exp":4600,"sub":"acme+puller"}"#)
+        let jwt = crate::token::jwt(
+            r#"{"alg":"RS256"}"#,
+            r#"{"exp":4600,"sub":"acme+puller"}"#,
         );
         let q = quay();
         let c = q

@@ -642,12 +642,9 @@ mod tests {
     }
 
     fn jwt_with_exp(exp: i64) -> String {
-        use base64::Engine;
-        let e = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-        format!(
-            "{}.{}.c2ln",
-            e.encode(br#"{"alg":"RS256"}"#),
-            e.encode(format!(r#"{{"exp":{exp},"sub":"x"}}"#))
+        crate::token::jwt(
+            r#"{"alg":"RS256"}"#,
+            &format!(r#"{{"exp":{exp},"sub":"x"}}"#),
         )
     }
 

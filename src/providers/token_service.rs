@@ -437,15 +437,7 @@ mod tests {
 
     #[test]
     fn expiry_is_the_earlier_and_never_past() {
-        use base64::Engine as _;
-        let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
-        let jwt = |exp: i64| {
-            Secret::new(format!(
-                "{}.{}.sig",
-                b64("{}"),
-                b64(&format!("{{\"exp\":{exp}}}"))
-            ))
-        };
+        let jwt = |exp: i64| Secret::new(crate::token::jwt("{}", &format!("{{\"exp\":{exp}}}")));
         let s = service();
         assert_eq!(expiry(&s, 1000, Some(60), &jwt(5000), 3600).unwrap(), 1060);
         assert_eq!(

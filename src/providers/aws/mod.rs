@@ -354,19 +354,13 @@ mod tests {
     use crate::protocol::CacheKeyType;
     use crate::secret::Secret;
     use crate::token::ServiceAccountToken;
-    use base64::Engine;
 
     fn token(audience: &str) -> ServiceAccountToken {
-        let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
         let claims = format!(
             r#"{{"aud":["{audience}"],"exp":4102444800,"iat":1000,"iss":"https://issuer.example","sub":"system:serviceaccount:team:api",
             "kubernetes.io":{{"namespace":"team","serviceaccount":{{"name":"api","uid":"u-1"}}}}}}"#
         );
-        let jwt = format!(
-            "{}.{}.c2lnbmF0dXJl",
-            b64(r#"{"alg":"RS256"}"#),
-            b64(&claims)
-        );
+        let jwt = crate::token::jwt(r#"{"alg":"RS256"}"#, &claims);
         ServiceAccountToken::decode(Secret::new(jwt), 2000).unwrap()
     }
 

@@ -270,12 +270,8 @@ impl Exchanger for Azure {
 
 #[cfg(test)]
 mod tests {
-
-    use crate::protocol::CacheKeyType;
-
-    use base64::Engine;
-
     use super::*;
+    use crate::protocol::CacheKeyType;
     use crate::secret::Secret;
     use crate::token::ServiceAccountToken;
 
@@ -283,18 +279,13 @@ mod tests {
     const TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
 
     fn token() -> ServiceAccountToken {
-        let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
         let now = crate::duration::unix_now();
         let claims = serde_json::json!({
             "iss": "https://oidc.example", "sub": "system:serviceaccount:team:puller",
             "aud": [AUDIENCE], "exp": now + 3600, "iat": now,
             "kubernetes.io": {"namespace": "team", "serviceaccount": {"name": "puller", "uid": "u"}},
         });
-        let raw = format!(
-            "{}.{}.c2ln",
-            b64(r#"{"alg":"RS256"}"#),
-            b64(&claims.to_string())
-        );
+        let raw = crate::token::jwt(r#"{"alg":"RS256"}"#, &claims.to_string());
         ServiceAccountToken::decode(Secret::new(raw), now).unwrap()
     }
 
