@@ -91,11 +91,7 @@ pub static PROVIDER: Provider = Provider {
 };
 
 fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
-    Ok(Box::new(Cloudsmith::new(
-        &providers::flags(matches)?,
-        &providers::flags(matches)?,
-        Arc::clone(&inputs.net),
-    )?))
+    providers::build_allowlisted(matches, inputs, Cloudsmith::new)
 }
 
 pub struct Cloudsmith {

@@ -128,6 +128,25 @@ pub fn flags<T: clap::FromArgMatches>(matches: &clap::ArgMatches) -> Result<T> {
     })
 }
 
+/// The `build` of a provider whose registries are the admin's choice:
+/// its constructor takes the `--registry` allowlist, its own flags and the
+/// process's network settings (proxies, `--ca-file`).
+pub fn build_allowlisted<O, E>(
+    matches: &clap::ArgMatches,
+    inputs: &Inputs,
+    new: fn(&allowlist::Options, &O, std::sync::Arc<crate::net::Settings>) -> Result<E>,
+) -> Result<Box<dyn Exchanger>>
+where
+    O: clap::FromArgMatches,
+    E: Exchanger + 'static,
+{
+    Ok(Box::new(new(
+        &flags(matches)?,
+        &flags(matches)?,
+        std::sync::Arc::clone(&inputs.net),
+    )?))
+}
+
 /// Owned copies of a provider's fixed names (annotation keys, audiences),
 /// as [`Exchanger`] returns them.
 pub fn names(list: &[&str]) -> Vec<String> {

@@ -141,11 +141,7 @@ pub static PROVIDER: Provider = Provider {
 };
 
 fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
-    Ok(Box::new(TokenExchange::new(
-        &providers::flags(matches)?,
-        &providers::flags(matches)?,
-        Arc::clone(&inputs.net),
-    )?))
+    providers::build_allowlisted(matches, inputs, TokenExchange::new)
 }
 
 /// Where the registry username comes from.

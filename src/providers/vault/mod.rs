@@ -180,11 +180,7 @@ pub static PROVIDER: Provider = Provider {
 };
 
 fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
-    Ok(Box::new(Vault::new(
-        &providers::flags(matches)?,
-        &providers::flags(matches)?,
-        Arc::clone(&inputs.net),
-    )?))
+    providers::build_allowlisted(matches, inputs, Vault::new)
 }
 
 /// Where the secret path comes from when no annotation names one.
