@@ -2,7 +2,7 @@
 //! images with each pod's own service account identity (KEP-4412).
 //!
 //! The data flows one way, and the modules say so:
-//! process inputs ([`options`], [`inputs`]) -> request ([`protocol`]) ->
+//! process inputs ([`options`], [`inputs`]) -> request ([`stdin`], [`protocol`]) ->
 //! token claims ([`token`]) -> route and plan ([`providers`]) -> cache
 //! ([`cache`]) -> response ([`protocol`]), driven by [`serve`]. The admin
 //! [`commands`] reuse those parts. Below them sit the shared pieces: the
@@ -28,6 +28,7 @@ pub mod providers;
 pub mod redact;
 pub mod secret;
 pub mod serve;
+pub mod stdin;
 pub mod token;
 pub mod version;
 pub mod yaml;

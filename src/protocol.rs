@@ -90,6 +90,12 @@ pub fn read_request(input: impl Read) -> Result<Request> {
         .take(limit)
         .read_to_end(&mut bytes)
         .map_err(|e| Error::request(format!("cannot read the request from stdin: {e}")))?;
+    request_from_bytes(&bytes)
+}
+
+/// A request read whole, at most one byte past [`MAX_REQUEST_BYTES`]:
+/// refused when over the bound, else parsed and checked.
+pub fn request_from_bytes(bytes: &[u8]) -> Result<Request> {
     if bytes.len() > MAX_REQUEST_BYTES {
         return Err(Error::request(format!(
             "the request on stdin is larger than {} bytes",
@@ -97,7 +103,7 @@ pub fn read_request(input: impl Read) -> Result<Request> {
         ))
         .fix("stdin must carry one CredentialProviderRequest from the kubelet"));
     }
-    parse_request(&bytes)
+    parse_request(bytes)
 }
 
 /// Parses and checks one request document.

@@ -25,6 +25,7 @@ use crate::options::{self, Options};
 use crate::protocol::{self, Response};
 use crate::providers::route;
 use crate::providers::{Context, Exchanger, Plan, Provider};
+use crate::stdin;
 use crate::token::ServiceAccountToken;
 
 /// What the exchange is for, collected as the request is understood, so a
@@ -68,14 +69,7 @@ pub fn run(
     let named = options::provider_from_program_name(arg0);
     let choice = options.choice(named);
     let mut subject = Subject::default();
-    match respond(
-        matches,
-        options,
-        inputs,
-        choice,
-        std::io::stdin(),
-        &mut subject,
-    ) {
+    match respond(matches, options, inputs, choice, &mut subject) {
         Ok(json) => {
             let mut out = std::io::stdout().lock();
             if let Err(e) = out.write_all(&json).and_then(|()| out.flush()) {
@@ -149,29 +143,20 @@ pub fn prepare<'a>(
     Ok(Prepared { audiences, plan })
 }
 
-/// Reads the request under the deadline: on a thread, because a read
-/// cannot be interrupted without unsafe code, and a writer that never closes
-/// stdin must not hang the plugin until the kubelet kills it. When the
-/// deadline passes, the caller returns and the process exits, thread and
-/// all.
-fn read_request_within(
-    input: impl std::io::Read + Send + 'static,
-    deadline: &Deadline,
-) -> Result<protocol::Request> {
-    let (sender, receiver) = std::sync::mpsc::channel();
-    std::thread::Builder::new()
-        .name("stdin".into())
-        .spawn(move || {
-            let _ = sender.send(protocol::read_request(input));
-        })
-        .map_err(|e| Error::internal(format!("cannot start reading stdin: {e}")))?;
-    match receiver.recv_timeout(deadline.remaining()) {
-        Ok(read) => read,
-        Err(_) => Err(Error::request(format!(
+/// Reads the request under the deadline (see [`crate::stdin`] for how),
+/// so that a writer that never closes stdin does not hang the plugin until
+/// the kubelet kills it.
+fn read_request_within(deadline: &Deadline) -> Result<protocol::Request> {
+    match stdin::read_within(protocol::MAX_REQUEST_BYTES, deadline) {
+        Ok(stdin::Outcome::Complete(bytes)) => protocol::request_from_bytes(&bytes),
+        Ok(stdin::Outcome::TimedOut) => Err(Error::request(format!(
             "no complete request arrived on stdin within the deadline of {}s",
             deadline.budget().as_secs()
         ))
         .fix("the kubelet writes one CredentialProviderRequest and closes stdin; by hand, pipe the request in (or end input with Ctrl-D)")),
+        Err(e) => Err(Error::request(format!(
+            "cannot read the request from stdin: {e}"
+        ))),
     }
 }
 
@@ -181,11 +166,10 @@ fn respond(
     options: &Options,
     inputs: &Inputs,
     choice: Option<&'static Provider>,
-    input: impl std::io::Read + Send + 'static,
     subject: &mut Subject,
 ) -> Result<Vec<u8>> {
     let deadline = Deadline::after(options.timeout);
-    let request = read_request_within(input, &deadline)?;
+    let request = read_request_within(&deadline)?;
     let image = ImageRef::parse(&request.image)?;
     subject.registry = Some(image.registry().to_string());
 

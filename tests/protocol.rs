@@ -537,3 +537,43 @@ fn a_stdin_that_never_closes_ends_at_the_deadline() {
         "{stderr}"
     );
 }
+
+/// The same request, served from each kind of stdin: the kubelet's pipe
+/// (every other test here), a file (`plugin < request.json`) and a socket,
+/// which is read on a thread. Each gives the same response.
+#[test]
+fn a_request_is_served_from_a_file_and_a_socket_as_from_a_pipe() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+
+    let token = token();
+    let body = request("harbor.test/team/app:1", Some(&token), &[]);
+    let served = |stdin: Stdio| {
+        let out = Command::new(support::plugin::bin())
+            .args(PASSTHROUGH)
+            .env_clear()
+            .stdin(stdin)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let piped = run(PASSTHROUGH, &[], body.as_bytes()).response();
+
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    file.write_all(body.as_bytes()).unwrap();
+    let from_file = served(Stdio::from(std::fs::File::open(file.path()).unwrap()));
+
+    let (mut ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    ours.write_all(body.as_bytes()).unwrap();
+    ours.shutdown(std::net::Shutdown::Write).unwrap();
+    let from_socket = served(Stdio::from(std::os::fd::OwnedFd::from(theirs)));
+
+    assert_eq!(piped["auth"]["harbor.test"]["password"], token.as_str());
+    assert_eq!(from_file, piped);
+    assert_eq!(from_socket, piped);
+}

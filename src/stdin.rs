@@ -1,0 +1,246 @@
+//! Reads the kubelet's request from stdin, bounded in size and in time.
+//!
+//! The kubelet writes the request into a pipe and closes it; a writer that
+//! never closes must not hang the plugin until the kubelet kills it, so the
+//! read has a deadline. A blocking `read(2)` cannot be given one without
+//! unsafe code, and a thread that reads while the main thread waits costs
+//! more than the rest of a cache hit (a clone, a stack, a second malloc
+//! arena). So what stdin is decides how it is read:
+//!
+//! - a pipe (the kubelet, `cmd | plugin`): non-blocking reads, waiting for
+//!   more in `epoll` (through `mio`) until the deadline;
+//! - a regular file (`plugin < request.json`): read straight through; a
+//!   file has an end and never waits for a writer;
+//! - anything else (a terminal, a socket, a device): a reading thread, the
+//!   way that works for every kind of file, where start-up cost is moot.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::FileTypeExt;
+
+use crate::deadline::Deadline;
+
+/// What became of reading stdin.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Everything up to end of file, or the first `limit + 1` bytes when
+    /// there is more than `limit` (the caller reports the excess).
+    Complete(Vec<u8>),
+    /// The deadline passed before end of file.
+    TimedOut,
+}
+
+/// Reads stdin to its end, at most `limit + 1` bytes, by `deadline`.
+pub fn read_within(limit: usize, deadline: &Deadline) -> io::Result<Outcome> {
+    let fd = io::stdin().as_fd().try_clone_to_owned()?;
+    read_fd_within(fd, limit, deadline)
+}
+
+/// [`read_within`] for any descriptor (stdin's duplicate in production; a
+/// pipe or file of their own in tests).
+fn read_fd_within(fd: OwnedFd, limit: usize, deadline: &Deadline) -> io::Result<Outcome> {
+    let file = File::from(fd);
+    let kind = file.metadata()?.file_type();
+    if kind.is_file() {
+        return read_to_limit(file, limit).map(Outcome::Complete);
+    }
+    if kind.is_fifo() {
+        return read_pipe(OwnedFd::from(file), limit, deadline);
+    }
+    read_on_thread(file, limit, deadline)
+}
+
+/// Reads `input` to its end, at most `limit + 1` bytes.
+fn read_to_limit(input: impl Read, limit: usize) -> io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
+    input.take(cap).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// Reads a pipe without blocking, waiting for it in `epoll` between reads.
+/// `mio` registers edge-triggered, so every wake-up reads until the pipe
+/// is empty (`WouldBlock`) before waiting again. The pipe is put back in
+/// blocking mode afterwards: its open file description may be shared.
+fn read_pipe(fd: OwnedFd, limit: usize, deadline: &Deadline) -> io::Result<Outcome> {
+    use mio::{Events, Interest, Poll, Token};
+
+    let mut pipe = mio::unix::pipe::Receiver::from(fd);
+    pipe.set_nonblocking(true)?;
+    let result = (|| {
+        let mut poll = Poll::new()?;
+        poll.registry()
+            .register(&mut pipe, Token(0), Interest::READABLE)?;
+        let mut events = Events::with_capacity(1);
+        let mut bytes = Vec::new();
+        let mut chunk = vec![0u8; 64 * 1024];
+        loop {
+            // Drain what is there now.
+            loop {
+                match (&pipe).read(&mut chunk) {
+                    Ok(0) => return Ok(Outcome::Complete(bytes)),
+                    Ok(n) => {
+                        bytes.extend_from_slice(chunk.get(..n).unwrap_or_default());
+                        if bytes.len() > limit {
+                            bytes.truncate(limit.saturating_add(1));
+                            return Ok(Outcome::Complete(bytes));
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            let remaining = deadline.remaining();
+            if remaining.is_zero() {
+                return Ok(Outcome::TimedOut);
+            }
+            match poll.poll(&mut events, Some(remaining)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    })();
+    let _ = pipe.set_nonblocking(false);
+    result
+}
+
+/// Reads on a thread while this one waits until the deadline. When the
+/// deadline passes, the caller returns and the process exits, thread and
+/// all.
+fn read_on_thread(input: File, limit: usize, deadline: &Deadline) -> io::Result<Outcome> {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("stdin".into())
+        .spawn(move || {
+            let _ = sender.send(read_to_limit(input, limit));
+        })?;
+    match receiver.recv_timeout(deadline.remaining()) {
+        Ok(read) => read.map(Outcome::Complete),
+        Err(_) => Ok(Outcome::TimedOut),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+    use super::*;
+    use std::io::Write;
+    use std::time::{Duration, Instant};
+
+    fn pipe() -> (OwnedFd, File) {
+        let (reader, writer) = io::pipe().unwrap();
+        (OwnedFd::from(reader), File::from(OwnedFd::from(writer)))
+    }
+
+    fn deadline(ms: u64) -> Deadline {
+        Deadline::after(Duration::from_millis(ms))
+    }
+
+    #[test]
+    fn a_pipe_is_read_to_its_end_across_writes() {
+        let (reader, mut writer) = pipe();
+        let feeder = std::thread::spawn(move || {
+            writer.write_all(b"{\"a\":").unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+            writer.write_all(b"1}").unwrap();
+        });
+        let read = read_fd_within(reader, 100, &deadline(5000)).unwrap();
+        feeder.join().unwrap();
+        assert_eq!(read, Outcome::Complete(b"{\"a\":1}".to_vec()));
+    }
+
+    #[test]
+    fn a_pipe_larger_than_a_pipe_buffer_is_read_whole() {
+        let (reader, mut writer) = pipe();
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let sent = data.clone();
+        let feeder = std::thread::spawn(move || writer.write_all(&sent).unwrap());
+        let read = read_fd_within(reader, 1 << 20, &deadline(5000)).unwrap();
+        feeder.join().unwrap();
+        assert_eq!(read, Outcome::Complete(data));
+    }
+
+    #[test]
+    fn a_pipe_stops_one_byte_past_the_limit() {
+        let (reader, mut writer) = pipe();
+        let feeder = std::thread::spawn(move || {
+            // The reader stops early and the write then fails: ignore it.
+            let _ = writer.write_all(&[b'x'; 200_000]);
+        });
+        let read = read_fd_within(reader, 1000, &deadline(5000)).unwrap();
+        assert_eq!(read, Outcome::Complete(vec![b'x'; 1001]));
+        feeder.join().unwrap();
+    }
+
+    #[test]
+    fn a_pipe_that_never_closes_times_out_at_the_deadline() {
+        let (reader, mut writer) = pipe();
+        writer.write_all(b"{\"half\":").unwrap();
+        let started = Instant::now();
+        let read = read_fd_within(reader, 100, &deadline(300)).unwrap();
+        let took = started.elapsed();
+        assert_eq!(read, Outcome::TimedOut);
+        assert!(took >= Duration::from_millis(250), "{took:?}");
+        assert!(took < Duration::from_secs(3), "{took:?}");
+        drop(writer);
+    }
+
+    #[test]
+    fn the_pipe_is_left_blocking() {
+        let (reader, mut writer) = pipe();
+        let kept = File::from(reader.try_clone().unwrap());
+        assert_eq!(
+            read_fd_within(reader, 100, &deadline(100)).unwrap(),
+            Outcome::TimedOut
+        );
+        // The same open pipe, read again: blocking, it waits for the write
+        // below; left non-blocking, it would fail at once with WouldBlock.
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut byte = [0u8; 1];
+            let _ = sender.send((&kept).read(&mut byte).map_err(|e| e.kind()));
+        });
+        assert!(
+            receiver.recv_timeout(Duration::from_millis(200)).is_err(),
+            "the read returned before anything was written"
+        );
+        writer.write_all(b"x").unwrap();
+        assert_eq!(
+            receiver.recv_timeout(Duration::from_secs(5)).unwrap(),
+            Ok(1)
+        );
+    }
+
+    #[test]
+    fn a_regular_file_is_read_whole_and_bounded() {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        file.write_all(b"0123456789").unwrap();
+        let open = || OwnedFd::from(File::open(file.path()).unwrap());
+        assert_eq!(
+            read_fd_within(open(), 100, &deadline(1000)).unwrap(),
+            Outcome::Complete(b"0123456789".to_vec())
+        );
+        assert_eq!(
+            read_fd_within(open(), 4, &deadline(1000)).unwrap(),
+            Outcome::Complete(b"01234".to_vec())
+        );
+    }
+
+    #[test]
+    fn a_device_is_read_on_a_thread() {
+        let null = OwnedFd::from(File::open("/dev/null").unwrap());
+        assert_eq!(
+            read_fd_within(null, 100, &deadline(1000)).unwrap(),
+            Outcome::Complete(Vec::new())
+        );
+        let zero = OwnedFd::from(File::open("/dev/zero").unwrap());
+        assert_eq!(
+            read_fd_within(zero, 10, &deadline(1000)).unwrap(),
+            Outcome::Complete(vec![0; 11])
+        );
+    }
+}
