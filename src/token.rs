@@ -314,18 +314,22 @@ pub fn decode_claims(token: &str) -> Result<Claims> {
     })
 }
 
+/// A compact JWS of `header` and `claims` whose signature is not one, for
+/// the tests of code that reads tokens (ours, and those upstreams issue).
+#[cfg(test)]
+pub(crate) fn jwt(header: &str, claims: &str) -> String {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    format!(
+        "{}.{}.c2lnbmF0dXJl",
+        URL_SAFE_NO_PAD.encode(header),
+        URL_SAFE_NO_PAD.encode(claims)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-
-    fn jwt(header: &str, claims: &str) -> String {
-        format!(
-            "{}.{}.c2lnbmF0dXJl",
-            URL_SAFE_NO_PAD.encode(header),
-            URL_SAFE_NO_PAD.encode(claims)
-        )
-    }
 
     const HEADER: &str = r#"{"alg":"RS256","kid":"k"}"#;
 
@@ -414,5 +418,28 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("not signed"), "{err}");
+    }
+
+    #[test]
+    fn unverified_expiry_is_the_exp_claim_of_a_jwt() {
+        // Moved from the ACR exchange, which read its refresh token's
+        // lifetime with its own copy of this parser.
+        let b64 = |s: &str| URL_SAFE_NO_PAD.encode(s);
+        let token = format!(
+            "{}.{}.c2ln",
+            b64(r#"{"alg":"RS256"}"#),
+            b64(r#"{"exp":1700010800,"iat":1700000000}"#)
+        );
+        assert_eq!(unverified_expiry(&token), Some(1_700_010_800));
+        for bad in [
+            "opaque".to_string(),
+            format!("{}.{}", b64("{}"), b64(r#"{"exp":1}"#)),
+            format!("{}.{}.s", b64("{}"), b64(r#"{"iat":1}"#)),
+            format!("{}.{}.s", b64("{}"), b64(r#"{"exp":"soon"}"#)),
+            format!("{}.!!!.s", b64("{}")),
+            format!("{}.{}.s.x", b64("{}"), b64(r#"{"exp":1}"#)),
+        ] {
+            assert_eq!(unverified_expiry(&bad), None, "{bad}");
+        }
     }
 }

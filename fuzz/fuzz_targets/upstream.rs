@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 use wi_credential_provider::net::http::Reply;
-use wi_credential_provider::providers::{azure, chainguard, gcp, token_exchange, vault};
+use wi_credential_provider::providers::{chainguard, gcp, token_exchange, vault};
 use wi_credential_provider::secret::Secret;
 
 fuzz_target!(|data: &[u8]| {
@@ -70,7 +70,7 @@ fuzz_target!(|data: &[u8]| {
         assert!(reply.is_success() && !c.password.is_empty());
         assert!(c.expires_at > 1_800_000_000);
     }
-    let _ = gcp::upstream_error(body);
+    let _ = wi_credential_provider::providers::oauth::error_body(body);
     if let Ok(login) = vault::wire::read_login(&reply, "login") {
         assert!(!login.client_token.is_empty() && login.lease_duration >= 0);
     }
@@ -86,5 +86,5 @@ fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(body);
     let cleaned = wi_credential_provider::redact::clean(&text, 300);
     assert!(cleaned.chars().count() <= 301);
-    let _ = azure::acr::expiry(&Secret::new(text));
+    let _ = wi_credential_provider::token::unverified_expiry(&text);
 });

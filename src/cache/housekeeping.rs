@@ -204,18 +204,10 @@ fn older(modified: SystemTime, now: SystemTime) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::store::tests::{entry, key};
+    use crate::cache::store::tests::{entry, key, store};
     use std::time::Duration;
 
     const HOUR: Duration = Duration::from_secs(3600);
-
-    fn store() -> (tempfile::TempDir, Store) {
-        let parent = tempfile::tempdir().unwrap();
-        let store = Store::open(&parent.path().join("cache"), true)
-            .unwrap()
-            .unwrap();
-        (parent, store)
-    }
 
     fn age(path: &std::path::Path, secs: u64) {
         let when = SystemTime::now() - Duration::from_secs(secs);
@@ -270,19 +262,25 @@ mod tests {
         assert!(matches!(store.read(&expired), Lookup::Found(_)));
     }
 
+    /// Four fresh entries, '1' to '4', last written 100, 90, 80 and 70
+    /// seconds ago: oldest first.
+    fn four_aged(store: &Store, now: i64) -> Vec<Key> {
+        ['1', '2', '3', '4']
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let k = write(store, c, now, now + 3600);
+                age(&store.entry_path(&k), 100 - 10 * i as u64);
+                k
+            })
+            .collect()
+    }
+
     #[test]
     fn the_cap_removes_the_oldest_entries() {
         let (_parent, store) = store();
         let now = crate::duration::unix_now();
-        let keys: Vec<Key> = ['1', '2', '3', '4']
-            .into_iter()
-            .enumerate()
-            .map(|(i, c)| {
-                let k = write(&store, c, now, now + 3600);
-                age(&store.entry_path(&k), 100 - 10 * i as u64);
-                k
-            })
-            .collect();
+        let keys = four_aged(&store, now);
         let keep = write(&store, '5', now, now + 3600);
         // Cap 3: the two oldest go, the two newest and `keep` stay.
         let report = run(&store, now, HOUR, 3, &keep).unwrap();
@@ -308,15 +306,7 @@ mod tests {
             .unwrap()
             .set_modified(when)
             .unwrap_or(());
-        let keys: Vec<Key> = ['1', '2', '3', '4']
-            .into_iter()
-            .enumerate()
-            .map(|(i, c)| {
-                let k = write(&store, c, now, now + 3600);
-                age(&store.entry_path(&k), 100 - 10 * i as u64);
-                k
-            })
-            .collect();
+        let keys = four_aged(&store, now);
         let keep = write(&store, '5', now, now + 3600);
         // Cap 3 with six names: the directory is skipped, and three real
         // entries go so that the cap holds for what can be removed.

@@ -141,6 +141,16 @@ mod tests {
         std::fs::metadata(dir).unwrap().uid()
     }
 
+    /// `k.lock` in `dir`, its owner, and the lock, held.
+    fn held(dir: &Path) -> (std::path::PathBuf, u32, KeyLock) {
+        let path = dir.join("k.lock");
+        let owner = uid(dir);
+        let Acquired::Held(lock) = try_acquire(&path, owner).unwrap() else {
+            panic!("free");
+        };
+        (path, owner, lock)
+    }
+
     fn soon(ms: u64) -> Instant {
         Instant::now() + Duration::from_millis(ms)
     }
@@ -170,11 +180,7 @@ mod tests {
     #[test]
     fn a_waiter_gets_the_lock_soon_after_release() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("k.lock");
-        let owner = uid(dir.path());
-        let Acquired::Held(first) = try_acquire(&path, owner).unwrap() else {
-            panic!("free");
-        };
+        let (path, owner, first) = held(dir.path());
         let waiter = {
             let path = path.clone();
             std::thread::spawn(move || {
@@ -207,11 +213,7 @@ mod tests {
     #[test]
     fn a_removed_lock_file_is_not_shared_by_two_holders() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("k.lock");
-        let owner = uid(dir.path());
-        let Acquired::Held(first) = try_acquire(&path, owner).unwrap() else {
-            panic!("free");
-        };
+        let (path, owner, first) = held(dir.path());
         // A waiter opens the current file, then blocks on it.
         let waiter = {
             let path = path.clone();

@@ -471,7 +471,8 @@ pub(crate) mod tests {
         Key::parse(&c.to_string().repeat(64)).unwrap()
     }
 
-    fn store() -> (tempfile::TempDir, Store) {
+    /// A store in a fresh directory, which lives as long as the first value.
+    pub(crate) fn store() -> (tempfile::TempDir, Store) {
         let parent = tempfile::tempdir().unwrap();
         let store = Store::open(&parent.path().join("cache"), true)
             .unwrap()

@@ -307,7 +307,7 @@ fn describe(entry: &Entry) -> String {
 mod tests {
     use super::*;
     use crate::cache::key::Key;
-    use crate::cache::store::tests::{entry, key};
+    use crate::cache::store::tests::{entry, key, store};
     use crate::token::ServiceAccount;
 
     const HOUR: Duration = Duration::from_secs(3600);
@@ -321,14 +321,6 @@ mod tests {
         text.split(|c: char| c.is_whitespace() || c == '(')
             .filter_map(Key::parse)
             .collect()
-    }
-
-    fn store() -> (tempfile::TempDir, Store) {
-        let parent = tempfile::tempdir().unwrap();
-        let store = Store::open(&parent.path().join("cache"), true)
-            .unwrap()
-            .unwrap();
-        (parent, store)
     }
 
     fn put(store: &Store, c: char, ns: &str, name: &str) -> Key {

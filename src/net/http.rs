@@ -147,6 +147,17 @@ impl Reply {
     }
 }
 
+/// A reply with `status` and `body` and no `Retry-After`, as an upstream
+/// would send it, for the tests of the code that reads replies.
+#[cfg(test)]
+pub fn reply(status: u16, body: &str) -> Reply {
+    Reply {
+        status,
+        retry_after: None,
+        body: body.as_bytes().to_vec(),
+    }
+}
+
 /// Sends one request and reads its reply, with the body bounded.
 async fn send_once(
     request: reqwest::RequestBuilder,

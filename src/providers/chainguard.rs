@@ -41,9 +41,8 @@ use std::sync::Arc;
 use crate::image::ImageRef;
 use crate::inputs::Inputs;
 use crate::net::{self, http, http::Reply};
-use crate::protocol::CacheKeyType;
 use crate::providers::allowlist::{self, Allowlist};
-use crate::providers::token_exchange::form_urlencode;
+use crate::providers::oauth::{self, form_urlencode};
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
 use crate::secret::Secret;
 
@@ -60,7 +59,6 @@ pub const USERNAME: &str = "_token";
 /// exchange (with and without the scheme).
 pub const TOKEN_AUDIENCES: [&str; 2] = ["issuer.enforce.dev", "https://issuer.enforce.dev"];
 
-const MAX_MESSAGE_CHARS: usize = 300;
 /// An identity is at most a few groups deep; this bounds the pattern.
 const MAX_IDENTITY_LEVELS: usize = 16;
 
@@ -93,11 +91,7 @@ pub static PROVIDER: Provider = Provider {
 };
 
 fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
-    let registries: allowlist::Options = providers::flags(matches)?;
-    let options: Options = providers::flags(matches)?;
-    Ok(Box::new(
-        Chainguard::new(&registries, &options)?.with_net(Arc::clone(&inputs.net)),
-    ))
+    providers::build_allowlisted(matches, inputs, Chainguard::new)
 }
 
 pub struct Chainguard {
@@ -124,13 +118,11 @@ pub fn is_identity_id(id: &str) -> bool {
 }
 
 impl Chainguard {
-    /// The process's network settings (proxies, `--ca-file`).
-    pub fn with_net(mut self, net: Arc<net::Settings>) -> Self {
-        self.net = net;
-        self
-    }
-
-    pub fn new(registries: &allowlist::Options, options: &Options) -> Result<Self> {
+    pub fn new(
+        registries: &allowlist::Options,
+        options: &Options,
+        net: Arc<net::Settings>,
+    ) -> Result<Self> {
         let issuer =
             http::endpoint_override("--chainguard-issuer-url", &options.chainguard_issuer_url)?;
         let audience = options.chainguard_registry_audience.trim();
@@ -159,7 +151,7 @@ impl Chainguard {
             })
             .transpose()?;
         Ok(Chainguard {
-            net: Arc::default(),
+            net,
             allowlist: Allowlist::new(registries)?,
             issuer,
             audience: audience.to_string(),
@@ -196,14 +188,11 @@ impl Exchanger for Chainguard {
     }
 
     fn audiences(&self) -> Vec<String> {
-        TOKEN_AUDIENCES.iter().map(|a| a.to_string()).collect()
+        providers::names(&TOKEN_AUDIENCES)
     }
 
     fn annotation_keys(&self) -> Vec<String> {
-        vec![
-            IDENTITY_ANNOTATION.to_string(),
-            COOKBOOK_IDENTITY_ANNOTATION.to_string(),
-        ]
+        providers::names(&[IDENTITY_ANNOTATION, COOKBOOK_IDENTITY_ANNOTATION])
     }
 
     /// cgr.dev exactly, and the hosts the admin allowed with `--registry`
@@ -232,21 +221,18 @@ impl Exchanger for Chainguard {
     fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
         let (identity, source) = self.identity(cx)?;
         let token = cx.token()?;
-        let registry = cx.image.registry().to_string();
         let inputs = vec![
-            ("registry", registry.clone()),
+            ("registry", cx.image.registry().to_string()),
             ("issuer_url", self.issuer.clone()),
             ("registry_audience", self.audience.clone()),
             ("identity", identity.clone()),
             ("identity_source", source.to_string()),
         ];
-        Ok(Plan {
-            provider: &PROVIDER,
-            auth_key: registry,
-            cache_key_type: CacheKeyType::Registry,
-            cacheable: true,
+        Ok(Plan::for_registry(
+            &PROVIDER,
+            cx.image,
             inputs,
-            exchange: Box::new(move |deadline: &Deadline| {
+            Box::new(move |deadline: &Deadline| {
                 let url = format!("{}/sts/exchange", self.issuer);
                 let call = format!("the Chainguard token exchange at {url}");
                 // The query (application/x-www-form-urlencoded, as grpc-gateway reads it).
@@ -289,7 +275,7 @@ impl Exchanger for Chainguard {
                 );
                 Ok(credential)
             }),
-        })
+        ))
     }
 }
 
@@ -338,12 +324,10 @@ pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential
             .as_ref()
             .and_then(|b| b.get("message"))
             .and_then(serde_json::Value::as_str)
-            .filter(|m| !m.is_empty())
-            .map(|m| crate::redact::clean(m, MAX_MESSAGE_CHARS));
-        let what = match (code, &message) {
-            (Some(code), Some(m)) => format!("HTTP {} {code}: {m:?}", reply.status),
-            (Some(code), None) => format!("HTTP {} {code}", reply.status),
-            _ => format!(
+            .filter(|m| !m.is_empty());
+        let what = match code {
+            Some(code) => oauth::summary(reply.status, Some(code), message),
+            None => format!(
                 "HTTP {} with {}",
                 reply.status,
                 crate::redact::body_shape(&reply.body)
@@ -426,9 +410,9 @@ pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
 
     use super::*;
+    use crate::net::http::reply;
 
     const ID: &str = "0123456789abcdef0123456789abcdef01234567/0123456789abcdef";
 
@@ -440,16 +424,9 @@ mod tests {
                 chainguard_registry_audience: REGISTRY.into(),
                 chainguard_identity: identity.map(str::to_string),
             },
+            Arc::default(),
         )
         .unwrap()
-    }
-
-    fn reply(status: u16, body: &str) -> Reply {
-        Reply {
-            status,
-            retry_after: None,
-            body: body.as_bytes().to_vec(),
-        }
     }
 
     fn describe() -> Describe<'static> {
@@ -463,12 +440,9 @@ mod tests {
     }
 
     fn jwt_with_exp(exp: i64) -> String {
-        use base64::Engine;
-        let e = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-        format!(
-            "{}.{}.c2ln",
-            e.encode(br#"{"alg":"ES256"}"#),
-            e.encode(format!(r#"{{"exp":{exp},"aud":"cgr.dev"}}"#))
+        crate::token::jwt(
+            r#"{"alg":"ES256"}"#,
+            &format!(r#"{{"exp":{exp},"aud":"cgr.dev"}}"#),
         )
     }
 
@@ -498,10 +472,7 @@ mod tests {
         let image = ImageRef::parse("cgr.dev/org/app").unwrap();
         let other = format!("{ID}/1111111111111111");
         let pick = |c: &Chainguard, pairs: &[(&str, &str)]| {
-            let annotations: BTreeMap<String, String> = pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
+            let annotations = crate::providers::annotations(pairs);
             let cx = Context {
                 image: &image,
                 annotations: &annotations,
@@ -571,6 +542,7 @@ mod tests {
                 chainguard_registry_audience: REGISTRY.into(),
                 chainguard_identity: None,
             },
+            Arc::default(),
         )
         .unwrap();
         assert!(mirrored.serves(&image("mirror.example.com/org/app")));
@@ -580,7 +552,7 @@ mod tests {
     #[test]
     fn flags_are_checked() {
         let bad = |o: Options| {
-            Chainguard::new(&allowlist::Options::default(), &o)
+            Chainguard::new(&allowlist::Options::default(), &o, Arc::default())
                 .err()
                 .unwrap()
                 .to_string()

@@ -36,7 +36,6 @@ use crate::duration;
 use crate::error::{Error, Result, quote};
 use crate::inputs::Inputs;
 use crate::net;
-use crate::protocol::CacheKeyType;
 use crate::providers::allowlist::{self, Allowlist};
 use crate::providers::token_service::{self, Pattern, Service};
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
@@ -92,11 +91,7 @@ pub static PROVIDER: Provider = Provider {
 };
 
 fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
-    Ok(Box::new(Cloudsmith::new(
-        &providers::flags(matches)?,
-        &providers::flags(matches)?,
-        Arc::clone(&inputs.net),
-    )?))
+    providers::build_allowlisted(matches, inputs, Cloudsmith::new)
 }
 
 pub struct Cloudsmith {
@@ -178,13 +173,14 @@ impl Cloudsmith {
             _ => format!("check the service account slug {slug} and --cloudsmith-org {}", self.org),
         }
         })?;
-        let expires_at =
-            token_service::expiry(&self.service, now, None, &password, DEFAULT_LIFETIME_SECS)?;
-        Ok(Credential {
-            username: USERNAME.to_string(),
+        token_service::credential(
+            &self.service,
+            now,
+            USERNAME.to_string(),
             password,
-            expires_at,
-        })
+            None,
+            DEFAULT_LIFETIME_SECS,
+        )
     }
 }
 
@@ -193,14 +189,8 @@ impl Exchanger for Cloudsmith {
         &PROVIDER
     }
 
-    /// Cloudsmith checks claims only where the provider requires them;
-    /// `--audience` pins the audience.
-    fn audiences(&self) -> Vec<String> {
-        Vec::new()
-    }
-
     fn annotation_keys(&self) -> Vec<String> {
-        SERVICE_ANNOTATIONS.iter().map(|k| k.to_string()).collect()
+        providers::names(&SERVICE_ANNOTATIONS)
     }
 
     fn allowlist(&self) -> Option<(&Allowlist, &'static str)> {
@@ -210,21 +200,18 @@ impl Exchanger for Cloudsmith {
     fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
         let token = cx.token()?;
         let slug = self.service_slug(cx)?;
-        let registry = cx.image.registry().to_string();
         let inputs = vec![
-            ("registry", registry.clone()),
+            ("registry", cx.image.registry().to_string()),
             ("token_url", self.service.url.clone()),
             ("organisation", self.org.clone()),
             ("service_slug", slug.clone()),
         ];
         let issuer = token.claims().issuer.clone();
-        Ok(Plan {
-            provider: &PROVIDER,
-            auth_key: registry,
-            cache_key_type: CacheKeyType::Registry,
-            cacheable: true,
+        Ok(Plan::for_registry(
+            &PROVIDER,
+            cx.image,
             inputs,
-            exchange: Box::new(move |deadline: &Deadline| {
+            Box::new(move |deadline: &Deadline| {
                 let body = serde_json::json!({
                     "oidc_token": token.secret().expose(),
                     "service_slug": slug,
@@ -234,7 +221,7 @@ impl Exchanger for Cloudsmith {
                 })?;
                 self.interpret(&reply, duration::unix_now(), &slug, &issuer)
             }),
-        })
+        ))
     }
 }
 
@@ -242,8 +229,7 @@ impl Exchanger for Cloudsmith {
 mod tests {
     use super::*;
     use crate::image::ImageRef;
-    use crate::net::http::Reply;
-    use std::collections::BTreeMap;
+    use crate::net::http::reply;
 
     fn cloudsmith() -> Cloudsmith {
         Cloudsmith::new(
@@ -259,20 +245,9 @@ mod tests {
         .unwrap()
     }
 
-    fn reply(status: u16, body: &str) -> Reply {
-        Reply {
-            status,
-            retry_after: None,
-            body: body.as_bytes().to_vec(),
-        }
-    }
-
     fn slug(annotations: &[(&str, &str)]) -> Result<String> {
         let image = ImageRef::parse("docker.cloudsmith.io/acme/repo/app").unwrap();
-        let annotations: BTreeMap<String, String> = annotations
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let annotations = crate::providers::annotations(annotations);
         cloudsmith().service_slug(&Context {
             image: &image,
             annotations: &annotations,
@@ -336,13 +311,7 @@ mod tests {
 
     #[test]
     fn reads_the_answer() {
-        use base64::Engine as _;
-        let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
-        let jwt = format!(
-            "{}.{}.sig",
-            b64(r#"{"alg":"HS256"}"#),
-            b64(r#"{"exp":6400}"#)
-        );
+        let jwt = crate::token::jwt(r#"{"alg":"HS256"}"#, r#"{"exp":6400}"#);
         let c = cloudsmith()
             .interpret(
                 &reply(201, &format!(r#"{{"token":"{jwt}"}}"#)),

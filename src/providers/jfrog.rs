@@ -38,8 +38,8 @@ use crate::duration;
 use crate::error::{Error, Result};
 use crate::inputs::Inputs;
 use crate::net;
-use crate::protocol::CacheKeyType;
 use crate::providers::allowlist::{self, Allowlist};
+use crate::providers::oauth;
 use crate::providers::token_service::{self, Pattern, Service};
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
 use crate::secret::Secret;
@@ -100,11 +100,7 @@ pub static PROVIDER: Provider = Provider {
 };
 
 fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
-    Ok(Box::new(Jfrog::new(
-        &providers::flags(matches)?,
-        &providers::flags(matches)?,
-        Arc::clone(&inputs.net),
-    )?))
+    providers::build_allowlisted(matches, inputs, Jfrog::new)
 }
 
 pub struct Jfrog {
@@ -190,13 +186,8 @@ impl Exchanger for Jfrog {
         &PROVIDER
     }
 
-    /// JFrog does not check the token's audience; `--audience` pins it.
-    fn audiences(&self) -> Vec<String> {
-        Vec::new()
-    }
-
     fn annotation_keys(&self) -> Vec<String> {
-        vec![IDENTITY_MAPPING_ANNOTATION.to_string()]
+        providers::names(&[IDENTITY_MAPPING_ANNOTATION])
     }
 
     fn allowlist(&self) -> Option<(&Allowlist, &'static str)> {
@@ -212,9 +203,8 @@ impl Exchanger for Jfrog {
             "JFrog identity mapping name",
         )?
         .map(|(_, name)| name);
-        let registry = cx.image.registry().to_string();
         let inputs = vec![
-            ("registry", registry.clone()),
+            ("registry", cx.image.registry().to_string()),
             ("token_url", self.service.url.clone()),
             ("provider_name", self.provider_name.clone()),
             (
@@ -234,13 +224,11 @@ impl Exchanger for Jfrog {
         ];
         let claims = token.claims();
         let (issuer, subject) = (claims.issuer.clone(), claims.subject.clone());
-        Ok(Plan {
-            provider: &PROVIDER,
-            auth_key: registry,
-            cache_key_type: CacheKeyType::Registry,
-            cacheable: true,
+        Ok(Plan::for_registry(
+            &PROVIDER,
+            cx.image,
             inputs,
-            exchange: Box::new(move |deadline: &Deadline| {
+            Box::new(move |deadline: &Deadline| {
                 let body = self.body(token.secret(), mapping.as_deref());
                 let reply = token_service::call(&self.service, deadline, |client| async move {
                     token_service::post_json(&client, &self.service, &body, deadline).await
@@ -259,7 +247,7 @@ impl Exchanger for Jfrog {
                 }
                 Ok(credential)
             }),
-        })
+        ))
     }
 }
 
@@ -301,25 +289,21 @@ impl Jfrog {
         let username = token_service::field(&value, "username")
             .filter(|u| !u.contains(['\n', '\r', ':']))
             .ok_or_else(|| token_service::malformed(&self.service, reply, "no usable username"))?;
-        let expires_at = token_service::expiry(
+        token_service::credential(
             &self.service,
             now,
-            token_service::expires_in(&value),
-            &password,
-            DEFAULT_LIFETIME_SECS,
-        )?;
-        Ok(Credential {
             username,
             password,
-            expires_at,
-        })
+            oauth::expires_in(value.get("expires_in")).filter(|&s| s > 0),
+            DEFAULT_LIFETIME_SECS,
+        )
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::http::Reply;
+    use crate::net::http::reply;
 
     fn jfrog(project: Option<&str>) -> Jfrog {
         Jfrog::new(
@@ -334,14 +318,6 @@ mod tests {
             Arc::default(),
         )
         .unwrap()
-    }
-
-    fn reply(status: u16, body: &str) -> Reply {
-        Reply {
-            status,
-            retry_after: None,
-            body: body.as_bytes().to_vec(),
-        }
     }
 
     #[test]

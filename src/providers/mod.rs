@@ -12,6 +12,7 @@
 //! runs [`Plan::exchange`], which does the network calls.
 
 pub mod allowlist;
+pub mod oauth;
 pub mod route;
 pub mod token_service;
 
@@ -127,6 +128,40 @@ pub fn flags<T: clap::FromArgMatches>(matches: &clap::ArgMatches) -> Result<T> {
     })
 }
 
+/// The `build` of a provider whose registries are the admin's choice:
+/// its constructor takes the `--registry` allowlist, its own flags and the
+/// process's network settings (proxies, `--ca-file`).
+pub fn build_allowlisted<O, E>(
+    matches: &clap::ArgMatches,
+    inputs: &Inputs,
+    new: fn(&allowlist::Options, &O, std::sync::Arc<crate::net::Settings>) -> Result<E>,
+) -> Result<Box<dyn Exchanger>>
+where
+    O: clap::FromArgMatches,
+    E: Exchanger + 'static,
+{
+    Ok(Box::new(new(
+        &flags(matches)?,
+        &flags(matches)?,
+        std::sync::Arc::clone(&inputs.net),
+    )?))
+}
+
+/// Owned copies of a provider's fixed names (annotation keys, audiences),
+/// as [`Exchanger`] returns them.
+pub fn names(list: &[&str]) -> Vec<String> {
+    list.iter().map(|name| name.to_string()).collect()
+}
+
+/// Annotations as the kubelet passes them, for the tests of exchangers.
+#[cfg(test)]
+pub fn annotations(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 /// Registry credentials and when they stop working.
 pub struct Credential {
     pub username: String,
@@ -198,6 +233,27 @@ pub struct Plan<'a> {
     pub exchange: Exchange<'a>,
 }
 
+impl<'a> Plan<'a> {
+    /// The plan of every exchanger but passthrough: the credential opens
+    /// the image's registry as a whole (its host is the `auth` key, and the
+    /// kubelet caches it per registry), and the on-disk cache may keep it.
+    pub fn for_registry(
+        provider: &'static Provider,
+        image: &ImageRef,
+        inputs: Vec<(&'static str, String)>,
+        exchange: Exchange<'a>,
+    ) -> Self {
+        Plan {
+            provider,
+            auth_key: image.registry().to_string(),
+            cache_key_type: CacheKeyType::Registry,
+            cacheable: true,
+            inputs,
+            exchange,
+        }
+    }
+}
+
 impl fmt::Debug for Plan<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Plan")
@@ -215,8 +271,13 @@ pub trait Exchanger {
     fn provider(&self) -> &'static Provider;
 
     /// The audiences the token may carry for this exchanger, any one of
-    /// which is enough; empty means the exchanger does not care.
-    fn audiences(&self) -> Vec<String>;
+    /// which is enough; empty (the default) means the exchanger does not
+    /// care: the upstream checks whatever it was configured to, and the
+    /// core checks `--audience` when it is given (the provider's
+    /// [`Provider::audience`] says so in words).
+    fn audiences(&self) -> Vec<String> {
+        Vec::new()
+    }
 
     /// The service account annotation keys the exchanger reads, in the
     /// order it prefers them. The kubelet passes only keys listed in the

@@ -79,12 +79,6 @@ impl Exchanger for Passthrough {
         &PROVIDER
     }
 
-    /// Whatever audience the registry trusts: the core checks `--audience`
-    /// when it is given.
-    fn audiences(&self) -> Vec<String> {
-        Vec::new()
-    }
-
     fn allowlist(&self) -> Option<(&Allowlist, &'static str)> {
         Some((&self.allowlist, "the service account token"))
     }

@@ -37,7 +37,6 @@ use crate::duration;
 use crate::error::{Error, Result, quote};
 use crate::inputs::Inputs;
 use crate::net;
-use crate::protocol::CacheKeyType;
 use crate::providers::allowlist::{self, Allowlist};
 use crate::providers::token_service::{self, Pattern, Service};
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
@@ -103,11 +102,7 @@ pub static PROVIDER: Provider = Provider {
 };
 
 fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
-    Ok(Box::new(Quay::new(
-        &providers::flags(matches)?,
-        &providers::flags(matches)?,
-        Arc::clone(&inputs.net),
-    )?))
+    providers::build_allowlisted(matches, inputs, Quay::new)
 }
 
 pub struct Quay {
@@ -201,13 +196,14 @@ impl Quay {
             _ => format!("check the robot name {robot} and --quay-url"),
         }
         })?;
-        let expires_at =
-            token_service::expiry(&self.service, now, None, &password, DEFAULT_LIFETIME_SECS)?;
-        Ok(Credential {
-            username: robot.to_string(),
+        token_service::credential(
+            &self.service,
+            now,
+            robot.to_string(),
             password,
-            expires_at,
-        })
+            None,
+            DEFAULT_LIFETIME_SECS,
+        )
     }
 }
 
@@ -216,14 +212,8 @@ impl Exchanger for Quay {
         &PROVIDER
     }
 
-    /// Quay checks the audience only where a federation entry lists one;
-    /// `--audience` pins it.
-    fn audiences(&self) -> Vec<String> {
-        Vec::new()
-    }
-
     fn annotation_keys(&self) -> Vec<String> {
-        ROBOT_ANNOTATIONS.iter().map(|k| k.to_string()).collect()
+        providers::names(&ROBOT_ANNOTATIONS)
     }
 
     fn allowlist(&self) -> Option<(&Allowlist, &'static str)> {
@@ -233,21 +223,18 @@ impl Exchanger for Quay {
     fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
         let token = cx.token()?;
         let robot = self.robot(cx)?;
-        let registry = cx.image.registry().to_string();
         let inputs = vec![
-            ("registry", registry.clone()),
+            ("registry", cx.image.registry().to_string()),
             ("token_url", self.service.url.clone()),
             ("robot", robot.clone()),
         ];
         let claims = token.claims();
         let (issuer, subject) = (claims.issuer.clone(), claims.subject.clone());
-        Ok(Plan {
-            provider: &PROVIDER,
-            auth_key: registry,
-            cache_key_type: CacheKeyType::Registry,
-            cacheable: true,
+        Ok(Plan::for_registry(
+            &PROVIDER,
+            cx.image,
             inputs,
-            exchange: Box::new(move |deadline: &Deadline| {
+            Box::new(move |deadline: &Deadline| {
                 let robot_name = robot.as_str();
                 let reply = token_service::call(&self.service, deadline, |client| async move {
                     crate::net::http::send(
@@ -265,7 +252,7 @@ impl Exchanger for Quay {
                 })?;
                 self.interpret(&reply, duration::unix_now(), &robot, &issuer, &subject)
             }),
-        })
+        ))
     }
 }
 
@@ -273,8 +260,7 @@ impl Exchanger for Quay {
 mod tests {
     use super::*;
     use crate::image::ImageRef;
-    use crate::net::http::Reply;
-    use std::collections::BTreeMap;
+    use crate::net::http::reply;
 
     fn quay() -> Quay {
         Quay::new(
@@ -290,20 +276,9 @@ mod tests {
         .unwrap()
     }
 
-    fn reply(status: u16, body: &str) -> Reply {
-        Reply {
-            status,
-            retry_after: None,
-            body: body.as_bytes().to_vec(),
-        }
-    }
-
     fn robot(annotations: &[(&str, &str)]) -> Result<String> {
         let image = ImageRef::parse("quay.io/acme/app").unwrap();
-        let annotations: BTreeMap<String, String> = annotations
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let annotations = crate::providers::annotations(annotations);
         quay().robot(&Context {
             image: &image,
             annotations: &annotations,
@@ -383,12 +358,9 @@ mod tests {
 
     #[test]
     fn reads_the_answer() {
-        use base64::Engine as _;
-        let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
-        let jwt = format!(
-            "{}.{}.sig",
-            b64(r#"{"alg":"RS256"}"#),
-            b64(r#"{"exp":4600,"sub":"acme+puller"}"#)
+        let jwt = crate::token::jwt(
+            r#"{"alg":"RS256"}"#,
+            r#"{"exp":4600,"sub":"acme+puller"}"#,
         );
         let q = quay();
         let c = q

@@ -45,17 +45,14 @@ use std::sync::Arc;
 
 use crate::inputs::Inputs;
 use crate::net::{self, http, http::Reply};
-use crate::protocol::CacheKeyType;
 use crate::providers::allowlist::{self, Allowlist};
-use crate::providers::gcp::upstream_error;
+use crate::providers::oauth::{self, form_urlencode};
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
 use crate::secret::Secret;
 
 pub const GRANT_TYPE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
 pub const JWT_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:jwt";
 
-/// Upstream descriptions are cut to this many characters.
-const MAX_DESCRIPTION_CHARS: usize = 300;
 /// A username is a registry account name: short, printable, no `:`.
 const MAX_USERNAME_CHARS: usize = 256;
 
@@ -144,11 +141,7 @@ pub static PROVIDER: Provider = Provider {
 };
 
 fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
-    let registries: allowlist::Options = providers::flags(matches)?;
-    let options: Options = providers::flags(matches)?;
-    Ok(Box::new(
-        TokenExchange::new(&registries, &options)?.with_net(Arc::clone(&inputs.net)),
-    ))
+    providers::build_allowlisted(matches, inputs, TokenExchange::new)
 }
 
 /// Where the registry username comes from.
@@ -180,13 +173,11 @@ pub struct TokenExchange {
 }
 
 impl TokenExchange {
-    /// The process's network settings (proxies, `--ca-file`).
-    pub fn with_net(mut self, net: Arc<net::Settings>) -> Self {
-        self.net = net;
-        self
-    }
-
-    pub fn new(registries: &allowlist::Options, options: &Options) -> Result<Self> {
+    pub fn new(
+        registries: &allowlist::Options,
+        options: &Options,
+        net: Arc<net::Settings>,
+    ) -> Result<Self> {
         let allowlist = Allowlist::new(registries)?;
         let url = options.token_exchange_url.as_deref().ok_or_else(|| {
             Error::config("the token-exchange provider has no token server (--token-exchange-url is not set)")
@@ -337,7 +328,7 @@ impl TokenExchange {
             }
         };
         Ok(TokenExchange {
-            net: Arc::default(),
+            net,
             allowlist,
             url,
             subject_token_type,
@@ -395,31 +386,9 @@ fn check_username(name: &str) -> std::result::Result<String, &'static str> {
     Ok(name.to_string())
 }
 
-/// RFC 6749 Appendix B: client ID and secret are form-urlencoded before
-/// they go into HTTP Basic (§2.3.1).
-pub(crate) fn form_urlencode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'*' => {
-                out.push(char::from(b))
-            }
-            b' ' => out.push('+'),
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
-}
-
 impl Exchanger for TokenExchange {
     fn provider(&self) -> &'static Provider {
         &PROVIDER
-    }
-
-    /// Whatever the token server trusts: the core checks `--audience` when
-    /// it is given.
-    fn audiences(&self) -> Vec<String> {
-        Vec::new()
     }
 
     fn allowlist(&self) -> Option<(&Allowlist, &'static str)> {
@@ -428,9 +397,8 @@ impl Exchanger for TokenExchange {
 
     fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
         let token = cx.token()?;
-        let registry = cx.image.registry().to_string();
         let inputs = vec![
-            ("registry", registry.clone()),
+            ("registry", cx.image.registry().to_string()),
             ("url", self.url.clone()),
             ("subject_token_type", self.subject_token_type.clone()),
             ("audience", self.audiences.join(" ")),
@@ -449,13 +417,11 @@ impl Exchanger for TokenExchange {
             ),
             ("client", self.client_input()),
         ];
-        Ok(Plan {
-            provider: &PROVIDER,
-            auth_key: registry,
-            cache_key_type: CacheKeyType::Registry,
-            cacheable: true,
+        Ok(Plan::for_registry(
+            &PROVIDER,
+            cx.image,
             inputs,
-            exchange: Box::new(move |deadline: &Deadline| {
+            Box::new(move |deadline: &Deadline| {
                 let call = format!("the token exchange at {}", self.url);
                 let service_account = token.service_account().to_string();
                 let claims = token.claims();
@@ -501,7 +467,7 @@ impl Exchanger for TokenExchange {
                 );
                 Ok(issued)
             }),
-        })
+        ))
     }
 }
 
@@ -520,7 +486,7 @@ pub struct Describe<'a> {
 pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential> {
     let url = d.url;
     if !reply.is_success() {
-        let upstream = upstream_error(&reply.body);
+        let upstream = oauth::error_body(&reply.body);
         let code = upstream.as_ref().map(|u| u.code.as_str());
         let fix = match code {
             Some("invalid_grant") => format!(
@@ -561,15 +527,7 @@ pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential
                 .to_string(),
         };
         let what = match &upstream {
-            Some(u) => match &u.description {
-                Some(text) => format!(
-                    "HTTP {} {}: {:?}",
-                    reply.status,
-                    u.code,
-                    crate::redact::clean(text, MAX_DESCRIPTION_CHARS)
-                ),
-                None => format!("HTTP {} {}", reply.status, u.code),
-            },
+            Some(u) => u.summary(reply.status),
             None => format!(
                 "HTTP {} with {}",
                 reply.status,
@@ -616,12 +574,7 @@ pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential
             quote(wanted)
         )));
     }
-    let expires_in = match body.get("expires_in") {
-        Some(serde_json::Value::Number(n)) => n.as_i64(),
-        Some(serde_json::Value::String(s)) => s.trim().parse::<i64>().ok(),
-        _ => None,
-    };
-    let expires_at = match expires_in {
+    let expires_at = match oauth::expires_in(body.get("expires_in")) {
         Some(s) if s > 0 => now.saturating_add(s),
         Some(_) => return Err(malformed("an expires_in that is not positive".to_string())),
         None => crate::token::unverified_expiry(access_token).ok_or_else(|| {
@@ -656,6 +609,7 @@ pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential
 mod tests {
     use super::*;
     use crate::image::ImageRef;
+    use crate::net::http::reply;
 
     fn options(url: &str) -> Options {
         Options {
@@ -672,14 +626,6 @@ mod tests {
         }
     }
 
-    fn reply(status: u16, body: &str) -> Reply {
-        Reply {
-            status,
-            retry_after: None,
-            body: body.as_bytes().to_vec(),
-        }
-    }
-
     fn describe(username: &Username) -> Describe<'_> {
         Describe {
             url: "https://sts.example.com/token",
@@ -692,22 +638,24 @@ mod tests {
     }
 
     fn jwt_with_exp(exp: i64) -> String {
-        use base64::Engine;
-        let e = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-        format!(
-            "{}.{}.c2ln",
-            e.encode(br#"{"alg":"RS256"}"#),
-            e.encode(format!(r#"{{"exp":{exp},"sub":"x"}}"#))
+        crate::token::jwt(
+            r#"{"alg":"RS256"}"#,
+            &format!(r#"{{"exp":{exp},"sub":"x"}}"#),
         )
     }
 
     #[test]
     fn flags_are_checked() {
         assert!(
-            TokenExchange::new(&registries(), &options("https://sts.example.com/token")).is_ok()
+            TokenExchange::new(
+                &registries(),
+                &options("https://sts.example.com/token"),
+                Arc::default()
+            )
+            .is_ok()
         );
         let err = |o: Options| {
-            TokenExchange::new(&registries(), &o)
+            TokenExchange::new(&registries(), &o, Arc::default())
                 .err()
                 .map(|e| e.to_string())
                 .unwrap_or_default()
@@ -790,7 +738,7 @@ mod tests {
         o.token_exchange_requested_token_type =
             Some("urn:ietf:params:oauth:token-type:access_token".into());
         o.token_exchange_client_id = Some("kubelet".into());
-        let x = TokenExchange::new(&registries(), &o).unwrap();
+        let x = TokenExchange::new(&registries(), &o, Arc::default()).unwrap();
         let secret = Secret::new("SUBJECT");
         assert_eq!(
             x.form(&secret),
@@ -809,7 +757,6 @@ mod tests {
                 ("client_id", "kubelet"),
             ]
         );
-        assert_eq!(form_urlencode("a b:c/é"), "a+b%3Ac%2F%C3%A9");
     }
 
     #[test]
@@ -953,13 +900,17 @@ mod tests {
 
     #[test]
     fn serves_only_allowed_registries() {
-        let x = TokenExchange::new(&registries(), &options("https://a")).unwrap();
+        let x = TokenExchange::new(&registries(), &options("https://a"), Arc::default()).unwrap();
         let image = |s: &str| ImageRef::parse(s).unwrap();
         assert!(x.serves(&image("registry.example.com/app")));
         assert!(!x.serves(&image("registry.example.com.evil.net/app")));
         assert!(!x.serves(&image("registry.example.com:444/app")));
-        let none =
-            TokenExchange::new(&allowlist::Options::default(), &options("https://a")).unwrap();
+        let none = TokenExchange::new(
+            &allowlist::Options::default(),
+            &options("https://a"),
+            Arc::default(),
+        )
+        .unwrap();
         assert!(!none.serves(&image("registry.example.com/app")));
     }
 }

@@ -26,11 +26,8 @@ use crate::net::{
     self,
     http::{self, Reply},
 };
-use crate::providers::Context;
+use crate::providers::{Context, Credential, oauth};
 use crate::secret::Secret;
-
-/// Vendor messages longer than this are cut.
-const MAX_MESSAGE_CHARS: usize = 300;
 
 /// One vendor token service as configured by the admin, for messages.
 #[derive(Clone, Debug)]
@@ -115,7 +112,7 @@ pub fn vendor_error(body: &[u8]) -> Option<VendorError> {
         }
     } else if let Some(error) = text(value.get("error")) {
         // An OAuth code is an identifier; Quay puts a sentence here.
-        if is_code(&error) {
+        if oauth::is_code(&error) {
             VendorError {
                 code: Some(error),
                 message: text(value.get("error_description")),
@@ -134,19 +131,11 @@ pub fn vendor_error(body: &[u8]) -> Option<VendorError> {
     } else {
         return None;
     };
-    let code = found.code.filter(|c| is_code(c));
+    let code = found.code.filter(|c| oauth::is_code(c));
     (code.is_some() || found.message.is_some()).then_some(VendorError {
         code,
         message: found.message,
     })
-}
-
-fn is_code(text: &str) -> bool {
-    !text.is_empty()
-        && text.len() <= 64
-        && text
-            .bytes()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
 }
 
 /// `HTTP 401 UNAUTHORIZED: "message"`, or the body's shape when it is not a
@@ -154,16 +143,7 @@ fn is_code(text: &str) -> bool {
 pub fn describe(reply: &Reply) -> String {
     match vendor_error(&reply.body) {
         Some(VendorError { code, message }) => {
-            let mut text = format!("HTTP {}", reply.status);
-            if let Some(code) = code {
-                text.push(' ');
-                text.push_str(&code);
-            }
-            if let Some(message) = message {
-                let shown = crate::redact::clean(&message, MAX_MESSAGE_CHARS);
-                text.push_str(&format!(": {shown:?}"));
-            }
-            text
+            oauth::summary(reply.status, code.as_deref(), message.as_deref())
         }
         None => format!(
             "HTTP {} ({})",
@@ -256,15 +236,22 @@ pub fn field(value: &serde_json::Value, name: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// `expires_in` as a number or, from services that bend RFC 6749, a
-/// string of digits; `None` when absent, zero or negative.
-pub fn expires_in(value: &serde_json::Value) -> Option<i64> {
-    match value.get("expires_in")? {
-        serde_json::Value::Number(n) => n.as_i64(),
-        serde_json::Value::String(s) => s.trim().parse::<i64>().ok(),
-        _ => None,
-    }
-    .filter(|&s| s > 0)
+/// The registry credential a service returned: `username` with the
+/// `password` it issued, until [`expiry`] says.
+pub fn credential(
+    service: &Service,
+    now: i64,
+    username: String,
+    password: Secret,
+    expires_in: Option<i64>,
+    fallback_secs: i64,
+) -> Result<Credential> {
+    let expires_at = expiry(service, now, expires_in, &password, fallback_secs)?;
+    Ok(Credential {
+        username,
+        password,
+        expires_at,
+    })
 }
 
 /// When a returned credential stops working, seen at `now`: the earlier of
@@ -281,7 +268,7 @@ pub fn expiry(
     fallback_secs: i64,
 ) -> Result<i64> {
     let by_field = expires_in.map(|s| now.saturating_add(s));
-    let by_claim = crate::providers::azure::acr::expiry(token);
+    let by_claim = crate::token::unverified_expiry(token.expose());
     let expires_at = match (by_field, by_claim) {
         (Some(a), Some(b)) => a.min(b),
         (Some(a), None) | (None, Some(a)) => a,
@@ -363,6 +350,7 @@ pub fn identity(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::net::http::reply;
 
     fn service() -> Service {
         Service {
@@ -370,14 +358,6 @@ mod tests {
             endpoint_flag: "--acme-url",
             url: "https://acme.example/token".into(),
             net: Arc::default(),
-        }
-    }
-
-    fn reply(status: u16, body: &str) -> Reply {
-        Reply {
-            status,
-            retry_after: None,
-            body: body.as_bytes().to_vec(),
         }
     }
 
@@ -457,15 +437,7 @@ mod tests {
 
     #[test]
     fn expiry_is_the_earlier_and_never_past() {
-        use base64::Engine as _;
-        let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
-        let jwt = |exp: i64| {
-            Secret::new(format!(
-                "{}.{}.sig",
-                b64("{}"),
-                b64(&format!("{{\"exp\":{exp}}}"))
-            ))
-        };
+        let jwt = |exp: i64| Secret::new(crate::token::jwt("{}", &format!("{{\"exp\":{exp}}}")));
         let s = service();
         assert_eq!(expiry(&s, 1000, Some(60), &jwt(5000), 3600).unwrap(), 1060);
         assert_eq!(
@@ -479,17 +451,5 @@ mod tests {
         );
         let e = expiry(&s, 1000, Some(60), &jwt(999), 3600).unwrap_err();
         assert!(e.what().contains("expired at 1970-01-01T00:16:39Z"), "{e}");
-        assert_eq!(
-            expires_in(&serde_json::json!({"expires_in": "60"})),
-            Some(60)
-        );
-        for v in [
-            serde_json::json!({}),
-            serde_json::json!({"expires_in": 0}),
-            serde_json::json!({"expires_in": -1}),
-            serde_json::json!({"expires_in": "soon"}),
-        ] {
-            assert_eq!(expires_in(&v), None, "{v}");
-        }
     }
 }

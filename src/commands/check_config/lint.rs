@@ -309,10 +309,7 @@ fn pinned(
             }
             let expected = expected_audiences(routing, exchanger);
             let audience = attrs.audience();
-            if !audience.is_empty()
-                && !expected.is_empty()
-                && !expected.iter().any(|e| e == audience)
-            {
+            if refused_audience(audience, &expected) {
                 findings.push(
                     entry
                         .error(
@@ -437,7 +434,7 @@ fn auto(entry: &Entry, routing: &Routing, findings: &mut Vec<Finding>) {
             Some(a) => vec![a.clone()],
             None => clouds.iter().flat_map(|e| e.audiences()).collect(),
         };
-        if !audience.is_empty() && !expected.is_empty() && !expected.iter().any(|e| e == audience) {
+        if refused_audience(audience, &expected) {
             findings.push(
                 entry
                     .error(
@@ -475,6 +472,12 @@ fn auto(entry: &Entry, routing: &Routing, findings: &mut Vec<Finding>) {
 }
 
 /// The audiences the binary will require of the token.
+/// Whether the plugin refuses every token of the entry: the entry names
+/// an audience, the plugin expects some, and not that one.
+fn refused_audience(audience: &str, expected: &[String]) -> bool {
+    !audience.is_empty() && !expected.is_empty() && !expected.iter().any(|e| e == audience)
+}
+
 fn expected_audiences(routing: &Routing, exchanger: &dyn Exchanger) -> Vec<String> {
     match &routing.options.audience {
         Some(audience) => vec![audience.clone()],

@@ -169,6 +169,7 @@ pub fn session_name(service_account: &ServiceAccount) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::annotations;
 
     fn sa(namespace: &str, name: &str) -> ServiceAccount {
         ServiceAccount {
@@ -277,13 +278,6 @@ mod tests {
         ] {
             assert_eq!(RoleArn::parse(text), None, "{text:?} must be refused");
         }
-    }
-
-    fn annotations(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
     }
 
     fn keys() -> Vec<String> {

@@ -30,7 +30,6 @@ use crate::error::{Error, Result};
 use crate::image::ImageRef;
 use crate::inputs::Inputs;
 use crate::net::{self, http};
-use crate::protocol::CacheKeyType;
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
 use std::sync::Arc;
 
@@ -303,14 +302,7 @@ impl Exchanger for Aws {
                 })
             }
         };
-        Ok(Plan {
-            provider: &PROVIDER,
-            auth_key: cx.image.registry().to_string(),
-            cache_key_type: CacheKeyType::Registry,
-            cacheable: true,
-            inputs,
-            exchange,
-        })
+        Ok(Plan::for_registry(&PROVIDER, cx.image, inputs, exchange))
     }
 }
 
@@ -359,22 +351,16 @@ fn login(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::CacheKeyType;
     use crate::secret::Secret;
     use crate::token::ServiceAccountToken;
-    use base64::Engine;
-    use std::collections::BTreeMap;
 
     fn token(audience: &str) -> ServiceAccountToken {
-        let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
         let claims = format!(
             r#"{{"aud":["{audience}"],"exp":4102444800,"iat":1000,"iss":"https://issuer.example","sub":"system:serviceaccount:team:api",
             "kubernetes.io":{{"namespace":"team","serviceaccount":{{"name":"api","uid":"u-1"}}}}}}"#
         );
-        let jwt = format!(
-            "{}.{}.c2lnbmF0dXJl",
-            b64(r#"{"alg":"RS256"}"#),
-            b64(&claims)
-        );
+        let jwt = crate::token::jwt(r#"{"alg":"RS256"}"#, &claims);
         ServiceAccountToken::decode(Secret::new(jwt), 2000).unwrap()
     }
 
@@ -396,10 +382,7 @@ mod tests {
         annotations: &[(&str, &str)],
     ) -> Result<Vec<(&'static str, String)>> {
         let image = ImageRef::parse(image).unwrap();
-        let annotations: BTreeMap<String, String> = annotations
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let annotations = crate::providers::annotations(annotations);
         let cx = Context {
             image: &image,
             annotations: &annotations,

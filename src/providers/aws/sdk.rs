@@ -503,7 +503,7 @@ fn transport_error(
         } => Error::upstream(format!(
             "{call} failed{}: {code}: {}",
             status.map(|s| format!(" (HTTP {s})")).unwrap_or_default(),
-            said(&message)
+            cleaned(&message)
         ))
         .fix("see the AWS error code above"),
     }
@@ -515,8 +515,18 @@ const MAX_MESSAGE_CHARS: usize = 300;
 /// An AWS error message, cleaned for the log line: AWS writes these for
 /// people (`Not authorized to perform sts:AssumeRoleWithWebIdentity`), but
 /// whatever answers at an overridden endpoint could echo anything.
-fn said(message: &str) -> String {
+fn cleaned(message: &str) -> String {
     format!("{:?}", redact::clean(message, MAX_MESSAGE_CHARS))
+}
+
+/// What AWS said, for the log line: the code and its cleaned message
+/// (`AccessDenied: "Not authorized ..."`), or the code alone.
+fn said(code: &str, message: &str) -> String {
+    if message.is_empty() {
+        code.to_string()
+    } else {
+        format!("{code}: {}", cleaned(message))
+    }
 }
 
 /// The issuer URL without scheme, as IAM names OIDC providers.
@@ -550,11 +560,7 @@ pub fn sts_error(
         role.partition(),
         role.account()
     );
-    let said = if message.is_empty() {
-        code.clone()
-    } else {
-        format!("{code}: {}", said(message))
-    };
+    let said = said(code, message);
     let what = |summary: &str| {
         Error::upstream(format!(
             "STS refused to let service account {sa} assume role {role} ({summary}); STS said {said}"
@@ -619,11 +625,7 @@ pub fn ecr_error(
     else {
         return transport_error(failure, &name, call.service().env_var(), deadline, tried);
     };
-    let said = if message.is_empty() {
-        code.clone()
-    } else {
-        format!("{code}: {}", said(message))
-    };
+    let said = said(code, message);
     let principal = &call.principal;
     let public = matches!(call.registry, Registry::Public);
     match code.as_str() {

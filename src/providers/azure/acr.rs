@@ -17,12 +17,12 @@
 //! `--acr-endpoint`), not to the realm of a `/v2/` challenge: a challenge
 //! could name any host, and the Entra token must not follow it.
 
-use base64::Engine;
 use serde::Deserialize;
 
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::net::http;
+use crate::providers::oauth;
 use crate::redact;
 use crate::secret::Secret;
 
@@ -58,8 +58,8 @@ struct ExchangeResponse {
 struct ErrorResponse {
     #[serde(default)]
     errors: Vec<RegistryError>,
-    error: Option<String>,
-    error_description: Option<String>,
+    #[serde(flatten)]
+    oauth: oauth::ErrorResponse,
 }
 
 #[derive(Deserialize)]
@@ -121,7 +121,8 @@ pub async fn exchange(
             .fix("check that the endpoint is an ACR login server (--acr-endpoint) and that no proxy rewrites the answer")
         })?;
     let token = Secret::new(token);
-    let expires_at = expiry(&token).ok_or_else(|| {
+    // ACR verifies its own token; its `exp` only says how long to cache it.
+    let expires_at = crate::token::unverified_expiry(token.expose()).ok_or_else(|| {
         Error::upstream(format!(
             "ACR at {} returned a refresh token that is not a JWT with an exp claim",
             request.endpoint
@@ -129,26 +130,6 @@ pub async fn exchange(
         .fix("check that the endpoint is an ACR login server (--acr-endpoint); ACR refresh tokens are JWTs")
     })?;
     Ok(RefreshToken { token, expires_at })
-}
-
-/// The `exp` claim of a JWT, read without verifying the signature: ACR
-/// verifies its own token, we only need to know how long to cache it.
-pub fn expiry(token: &Secret) -> Option<i64> {
-    let mut parts = token.expose().split('.');
-    let (_header, payload, _signature) = (parts.next()?, parts.next()?, parts.next()?);
-    if parts.next().is_some() {
-        return None;
-    }
-    let engine = base64::engine::GeneralPurpose::new(
-        &base64::alphabet::URL_SAFE,
-        base64::engine::GeneralPurposeConfig::new()
-            .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
-    );
-    let bytes = engine.decode(payload).ok()?;
-    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-    let exp = claims.get("exp")?;
-    exp.as_i64()
-        .or_else(|| exp.as_f64().filter(|f| f.is_finite()).map(|f| f as i64))
 }
 
 fn explain(request: &ExchangeRequest<'_>, reply: &http::Reply) -> Error {
@@ -167,9 +148,12 @@ fn explain(request: &ExchangeRequest<'_>, reply: &http::Reply) -> Error {
             said = true;
         }
     }
-    for text in [parsed.error.as_deref(), parsed.error_description.as_deref()]
-        .into_iter()
-        .flatten()
+    for text in [
+        parsed.oauth.error.as_deref(),
+        parsed.oauth.error_description.as_deref(),
+    ]
+    .into_iter()
+    .flatten()
     {
         detail.push(redact::clean(text, 200));
         said = true;
@@ -212,30 +196,6 @@ fn explain(request: &ExchangeRequest<'_>, reply: &http::Reply) -> Error {
 mod tests {
     use super::*;
 
-    fn b64(s: &str) -> String {
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s)
-    }
-
-    #[test]
-    fn expiry_comes_from_the_exp_claim() {
-        let jwt = format!(
-            "{}.{}.c2ln",
-            b64(r#"{"alg":"RS256"}"#),
-            b64(r#"{"exp":1700010800,"iat":1700000000}"#)
-        );
-        assert_eq!(expiry(&Secret::new(jwt)), Some(1_700_010_800));
-        for bad in [
-            "opaque".to_string(),
-            format!("{}.{}", b64("{}"), b64(r#"{"exp":1}"#)),
-            format!("{}.{}.s", b64("{}"), b64(r#"{"iat":1}"#)),
-            format!("{}.{}.s", b64("{}"), b64(r#"{"exp":"soon"}"#)),
-            format!("{}.!!!.s", b64("{}")),
-            format!("{}.{}.s.x", b64("{}"), b64(r#"{"exp":1}"#)),
-        ] {
-            assert_eq!(expiry(&Secret::new(bad.clone())), None, "{bad}");
-        }
-    }
-
     fn explain_body(status: u16, body: &str) -> Error {
         let request = ExchangeRequest {
             endpoint: "https://contoso.azurecr.io",
@@ -243,14 +203,7 @@ mod tests {
             tenant: "72f988bf-86f1-41af-91ab-2d7cd011db47",
             client_id: "11111111-2222-3333-4444-555555555555",
         };
-        explain(
-            &request,
-            &http::Reply {
-                status,
-                retry_after: None,
-                body: body.as_bytes().to_vec(),
-            },
-        )
+        explain(&request, &http::reply(status, body))
     }
 
     #[test]

@@ -23,6 +23,7 @@ use serde::Deserialize;
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::net::http;
+use crate::providers::oauth;
 use crate::redact;
 use crate::secret::Secret;
 
@@ -77,8 +78,8 @@ struct TokenResponse {
 
 #[derive(Deserialize, Default)]
 struct ErrorResponse {
-    error: Option<String>,
-    error_description: Option<String>,
+    #[serde(flatten)]
+    oauth: oauth::ErrorResponse,
     #[serde(default)]
     error_codes: Vec<i64>,
     correlation_id: Option<String>,
@@ -145,10 +146,10 @@ pub async fn request_token(
 /// Turns a refusal into a message with the AADSTS code and its remedy.
 fn explain(request: &TokenRequest<'_>, reply: &http::Reply) -> Error {
     let parsed = reply.json::<ErrorResponse>().unwrap_or_default();
-    let description = parsed.error_description.as_deref().unwrap_or("");
+    let description = parsed.oauth.error_description.as_deref().unwrap_or("");
     let code = aadsts_code(description).or_else(|| parsed.error_codes.first().copied());
     let mut detail = vec![format!("HTTP {}", reply.status)];
-    if let Some(error) = parsed.error.as_deref() {
+    if let Some(error) = parsed.oauth.error.as_deref() {
         detail.push(redact::clean(error, 40));
     }
     match code {
@@ -157,7 +158,7 @@ fn explain(request: &TokenRequest<'_>, reply: &http::Reply) -> Error {
             redact::clean(strip_code(description), 300)
         )),
         None if !description.is_empty() => detail.push(redact::clean(description, 300)),
-        None if parsed.error.is_none() => detail.push(redact::body_shape(&reply.body)),
+        None if parsed.oauth.error.is_none() => detail.push(redact::body_shape(&reply.body)),
         None => {}
     }
     if let Some(id) = parsed
@@ -291,14 +292,7 @@ mod tests {
             assertion: &secret,
             federation: &fed,
         };
-        explain(
-            &request,
-            &http::Reply {
-                status,
-                retry_after: None,
-                body: body.as_bytes().to_vec(),
-            },
-        )
+        explain(&request, &http::reply(status, body))
     }
 
     #[test]

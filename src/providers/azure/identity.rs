@@ -187,16 +187,10 @@ pub fn invalid_tenant(source: &Source, value: &str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::annotations as map;
 
     const CLIENT: &str = "11111111-2222-3333-4444-555555555555";
     const TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
-
-    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
 
     #[test]
     fn workload_identity_keys_first_then_aks_then_default_tenant() {

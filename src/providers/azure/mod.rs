@@ -28,7 +28,6 @@ use crate::error::{Error, Result, quote};
 use crate::image::ImageRef;
 use crate::inputs::Inputs;
 use crate::net::{self, http};
-use crate::protocol::CacheKeyType;
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
 use std::sync::Arc;
 
@@ -230,13 +229,11 @@ impl Exchanger for Azure {
             ("scope", entra::SCOPE.to_string()),
         ];
         let net = &self.net;
-        Ok(Plan {
-            provider: &PROVIDER,
-            auth_key: cx.image.registry().to_string(),
-            cache_key_type: CacheKeyType::Registry,
-            cacheable: true,
+        Ok(Plan::for_registry(
+            &PROVIDER,
+            cx.image,
             inputs,
-            exchange: Box::new(move |deadline| {
+            Box::new(move |deadline| {
                 let client = net.client(deadline)?;
                 let entra_request = entra::TokenRequest {
                     authority: &authority,
@@ -267,17 +264,14 @@ impl Exchanger for Azure {
                     },
                 )
             }),
-        })
+        ))
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
-    use base64::Engine;
-
     use super::*;
+    use crate::protocol::CacheKeyType;
     use crate::secret::Secret;
     use crate::token::ServiceAccountToken;
 
@@ -285,18 +279,13 @@ mod tests {
     const TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
 
     fn token() -> ServiceAccountToken {
-        let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
         let now = crate::duration::unix_now();
         let claims = serde_json::json!({
             "iss": "https://oidc.example", "sub": "system:serviceaccount:team:puller",
             "aud": [AUDIENCE], "exp": now + 3600, "iat": now,
             "kubernetes.io": {"namespace": "team", "serviceaccount": {"name": "puller", "uid": "u"}},
         });
-        let raw = format!(
-            "{}.{}.c2ln",
-            b64(r#"{"alg":"RS256"}"#),
-            b64(&claims.to_string())
-        );
+        let raw = crate::token::jwt(r#"{"alg":"RS256"}"#, &claims.to_string());
         ServiceAccountToken::decode(Secret::new(raw), now).unwrap()
     }
 
@@ -310,10 +299,7 @@ mod tests {
         annotations: &[(&str, &str)],
     ) -> Result<Vec<(&'static str, String)>> {
         let image = ImageRef::parse(image).unwrap();
-        let annotations: BTreeMap<String, String> = annotations
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let annotations = crate::providers::annotations(annotations);
         let token = token();
         let cx = Context {
             image: &image,

@@ -14,7 +14,8 @@ use crate::error::{Error, Result, quote};
 use crate::net::http::{self, Reply};
 use crate::secret::Secret;
 
-use super::{AccessToken, Upstream, upstream_error};
+use super::{AccessToken, describe_error};
+use crate::providers::oauth;
 
 /// The scope of the impersonated token: what Artifact Registry and GCR need.
 pub const SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
@@ -84,7 +85,7 @@ struct Wire {
 pub fn interpret(reply: &Reply, request: &Request<'_>) -> Result<AccessToken> {
     let sa = request.service_account;
     if !reply.is_success() {
-        let upstream = upstream_error(&reply.body);
+        let upstream = oauth::error_body(&reply.body);
         let grant = format!(
             "gcloud iam service-accounts add-iam-policy-binding {sa} --role roles/iam.workloadIdentityUser --member '{}'",
             request.principal
@@ -114,7 +115,7 @@ pub fn interpret(reply: &Reply, request: &Request<'_>) -> Result<AccessToken> {
         };
         return Err(Error::upstream(format!(
             "IAM Credentials refused to impersonate {sa}: {}",
-            Upstream::describe(reply.status, upstream.as_ref(), reply.body.len())
+            describe_error(reply.status, upstream.as_ref(), reply.body.len())
         ))
         .fix(fix));
     }
@@ -154,6 +155,7 @@ pub fn interpret(reply: &Reply, request: &Request<'_>) -> Result<AccessToken> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::net::http::reply;
 
     fn request(token: &Secret, lifetime: u64) -> Request<'_> {
         Request {
@@ -162,14 +164,6 @@ mod tests {
             federated_token: token,
             lifetime: Duration::from_secs(lifetime),
             principal: "serviceAccount:my-project.svc.id.goog[team/api]",
-        }
-    }
-
-    fn reply(status: u16, body: &str) -> Reply {
-        Reply {
-            status,
-            retry_after: None,
-            body: body.as_bytes().to_vec(),
         }
     }
 

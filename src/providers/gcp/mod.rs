@@ -32,7 +32,7 @@ use crate::error::{Error, Result};
 use crate::image::ImageRef;
 use crate::inputs::Inputs;
 use crate::net::{self, http};
-use crate::protocol::CacheKeyType;
+use crate::providers::oauth::ErrorBody;
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
 use crate::secret::Secret;
 use std::sync::Arc;
@@ -171,7 +171,7 @@ impl Exchanger for Gcp {
     }
 
     fn annotation_keys(&self) -> Vec<String> {
-        vec![SERVICE_ACCOUNT_ANNOTATION.to_string()]
+        providers::names(&[SERVICE_ACCOUNT_ANNOTATION])
     }
 
     fn serves(&self, image: &ImageRef) -> bool {
@@ -220,13 +220,11 @@ impl Exchanger for Gcp {
         let claims = token.claims();
         let (grant_fix, target_fix) = fixes(mode, &claims.issuer, &claims.subject);
         let principal = mode.principal(token.service_account());
-        Ok(Plan {
-            provider: &PROVIDER,
-            auth_key: registry.to_string(),
-            cache_key_type: CacheKeyType::Registry,
-            cacheable: true,
+        Ok(Plan::for_registry(
+            &PROVIDER,
+            cx.image,
             inputs,
-            exchange: Box::new(move |deadline: &Deadline| {
+            Box::new(move |deadline: &Deadline| {
                 let sts_request = sts::Request {
                     endpoint: &self.sts_endpoint,
                     audience: &sts_audience,
@@ -267,7 +265,7 @@ impl Exchanger for Gcp {
                     expires_at: access.expires_at.min(token.claims().expires_at),
                 })
             }),
-        })
+        ))
     }
 }
 
@@ -304,61 +302,13 @@ pub struct AccessToken {
     pub expires_at: i64,
 }
 
-/// The parts of an upstream error body we repeat: an error code and its
-/// description, never the rest of the body.
-pub struct Upstream {
-    pub code: String,
-    pub description: Option<String>,
-}
-
-/// Descriptions longer than this are cut; Google's run to about 200 chars.
-const MAX_DESCRIPTION_CHARS: usize = 300;
-
-impl Upstream {
-    fn describe(status: u16, upstream: Option<&Upstream>, body_len: usize) -> String {
-        match upstream {
-            Some(Upstream {
-                code,
-                description: Some(d),
-            }) => {
-                let shown = crate::redact::clean(d, MAX_DESCRIPTION_CHARS);
-                format!("HTTP {status} {code}: {shown:?}")
-            }
-            Some(Upstream { code, .. }) => format!("HTTP {status} {code}"),
-            None => {
-                format!("HTTP {status} with a body that is not a Google error ({body_len} bytes)")
-            }
-        }
+/// A Google error's one line: the code and description of an RFC 6749 or
+/// Google API error, or the body's size when it is neither.
+fn describe_error(status: u16, error: Option<&ErrorBody>, body_len: usize) -> String {
+    match error {
+        Some(error) => error.summary(status),
+        None => format!("HTTP {status} with a body that is not a Google error ({body_len} bytes)"),
     }
-}
-
-/// Reads either error shape Google uses: OAuth's
-/// `{"error":"invalid_grant","error_description":"..."}` (STS) or the API
-/// shape `{"error":{"code":403,"status":"PERMISSION_DENIED","message":"..."}}`
-/// (IAM Credentials, and STS behind VPC Service Controls).
-pub fn upstream_error(body: &[u8]) -> Option<Upstream> {
-    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
-    let error = value.get("error")?;
-    let text = |v: Option<&serde_json::Value>| {
-        v.and_then(serde_json::Value::as_str)
-            .map(str::to_string)
-            .filter(|s| !s.is_empty())
-    };
-    let (code, description) = match error {
-        serde_json::Value::String(code) => (code.clone(), text(value.get("error_description"))),
-        serde_json::Value::Object(_) => (
-            text(error.get("status")).or_else(|| error.get("code").map(|c| c.to_string()))?,
-            text(error.get("message")),
-        ),
-        _ => return None,
-    };
-    // A code is an identifier; anything else is not one we repeat.
-    let is_code = !code.is_empty()
-        && code.len() <= 64
-        && code
-            .bytes()
-            .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'.' || c == b'-');
-    is_code.then_some(Upstream { code, description })
 }
 
 #[cfg(test)]
@@ -374,62 +324,5 @@ mod tests {
         for bad in ["59s", "12h1s", "1500ms", "90.5s", "0", "1d", ""] {
             assert!(parse_lifetime(bad).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn upstream_errors_are_reduced_to_code_and_description() {
-        let u =
-            upstream_error(br#"{"error":"invalid_grant","error_description":"stale"}"#).unwrap();
-        assert_eq!(
-            (u.code.as_str(), u.description.as_deref()),
-            ("invalid_grant", Some("stale"))
-        );
-        let u = upstream_error(
-            br#"{"error":{"code":403,"message":"denied","status":"PERMISSION_DENIED"}}"#,
-        )
-        .unwrap();
-        assert_eq!(
-            (u.code.as_str(), u.description.as_deref()),
-            ("PERMISSION_DENIED", Some("denied"))
-        );
-        let u = upstream_error(br#"{"error":{"code":500}}"#).unwrap();
-        assert_eq!((u.code.as_str(), u.description), ("500", None));
-        for body in [
-            &b"not json"[..],
-            br#"{"message":"x"}"#,
-            br#"{"error":42}"#,
-            br#"{"error":"has spaces and maybe a token eyJ..."}"#,
-            br#"{"error":""}"#,
-        ] {
-            assert!(
-                upstream_error(body).is_none(),
-                "{}",
-                String::from_utf8_lossy(body)
-            );
-        }
-        let long = "x".repeat(1000);
-        let shown = Upstream::describe(
-            400,
-            Some(&Upstream {
-                code: "invalid_grant".into(),
-                description: Some(long),
-            }),
-            0,
-        );
-        assert!(shown.len() < 330, "{shown}");
-        assert!(shown.ends_with("…\""), "{shown}");
-        // A description that quotes a token never repeats it.
-        let shown = Upstream::describe(
-            400,
-            Some(&Upstream {
-                code: "invalid_grant".into(),
-                description: Some("bad subject eyJhbGciOiJSUzI1NiJ9.eyJ4IjoxfQ.c2ln\nnext".into()),
-            }),
-            0,
-        );
-        assert_eq!(
-            shown,
-            "HTTP 400 invalid_grant: \"bad subject <token> next\""
-        );
     }
 }

@@ -13,7 +13,8 @@ use crate::error::{Error, Result};
 use crate::net::http::{self, Reply};
 use crate::secret::Secret;
 
-use super::{AccessToken, Upstream, upstream_error};
+use super::{AccessToken, describe_error};
+use crate::providers::oauth;
 
 pub const GRANT_TYPE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
 pub const REQUESTED_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:access_token";
@@ -68,7 +69,7 @@ struct Wire {
 pub fn interpret(reply: &Reply, now: i64, request: &Request<'_>) -> Result<AccessToken> {
     let audience = crate::error::quote(request.audience);
     if !reply.is_success() {
-        let upstream = upstream_error(&reply.body);
+        let upstream = oauth::error_body(&reply.body);
         let fix = match upstream.as_ref().map(|u| u.code.as_str()) {
             Some("invalid_grant") => request.grant_fix.to_string(),
             Some("invalid_target") => request.target_fix.to_string(),
@@ -82,7 +83,7 @@ pub fn interpret(reply: &Reply, now: i64, request: &Request<'_>) -> Result<Acces
         };
         return Err(Error::upstream(format!(
             "Google STS refused the token exchange for audience {audience}: {}",
-            Upstream::describe(reply.status, upstream.as_ref(), reply.body.len())
+            describe_error(reply.status, upstream.as_ref(), reply.body.len())
         ))
         .fix(fix));
     }
@@ -100,16 +101,11 @@ pub fn interpret(reply: &Reply, now: i64, request: &Request<'_>) -> Result<Acces
         .access_token
         .filter(|t| !t.is_empty())
         .ok_or_else(|| malformed("no access_token"))?;
-    // Google's libraries accept expires_in as a number or, from services
-    // that bend RFC 6749, a string; a token without a lifetime is refused,
-    // as golang/oauth2 does ("got invalid expiry from security token service").
-    let expires_in = match wire.expires_in {
-        Some(serde_json::Value::Number(n)) => n.as_i64(),
-        Some(serde_json::Value::String(s)) => s.trim().parse::<i64>().ok(),
-        _ => None,
-    }
-    .filter(|&s| s > 0)
-    .ok_or_else(|| malformed("no positive expires_in"))?;
+    // A token without a lifetime is refused, as golang/oauth2 does ("got
+    // invalid expiry from security token service").
+    let expires_in = oauth::expires_in(wire.expires_in.as_ref())
+        .filter(|&s| s > 0)
+        .ok_or_else(|| malformed("no positive expires_in"))?;
     Ok(AccessToken {
         token: Secret::new(token),
         expires_at: now.saturating_add(expires_in),
@@ -119,6 +115,7 @@ pub fn interpret(reply: &Reply, now: i64, request: &Request<'_>) -> Result<Acces
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::net::http::reply;
 
     fn request(token: &Secret) -> Request<'_> {
         Request {
@@ -127,14 +124,6 @@ mod tests {
             subject_token: token,
             grant_fix: "GRANT FIX",
             target_fix: "TARGET FIX",
-        }
-    }
-
-    fn reply(status: u16, body: &str) -> Reply {
-        Reply {
-            status,
-            retry_after: None,
-            body: body.as_bytes().to_vec(),
         }
     }
 

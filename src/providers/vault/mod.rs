@@ -53,7 +53,6 @@ use crate::duration;
 use crate::error::{Error, Result, quote};
 use crate::inputs::Inputs;
 use crate::net::{self, http, http::Reply};
-use crate::protocol::CacheKeyType;
 use crate::providers::allowlist::{self, Allowlist};
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
 use crate::secret::Secret;
@@ -181,11 +180,7 @@ pub static PROVIDER: Provider = Provider {
 };
 
 fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
-    Ok(Box::new(Vault::new(
-        &providers::flags(matches)?,
-        &providers::flags(matches)?,
-        Arc::clone(&inputs.net),
-    )?))
+    providers::build_allowlisted(matches, inputs, Vault::new)
 }
 
 /// Where the secret path comes from when no annotation names one.
@@ -526,11 +521,6 @@ impl Exchanger for Vault {
         &PROVIDER
     }
 
-    /// Whatever the Vault role is bound to: the core checks `--audience`.
-    fn audiences(&self) -> Vec<String> {
-        Vec::new()
-    }
-
     fn annotation_keys(&self) -> Vec<String> {
         let mut keys = vec![ROLE_ANNOTATION.to_string()];
         if self.secrets.prefix.is_some() {
@@ -564,13 +554,11 @@ impl Exchanger for Vault {
             ("username_field", self.username_field.clone()),
             ("password_field", self.password_field.clone()),
         ];
-        Ok(Plan {
-            provider: &PROVIDER,
-            auth_key: cx.image.registry().to_string(),
-            cache_key_type: CacheKeyType::Registry,
-            cacheable: true,
+        Ok(Plan::for_registry(
+            &PROVIDER,
+            cx.image,
             inputs,
-            exchange: Box::new(move |deadline: &Deadline| {
+            Box::new(move |deadline: &Deadline| {
                 let call = format!("the Vault login and read at {}", self.address);
                 let (login, secrets, started) = http::block_on(deadline, &call, async {
                     let client = self.net.client(deadline)?;
@@ -599,7 +587,7 @@ impl Exchanger for Vault {
                     expires_at,
                 })
             }),
-        })
+        ))
     }
 }
 
@@ -691,10 +679,7 @@ mod tests {
 
     fn plan_error(options: &Options, annotations: &[(&str, &str)]) -> Option<String> {
         let vault = Vault::new(&registries(), options, Arc::default()).unwrap();
-        let annotations: BTreeMap<String, String> = annotations
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let annotations = crate::providers::annotations(annotations);
         let image = ImageRef::parse("registry.example.com/team/app").unwrap();
         let cx = Context {
             image: &image,

@@ -236,14 +236,7 @@ pub fn credentials(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn reply(status: u16, body: &str) -> Reply {
-        Reply {
-            status,
-            retry_after: None,
-            body: body.as_bytes().to_vec(),
-        }
-    }
+    use crate::net::http::reply;
 
     #[test]
     fn login_answers() {
