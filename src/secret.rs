@@ -13,7 +13,6 @@
 //! means no call site can forget; [`crate::log`] masks every registered
 //! secret in every line it writes (see [`known_spans`]).
 
-use std::collections::BTreeSet;
 use std::fmt;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Mutex;
@@ -69,12 +68,14 @@ const MIN_REGISTERED: usize = 8;
 pub const WINDOW: usize = 16;
 
 /// The registry: for each registered secret, the hash of each of its
-/// windows (of [`WINDOW`] bytes, or the whole secret when shorter), with
-/// the window's length. Only hashes are kept, not the secrets: the registry
-/// outlives the `Secret` values and must not undo the wiping in `Drop`.
-/// Process-wide like the log level: one invocation, one set of secrets.
+/// windows (of [`WINDOW`] bytes, or the whole secret when shorter); the
+/// window's width is hashed in. Only hashes are kept, not the secrets: the
+/// registry outlives the `Secret` values and must not undo the wiping in
+/// `Drop`. Process-wide like the log level: one invocation, one set of
+/// secrets.
 static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
-    windows: Vec::new(),
+    hashes: Vec::new(),
+    widths: Vec::new(),
     sorted: true,
 });
 
@@ -83,19 +84,22 @@ static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
 /// cached password), masking only on the few lines a run writes, so
 /// registering is a push and the sort waits for the first lookup.
 struct Registry {
-    windows: Vec<(usize, u64)>,
+    hashes: Vec<u64>,
+    /// The window widths in use: [`WINDOW`], and the length of each secret
+    /// shorter than that.
+    widths: Vec<usize>,
     sorted: bool,
 }
 
 impl Registry {
-    /// The windows, sorted and without repeats, for binary search.
-    fn lookup(&mut self) -> &[(usize, u64)] {
+    /// The hashes, sorted and without repeats, for binary search.
+    fn sorted(&mut self) -> &[u64] {
         if !self.sorted {
-            self.windows.sort_unstable();
-            self.windows.dedup();
+            self.hashes.sort_unstable();
+            self.hashes.dedup();
             self.sorted = true;
         }
-        &self.windows
+        &self.hashes
     }
 }
 
@@ -113,11 +117,12 @@ fn register(value: &str) {
     }
     let width = bytes.len().min(WINDOW);
     let mut registry = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
-    registry.windows.extend(
-        bytes
-            .windows(width)
-            .map(|window| (width, window_hash(window))),
-    );
+    registry
+        .hashes
+        .extend(bytes.windows(width).map(window_hash));
+    if !registry.widths.contains(&width) {
+        registry.widths.push(width);
+    }
     registry.sorted = false;
 }
 
@@ -125,19 +130,16 @@ fn register(value: &str) {
 /// merged and widened to character boundaries, in order.
 pub fn known_spans(text: &str) -> Vec<std::ops::Range<usize>> {
     let mut guard = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
-    let registry = guard.lookup();
-    if registry.is_empty() {
+    let widths = guard.widths.clone();
+    let hashes = guard.sorted();
+    if hashes.is_empty() {
         return Vec::new();
     }
-    let widths: BTreeSet<usize> = registry.iter().map(|(w, _)| *w).collect();
     let bytes = text.as_bytes();
     let mut spans: Vec<std::ops::Range<usize>> = Vec::new();
     for width in widths {
         for (at, window) in bytes.windows(width).enumerate() {
-            if registry
-                .binary_search(&(width, window_hash(window)))
-                .is_ok()
-            {
+            if hashes.binary_search(&window_hash(window)).is_ok() {
                 spans.push(at..at + width);
             }
         }

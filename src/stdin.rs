@@ -74,23 +74,17 @@ fn read_pipe(fd: OwnedFd, limit: usize, deadline: &Deadline) -> io::Result<Outco
             .register(&mut pipe, Token(0), Interest::READABLE)?;
         let mut events = Events::with_capacity(1);
         let mut bytes = Vec::new();
-        let mut chunk = vec![0u8; 64 * 1024];
+        let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
         loop {
-            // Drain what is there now.
-            loop {
-                match (&pipe).read(&mut chunk) {
-                    Ok(0) => return Ok(Outcome::Complete(bytes)),
-                    Ok(n) => {
-                        bytes.extend_from_slice(chunk.get(..n).unwrap_or_default());
-                        if bytes.len() > limit {
-                            bytes.truncate(limit.saturating_add(1));
-                            return Ok(Outcome::Complete(bytes));
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e),
-                }
+            // Drain what is there now. `read_to_end` keeps what it read
+            // when the pipe runs dry (`WouldBlock`), and grows the buffer
+            // with the input instead of zeroing a large one up front.
+            let room = cap.saturating_sub(u64::try_from(bytes.len()).unwrap_or(u64::MAX));
+            match (&pipe).take(room).read_to_end(&mut bytes) {
+                Ok(_) => return Ok(Outcome::Complete(bytes)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
             }
             let remaining = deadline.remaining();
             if remaining.is_zero() {
