@@ -13,8 +13,9 @@
 //! means no call site can forget; [`crate::log`] masks every registered
 //! secret in every line it writes (see [`known_spans`]).
 
+use std::collections::HashSet;
 use std::fmt;
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::hash::{BuildHasherDefault, DefaultHasher, Hash, Hasher};
 use std::sync::Mutex;
 
 use zeroize::Zeroize;
@@ -74,32 +75,40 @@ pub const WINDOW: usize = 16;
 /// `Drop`. Process-wide like the log level: one invocation, one set of
 /// secrets.
 static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
-    hashes: Vec::new(),
+    hashes: HashSet::with_hasher(BuildHasherDefault::new()),
     widths: Vec::new(),
-    sorted: true,
 });
 
-/// Window hashes in a plain vector, sorted only when a line is masked:
-/// registering is on every request's path (the service account token, a
-/// cached password), masking only on the few lines a run writes, so
-/// registering is a push and the sort waits for the first lookup.
+/// Window hashes in a hash set keyed by the hashes themselves: registering
+/// is on every request's path (the service account token, a cached
+/// password: a thousand windows each), so it must cost an insert and no
+/// more, and masking a line is one lookup per window of the line.
 struct Registry {
-    hashes: Vec<u64>,
+    hashes: HashSet<u64, BuildHasherDefault<Prehashed>>,
     /// The window widths in use: [`WINDOW`], and the length of each secret
     /// shorter than that.
     widths: Vec<usize>,
-    sorted: bool,
 }
 
-impl Registry {
-    /// The hashes, sorted and without repeats, for binary search.
-    fn sorted(&mut self) -> &[u64] {
-        if !self.sorted {
-            self.hashes.sort_unstable();
-            self.hashes.dedup();
-            self.sorted = true;
+/// The set's hasher: its keys are already SipHash values, so they are
+/// their own hash.
+#[derive(Default)]
+struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `u64` keys are hashed; fold anything else in all the same.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
         }
-        &self.hashes
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
     }
 }
 
@@ -123,28 +132,25 @@ fn register(value: &str) {
     if !registry.widths.contains(&width) {
         registry.widths.push(width);
     }
-    registry.sorted = false;
 }
 
 /// The byte ranges of `text` covered by a window of a registered secret,
 /// merged and widened to character boundaries, in order.
 pub fn known_spans(text: &str) -> Vec<std::ops::Range<usize>> {
-    let mut guard = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
-    let widths = guard.widths.clone();
-    let hashes = guard.sorted();
-    if hashes.is_empty() {
+    let registry = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
+    if registry.hashes.is_empty() {
         return Vec::new();
     }
     let bytes = text.as_bytes();
     let mut spans: Vec<std::ops::Range<usize>> = Vec::new();
-    for width in widths {
+    for &width in &registry.widths {
         for (at, window) in bytes.windows(width).enumerate() {
-            if hashes.binary_search(&window_hash(window)).is_ok() {
+            if registry.hashes.contains(&window_hash(window)) {
                 spans.push(at..at + width);
             }
         }
     }
-    drop(guard);
+    drop(registry);
     spans.sort_by_key(|r| r.start);
     let mut merged: Vec<std::ops::Range<usize>> = Vec::new();
     for mut span in spans {
