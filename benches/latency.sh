@@ -209,7 +209,14 @@ which ran (temporary paths as they were):
 {command}
 ```
 """
-open("BENCHMARKS.md", "w").write(text)
+# Keep the Footprint section `make bench-footprint` writes (it replaces
+# only its own), so either bench can run alone.
+try:
+    old = open("BENCHMARKS.md").read()
+except FileNotFoundError:
+    old = ""
+at = old.find("\n## Footprint\n")
+open("BENCHMARKS.md", "w").write(text + (old[at:] if at >= 0 else ""))
 print(text)
 if over:
     sys.exit("TLS misses over the bound of %g ms of CPU (jitter entropy back? see docs/performance.md):\n  %s"
