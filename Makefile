@@ -37,10 +37,12 @@ unit:
 
 lint:
 	$(CARGO) fmt --check
+	$(CARGO) fmt --check --manifest-path fuzz/Cargo.toml
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 
 fmt:
 	$(CARGO) fmt
+	$(CARGO) fmt --manifest-path fuzz/Cargo.toml
 
 # Every benchmark lives in benches/. Not a test: timings depend on the machine.
 bench: bench-latency bench-footprint
@@ -64,13 +66,17 @@ bench-footprint:
 	WICP_BENCH_BIN="$$target/wi-credential-provider.footprint" $(CARGO) bench --locked --bench footprint
 
 # Builds every cargo-fuzz target once, then runs each on FUZZ_RUNS inputs
-# from a fixed seed (FUZZ_SECONDS caps a slow target); a crash fails the run and leaves its input in fuzz/artifacts/<target>/.
+# from a seed (FUZZ_SECONDS caps a slow target); a crash fails the run and
+# leaves its input in fuzz/artifacts/<target>/. Each run first replays
+# fuzz/regressions/<target>/, inputs that once failed, kept in git.
 # Panics are what we hunt (the crate forbids unsafe), hence no sanitizer;
 # RUSTC_BOOTSTRAP lets cargo-fuzz pass its -Z flags to the stable compiler.
 FUZZ_SECONDS ?= 60
-# A fixed seed and run count make the stage reproducible: what passes here
-# passes in CI, and a crash found once is found again. Raise FUZZ_RUNS or
-# change FUZZ_SEED (and FUZZ_SECONDS) to explore further by hand.
+# The seed fixes libFuzzer's choices, not the path it takes: another
+# compiler, cargo-fuzz or machine speed explores differently, so CI may find
+# what a local run did not. A crash found there is real work: fix it (or the
+# target's check), and add its input to fuzz/regressions/<target>/.
+# Change FUZZ_SEED, FUZZ_RUNS and FUZZ_SECONDS to explore further by hand.
 FUZZ_SEED ?= 1
 FUZZ_RUNS ?= 1000000
 FUZZ = cd fuzz && RUSTC_BOOTSTRAP=1 $(CARGO) fuzz
@@ -79,7 +85,8 @@ fuzz:
 	$(FUZZ) build -s none --target-dir target
 	@for target in $$($(FUZZ) list); do \
 		log=fuzz/target/fuzz-$$target.log; \
-		if ! ($(FUZZ) run -s none --target-dir target $$target -- \
+		corpus=; [ -d fuzz/regressions/$$target ] && corpus="corpus/$$target regressions/$$target" && mkdir -p fuzz/corpus/$$target; \
+		if ! ($(FUZZ) run -s none --target-dir target $$target $$corpus -- \
 			-seed=$(FUZZ_SEED) -runs=$(FUZZ_RUNS) -max_total_time=$(FUZZ_SECONDS) -timeout=10 >../$$log 2>&1); then \
 			tail -n 40 $$log; echo "fuzz target $$target failed; input in fuzz/artifacts/$$target/" >&2; exit 1; \
 		fi; \

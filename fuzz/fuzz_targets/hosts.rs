@@ -41,8 +41,16 @@ fuzz_target!(|data: &[u8]| {
     // Chainguard's identity IDs: lowercase hex segments only, so one never
     // carries a host, a scheme, a query or a path step.
     if chainguard::is_identity_id(registry) {
-        assert!(registry.bytes().all(|c| c == b'/' || c.is_ascii_digit() || (b'a'..=b'f').contains(&c)), "{registry:?}");
-        assert!(!registry.contains("//") && !registry.ends_with('/'), "{registry:?}");
+        assert!(
+            registry
+                .bytes()
+                .all(|c| c == b'/' || c.is_ascii_digit() || (b'a'..=b'f').contains(&c)),
+            "{registry:?}"
+        );
+        assert!(
+            !registry.contains("//") && !registry.ends_with('/'),
+            "{registry:?}"
+        );
     }
     // No host is claimed by two clouds.
     let claimed = [acr.is_some(), google, ecr.is_some()];

@@ -101,9 +101,18 @@ fuzz_target!(|data: &[u8]| {
             assert!(!prepared.plan.inputs.is_empty());
             // Whatever the annotations said, Vault's secret stays under the
             // admin's prefix, as checked path segments.
-            if let Some((_, path)) = prepared.plan.inputs.iter().find(|(k, _)| *k == "secret_path") {
+            if let Some((_, path)) = prepared
+                .plan
+                .inputs
+                .iter()
+                .find(|(k, _)| *k == "secret_path")
+            {
                 assert!(path.starts_with("registry/"), "{path}");
-                assert!(path.split('/').all(|s| !s.is_empty() && s != "." && s != ".."), "{path}");
+                assert!(
+                    path.split('/')
+                        .all(|s| !s.is_empty() && s != "." && s != ".."),
+                    "{path}"
+                );
                 assert!(!path.contains(['?', '#', '%', '\\', ' ', '\n']), "{path}");
             }
             let _ = format!("{:?}", prepared.plan);
