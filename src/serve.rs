@@ -11,7 +11,6 @@
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::io::Write;
-use std::process::ExitCode;
 
 use crate::cache::{self, Cache, KeyInputs, Origin, Stored};
 use crate::deadline::Deadline;
@@ -59,13 +58,9 @@ impl Subject {
 }
 
 /// Serves one kubelet request: stdin to stdout, as the kubelet runs the
-/// binary. `arg0` is the name the binary was run as.
-pub fn run(
-    arg0: &OsStr,
-    matches: &clap::ArgMatches,
-    options: &Options,
-    inputs: &Inputs,
-) -> ExitCode {
+/// binary. `arg0` is the name the binary was run as. Returns the exit
+/// status: 0 with a response written to stdout, 1 without.
+pub fn run(arg0: &OsStr, matches: &clap::ArgMatches, options: &Options, inputs: &Inputs) -> u8 {
     let named = options::provider_from_program_name(arg0);
     let choice = options.choice(named);
     let mut subject = Subject::default();
@@ -77,16 +72,16 @@ pub fn run(
                     Level::Error,
                     format_args!("cannot write the response to stdout: {e}"),
                 );
-                return ExitCode::FAILURE;
+                return 1;
             }
-            ExitCode::SUCCESS
+            0
         }
         Err(error) => {
             log::write(
                 Level::Error,
                 format_args!("{}", subject.failure_line(&error)),
             );
-            ExitCode::FAILURE
+            1
         }
     }
 }

@@ -156,8 +156,14 @@ fn annotations_digest(annotations: &BTreeMap<String, String>) -> String {
     format!("sha256:{}", hex(&hasher.finalize()))
 }
 
-fn escape(text: &str, name: bool) -> String {
-    let mut out = String::with_capacity(text.len());
+/// `text` with `\\`, newline, carriage return (and `=` in a name) escaped;
+/// most values hold none of them and are used as they are.
+fn escape(text: &str, name: bool) -> std::borrow::Cow<'_, str> {
+    let special = |b: u8| matches!(b, b'\\' | b'\n' | b'\r') || (name && b == b'=');
+    if !text.bytes().any(special) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
     for c in text.chars() {
         match c {
             '\\' => out.push_str("\\\\"),
@@ -167,17 +173,17 @@ fn escape(text: &str, name: bool) -> String {
             c => out.push(c),
         }
     }
-    out
+    std::borrow::Cow::Owned(out)
 }
 
 fn hex(bytes: &[u8]) -> String {
-    use fmt::Write;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
+    let digit = |n: u8| char::from_digit(u32::from(n), 16).unwrap_or('0');
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(digit(b >> 4));
+        out.push(digit(b & 0x0f));
+    }
+    out
 }
 
 #[cfg(test)]
