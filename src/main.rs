@@ -13,6 +13,11 @@ use wi_credential_provider::inputs::{Env, Inputs};
 use wi_credential_provider::options::{self, Options};
 use wi_credential_provider::{log, serve, version};
 
+/// The static x86_64 musl build allocates with jemalloc (see Cargo.toml).
+#[cfg(all(target_env = "musl", target_arch = "x86_64"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
     let matches = match parse(&args) {
