@@ -8,6 +8,8 @@
 #   x86_64:  musl-tools (musl-gcc)
 #   aarch64: gcc-aarch64-linux-gnu with musl-dev:arm64's headers, through
 #            its musl-gcc.specs; rustc links with its own musl crt and libc.
+# The x86_64 binary's allocator, jemalloc (tikv-jemalloc-sys), is C too,
+# built with its configure script and make, through musl-gcc.
 # Missing packages and Rust targets are installed (apt needs root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +26,7 @@ install_tools() {
   dpkg -s gcc-aarch64-linux-gnu >/dev/null 2>&1 || need+=(gcc-aarch64-linux-gnu)
   dpkg -s musl-dev:arm64 >/dev/null 2>&1 || need+=(musl-dev:arm64)
   command -v file >/dev/null 2>&1 || need+=(file)
+  command -v make >/dev/null 2>&1 || need+=(make)
   if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
       echo "release: missing Debian packages: ${need[*]}; run as root or install them:" >&2
