@@ -51,14 +51,16 @@ fn read_fd_within(fd: OwnedFd, limit: usize, deadline: &Deadline) -> io::Result<
     read_on_thread(file, limit, deadline)
 }
 
-/// Room for a typical request from the start: a token and a few
-/// annotations take 1 to 4 KiB, and growing from nothing costs a read per
-/// doubling. Larger requests still grow the buffer, up to the limit.
-const INITIAL_CAPACITY: usize = 16 * 1024;
+/// A buffer with room for a typical request from the start: a token and a
+/// few annotations take 1 to 4 KiB, and growing from nothing costs a read
+/// per doubling. Larger requests still grow it, up to `limit + 1` bytes.
+fn request_buffer(limit: usize) -> Vec<u8> {
+    Vec::with_capacity(limit.saturating_add(1).min(16 * 1024))
+}
 
 /// Reads `input` to its end, at most `limit + 1` bytes.
 fn read_to_limit(input: impl Read, limit: usize) -> io::Result<Vec<u8>> {
-    let mut bytes = Vec::with_capacity(INITIAL_CAPACITY.min(limit.saturating_add(1)));
+    let mut bytes = request_buffer(limit);
     let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
     input.take(cap).read_to_end(&mut bytes)?;
     Ok(bytes)
@@ -78,7 +80,7 @@ fn read_pipe(fd: OwnedFd, limit: usize, deadline: &Deadline) -> io::Result<Outco
         poll.registry()
             .register(&mut pipe, Token(0), Interest::READABLE)?;
         let mut events = Events::with_capacity(1);
-        let mut bytes = Vec::with_capacity(INITIAL_CAPACITY.min(limit.saturating_add(1)));
+        let mut bytes = request_buffer(limit);
         let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
         loop {
             // Drain what is there now. `read_to_end` keeps what it read
