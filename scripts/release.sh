@@ -91,6 +91,12 @@ check_version() {
 }
 
 check_version "${dist}/wi-credential-provider-${version}-linux-amd64"
+# The amd64 binary allocates with jemalloc (Cargo.toml): its configuration
+# file name is in the binary only when jemalloc is.
+if ! grep -q "_rjem_malloc.conf" "${dist}/wi-credential-provider-${version}-linux-amd64"; then
+  echo "release: the amd64 binary does not carry jemalloc (see Cargo.toml, docs/performance.md)" >&2
+  exit 1
+fi
 # The arm64 one runs here only under user-mode emulation (Debian's
 # qemu-user-static), when it is installed.
 if command -v qemu-aarch64-static >/dev/null 2>&1; then
