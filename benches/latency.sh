@@ -72,6 +72,15 @@ trap cleanup EXIT
 coproc UPSTREAM { "$upstream" "$work"; }
 read -r ready <&"${UPSTREAM[0]}"
 [ "$ready" = ready ] || { echo "bench-upstream did not start" >&2; exit 1; }
+# The plugin runs with the environment a kubelet gives it, which has no
+# WICP_* variable but the entry's. The Makefile's WICP_MOTO_SERVER (for the
+# fakes above) and this script's own settings would otherwise reach it, and
+# a WICP_* variable that no flag of the chosen provider reads sends the
+# serving path to the whole command line (src/options.rs, parse_serving),
+# which a hit does not pay in production.
+for variable in $(compgen -e); do
+  case $variable in WICP_*) unset "$variable" ;; esac
+done
 
 # `sh -c "[NAME=VALUE...] exec BIN FLAGS < request"`: every command,
 # /bin/true included, pays for the same shell, redirect and exec.

@@ -7,6 +7,7 @@
 //! would see without changing the process.
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -23,7 +24,14 @@ impl Env {
     /// The process's environment. Variables whose name or value is not
     /// UTF-8 are left out: none of those the plugin reads can be.
     pub fn from_process() -> Self {
-        let vars = std::env::vars_os()
+        Self::from_os(std::env::vars_os())
+    }
+
+    /// The environment of these variables (the process's, as `main` read
+    /// it once), without those whose name or value is not UTF-8.
+    pub fn from_os(vars: impl IntoIterator<Item = (OsString, OsString)>) -> Self {
+        let vars = vars
+            .into_iter()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
             .collect();
         Env { vars }

@@ -20,15 +20,21 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
-    let matches = match parse(&args) {
-        Ok(matches) => matches,
-        Err(e) => e.exit(),
-    };
-    let options = match Options::from_matches(&matches) {
-        Ok(options) => options,
-        Err(e) => {
-            log::write(log::Level::Error, format_args!("{e}"));
-            return ExitCode::from(2);
+    let variables: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let (matches, options) = match options::parse_serving(&args, &variables) {
+        Some(parsed) => parsed,
+        None => {
+            let matches = match parse(&args) {
+                Ok(matches) => matches,
+                Err(e) => e.exit(),
+            };
+            match Options::from_matches(&matches) {
+                Ok(options) => (matches, options),
+                Err(e) => {
+                    log::write(log::Level::Error, format_args!("{e}"));
+                    return ExitCode::from(2);
+                }
+            }
         }
     };
     log::set_level(options.log_level);
@@ -39,7 +45,7 @@ fn main() -> ExitCode {
             Err(e) => e.exit(),
         };
     }
-    let inputs = Inputs::new(Env::from_process(), options.ca_file.clone());
+    let inputs = Inputs::new(Env::from_os(variables), options.ca_file.clone());
     let arg0 = args.first().cloned().unwrap_or_default();
     let status = serve::run(&arg0, &matches, &options, &inputs);
     // The kubelet starts a process per image pull, and what is left here
@@ -49,10 +55,10 @@ fn main() -> ExitCode {
     std::process::exit(i32::from(status))
 }
 
-/// Parses the command line. The kubelet runs the binary without a command,
-/// once per image pull, so the serving flags are tried alone first: the
-/// admin commands' arguments (check-config, explain, cache) are then never
-/// built on the serving path. The serving command has no positional
+/// Parses the command line that [`options::parse_serving`] left to the
+/// whole command line. The serving flags are tried alone first, so the
+/// admin commands' arguments (check-config, explain, cache) are not built
+/// for another provider's flag. The serving command has no positional
 /// argument, so it accepts exactly the command lines without a command,
 /// and reads them as the full command would. Anything else, a command,
 /// `--help`, `--version` or a mistake, is parsed again by the full command,

@@ -104,9 +104,110 @@ fn choices() -> Vec<&'static str> {
 
 /// The serving command line: [`Options`] and every provider's flags.
 pub fn command() -> clap::Command {
-    providers::ALL
+    command_with(providers::ALL)
+}
+
+/// [`Options`] and the flags of `carried` only.
+fn command_with(carried: &[&'static Provider]) -> clap::Command {
+    carried
         .iter()
         .fold(Options::command(), |command, p| (p.flags)(command))
+}
+
+/// Parses a serving command line (no admin command) with only the flags it
+/// can use: [`Options`] and the flags of the provider it asks for by
+/// `--provider`, `WICP_PROVIDER` or the binary's name, or for `auto` those
+/// of the providers `auto` can pick. Building and parsing every provider's
+/// flags was a fifth of a cache hit (docs/performance.md).
+///
+/// `variables` are the process's environment variables, which clap reads
+/// for the flags that have one.
+///
+/// `None` whenever that smaller command line could answer differently from
+/// [`command`]: an argument it does not know (another provider's flag, a
+/// command, `--help`, a mistake), a `WICP_*` variable none of its flags
+/// reads, or a provider other than the one guessed. The caller then parses
+/// with the whole command line, whose matches or error are the ones that
+/// count. So when this returns, every argument and every `WICP_*` variable
+/// was read exactly as the whole command line reads it, and what it leaves
+/// out (other providers' flags, at their defaults) is never read when
+/// serving: only the chosen provider is built.
+pub fn parse_serving(
+    args: &[OsString],
+    variables: &[(OsString, OsString)],
+) -> Option<(ArgMatches, Options)> {
+    let named = provider_from_program_name(args.first()?);
+    let asked = provider_asked(args).or_else(|| {
+        let (_, value) = variables.iter().find(|(name, _)| name == "WICP_PROVIDER")?;
+        value.to_str().map(str::to_string)
+    });
+    let choice = match asked.as_deref() {
+        Some(AUTO) => None,
+        Some(name) => Some(Provider::find(name)?),
+        None => named,
+    };
+    let carried = carried_for(choice);
+    let command = command_with(&carried);
+    let reads: Vec<&OsStr> = command
+        .get_arguments()
+        .filter_map(|a| a.get_env())
+        .collect();
+    if variables
+        .iter()
+        .any(|(name, _)| is_unread_variable(name, &reads))
+    {
+        return None;
+    }
+    let matches = command.try_get_matches_from(args).ok()?;
+    let options = Options::from_matches(&matches).ok()?;
+    let carries = |p: &'static Provider| carried.contains(&p);
+    let served = match options.choice(named) {
+        Some(p) => carries(p),
+        None => providers::ALL
+            .iter()
+            .all(|p| p.auto.is_none() || carries(p)),
+    };
+    served.then_some((matches, options))
+}
+
+/// The providers whose flags serving `choice` needs (`None`: `auto`).
+fn carried_for(choice: Option<&'static Provider>) -> Vec<&'static Provider> {
+    match choice {
+        Some(p) => vec![p],
+        None => providers::ALL
+            .iter()
+            .copied()
+            .filter(|p| p.auto.is_some())
+            .collect(),
+    }
+}
+
+/// The last `--provider` value on a command line, read as clap reads it
+/// (`--provider NAME` or `--provider=NAME`, none after `--`). Only a
+/// guess for [`parse_serving`], which checks it against what clap parsed.
+fn provider_asked(args: &[OsString]) -> Option<String> {
+    let mut asked = None;
+    let mut words = args.iter().skip(1).map(|w| w.to_str());
+    while let Some(word) = words.next() {
+        match word {
+            Some("--") => break,
+            Some("--provider") => asked = words.next().flatten(),
+            Some(word) => {
+                if let Some(value) = word.strip_prefix("--provider=") {
+                    asked = Some(value);
+                }
+            }
+            None => {}
+        }
+    }
+    asked.map(str::to_string)
+}
+
+/// Whether `name` is a `WICP_*` variable that none of `reads` is: every
+/// flag's variable starts with `WICP_` (a test checks), so a command line
+/// that reads all those set reads everything the whole one would.
+fn is_unread_variable(name: &OsStr, reads: &[&OsStr]) -> bool {
+    name.as_encoded_bytes().starts_with(b"WICP_") && !reads.contains(&name)
 }
 
 impl Options {
@@ -214,5 +315,143 @@ mod tests {
     #[test]
     fn command_definition_is_consistent() {
         command().debug_assert();
+        for p in providers::ALL {
+            command_with(&carried_for(Some(p))).debug_assert();
+        }
+        command_with(&carried_for(None)).debug_assert();
+    }
+
+    #[test]
+    fn every_flag_variable_is_a_wicp_variable() {
+        // parse_serving's check for variables it does not read relies on it.
+        for arg in command().get_arguments() {
+            if let Some(var) = arg.get_env() {
+                assert!(
+                    var.as_encoded_bytes().starts_with(b"WICP_"),
+                    "{}: {var:?}",
+                    arg.get_id()
+                );
+            }
+        }
+        let reads = [OsStr::new("WICP_AUDIENCE")];
+        assert!(is_unread_variable(OsStr::new("WICP_VAULT_ROLE"), &reads));
+        assert!(!is_unread_variable(OsStr::new("WICP_AUDIENCE"), &reads));
+        assert!(!is_unread_variable(OsStr::new("PATH"), &reads));
+    }
+
+    /// Every command line below is parsed both ways (`cargo test` sets
+    /// `WICP_GIT_COMMIT`, which no flag reads, so no variable is passed:
+    /// the integration tests cover the environment). Where the smaller
+    /// command line answers, the whole one accepts the same line and reads
+    /// the same values, from the same source, for every flag the smaller
+    /// one carries; `served` says which lines it must answer, so the test
+    /// fails if it stops answering them too.
+    #[test]
+    fn the_serving_parse_reads_what_the_whole_command_line_reads() {
+        let cases: Vec<(Vec<&str>, bool)> = vec![
+            (
+                vec![BINARY, "--provider", "gcp", "--gcp-project-id", "p"],
+                true,
+            ),
+            (
+                vec!["wi-credential-provider-gcp", "--gcp-project-id=p"],
+                true,
+            ),
+            (
+                vec![BINARY, "--gcp-project-id", "p", "--timeout", "10s"],
+                true,
+            ),
+            (
+                vec![BINARY, "--provider=vault", "--vault-address", "https://v"],
+                true,
+            ),
+            (
+                vec!["/x/wi-credential-provider-aws", "--provider", "vault"],
+                true,
+            ),
+            (
+                vec!["wi-credential-provider-aws", "--registry", "a.test,b.test"],
+                true,
+            ),
+            (
+                vec![BINARY, "--provider", "auto", "--acr-endpoint", "x"],
+                true,
+            ),
+            (
+                vec![BINARY, "--provider", "passthrough", "--log-level", "debug"],
+                true,
+            ),
+            // Another provider's flag: the whole command line answers.
+            (
+                vec![
+                    BINARY,
+                    "--provider",
+                    "passthrough",
+                    "--vault-kv-version",
+                    "1",
+                ],
+                false,
+            ),
+            (
+                vec!["wi-credential-provider-gcp", "--vault-kv-version", "7"],
+                false,
+            ),
+            (
+                vec![BINARY, "--provider", "gcp", "--provider", "vault"],
+                false,
+            ),
+            (vec![BINARY, "--provider", "nope"], false),
+            (vec![BINARY, "--audience", "--provider", "gcp"], false),
+            (vec![BINARY, "--", "--provider", "gcp"], false),
+            (vec![BINARY, "--provider", "gcp", "--help"], false),
+            (vec![BINARY, "--version"], false),
+            (vec![BINARY, "cache", "list"], false),
+            (vec![BINARY, "--timeout", "0s"], false),
+            (vec![BINARY, "--provider"], false),
+        ];
+        for (argv, served) in cases {
+            let args: Vec<OsString> = argv.iter().map(OsString::from).collect();
+            let whole = command().try_get_matches_from(&args);
+            let Some((matches, options)) = parse_serving(&args, &[]) else {
+                assert!(!served, "{argv:?} was left to the whole command line");
+                continue;
+            };
+            assert!(served, "{argv:?} was answered");
+            let whole = whole.unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+            let carried = carried_for(options.choice(provider_from_program_name(&args[0])));
+            for arg in command_with(&carried).get_arguments() {
+                let id = arg.get_id().as_str();
+                let raw = |m: &ArgMatches| {
+                    let values = m.try_get_raw(id).ok().flatten();
+                    values.map(|v| v.map(OsStr::to_os_string).collect::<Vec<_>>())
+                };
+                assert_eq!(raw(&matches), raw(&whole), "{argv:?}: {id}");
+                assert_eq!(
+                    matches.value_source(id),
+                    whole.value_source(id),
+                    "{argv:?}: {id}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_provider_asked_is_read_as_clap_reads_it() {
+        let asked = |argv: &[&str]| {
+            let args: Vec<OsString> = argv.iter().map(OsString::from).collect();
+            provider_asked(&args)
+        };
+        assert_eq!(
+            asked(&[BINARY, "--provider", "aws"]).as_deref(),
+            Some("aws")
+        );
+        assert_eq!(asked(&[BINARY, "--provider=gcp"]).as_deref(), Some("gcp"));
+        assert_eq!(
+            asked(&[BINARY, "--provider=a", "--provider", "b"]).as_deref(),
+            Some("b")
+        );
+        assert_eq!(asked(&[BINARY, "--", "--provider", "b"]), None);
+        assert_eq!(asked(&["--provider", "the program name is not read"]), None);
+        assert_eq!(asked(&[BINARY, "--provider"]), None);
     }
 }

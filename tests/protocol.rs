@@ -306,6 +306,45 @@ fn flags_have_environment_variables_and_the_flag_wins() {
     assert!(line.contains("does not include \"other\""), "{line}");
 }
 
+/// The serving path parses only the chosen provider's flags; another
+/// provider's flag or variable is still accepted, or refused, exactly as
+/// the whole command line does.
+#[test]
+fn another_providers_flags_and_variables_are_read_as_ever() {
+    let t = token();
+    let req = request("harbor.test/a", Some(&t), &[]);
+    let with = |extra: &[&'static str]| -> Vec<&'static str> {
+        PASSTHROUGH.iter().chain(extra).copied().collect()
+    };
+    let served = [
+        (with(&["--vault-kv-version", "1"]), vec![]),
+        (with(&[]), vec![("WICP_VAULT_KV_VERSION", "1")]),
+    ];
+    for (args, env) in &served {
+        let out = run(args, env, req.as_bytes());
+        assert_eq!(
+            out.response()["auth"]["harbor.test"]["password"],
+            t.as_str(),
+            "{args:?} {env:?}"
+        );
+    }
+    let refused = [
+        (with(&["--vault-kv-version", "7"]), vec![]),
+        (with(&[]), vec![("WICP_VAULT_KV_VERSION", "7")]),
+    ];
+    for (args, env) in &refused {
+        let out = run(args, env, req.as_bytes());
+        assert_eq!(out.code, Some(2), "{args:?} {env:?}: {}", out.stderr);
+        assert!(out.stdout.is_empty());
+        assert!(
+            out.stderr
+                .contains("invalid value '7' for '--vault-kv-version"),
+            "{}",
+            out.stderr
+        );
+    }
+}
+
 #[test]
 fn the_program_name_selects_the_provider() {
     let t = token();
