@@ -8,8 +8,6 @@
 #   x86_64:  musl-tools (musl-gcc)
 #   aarch64: gcc-aarch64-linux-gnu with musl-dev:arm64's headers, through
 #            its musl-gcc.specs; rustc links with its own musl crt and libc.
-# The x86_64 binary's allocator, jemalloc (tikv-jemalloc-sys), is C too,
-# built with its configure script and make, through musl-gcc.
 # Missing packages and Rust targets are installed (apt needs root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +24,6 @@ install_tools() {
   dpkg -s gcc-aarch64-linux-gnu >/dev/null 2>&1 || need+=(gcc-aarch64-linux-gnu)
   dpkg -s musl-dev:arm64 >/dev/null 2>&1 || need+=(musl-dev:arm64)
   command -v file >/dev/null 2>&1 || need+=(file)
-  command -v make >/dev/null 2>&1 || need+=(make)
   if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
       echo "release: missing Debian packages: ${need[*]}; run as root or install them:" >&2
@@ -91,10 +88,10 @@ check_version() {
 }
 
 check_version "${dist}/wi-credential-provider-${version}-linux-amd64"
-# The amd64 binary allocates with jemalloc (Cargo.toml): its configuration
-# file name is in the binary only when jemalloc is.
-if ! grep -q "_rjem_malloc.conf" "${dist}/wi-credential-provider-${version}-linux-amd64"; then
-  echo "release: the amd64 binary does not carry jemalloc (see Cargo.toml, docs/performance.md)" >&2
+# The amd64 binary allocates with dlmalloc (Cargo.toml), whose source path
+# is in the binary (its panic locations) only when it is linked in.
+if ! grep -q "dlmalloc-0\.2" "${dist}/wi-credential-provider-${version}-linux-amd64"; then
+  echo "release: the amd64 binary does not carry dlmalloc (see Cargo.toml, docs/performance.md)" >&2
   exit 1
 fi
 # The arm64 one runs here only under user-mode emulation (Debian's

@@ -13,10 +13,11 @@ use wi_credential_provider::inputs::{Env, Inputs};
 use wi_credential_provider::options::{self, Options};
 use wi_credential_provider::{log, serve, version};
 
-/// The static x86_64 musl build allocates with jemalloc (see Cargo.toml).
-#[cfg(all(target_env = "musl", target_arch = "x86_64"))]
+/// x86_64 Linux builds allocate with dlmalloc: a hit's allocations share
+/// a few pages instead of one set per size class (see Cargo.toml).
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 #[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
 
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
