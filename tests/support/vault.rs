@@ -74,7 +74,10 @@ impl Role {
 
 struct Issued {
     policies: Vec<String>,
-    expires_at: i64,
+    /// When the token stops working, to the instant rather than the second
+    /// (as in Vault): a 1-second token issued at 0.999 must still read at
+    /// 1.001, or a test of short leases fails by the clock.
+    expires: std::time::Instant,
     namespace: Option<String>,
 }
 
@@ -286,7 +289,7 @@ fn handle(state: &State, request: &Request) -> Response {
         let Some(issued) = tokens.get(token) else {
             return error(403, &[&echo("permission denied")]);
         };
-        if issued.expires_at <= now() || issued.namespace != namespace {
+        if issued.expires <= std::time::Instant::now() || issued.namespace != namespace {
             return error(403, &[&echo("permission denied")]);
         }
         let policies = state.policies.lock().unwrap();
@@ -490,7 +493,8 @@ fn handle_login(state: &State, request: &Request, namespace: Option<String>) -> 
         token.clone(),
         Issued {
             policies: role.policies.clone(),
-            expires_at: now() + role.ttl,
+            expires: std::time::Instant::now()
+                + std::time::Duration::from_secs(u64::try_from(role.ttl).unwrap_or(0)),
             namespace: namespace.clone(),
         },
     );
