@@ -309,8 +309,26 @@ fn without_a_checksum_nothing_is_installed() {
 }
 
 /// Runs install.sh as an unprivileged user: as nobody through setpriv when
-/// the tests run as root, directly otherwise.
-fn install_unprivileged(args: &[String]) -> Output {
+/// the tests run as root, directly otherwise. The script, and `config` when
+/// given (passed as `--config`), are copied first to a directory anyone can
+/// read: the checkout may sit below a directory only its owner can enter (a
+/// clone into `mktemp -d`), where nobody could not even open the script,
+/// and the test is about the installer's own check.
+fn install_unprivileged(args: &[String], config: Option<&Path>) -> Output {
+    let readable = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(readable.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let copy = |from: &Path, name: &str| {
+        let to = readable.path().join(name);
+        std::fs::copy(from, &to).unwrap();
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o644)).unwrap();
+        to
+    };
+    let script = copy(&script(), "install.sh");
+    let mut args = args.to_vec();
+    if let Some(config) = config {
+        let config = copy(config, "credential-provider.yaml");
+        args.extend(["--config".to_string(), config.display().to_string()]);
+    }
     let is_root = Command::new("id").arg("-u").output().unwrap().stdout == b"0\n";
     let mut cmd = if is_root {
         let mut c = Command::new("setpriv");
@@ -325,8 +343,8 @@ fn install_unprivileged(args: &[String]) -> Output {
     } else {
         Command::new("sh")
     };
-    cmd.arg(script())
-        .args(args)
+    cmd.arg(&script)
+        .args(&args)
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .output()
@@ -336,8 +354,11 @@ fn install_unprivileged(args: &[String]) -> Output {
 #[test]
 fn non_root_is_refused_unless_a_root_prefix_is_given() {
     let release = release();
-    let out = install_unprivileged(&["--binary".into(), release.binary.display().to_string()]);
-    assert_eq!(out.status.code(), Some(1));
+    let out = install_unprivileged(
+        &["--binary".into(), release.binary.display().to_string()],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     assert!(
         text(&out.stderr).contains("must run as root"),
         "{}",
@@ -345,7 +366,15 @@ fn non_root_is_refused_unless_a_root_prefix_is_given() {
     );
 
     let node = node_root();
-    let out = install_unprivileged(&standard_args(node.path(), &release));
+    let out = install_unprivileged(
+        &[
+            "--root".into(),
+            node.path().display().to_string(),
+            "--binary".into(),
+            release.binary.display().to_string(),
+        ],
+        Some(&good_config()),
+    );
     assert!(
         out.status.success(),
         "{}{}",
