@@ -604,11 +604,20 @@ fn an_invalid_merge_is_refused_and_nothing_is_written() {
 fn a_read_only_node_gets_a_clear_error_and_no_half_written_file() {
     let node = Node::new("kubeadm-deb", true);
     let original = node.snapshot();
+    // The binary, from a directory anyone can read: the checkout may sit
+    // below a directory only its owner can enter (a clone into `mktemp
+    // -d`), and then nobody could not reach it, and the install's check
+    // would stop at the unreachable binary before any write is tried.
+    let readable = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(readable.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let binary = readable.path().join("wi-credential-provider");
+    std::fs::copy(stripped_binary(), &binary).unwrap();
+    std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
     let is_root = Command::new("id").arg("-u").output().unwrap().stdout == b"0\n";
     let mut cmd = if is_root {
         let mut c = Command::new("setpriv");
         c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
-        c.arg(support::plugin::bin());
+        c.arg(&binary);
         c
     } else {
         // Not root: make the tree read-only instead.
@@ -632,12 +641,12 @@ fn a_read_only_node_gets_a_clear_error_and_no_half_written_file() {
         ])
         .arg(node.root())
         .arg("--binary")
-        .arg(stripped_binary())
+        .arg(&binary)
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", show(&out));
     let stderr = text(&out.stderr);
-    assert!(stderr.contains("Permission denied"), "{stderr}");
+    assert!(stderr.contains("Permission denied"), "{}", show(&out));
     assert!(stderr.contains("fix:"), "{stderr}");
     assert!(changed(&original, &node.snapshot()).is_empty());
     if !is_root {
