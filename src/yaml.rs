@@ -23,19 +23,74 @@ pub const MAX_CONTENT_COLUMN: usize = 200;
 pub const MAX_FLOW_OPENERS: usize = 1_000;
 
 /// Reads `path`, refusing a file larger than [`MAX_BYTES`] without reading
-/// all of it. The error is a sentence about the file.
+/// all of it, and anything but a regular file (a FIFO would block, a device
+/// such as `/dev/zero` would never end) without reading it at all. The
+/// error is a sentence about the file.
 pub fn read(path: &Path) -> Result<Vec<u8>, String> {
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot read the file: {e}"))?;
+    use std::os::unix::fs::OpenOptionsExt;
+    // O_NONBLOCK: opening a FIFO for reading must not wait for a writer.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| format!("cannot read the file: {e}"))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("cannot read the file: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!(
+            "cannot read the file: it is {}, not a regular file",
+            describe(&meta.file_type())
+        ));
+    }
+    if meta.len() > MAX_BYTES {
+        return Err(too_large());
+    }
     let mut bytes = Vec::new();
     file.take(MAX_BYTES + 1)
         .read_to_end(&mut bytes)
         .map_err(|e| format!("cannot read the file: {e}"))?;
     if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > MAX_BYTES {
-        return Err(format!(
-            "the file is larger than {MAX_BYTES} bytes, far more than a kubelet config or a manifest; it is not parsed"
-        ));
+        return Err(too_large());
     }
     Ok(bytes)
+}
+
+fn too_large() -> String {
+    format!(
+        "the file is larger than {MAX_BYTES} bytes, far more than a kubelet config or a manifest; it is not parsed"
+    )
+}
+
+fn describe(kind: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Parses bytes already read within [`MAX_BYTES`] as one YAML (or JSON)
+/// document, after [`check_depth`], with merge keys (`<<`) applied as the
+/// kubelet's YAML library (go-yaml, through sigs.k8s.io/yaml) applies them.
+pub fn parse(bytes: &[u8]) -> Result<yaml_serde::Value, String> {
+    let text = std::str::from_utf8(bytes).map_err(|_| "the file is not UTF-8".to_string())?;
+    check_depth(text)?;
+    let mut value: yaml_serde::Value =
+        yaml_serde::from_str(text).map_err(|e| format!("it is not valid YAML or JSON: {e}"))?;
+    value
+        .apply_merge()
+        .map_err(|e| format!("its merge keys (<<) cannot be applied: {e}"))?;
+    Ok(value)
 }
 
 /// Checks that `text` is shallow enough to parse quickly.
@@ -87,6 +142,30 @@ mod tests {
             check_depth(&"{\"a\": [1, {\"b\": {}}]}\n".repeat(100)),
             Ok(())
         );
+    }
+
+    #[test]
+    fn merge_keys_are_applied() {
+        let v = parse(b"base: &b\n  a: 1\nuse:\n  <<: *b\n  c: 2\n").unwrap();
+        assert_eq!(v["use"]["a"].as_u64(), Some(1));
+        assert_eq!(v["use"]["c"].as_u64(), Some(2));
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success()
+        );
+        let err = read(&fifo).unwrap_err();
+        assert!(err.contains("a FIFO"), "{err}");
+        let err = read(Path::new("/dev/zero")).unwrap_err();
+        assert!(err.contains("character device"), "{err}");
     }
 
     #[test]

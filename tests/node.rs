@@ -466,65 +466,6 @@ fn eks_directory_config_from_kubelet_1_34() {
 }
 
 #[test]
-fn discovery_reads_a_running_kubelet_through_proc() {
-    let node = Node::new("kubeadm-deb", true);
-    // A process whose argv[0] is `kubelet`, with the flags on its command
-    // line (sh blocks on reading stdin, keeping its command line).
-    let mut kubelet = Command::new("sh");
-    {
-        use std::os::unix::process::CommandExt;
-        kubelet.arg0("kubelet");
-    }
-    let mut child = kubelet
-        .args([
-            "-c",
-            "read x",
-            "--config=/var/lib/kubelet/config.yaml",
-            "--image-credential-provider-config=/etc/kubernetes/from-proc.yaml",
-            "--image-credential-provider-bin-dir",
-            "/opt/from-proc/bin",
-        ])
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = node.run(&[
-        "install",
-        "--provider",
-        "azure",
-        "--proc",
-        "/proc",
-        "--output",
-        "json",
-    ]);
-    let _ = child.kill();
-    let _ = child.wait();
-    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
-    let r = json(&out);
-    assert_eq!(r["discovery"]["flags_from"]["kind"], "process", "{r:#}");
-    assert_eq!(r["discovery"]["flags_from"]["pid"], child.id(), "{r:#}");
-    assert_eq!(
-        r["discovery"]["credential_config"]["value"],
-        "/etc/kubernetes/from-proc.yaml"
-    );
-    assert!(
-        r["discovery"]["credential_config"]["source"]
-            .as_str()
-            .unwrap()
-            .contains("command line of kubelet")
-    );
-    assert!(node.path("/etc/kubernetes/from-proc.yaml").is_file());
-    assert!(
-        node.path("/opt/from-proc/bin/wi-credential-provider-azure")
-            .is_symlink()
-    );
-    // The flags were already there: the environment file is untouched.
-    assert_eq!(
-        std::fs::read_to_string(node.path("/etc/default/kubelet")).unwrap(),
-        "KUBELET_EXTRA_ARGS=\n"
-    );
-}
-
-#[test]
 fn restart_only_when_changed_and_healthy() {
     let node = Node::new("kubeadm-deb", true);
     let out = node.run(&["install", "--provider", "aws", "--restart-kubelet"]);
@@ -566,10 +507,52 @@ fn an_unhealthy_kubelet_rolls_everything_back() {
         node.systemctl_log(),
         "restart kubelet.service\nrestart kubelet.service\n"
     );
-    // Every file is back byte for byte; what the install added is gone.
+    // Every file is back byte for byte; what the install added is gone,
+    // but for the memo of the failed change.
     let diff = changed(&original, &node.snapshot());
-    assert!(diff.is_empty(), "not rolled back: {diff:?}");
+    assert_eq!(
+        diff,
+        ["var/lib/wi-credential-provider/node-install.failed"],
+        "not rolled back"
+    );
+    // The DaemonSet's init container retries: the same change is refused
+    // without touching the kubelet again, with what to do.
+    let again = node.run(&[
+        "install",
+        "--provider",
+        "aws",
+        "--restart-kubelet",
+        "--health-timeout",
+        "3s",
+    ]);
+    assert_eq!(again.status.code(), Some(1), "{}", show(&again));
+    assert!(
+        text(&again.stdout).contains("not restarting the kubelet with it again"),
+        "{}",
+        show(&again)
+    );
+    assert!(text(&again.stdout).contains("--retry"), "{}", show(&again));
+    assert_eq!(
+        node.systemctl_log(),
+        "restart kubelet.service\nrestart kubelet.service\n",
+        "a retry restarted the kubelet again"
+    );
+    assert_eq!(changed(&original, &node.snapshot()).len(), 1);
+    // Once the kubelet is healthy, --retry tries the change once more.
     node.health.healthy.store(true, Ordering::SeqCst);
+    let retry = node.run(&[
+        "install",
+        "--provider",
+        "aws",
+        "--restart-kubelet",
+        "--retry",
+    ]);
+    assert_eq!(retry.status.code(), Some(0), "{}", show(&retry));
+    assert!(
+        !node
+            .path("/var/lib/wi-credential-provider/node-install.failed")
+            .exists()
+    );
 }
 
 #[test]
@@ -1063,7 +1046,10 @@ fn a_failed_second_install_rolls_back_to_the_first() {
         "2s",
     ]);
     assert_eq!(out.status.code(), Some(1), "{}", show(&out));
-    let diff = changed(&installed, &node.snapshot());
+    let diff: Vec<String> = changed(&installed, &node.snapshot())
+        .into_iter()
+        .filter(|p| p != "var/lib/wi-credential-provider/node-install.failed")
+        .collect();
     assert!(
         diff.is_empty(),
         "not back to the first install: {diff:?}\n{}",
@@ -1079,4 +1065,232 @@ fn a_failed_second_install_rolls_back_to_the_first() {
         .filter(|p| p != "var/lib/kubelet/config.yaml") // its health port was set by the test
         .collect();
     assert!(diff.is_empty(), "{diff:?}");
+}
+
+// ---------------------------------------------------------------------
+// The installer as the DaemonSet really runs it, and on a hostile node.
+// ---------------------------------------------------------------------
+
+/// Runs `node ARGS` the way the DaemonSet does, in namespaces made here:
+/// a PID namespace whose PID 1 stands for the host's init (in this test's
+/// network namespace, where the health endpoint listens), a fake kubelet
+/// started from the node root's own `/usr/bin/kubelet` (a copy of dash,
+/// root-owned) and named by a fake systemctl as the unit's MainPID, and
+/// the installer in a network and mount namespace of its own with the
+/// node root bind-mounted at `host/`, as a pod with hostPID sees it.
+/// With `hostile`, a tenant's process named `kubelet` runs first (a lower
+/// PID) in its own mount and PID namespace, pointing at a tenant's paths.
+fn daemonset_run(node: &Node, hostile: bool, kubelet_args: &[&str], args: &[&str]) -> Output {
+    daemonset_run_as(node, hostile, true, kubelet_args, args)
+}
+
+/// [`daemonset_run`]; without `systemd`, `systemctl show` fails.
+fn daemonset_run_as(
+    node: &Node,
+    hostile: bool,
+    systemd: bool,
+    kubelet_args: &[&str],
+    args: &[&str],
+) -> Output {
+    let dir = node.dir.path();
+    let root = node.root();
+    std::fs::create_dir_all(root.join("usr/bin")).unwrap();
+    std::fs::copy("/bin/dash", root.join("usr/bin/kubelet")).unwrap();
+    std::fs::set_permissions(
+        root.join("usr/bin/kubelet"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.join("host")).unwrap();
+    std::fs::create_dir_all(dir.join("tenant")).unwrap();
+    std::fs::copy("/bin/dash", dir.join("tenant/kubelet")).unwrap();
+    // systemctl: `show` answers from the fake kubelet's pid file, the rest
+    // is logged as before.
+    let log = dir.join("systemctl.log");
+    std::fs::write(
+        dir.join("fakebin/systemctl"),
+        format!(
+            "#!/bin/sh\nif [ \"$1\" = show ]; then {answer}; fi\necho \"$*\" >> {log}\n",
+            answer = if systemd {
+                format!(
+                    "pid=$(cat {d}/kubelet.pid); echo MainPID=$pid; echo ControlGroup=$(sed -n 's/^0:://p' /proc/$pid/cgroup); exit 0",
+                    d = dir.display()
+                )
+            } else {
+                "exit 1".to_string()
+            },
+            log = log.display()
+        ),
+    )
+    .unwrap();
+    let quote = |w: &str| format!("'{}'", w.replace('\'', "'\\''"));
+    let kubelet: Vec<String> = kubelet_args.iter().map(|a| quote(a)).collect();
+    let mut install: Vec<String> = vec![
+        quote(support::plugin::bin().to_str().unwrap()),
+        "node".into(),
+    ];
+    install.extend(args.iter().map(|a| quote(a)));
+    install.extend([
+        "--root".into(),
+        quote(dir.join("host").to_str().unwrap()),
+        "--proc".into(),
+        "/proc".into(),
+    ]);
+    if args[0] == "install" {
+        install.extend([
+            "--binary".into(),
+            quote(stripped_binary().to_str().unwrap()),
+        ]);
+    }
+    let hostile_line = if hostile {
+        format!(
+            "unshare --mount --pid --fork --mount-proc {t}/kubelet -c 'while :; do sleep 1; done' --image-credential-provider-config=/tenant/config.yaml --image-credential-provider-bin-dir=/tenant/bin &\nsleep 0.2\n",
+            t = dir.join("tenant").display()
+        )
+    } else {
+        String::new()
+    };
+    let script = format!(
+        "set -e\ncd {d}\n{hostile_line}{root}/usr/bin/kubelet -c 'while :; do sleep 1; done' {kubelet} &\necho $! > {d}/kubelet.pid\nsleep 0.2\nset +e\nunshare --net --mount sh -c 'ip link set lo up; mount --bind {root} {d}/host && exec \"$@\"' sh {install} > {d}/out 2> {d}/err\necho $? > {d}/rc\n",
+        d = dir.display(),
+        root = root.display(),
+        kubelet = kubelet.join(" "),
+        install = install.join(" "),
+    );
+    std::fs::write(dir.join("host-init.sh"), script).unwrap();
+    let path = format!(
+        "{}:{}",
+        dir.join("fakebin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let status = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "sh"])
+        .arg(dir.join("host-init.sh"))
+        .env_clear()
+        .env("PATH", path)
+        .status()
+        .unwrap();
+    assert!(status.success(), "the namespace harness failed");
+    let rc: i32 = std::fs::read_to_string(dir.join("rc"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    Output {
+        status: std::process::ExitStatus::from_raw(rc << 8),
+        stdout: std::fs::read(dir.join("out")).unwrap(),
+        stderr: std::fs::read(dir.join("err")).unwrap(),
+    }
+}
+
+const REAL_KUBELET: [&str; 4] = [
+    "--config=/var/lib/kubelet/config.yaml",
+    "--image-credential-provider-config=/etc/kubernetes/from-proc.yaml",
+    "--image-credential-provider-bin-dir",
+    "/opt/from-proc/bin",
+];
+
+#[test]
+fn from_the_daemonsets_namespaces_the_real_kubelet_is_restarted_once_and_found_healthy() {
+    let node = Node::new("kubeadm-deb", true);
+    let out = daemonset_run(
+        &node,
+        true,
+        &REAL_KUBELET,
+        &[
+            "install",
+            "--provider",
+            "azure",
+            "--restart-kubelet",
+            "--health-timeout",
+            "10s",
+            "--output",
+            "json",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let r = json(&out);
+    assert_eq!(r["discovery"]["flags_from"]["kind"], "process", "{r:#}");
+    assert!(
+        r["discovery"]["credential_config"]["source"]
+            .as_str()
+            .unwrap()
+            .contains("main process of kubelet.service"),
+        "{r:#}"
+    );
+    assert!(
+        r["restart"].as_str().unwrap().contains("healthy at"),
+        "{r:#}"
+    );
+    // The real kubelet's paths, never the tenant's.
+    assert!(node.path("/etc/kubernetes/from-proc.yaml").is_file());
+    assert!(
+        node.path("/opt/from-proc/bin/wi-credential-provider-azure")
+            .is_symlink()
+    );
+    assert!(!node.path("/tenant").exists());
+    assert!(!node.dir.path().join("tenant/config.yaml").exists());
+    let ignored = r["discovery"]["ignored_processes"].to_string();
+    assert!(
+        ignored.contains("not kubelet.service's main process"),
+        "{r:#}"
+    );
+    assert_eq!(node.systemctl_log(), "restart kubelet.service\n");
+}
+
+#[test]
+fn from_the_daemonsets_namespaces_an_unhealthy_kubelet_is_rolled_back_once_and_not_again() {
+    let node = Node::new("kubeadm-deb", false);
+    let original = node.snapshot();
+    let args = [
+        "install",
+        "--provider",
+        "azure",
+        "--restart-kubelet",
+        "--health-timeout",
+        "3s",
+    ];
+    let out = daemonset_run(&node, false, &REAL_KUBELET, &args);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(text(&out.stdout).contains("rolled back"), "{}", show(&out));
+    assert_eq!(
+        node.systemctl_log(),
+        "restart kubelet.service\nrestart kubelet.service\n"
+    );
+    let again = daemonset_run(&node, false, &REAL_KUBELET, &args);
+    assert_eq!(again.status.code(), Some(1), "{}", show(&again));
+    assert_eq!(
+        node.systemctl_log(),
+        "restart kubelet.service\nrestart kubelet.service\n",
+        "the retry restarted the kubelet: {}",
+        show(&again)
+    );
+    let diff: Vec<String> = changed(&original, &node.snapshot())
+        .into_iter()
+        .filter(|p| !p.starts_with("usr/bin/kubelet"))
+        .collect();
+    assert_eq!(diff, ["var/lib/wi-credential-provider/node-install.failed"]);
+    node.health.healthy.store(true, Ordering::SeqCst);
+}
+
+#[test]
+fn without_systemd_a_tenants_kubelet_is_never_trusted() {
+    // systemctl answers nothing: only processes in PID 1's mount namespace,
+    // outside pod cgroups, running a root-owned file of the node count.
+    let node = Node::new("kubeadm-deb", true);
+    let out = daemonset_run_as(
+        &node,
+        true,
+        false,
+        &REAL_KUBELET,
+        &["doctor", "--output", "json"],
+    );
+    let r = json(&out);
+    let ignored = r["discovery"]["ignored_processes"].to_string();
+    assert!(ignored.contains("another mount namespace"), "{r:#}");
+    assert_eq!(
+        r["discovery"]["credential_config"]["value"], "/etc/kubernetes/from-proc.yaml",
+        "{r:#}"
+    );
 }

@@ -75,9 +75,9 @@ pub struct KubeletConfig {
 }
 
 impl KubeletConfig {
-    /// Reads `file` and the `*.conf` files of `drop_in_dir` over it.
+    /// Reads `file` and the `*.conf` files of `drop_in_dir` over it, each
+    /// through the bounded reader ([`crate::yaml`]).
     pub fn read(file: &Path, drop_in_dir: Option<&Path>) -> Result<KubeletConfig> {
-        let mut merged = yaml_serde::Mapping::new();
         let mut files = vec![file.to_path_buf()];
         if let Some(dir) = drop_in_dir {
             let mut extra: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -91,14 +91,26 @@ impl KubeletConfig {
             extra.sort();
             files.extend(extra);
         }
-        for path in &files {
-            let text = std::fs::read_to_string(path).map_err(|e| {
+        let mut documents = Vec::new();
+        for path in files {
+            let bytes = crate::yaml::read(&path).map_err(|e| {
                 Error::config(format!(
                     "cannot read the KubeletConfiguration {}: {e}",
                     path.display()
                 ))
             })?;
-            let value: Value = yaml_serde::from_str(&text).map_err(|e| {
+            documents.push((path, bytes));
+        }
+        Self::from_documents(documents)
+    }
+
+    /// The facts of a KubeletConfiguration and its drop-ins, already read
+    /// (bounded), in the order the kubelet applies them.
+    pub fn from_documents(documents: Vec<(PathBuf, Vec<u8>)>) -> Result<KubeletConfig> {
+        let mut merged = yaml_serde::Mapping::new();
+        let mut files = Vec::new();
+        for (path, bytes) in documents {
+            let value = crate::yaml::parse(&bytes).map_err(|e| {
                 Error::config(format!(
                     "{} is not a YAML or JSON KubeletConfiguration: {e}",
                     path.display()
@@ -109,6 +121,7 @@ impl KubeletConfig {
                     merged.insert(k, v);
                 }
             }
+            files.push(path);
         }
         let get = |key: &str| merged.get(key);
         let gate = get("featureGates")

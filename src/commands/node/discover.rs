@@ -1,18 +1,20 @@
 //! Finding the kubelet's real credential-provider set-up, each finding with
 //! where it came from. In order: explicit flags; the running kubelet's
-//! command line (a process named `kubelet`, or the k3s/RKE2 agent, through
-//! `/proc`: the host's own with `hostPID`); the systemd unit, its drop-ins
-//! and environment files; the distribution's known defaults. A repeated
-//! flag counts once, the last, as in the kubelet (pflag).
+//! command line (the process systemd runs as the kubelet's unit, checked by
+//! [`super::identify`], through `/proc`: the host's own with `hostPID`);
+//! the systemd unit, its drop-ins and environment files; on k3s and RKE2
+//! their `config.yaml` and `config.yaml.d/`; the distribution's known
+//! defaults. A repeated flag counts once, the last, as in the kubelet
+//! (pflag). Every file is read inside `--root`, bounded.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
 use super::distro::{self, Distro};
 use super::host::Host;
+use super::identify;
 use super::systemd::Unit;
 use crate::commands::check_config::kubelet_config::{KubeletConfig, Version};
 
@@ -70,6 +72,19 @@ pub struct Discovery {
     /// For each credential-provider flag found in the systemd set-up, the
     /// variable and file that carry it.
     pub flag_files: BTreeMap<String, (String, PathBuf)>,
+    /// Processes named like the kubelet that were not taken, and why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ignored_processes: Vec<String>,
+    /// Why the node's process table cannot be trusted, when it cannot.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<String>,
+    /// The kubelet flags the unit (and k3s's config files) give now: they
+    /// differ from the running process's when a restart is pending.
+    #[serde(skip)]
+    pub unit_flags: BTreeMap<String, String>,
+    /// k3s/RKE2 configuration files read.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rancher_config_files: Vec<PathBuf>,
     #[serde(skip)]
     pub unit: Option<Unit>,
     #[serde(skip)]
@@ -79,6 +94,30 @@ pub struct Discovery {
 }
 
 impl Discovery {
+    /// A discovery that found nothing (the root could not be opened).
+    pub fn nothing(root: &Path) -> Discovery {
+        Discovery {
+            root: root.to_path_buf(),
+            distro: Distro::Unknown,
+            distro_evidence: String::new(),
+            flags_from: FlagSource::None,
+            credential_config: None,
+            bin_dir: None,
+            kubelet_config: None,
+            kubelet_config_dir: None,
+            kubelet_binary: None,
+            kubelet_version: None,
+            flag_files: BTreeMap::new(),
+            ignored_processes: Vec::new(),
+            refusal: None,
+            unit_flags: BTreeMap::new(),
+            rancher_config_files: Vec::new(),
+            unit: None,
+            kubelet: None,
+            version: None,
+        }
+    }
+
     pub fn health_endpoint(&self) -> Option<(String, u16)> {
         match &self.kubelet {
             Some(k) => k.healthz(),
@@ -119,101 +158,139 @@ pub fn parse_flags(args: &[String]) -> BTreeMap<String, String> {
     flags
 }
 
-struct Process {
-    pid: u32,
-    name: String,
-    args: Vec<String>,
-    exe: Option<PathBuf>,
-}
-
-/// The kubelet process, or else the k3s agent/server that embeds it.
-fn find_process(proc: &Path) -> Option<Process> {
-    let mut k3s = None;
-    let mut entries: Vec<(u32, PathBuf)> = std::fs::read_dir(proc)
-        .ok()?
-        .flatten()
-        .filter_map(|e| {
-            let pid = e.file_name().to_str()?.parse::<u32>().ok()?;
-            Some((pid, e.path()))
-        })
-        .collect();
-    entries.sort();
-    for (pid, dir) in entries {
-        let Ok(raw) = std::fs::read(dir.join("cmdline")) else {
-            continue;
-        };
-        let argv: Vec<String> = raw
-            .split(|b| *b == 0)
-            .filter(|s| !s.is_empty())
-            .map(|s| String::from_utf8_lossy(s).into_owned())
-            .collect();
-        let Some(argv0) = argv.first() else {
-            continue;
-        };
-        let base = Path::new(argv0)
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let comm = std::fs::read_to_string(dir.join("comm"))
-            .unwrap_or_default()
-            .trim()
-            .to_string();
-        let exe = std::fs::read_link(dir.join("exe")).ok();
-        let process = Process {
-            pid,
-            name: base.clone(),
-            args: argv.get(1..).unwrap_or(&[]).to_vec(),
-            exe,
-        };
-        if base == "kubelet" || comm == "kubelet" {
-            return Some(Process {
-                name: "kubelet".into(),
-                ..process
-            });
-        }
-        let is_agent = |w: &str| matches!(w, "agent" | "server");
-        let by_argv = (base == "k3s" || base == "rke2") && argv.get(1).is_some_and(|w| is_agent(w));
-        let by_comm = comm.starts_with("k3s-") || comm.starts_with("rke2");
-        if k3s.is_none() && (by_argv || by_comm) {
-            k3s = Some(process);
-        }
+/// The k3s/RKE2 configuration files as k3s reads them
+/// (`pkg/configfilearg/parser.go`): `config.yaml`, then
+/// `config.yaml.d/*.yaml|*.yml` in name order; a later key replaces an
+/// earlier one, `key+:` appends to it; the result is a list of flags put
+/// before the command line's own, so the command line wins.
+pub fn rancher_config_flags(host: &Host, file: &Path) -> (Vec<String>, Vec<PathBuf>) {
+    let mut files = Vec::new();
+    if host.is_file(file) {
+        files.push(file.to_path_buf());
     }
-    k3s
-}
-
-/// Runs `kubelet --version`, bounded: the answer decides the route on
-/// EKS (directory configs from 1.34).
-fn kubelet_version(host: &Host, binary: &Path) -> Option<Version> {
-    let path = host.path(binary);
-    if !path.is_file() {
-        return None;
-    }
-    let mut child = std::process::Command::new(&path)
-        .arg("--version")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .ok()?;
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
+    let dot_d = PathBuf::from(format!("{}.d", file.display()));
+    if let Ok(entries) = host.read_dir(&dot_d) {
+        for (name, _) in entries {
+            let name = name.to_string_lossy().into_owned();
+            if name.ends_with(".yaml") || name.ends_with(".yml") {
+                files.push(dot_d.join(name));
             }
         }
     }
-    let out = child.wait_with_output().ok()?;
-    Version::parse(&String::from_utf8_lossy(&out.stdout))
+    let mut order: Vec<String> = Vec::new();
+    let mut values: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut read = Vec::new();
+    for f in files {
+        let Ok(Some(bytes)) = host.read_bytes(&f, crate::yaml::MAX_BYTES) else {
+            continue;
+        };
+        let Ok(yaml_serde::Value::Mapping(map)) = crate::yaml::parse(&bytes) else {
+            continue;
+        };
+        read.push(f);
+        for (k, v) in map {
+            let Some(key) = k.as_str() else { continue };
+            let (key, append) = match key.strip_suffix('+') {
+                Some(k) => (k.to_string(), true),
+                None => (key.to_string(), false),
+            };
+            let list: Vec<String> = match v {
+                yaml_serde::Value::Sequence(items) => items.iter().map(scalar).collect(),
+                other => vec![scalar(&other)],
+            };
+            if !order.contains(&key) {
+                order.push(key.clone());
+            }
+            let slot = values.entry(key).or_default();
+            if !append {
+                slot.clear();
+            }
+            slot.extend(list);
+        }
+    }
+    let mut flags = Vec::new();
+    for key in order {
+        for v in values.get(&key).into_iter().flatten() {
+            flags.push(format!("--{key}={v}"));
+        }
+    }
+    (flags, read)
+}
+
+fn scalar(v: &yaml_serde::Value) -> String {
+    match v {
+        yaml_serde::Value::String(s) => s.clone(),
+        yaml_serde::Value::Bool(b) => b.to_string(),
+        yaml_serde::Value::Number(n) => n.to_string(),
+        _ => String::new(),
+    }
+}
+
+/// The kubelet flags of a k3s/RKE2 command line: its own
+/// `--image-credential-provider-*` flags, overridden by `--kubelet-arg`
+/// values whatever their order (k3s applies extra kubelet args last).
+pub fn rancher_kubelet_flags(args: &[String]) -> BTreeMap<String, String> {
+    let mut own = parse_flags_plain(args);
+    own.remove("kubelet-arg");
+    let mut out: BTreeMap<String, String> = BTreeMap::new();
+    for flag in [CONFIG_FLAG, BIN_DIR_FLAG] {
+        if let Some(v) = own.get(flag) {
+            out.insert(flag.to_string(), v.clone());
+        }
+    }
+    out.extend(kubelet_args(args));
+    out
+}
+
+/// `--kubelet-arg=name=value` (or `--kubelet-arg name=value`) pairs.
+fn kubelet_args(args: &[String]) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut i = 0;
+    while let Some(arg) = args.get(i) {
+        i += 1;
+        let value = if let Some(v) = arg.strip_prefix("--kubelet-arg=") {
+            v.to_string()
+        } else if arg == "--kubelet-arg" {
+            i += 1;
+            args.get(i - 1).cloned().unwrap_or_default()
+        } else {
+            continue;
+        };
+        if let Some((n, v)) = value.trim_start_matches('-').split_once('=') {
+            out.insert(n.to_string(), v.to_string());
+        }
+    }
+    out
+}
+
+/// [`parse_flags`] without the k3s `--kubelet-arg` folding.
+fn parse_flags_plain(args: &[String]) -> BTreeMap<String, String> {
+    let mut flags = BTreeMap::new();
+    let mut i = 0;
+    while let Some(arg) = args.get(i) {
+        i += 1;
+        let Some(body) = arg.strip_prefix("--") else {
+            continue;
+        };
+        let (name, value) = match body.split_once('=') {
+            Some((n, v)) => (n.to_string(), v.to_string()),
+            None => match args.get(i) {
+                Some(next) if !next.starts_with('-') => {
+                    i += 1;
+                    (body.to_string(), next.clone())
+                }
+                _ => (body.to_string(), "true".to_string()),
+            },
+        };
+        flags.insert(name, value);
+    }
+    flags
 }
 
 /// Runs discovery under `host`.
 pub fn discover(host: &Host, explicit: &Explicit) -> Discovery {
     let (distro, distro_evidence) = Distro::detect(host);
+    let unit = distro.units().iter().find_map(|u| Unit::load(host, u));
     let mut d = Discovery {
         root: host.root().to_path_buf(),
         distro,
@@ -226,18 +303,57 @@ pub fn discover(host: &Host, explicit: &Explicit) -> Discovery {
         kubelet_binary: None,
         kubelet_version: None,
         flag_files: BTreeMap::new(),
-        unit: Unit::load(host, "kubelet.service"),
+        ignored_processes: Vec::new(),
+        refusal: None,
+        unit_flags: BTreeMap::new(),
+        rancher_config_files: Vec::new(),
+        unit,
         kubelet: None,
         version: None,
     };
-    // The running process, else the unit.
+    let rancher = matches!(distro, Distro::K3s | Distro::Rke2);
+    let unit_args = d.unit.as_ref().map(Unit::args).unwrap_or_default();
+    let unit_exe = d
+        .unit
+        .as_ref()
+        .and_then(|u| u.exec_start.first())
+        .map(|w| PathBuf::from(&w.text));
+    // The flags as the unit (and k3s's config files) would give them now.
+    let flags_of = |args: &[String]| -> (BTreeMap<String, String>, Vec<PathBuf>) {
+        if rancher {
+            let config_file = parse_flags_plain(args)
+                .get("config")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(distro.rancher_config_file()));
+            let (mut all, files) = rancher_config_flags(host, &config_file);
+            all.extend(args.iter().skip_while(|a| !a.starts_with('-')).cloned());
+            (rancher_kubelet_flags(&all), files)
+        } else {
+            (parse_flags(args), Vec::new())
+        }
+    };
+    let (unit_flags, unit_files) = flags_of(&unit_args);
+    d.unit_flags = unit_flags.clone();
+    // The running process, when one checks out, else the unit.
     let mut flags = BTreeMap::new();
     let mut from = String::new();
-    if let Some(process) = explicit.proc.as_deref().and_then(find_process) {
-        from = format!("the command line of {} (pid {})", process.name, process.pid);
-        flags = parse_flags(&process.args);
+    let identified = explicit
+        .proc
+        .as_deref()
+        .map(|proc| identify::identify(host, proc, distro.units(), unit_exe.as_deref()))
+        .unwrap_or_default();
+    d.ignored_processes = identified.ignored;
+    d.refusal = identified.refusal;
+    if let Some(process) = identified.kubelet {
+        from = format!(
+            "the command line of {} (pid {}, {})",
+            process.name, process.pid, process.evidence
+        );
+        let (f, files) = flags_of(&process.args);
+        flags = f;
+        d.rancher_config_files = files;
         if process.name == "kubelet" {
-            d.kubelet_binary = process.exe.clone();
+            d.kubelet_binary = Some(process.exe.clone());
         }
         d.flags_from = FlagSource::Process {
             pid: process.pid,
@@ -249,12 +365,22 @@ pub fn discover(host: &Host, explicit: &Explicit) -> Discovery {
             unit.name,
             display_paths(&unit.files)
         );
-        flags = parse_flags(&unit.args());
-        d.kubelet_binary = unit.exec_start.first().map(|w| PathBuf::from(&w.text));
+        flags = unit_flags;
+        d.rancher_config_files = unit_files;
+        if !rancher {
+            d.kubelet_binary = unit_exe.clone();
+        }
         d.flags_from = FlagSource::Unit {
             unit: unit.name.clone(),
             files: unit.files.clone(),
         };
+    } else if rancher {
+        let (f, files) = flags_of(&[]);
+        flags = f;
+        d.rancher_config_files = files;
+    }
+    if rancher && !d.rancher_config_files.is_empty() {
+        from = format!("{from}, with {}", display_paths(&d.rancher_config_files));
     }
     if let Some(unit) = &d.unit {
         for word in &unit.exec_start {
@@ -287,7 +413,7 @@ pub fn discover(host: &Host, explicit: &Explicit) -> Discovery {
         .get("config-dir")
         .map(|v| Found::new(PathBuf::from(v), format!("--config-dir in {from}")));
     // k3s and RKE2 pass their built-in defaults only when both exist.
-    if matches!(distro, Distro::K3s | Distro::Rke2) {
+    if rancher {
         let why = "k3s/RKE2 built-in default (k3s pkg/cli/cmds/agent.go)";
         if d.credential_config.is_none() {
             d.credential_config = Some(Found::new(PathBuf::from(distro::RANCHER_CONFIG), why));
@@ -297,20 +423,19 @@ pub fn discover(host: &Host, explicit: &Explicit) -> Discovery {
         }
     }
     if let Some(file) = &d.kubelet_config {
-        d.kubelet = KubeletConfig::read(
-            &host.path(&file.value),
-            d.kubelet_config_dir
-                .as_ref()
-                .map(|f| host.path(&f.value))
-                .as_deref(),
+        d.kubelet = read_kubelet_config(
+            host,
+            &file.value,
+            d.kubelet_config_dir.as_ref().map(|f| f.value.as_path()),
         )
         .ok();
     }
     if let Some(v) = explicit.kubelet_version {
         d.version = Some(v);
         d.kubelet_version = Some(Found::new(v.to_string(), "--kubelet-version"));
-    } else if let Some(binary) = d.kubelet_binary.clone()
-        && let Some(v) = kubelet_version(host, &binary)
+    } else if d.refusal.is_none()
+        && let Some(binary) = d.kubelet_binary.clone()
+        && let Some(v) = identify::version_of(host, &binary).and_then(|t| Version::parse(&t))
     {
         d.version = Some(v);
         d.kubelet_version = Some(Found::new(
@@ -319,6 +444,66 @@ pub fn discover(host: &Host, explicit: &Explicit) -> Discovery {
         ));
     }
     d
+}
+
+/// The KubeletConfiguration and its drop-ins (`*.conf` of `--config-dir`),
+/// read inside the root with the bounded reader.
+pub fn read_kubelet_config(
+    host: &Host,
+    file: &Path,
+    drop_in_dir: Option<&Path>,
+) -> crate::error::Result<KubeletConfig> {
+    let mut paths = vec![file.to_path_buf()];
+    if let Some(dir) = drop_in_dir
+        && let Ok(entries) = host.read_dir(dir)
+    {
+        for (name, _) in entries {
+            if Path::new(&name).extension().is_some_and(|e| e == "conf") {
+                paths.push(dir.join(name));
+            }
+        }
+    }
+    let mut documents = Vec::new();
+    for p in paths {
+        match host.read_bytes(&p, crate::yaml::MAX_BYTES) {
+            Ok(Some(bytes)) => documents.push((p, bytes)),
+            Ok(None) => {
+                return Err(crate::error::Error::config(format!(
+                    "the KubeletConfiguration {} does not exist",
+                    p.display()
+                )));
+            }
+            Err(e) => {
+                return Err(crate::error::Error::config(format!(
+                    "cannot read the KubeletConfiguration {}: {e}",
+                    p.display()
+                )));
+            }
+        }
+    }
+    KubeletConfig::from_documents(documents)
+}
+
+/// The discovery part of a text report (install and doctor).
+pub fn render(d: &Discovery) -> String {
+    let mut t = format!("distribution: {} ({})\n", d.distro, d.distro_evidence);
+    let line = |label: &str, f: &Option<Found<PathBuf>>| match f {
+        Some(f) => format!("{label}: {} (from {})\n", f.value.display(), f.source),
+        None => format!("{label}: not found\n"),
+    };
+    t.push_str(&line("credential-provider config", &d.credential_config));
+    t.push_str(&line("credential-provider bin dir", &d.bin_dir));
+    t.push_str(&line("KubeletConfiguration", &d.kubelet_config));
+    if let Some(v) = &d.kubelet_version {
+        t.push_str(&format!(
+            "kubelet version: {} (from {})\n",
+            v.value, v.source
+        ));
+    }
+    for i in &d.ignored_processes {
+        t.push_str(&format!("ignored: {i}\n"));
+    }
+    t
 }
 
 fn display_paths(paths: &[PathBuf]) -> String {
@@ -332,6 +517,33 @@ fn display_paths(paths: &[PathBuf]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn k3s_config_files_then_the_command_line_then_kubelet_arg() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = Host::open(dir.path()).unwrap();
+        let write = |p: &str, text: &str| {
+            let path = dir.path().join(p.trim_start_matches('/'));
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        };
+        write(
+            "/etc/rancher/k3s/config.yaml",
+            "image-credential-provider-config: /a.yaml\nkubelet-arg:\n  - v=2\n",
+        );
+        write(
+            "/etc/rancher/k3s/config.yaml.d/50-creds.yaml",
+            "image-credential-provider-bin-dir: /opt/bin\nkubelet-arg+:\n  - image-credential-provider-config=/from-kubelet-arg.yaml\n",
+        );
+        let (flags, files) = rancher_config_flags(&host, Path::new("/etc/rancher/k3s/config.yaml"));
+        assert_eq!(files.len(), 2);
+        let mut all = flags;
+        all.push("--image-credential-provider-bin-dir=/cli/bin".into());
+        let f = rancher_kubelet_flags(&all);
+        assert_eq!(f[CONFIG_FLAG], "/from-kubelet-arg.yaml");
+        assert_eq!(f[BIN_DIR_FLAG], "/cli/bin");
+        assert_eq!(f["v"], "2");
+    }
 
     fn s(list: &[&str]) -> Vec<String> {
         list.iter().map(|x| x.to_string()).collect()

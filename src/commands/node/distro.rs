@@ -78,15 +78,21 @@ pub const OWN_BIN_DIR: &str = "/usr/libexec/kubernetes/kubelet-plugins/credentia
 impl Distro {
     /// Recognises the distribution under `host`, with the evidence.
     pub fn detect(host: &Host) -> (Distro, String) {
-        let os_release = std::fs::read_to_string(host.path(Path::new("/etc/os-release")))
-            .or_else(|_| std::fs::read_to_string(host.path(Path::new("/usr/lib/os-release"))))
+        let read = |p: &str| {
+            host.read_bytes(Path::new(p), 64 * 1024)
+                .ok()
+                .flatten()
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+        };
+        let os_release = read("/etc/os-release")
+            .or_else(|| read("/usr/lib/os-release"))
             .unwrap_or_default();
         let os_id = os_release
             .lines()
             .find_map(|l| l.strip_prefix("ID="))
             .map(|v| v.trim_matches('"').to_string())
             .unwrap_or_default();
-        let exists = |p: &str| host.path(Path::new(p)).exists();
+        let exists = |p: &str| host.exists(Path::new(p));
         let checks: [(bool, Distro, String); 10] = [
             (
                 os_id == "bottlerocket",
@@ -142,6 +148,14 @@ impl Distro {
             .find(|(hit, _, _)| *hit)
             .map(|(_, d, why)| (d, why))
             .unwrap_or((Distro::Unknown, "no known distribution marker".into()))
+    }
+
+    /// k3s's or RKE2's own configuration file (its `--config` default).
+    pub fn rancher_config_file(self) -> &'static str {
+        match self {
+            Distro::Rke2 => "/etc/rancher/rke2/config.yaml",
+            _ => "/etc/rancher/k3s/config.yaml",
+        }
     }
 
     /// The systemd unit to restart so the kubelet rereads its flags.

@@ -6,14 +6,15 @@
 //! registries, what rewrites the files on this distribution, k3s's silent
 //! skip, and the kubelet's health. Exit 0 when nothing fails, 1 otherwise.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use serde::Serialize;
 
 use super::discover::{self, Discovery};
 use super::distro::{self, Distro};
-use super::{Target, print, rbac, restart};
+use super::host::Host;
+use super::{Target, print, rbac, restart, stage};
 use crate::commands::check_config::check::{Output, check_with};
 use crate::commands::check_config::isolation::KubeletFacts;
 use crate::commands::check_config::{Severity, lint};
@@ -65,7 +66,7 @@ pub fn run(args: &Args) -> ExitCode {
     let text = match args.target.output {
         Output::Json => serde_json::to_string_pretty(&report).unwrap_or_default() + "\n",
         Output::Text => {
-            let mut t = render_discovery(&report.discovery);
+            let mut t = discover::render(&report.discovery);
             for c in &report.checks {
                 let v = match c.verdict {
                     Verdict::Ok => "ok  ",
@@ -95,30 +96,38 @@ pub fn run(args: &Args) -> ExitCode {
     }
 }
 
-/// The discovery part of a text report.
-pub fn render_discovery(d: &Discovery) -> String {
-    let mut t = format!("distribution: {} ({})\n", d.distro, d.distro_evidence);
-    let line = |label: &str, f: &Option<discover::Found<PathBuf>>| match f {
-        Some(f) => format!("{label}: {} (from {})\n", f.value.display(), f.source),
-        None => format!("{label}: not found\n"),
-    };
-    t.push_str(&line("credential-provider config", &d.credential_config));
-    t.push_str(&line("credential-provider bin dir", &d.bin_dir));
-    t.push_str(&line("KubeletConfiguration", &d.kubelet_config));
-    if let Some(v) = &d.kubelet_version {
-        t.push_str(&format!(
-            "kubelet version: {} (from {})\n",
-            v.value, v.source
-        ));
-    }
-    t
-}
-
 pub fn diagnose(target: &Target) -> Report {
-    let host = target.host();
+    let host = match target.host() {
+        Ok(h) => h,
+        Err(e) => {
+            let d = Discovery::nothing(&target.root);
+            return finish(
+                d,
+                vec![check(Verdict::Fail, "root", e.to_string(), None)],
+                Vec::new(),
+            );
+        }
+    };
     let d = discover::discover(&host, &target.explicit());
     let mut checks = Vec::new();
     let mut audiences = Vec::new();
+    if let Some(why) = &d.refusal {
+        checks.push(check(
+            Verdict::Fail,
+            "kubelet-process",
+            format!("cannot identify the kubelet: {why}"),
+            Some("look at the kubelet's unit and its main process (systemctl status kubelet); nothing found through another process is run".into()),
+        ));
+    }
+    for i in &d.ignored_processes {
+        checks.push(check(
+            Verdict::Warn,
+            "kubelet-process",
+            format!("ignored: {i}"),
+            None,
+        ));
+    }
+    pending_restart(&d, &mut checks);
     if let Some(route) = d.distro.refusal() {
         checks.push(check(
             Verdict::Fail,
@@ -155,10 +164,8 @@ pub fn diagnose(target: &Target) -> Report {
             return finish(d, checks, audiences);
         }
     };
-    let local_config = host.path(&config);
-    let local_bin = host.path(&bin_dir);
     if matches!(d.distro, Distro::K3s | Distro::Rke2) {
-        if local_config.is_dir() {
+        if host.is_dir(&config) {
             checks.push(check(
                 Verdict::Fail,
                 "k3s",
@@ -168,7 +175,7 @@ pub fn diagnose(target: &Target) -> Report {
                 ),
                 Some("use one config file".into()),
             ));
-        } else if !local_config.is_file() || !local_bin.is_dir() {
+        } else if !host.is_file(&config) || !host.is_dir(&bin_dir) {
             checks.push(check(Verdict::Fail, "k3s", "k3s/RKE2 pass the flags only when the config file and the bin dir both exist; one is missing, so no plugin runs", Some("run `wi-credential-provider node install`".into())));
         }
     }
@@ -176,10 +183,57 @@ pub fn diagnose(target: &Target) -> Report {
         config: d.kubelet.clone(),
         version: d.version,
     };
+    let staged_config = if host.is_dir(&config) {
+        stage::Config::Directory {
+            dir: &config,
+            ours: None,
+        }
+    } else {
+        stage::Config::File {
+            path: &config,
+            bytes: &host
+                .read_bytes(&config, crate::yaml::MAX_BYTES)
+                .ok()
+                .flatten()
+                .unwrap_or_default(),
+        }
+    };
+    let live_bytes;
+    let staged_config = match staged_config {
+        stage::Config::File { path, bytes } => {
+            live_bytes = bytes.to_vec();
+            if !host.exists(path) {
+                checks.push(check(
+                    Verdict::Fail,
+                    "config",
+                    format!(
+                        "{} does not exist (or cannot be read): the kubelet refuses to start",
+                        path.display()
+                    ),
+                    Some("run `wi-credential-provider node install`".into()),
+                ));
+                return finish(d, checks, audiences);
+            }
+            stage::Config::File {
+                path,
+                bytes: &live_bytes,
+            }
+        }
+        other => other,
+    };
+    let staged = match stage::stage(&host, staged_config, &bin_dir, &[], None) {
+        Ok(s) => s,
+        Err(e) => {
+            checks.push(check(Verdict::Fail, "config", e.to_string(), None));
+            return finish(d, checks, audiences);
+        }
+    };
+    let local_config = staged.config.clone();
+    let local_bin = staged.bin_dir.clone();
     let report = check_with(&local_config, Some(&local_bin), &facts);
     for f in &report.findings {
         let mut f = f.clone();
-        f.file = super::install::host_path(&host, &f.file);
+        f.file = staged.unstage(&f.file);
         let verdict = if f.severity == Severity::Error {
             Verdict::Fail
         } else {
@@ -227,44 +281,7 @@ pub fn diagnose(target: &Target) -> Report {
             Some("run `wi-credential-provider node install --provider ...`".into()),
         ));
     } else {
-        let binary = local_bin.join(BINARY);
-        match std::process::Command::new(&binary)
-            .arg("--version")
-            .output()
-        {
-            Ok(out) if out.status.success() => checks.push(check(
-                Verdict::Ok,
-                "binary",
-                format!(
-                    "{} answers: {}",
-                    bin_dir.join(BINARY).display(),
-                    String::from_utf8_lossy(&out.stdout)
-                        .lines()
-                        .next()
-                        .unwrap_or("")
-                        .trim()
-                ),
-                None,
-            )),
-            Ok(out) => checks.push(check(
-                Verdict::Fail,
-                "binary",
-                format!(
-                    "{} --version exited {}",
-                    bin_dir.join(BINARY).display(),
-                    out.status
-                ),
-                Some("reinstall with node install".into()),
-            )),
-            Err(e) => checks.push(check(
-                Verdict::Fail,
-                "binary",
-                format!("{} cannot run: {e}", bin_dir.join(BINARY).display()),
-                Some(
-                    "reinstall with node install (the binary for this node's architecture)".into(),
-                ),
-            )),
-        }
+        checks.push(binary_check(&host, &bin_dir));
     }
     // The node keyring: docker config files the kubelet reads beside plugins.
     for keyring in [
@@ -272,7 +289,7 @@ pub fn diagnose(target: &Target) -> Report {
         "/.docker/config.json",
         "/root/.docker/config.json",
     ] {
-        let Ok(bytes) = std::fs::read(host.path(Path::new(keyring))) else {
+        let Ok(Some(bytes)) = host.read_bytes(Path::new(keyring), crate::yaml::MAX_BYTES) else {
             continue;
         };
         let hosts: Vec<String> = serde_json::from_slice::<serde_json::Value>(&bytes)
@@ -326,7 +343,7 @@ pub fn diagnose(target: &Target) -> Report {
     }
     // Health.
     match d.health_endpoint() {
-        Some((address, port)) => match restart::probe(&address, port) {
+        Some((address, port)) => match restart::probe_on_host(target.proc_dir(), &address, port) {
             Ok(()) => checks.push(check(Verdict::Ok, "health", format!("http://{address}:{port}/healthz answers ok"), None)),
             Err(e) => checks.push(check(
                 Verdict::Fail,
@@ -338,6 +355,111 @@ pub fn diagnose(target: &Target) -> Report {
         None => checks.push(check(Verdict::Warn, "health", "the kubelet's health endpoint is off (healthzPort: 0)", None)),
     }
     finish(d, checks, audiences)
+}
+
+/// Our binary answers `--version` within a deadline, and is root's: the
+/// file in the bin dir is run only when it is a regular file owned by root
+/// and not writable by group or others.
+fn binary_check(host: &Host, bin_dir: &Path) -> Check {
+    use std::os::unix::fs::MetadataExt;
+    let shown = bin_dir.join(BINARY);
+    let local = match host.local(&shown) {
+        Ok(l) => l,
+        Err(e) => {
+            return check(
+                Verdict::Fail,
+                "binary",
+                format!("{} cannot be found: {e}", shown.display()),
+                Some("reinstall with node install".into()),
+            );
+        }
+    };
+    let meta = match std::fs::metadata(&local) {
+        Ok(m) => m,
+        Err(e) => {
+            return check(
+                Verdict::Fail,
+                "binary",
+                format!("{} cannot be read: {e}", shown.display()),
+                Some("reinstall with node install".into()),
+            );
+        }
+    };
+    if !meta.is_file() || meta.uid() != 0 || meta.mode() & 0o022 != 0 {
+        return check(
+            Verdict::Fail,
+            "binary",
+            format!(
+                "{} is not a root-owned file writable only by root (uid {}, mode {:o}); not run",
+                shown.display(),
+                meta.uid(),
+                meta.mode() & 0o7777
+            ),
+            Some("reinstall with node install, which writes it root:root 0755".into()),
+        );
+    }
+    match super::exec::run(&local, &["--version"], std::time::Duration::from_secs(10)) {
+        Ok(out) if out.status.success() => check(
+            Verdict::Ok,
+            "binary",
+            format!(
+                "{} answers: {}",
+                shown.display(),
+                String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+            ),
+            None,
+        ),
+        Ok(out) => check(
+            Verdict::Fail,
+            "binary",
+            format!("{} --version exited {}", shown.display(), out.status),
+            Some("reinstall with node install".into()),
+        ),
+        Err(e) => check(
+            Verdict::Fail,
+            "binary",
+            e,
+            Some("reinstall with node install (the binary for this node's architecture)".into()),
+        ),
+    }
+}
+
+/// The running kubelet reads other files than its unit names now: the
+/// unit (or an environment file) changed and the kubelet was not
+/// restarted, so what doctor checks is not what runs.
+fn pending_restart(d: &Discovery, checks: &mut Vec<Check>) {
+    let discover::FlagSource::Process { pid, .. } = &d.flags_from else {
+        return;
+    };
+    if d.unit.is_none() {
+        return;
+    }
+    for (flag, found) in [
+        (discover::CONFIG_FLAG, &d.credential_config),
+        (discover::BIN_DIR_FLAG, &d.bin_dir),
+    ] {
+        let running = found
+            .as_ref()
+            .filter(|f| f.source.contains("the command line of"))
+            .map(|f| f.value.display().to_string());
+        let unit = d.unit_flags.get(flag).cloned();
+        if running != unit {
+            checks.push(check(
+                Verdict::Warn,
+                "restart-pending",
+                format!(
+                    "the running kubelet (pid {pid}) has --{flag}={}, but its unit now gives {}: a restart is pending, and the kubelet will read the other file then",
+                    running.unwrap_or_else(|| "(unset)".into()),
+                    unit.map(|u| format!("--{flag}={u}")).unwrap_or_else(|| "none".into())
+                ),
+                Some("restart the kubelet (systemctl restart kubelet) when ready, then run doctor again".into()),
+            ));
+        }
+    }
 }
 
 fn finish(d: Discovery, checks: Vec<Check>, audiences: Vec<String>) -> Report {

@@ -1,23 +1,45 @@
-//! Writing on a node without ever leaving a half-written file: a temporary
-//! file in the same directory, fsync, rename over the target, fsync of the
-//! directory. The first time a file is changed its previous bytes are kept
-//! beside it (`NAME.wi-credential-provider.bak`: the `.bak` suffix keeps it
-//! out of a kubelet config directory, which reads only `*.json|yaml|yml`),
-//! and the manifest records what was written so `node uninstall` can undo
-//! exactly that.
+//! What `node install` changes on a node, recorded so that `node uninstall`
+//! (or a rollback) can put every file back byte for byte, even after a
+//! SIGKILL at any point.
+//!
+//! The record is an intent log: the manifest names every file a run is
+//! about to change, with what was there before (a file's sha256 and mode, a
+//! link's target, or nothing) and where its backup goes, and it is written
+//! and synced *before* the first change. The backup of a file is then
+//! written 0600 beside it (`NAME.wi-credential-provider.bak`: the `.bak`
+//! suffix keeps it out of a kubelet config directory, which reads only
+//! `*.json|yaml|yml`), never over an existing one, and only then is the
+//! file replaced. So at any instant a file is either what it was (its
+//! sha256 is the original's) or what some run wrote (a sha256 the manifest
+//! lists), and the backup, when it exists, holds the original.
+//!
+//! Every run holds an exclusive lock on `node-install.lock` beside the
+//! manifest, so concurrent installs (a DaemonSet rollout racing an admin)
+//! cannot lose each other's records.
 
-use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::host::Host;
+use super::host::{Host, Kind as FileKind};
 use crate::error::{Error, Result};
 
 pub const BACKUP_SUFFIX: &str = ".wi-credential-provider.bak";
+pub const STATE_DIR: &str = "/var/lib/wi-credential-provider";
 pub const MANIFEST: &str = "/var/lib/wi-credential-provider/node-install.json";
+pub const LOCK: &str = "/var/lib/wi-credential-provider/node-install.lock";
+
+/// How long a run waits for another to release the lock.
+pub const LOCK_WAIT: Duration = Duration::from_secs(60);
+
+/// Largest file the installer reads or backs up: configs and environment
+/// files are kilobytes, our binary some 10 MB.
+pub const MAX_FILE: u64 = 256 << 20;
+
+/// How many earlier writes a record remembers.
+const WRITTEN_HISTORY: usize = 16;
 
 pub fn sha256(bytes: &[u8]) -> String {
     Sha256::digest(bytes)
@@ -43,41 +65,93 @@ pub fn io_error(what: &str, path: &Path, e: std::io::Error) -> Error {
     Error::config(format!("cannot {what} {}: {e}", path.display())).fix(fix)
 }
 
-/// Writes `bytes` to `local` atomically with `mode`.
-pub fn atomic_write(local: &Path, bytes: &[u8], mode: u32) -> Result<()> {
-    let dir = local
-        .parent()
-        .ok_or_else(|| Error::config(format!("{} has no directory", local.display())))?;
-    std::fs::create_dir_all(dir).map_err(|e| io_error("create", dir, e))?;
-    let name = local
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.wicp-tmp.{}", std::process::id()));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp).map_err(|e| io_error("write", &tmp, e))?;
-        f.write_all(bytes).map_err(|e| io_error("write", &tmp, e))?;
-        f.set_permissions(std::fs::Permissions::from_mode(mode))
-            .map_err(|e| io_error("set the mode of", &tmp, e))?;
-        f.sync_all().map_err(|e| io_error("sync", &tmp, e))?;
-        drop(f);
-        std::fs::rename(&tmp, local).map_err(|e| io_error("replace", local, e))?;
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+/// What a path held at some moment.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum State {
+    Absent,
+    File { sha256: String, mode: u32 },
+    Symlink { target: PathBuf },
 }
 
-/// The mode a replaced file keeps (0644 for a new one).
-pub fn mode_of(local: &Path) -> u32 {
-    std::fs::metadata(local)
-        .map(|m| m.permissions().mode() & 0o7777)
-        .unwrap_or(0o644)
+/// A path's state with the bytes, read once and used for validation,
+/// the backup and the rollback alike.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    pub state: State,
+    pub bytes: Option<Vec<u8>>,
+}
+
+impl Snapshot {
+    /// Reads what `path` holds now, without following a link in its last
+    /// component. A FIFO, device or directory there is an error.
+    pub fn take(host: &Host, path: &Path) -> Result<Snapshot> {
+        match host.kind_no_follow(path) {
+            None => Ok(Snapshot {
+                state: State::Absent,
+                bytes: None,
+            }),
+            Some(FileKind::Symlink) => {
+                let target = host.read_link(path).unwrap_or_default();
+                Ok(Snapshot {
+                    state: State::Symlink { target },
+                    bytes: None,
+                })
+            }
+            Some(FileKind::File) => {
+                let data = host
+                    .read_file(path, MAX_FILE)
+                    .map_err(|e| io_error("read", path, e))?
+                    .ok_or_else(|| {
+                        Error::config(format!("{} vanished while being read", path.display()))
+                    })?;
+                Ok(Snapshot {
+                    state: State::File {
+                        sha256: sha256(&data.bytes),
+                        mode: data.mode,
+                    },
+                    bytes: Some(data.bytes),
+                })
+            }
+            Some(FileKind::Dir) => Err(Error::config(format!(
+                "{} is a directory where a file is expected",
+                path.display()
+            ))),
+            Some(FileKind::Other) => Err(Error::config(format!(
+                "{} is a FIFO, socket or device where a file is expected; not touched",
+                path.display()
+            ))),
+        }
+    }
+
+    /// The sha256 of a file's bytes, `None` for a link or nothing.
+    pub fn sha(&self) -> Option<&str> {
+        match &self.state {
+            State::File { sha256, .. } => Some(sha256),
+            _ => None,
+        }
+    }
+
+    /// Puts exactly this state back at `path`.
+    pub fn restore(&self, host: &Host, path: &Path) -> Result<()> {
+        match (&self.state, &self.bytes) {
+            (State::Absent, _) => host
+                .remove(path)
+                .map(|_| ())
+                .map_err(|e| io_error("remove", path, e)),
+            (State::Symlink { target }, _) => host
+                .symlink(path, target, true)
+                .map(|_| ())
+                .map_err(|e| io_error("restore the link", path, e)),
+            (State::File { mode, .. }, Some(bytes)) => host
+                .write(path, bytes, *mode)
+                .map_err(|e| io_error("restore", path, e)),
+            (State::File { .. }, None) => Err(Error::config(format!(
+                "no bytes kept for {}",
+                path.display()
+            ))),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -87,7 +161,7 @@ pub enum Kind {
     Config,
     /// An environment file whose variable got our flags appended.
     Environment,
-    /// A file that is ours alone (a NodeConfig drop-in).
+    /// A file that is ours alone (a NodeConfig drop-in, our binary).
     Own,
 }
 
@@ -97,11 +171,18 @@ pub struct Record {
     /// The host path.
     pub path: PathBuf,
     pub kind: Kind,
-    /// The backup of the bytes before the first install (a host path);
-    /// `None` when the file did not exist.
+    /// What was there before the first install. Absent in manifests of
+    /// earlier versions, which kept only the backup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original: Option<State>,
+    /// Where the original bytes are kept (a host path), for a file.
     pub backup: Option<PathBuf>,
-    /// sha256 of what install last wrote.
+    /// sha256 of what install last wrote (or is about to write).
     pub written: String,
+    /// sha256 of what earlier installs wrote: a file may still hold one
+    /// after a run was killed before its write.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also_written: Vec<String>,
     /// Our provider names (config files).
     #[serde(default)]
     pub entries: Vec<String>,
@@ -110,99 +191,202 @@ pub struct Record {
     pub appended: String,
 }
 
+impl Record {
+    /// Whether `sha` is something an install wrote.
+    pub fn ours(&self, sha: &str) -> bool {
+        self.written == sha || self.also_written.iter().any(|w| w == sha)
+    }
+
+    /// Whether `now` is what was there before the first install.
+    pub fn is_original(&self, now: &State) -> bool {
+        self.original.as_ref() == Some(now)
+    }
+
+    /// Records that `sha` is about to be written.
+    pub fn will_write(&mut self, sha: String) {
+        if self.written != sha {
+            let old = std::mem::replace(&mut self.written, sha);
+            if !self.also_written.contains(&old) {
+                self.also_written.push(old);
+            }
+            if self.also_written.len() > WRITTEN_HISTORY {
+                self.also_written.remove(0);
+            }
+        }
+    }
+}
+
 /// What `node install` put on the node.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Manifest {
     pub files: Vec<Record>,
-    /// Our binary and symlinks (host paths).
+    /// Our provider-name symlinks (host paths).
     pub binaries: Vec<PathBuf>,
 }
 
 impl Manifest {
     pub fn read(host: &Host) -> Result<Option<Manifest>> {
-        let local = host.path(Path::new(MANIFEST));
-        match std::fs::read(&local) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+        let path = Path::new(MANIFEST);
+        match host.read_bytes(path, MAX_FILE) {
+            Ok(Some(bytes)) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
                 Error::config(format!(
-                    "{} is not a manifest written by node install: {e}",
-                    local.display()
+                    "{MANIFEST} is not a manifest written by node install: {e}"
                 ))
+                .fix("restore the node's files by hand from the *.wi-credential-provider.bak backups, then remove the manifest")
             }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(io_error("read", &local, e)),
+            Ok(None) => Ok(None),
+            Err(e) => Err(io_error("read", path, e)),
         }
     }
 
+    /// Writes the manifest atomically and synced (0600).
     pub fn write(&self, host: &Host) -> Result<()> {
-        let local = host.path(Path::new(MANIFEST));
         let bytes = serde_json::to_vec_pretty(self)
             .map_err(|e| Error::config(format!("cannot encode the manifest: {e}")))?;
-        atomic_write(&local, &bytes, 0o600)
+        host.write(Path::new(MANIFEST), &bytes, 0o600)
+            .map_err(|e| io_error("write", Path::new(MANIFEST), e))
     }
 
     pub fn remove(host: &Host) -> Result<()> {
-        let local = host.path(Path::new(MANIFEST));
-        match std::fs::remove_file(&local) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io_error("remove", &local, e)),
-        }
+        host.remove(Path::new(MANIFEST))
+            .map(|_| ())
+            .map_err(|e| io_error("remove", Path::new(MANIFEST), e))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty() && self.binaries.is_empty()
     }
 
     pub fn record(&self, path: &Path) -> Option<&Record> {
         self.files.iter().find(|r| r.path == path)
     }
+
+    pub fn record_mut(&mut self, path: &Path) -> Option<&mut Record> {
+        self.files.iter_mut().find(|r| r.path == path)
+    }
 }
 
-/// Replaces host file `path` with `bytes`, keeping a backup of what was
-/// there before the first install, and returns its record.
-pub fn replace(
-    host: &Host,
-    manifest: &Manifest,
-    path: &Path,
-    kind: Kind,
-    bytes: &[u8],
-) -> Result<Record> {
-    let local = host.path(path);
-    let previous = manifest.record(path).cloned();
-    let backup = match previous {
-        Some(r) => r.backup,
-        None => match std::fs::read(&local) {
-            Ok(old) => {
-                let b = backup_path(path);
-                atomic_write(&host.path(&b), &old, mode_of(&local))?;
-                Some(b)
+/// The exclusive lock every install and uninstall holds. When it is let
+/// go and no manifest is left (nothing installed, or all undone), the
+/// lock file goes too, so that a node without our installation holds no
+/// file of ours.
+pub struct Lock {
+    host: Host,
+    _fd: rustix::fd::OwnedFd,
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        if !self.host.exists(Path::new(MANIFEST)) {
+            let _ = self.host.remove(Path::new(LOCK));
+        }
+    }
+}
+
+pub fn lock(host: &Host) -> Result<Lock> {
+    let fd = host.lock(Path::new(LOCK), LOCK_WAIT).map_err(|e| {
+        Error::config(format!("cannot lock {LOCK}: {e}"))
+            .fix("wait for the other node install or uninstall to finish, then run again")
+    })?;
+    let host = host
+        .try_clone()
+        .map_err(|e| Error::config(format!("cannot lock {LOCK}: {e}")))?;
+    Ok(Lock { host, _fd: fd })
+}
+
+/// Removes what a killed run may have left: temporary files of ours
+/// (`.NAME.wicp-<hex>`) beside `path`.
+pub fn sweep_temporaries(host: &Host, path: &Path) {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return;
+    };
+    let prefix = format!(".{}.wicp-", name.to_string_lossy());
+    let Ok(entries) = host.read_dir(dir) else {
+        return;
+    };
+    for (entry, kind) in entries {
+        let entry = entry.to_string_lossy();
+        let is_ours = entry
+            .strip_prefix(&prefix)
+            .is_some_and(|rest| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_hexdigit()));
+        if is_ours && matches!(kind, FileKind::File | FileKind::Symlink) {
+            let _ = host.remove(&dir.join(&*entry));
+        }
+    }
+}
+
+/// Makes sure the backup of a record holds the original when the file
+/// still does: a run killed after the manifest but before the backup left
+/// none.
+pub fn ensure_backup(host: &Host, record: &Record, now: &Snapshot) -> Result<()> {
+    let (Some(backup), Some(bytes)) = (&record.backup, &now.bytes) else {
+        return Ok(());
+    };
+    if !record.is_original(&now.state) {
+        return Ok(());
+    }
+    if host
+        .write_new(backup, bytes, 0o600)
+        .map_err(|e| io_error("back up", backup, e))?
+    {
+        return Ok(());
+    }
+    // Something is there already: keep it if it is the original, and
+    // replace it if not (no run ever changed the file, so that backup is
+    // not one a restore relies on).
+    let held = host.read_bytes(backup, MAX_FILE).ok().flatten();
+    if held.as_deref().map(sha256).as_deref() != now.sha() {
+        host.write(backup, bytes, 0o600)
+            .map_err(|e| io_error("back up", backup, e))?;
+    }
+    Ok(())
+}
+
+/// Puts the original of `record` back. `Ok(false)` when it cannot be had
+/// (no backup, or one that does not hold the original).
+pub fn restore_original(host: &Host, record: &Record) -> Result<bool> {
+    let Some(original) = &record.original else {
+        // A manifest of an earlier version: the backup holds the bytes
+        // and the mode.
+        return match &record.backup {
+            Some(b) => match host.read_file(b, MAX_FILE) {
+                Ok(Some(data)) => {
+                    host.write(&record.path, &data.bytes, data.mode)
+                        .map_err(|e| io_error("restore", &record.path, e))?;
+                    let _ = host.remove(b);
+                    Ok(true)
+                }
+                _ => Ok(false),
+            },
+            None => host
+                .remove(&record.path)
+                .map(|_| true)
+                .map_err(|e| io_error("remove", &record.path, e)),
+        };
+    };
+    let snapshot = match original {
+        State::File { sha256: want, .. } => {
+            let Some(b) = &record.backup else {
+                return Ok(false);
+            };
+            match host.read_bytes(b, MAX_FILE) {
+                Ok(Some(bytes)) if sha256(&bytes) == *want => Snapshot {
+                    state: original.clone(),
+                    bytes: Some(bytes),
+                },
+                _ => return Ok(false),
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(io_error("read", &local, e)),
+        }
+        other => Snapshot {
+            state: other.clone(),
+            bytes: None,
         },
     };
-    atomic_write(&local, bytes, mode_of(&local))?;
-    Ok(Record {
-        path: path.to_path_buf(),
-        kind,
-        backup,
-        written: sha256(bytes),
-        entries: Vec::new(),
-        appended: String::new(),
-    })
-}
-
-/// Puts the backup back (byte-identical) or removes a file that did not
-/// exist before.
-pub fn restore(host: &Host, record: &Record) -> Result<()> {
-    let local = host.path(&record.path);
-    match &record.backup {
-        Some(b) => {
-            let lb = host.path(b);
-            std::fs::rename(&lb, &local).map_err(|e| io_error("restore", &local, e))
-        }
-        None => match std::fs::remove_file(&local) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io_error("remove", &local, e)),
-        },
+    snapshot.restore(host, &record.path)?;
+    if let Some(b) = &record.backup {
+        let _ = host.remove(b);
     }
+    Ok(true)
 }
 
 #[cfg(test)]
@@ -210,20 +394,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn replace_and_restore_are_byte_identical() {
+    fn a_file_a_link_and_nothing_come_back_exactly() {
         let dir = tempfile::tempdir().unwrap();
-        let host = Host::new(dir.path());
-        let p = Path::new("/etc/x.json");
-        atomic_write(&host.path(p), b"{ \"a\": 1 }", 0o600).unwrap();
-        let r = replace(&host, &Manifest::default(), p, Kind::Config, b"new").unwrap();
-        assert_eq!(std::fs::read(host.path(p)).unwrap(), b"new");
-        assert_eq!(mode_of(&host.path(p)), 0o600);
-        restore(&host, &r).unwrap();
-        assert_eq!(std::fs::read(host.path(p)).unwrap(), b"{ \"a\": 1 }");
-        assert!(!host.path(&backup_path(p)).exists());
-        let leftovers: Vec<_> = std::fs::read_dir(host.path(Path::new("/etc")))
-            .unwrap()
-            .collect();
-        assert_eq!(leftovers.len(), 1);
+        let host = Host::open(dir.path()).unwrap();
+        std::fs::create_dir_all(dir.path().join("etc")).unwrap();
+        std::fs::write(dir.path().join("etc/a.yaml"), b"a").unwrap();
+        std::os::unix::fs::symlink("/usr/share/b.yaml", dir.path().join("etc/b.yaml")).unwrap();
+        let mut records = Vec::new();
+        for (p, kind) in [
+            ("/etc/a.yaml", Kind::Config),
+            ("/etc/b.yaml", Kind::Config),
+            ("/etc/c.yaml", Kind::Own),
+        ] {
+            let path = Path::new(p);
+            let now = Snapshot::take(&host, path).unwrap();
+            let record = Record {
+                path: path.to_path_buf(),
+                kind,
+                original: Some(now.state.clone()),
+                backup: now.bytes.as_ref().map(|_| backup_path(path)),
+                written: sha256(b"new"),
+                also_written: Vec::new(),
+                entries: Vec::new(),
+                appended: String::new(),
+            };
+            ensure_backup(&host, &record, &now).unwrap();
+            host.write(path, b"new", 0o644).unwrap();
+            records.push(record);
+        }
+        for r in &records {
+            assert!(restore_original(&host, r).unwrap(), "{}", r.path.display());
+        }
+        assert_eq!(std::fs::read(dir.path().join("etc/a.yaml")).unwrap(), b"a");
+        assert_eq!(
+            std::fs::read_link(dir.path().join("etc/b.yaml")).unwrap(),
+            Path::new("/usr/share/b.yaml")
+        );
+        let left: Vec<_> = std::fs::read_dir(dir.path().join("etc")).unwrap().collect();
+        assert_eq!(left.len(), 2, "{left:?}");
     }
 }

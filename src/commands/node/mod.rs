@@ -2,23 +2,36 @@
 //! into the kubelet's real credential-provider set-up on a node, take it
 //! out again, and say what is wrong with a node's set-up.
 //!
+//! These run as root on every node of a fleet, on nodes where tenants run
+//! processes and own files; so [`host`] resolves every path inside
+//! `--root` and writes without following links, [`identify`] trusts only
+//! facts a tenant cannot forge about which process is the kubelet, and
+//! [`exec`] runs nothing without a deadline.
+//!
 //! The parts, in the order an install runs them: [`discover`] finds the
 //! kubelet's flags and files (and [`systemd`] reads units), [`distro`]
-//! knows each distribution's paths, hooks and what rewrites them, [`merge`]
-//! puts our entries into the config in its own format, check-config
-//! validates the result, [`files`] writes atomically with a backup and a
-//! manifest, [`restart`] restarts the kubelet and rolls back if it does not
-//! come back healthy, [`rbac`] prints what the audiences need.
+//! knows each distribution's paths, hooks and what rewrites them,
+//! [`plan`] decides what changes where, [`merge`] puts our entries into
+//! the config in its own format, [`stage`] gives check-config a private
+//! copy to validate, [`apply`] writes crash-safe with an intent log
+//! ([`files`]), [`restart`] restarts the kubelet and rolls back once if it
+//! does not come back healthy, [`rbac`] prints what the audiences need.
+//! [`install`], [`uninstall`] and [`doctor`] are the commands.
 
+pub mod apply;
 pub mod discover;
 pub mod distro;
 pub mod doctor;
+pub mod exec;
 pub mod files;
 pub mod host;
+pub mod identify;
 pub mod install;
 pub mod merge;
+pub mod plan;
 pub mod rbac;
 pub mod restart;
+pub mod stage;
 pub mod systemd;
 pub mod uninstall;
 
@@ -68,8 +81,20 @@ fn parse_version(text: &str) -> Result<Version, String> {
 }
 
 impl Target {
-    pub fn host(&self) -> host::Host {
-        host::Host::new(&self.root)
+    /// The node's root, opened; every path is resolved inside it.
+    pub fn host(&self) -> crate::error::Result<host::Host> {
+        host::Host::open(&self.root).map_err(|e| {
+            crate::error::Error::config(format!(
+                "cannot open the node's root {}: {e}",
+                self.root.display()
+            ))
+            .fix("pass --root with the directory where the host's / is mounted (/host in the DaemonSet)")
+        })
+    }
+
+    /// The host's proc file system, `None` with `--proc none`.
+    pub fn proc_dir(&self) -> Option<&std::path::Path> {
+        (self.proc.as_os_str() != "none").then_some(self.proc.as_path())
     }
 
     pub fn explicit(&self) -> discover::Explicit {

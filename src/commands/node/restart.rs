@@ -1,33 +1,44 @@
 //! Restarting the kubelet and waiting, bounded, for it to be healthy.
 //!
-//! `systemctl restart UNIT`, run through `nsenter` into PID 1's namespaces
-//! when this process sees the node through a mounted host root (a
-//! privileged `hostPID` pod): there, `systemctl` must talk to the host's
-//! systemd. Health is the kubelet's own `GET /healthz` (plain HTTP, `ok`,
-//! on `healthzBindAddress:healthzPort`, 127.0.0.1:10248 by default). A bad
-//! credential config shows as a crash loop, so the endpoint must answer
-//! `ok` several times in a row, not once.
+//! `systemctl` runs through `nsenter` into PID 1's namespaces when this
+//! process sees the node through a mounted host root (a privileged
+//! `hostPID` pod): there, `systemctl` must talk to the host's systemd.
+//!
+//! Health is the kubelet's own `GET /healthz` (plain HTTP, `ok`, on
+//! `healthzBindAddress:healthzPort`, 127.0.0.1:10248 by default), and the
+//! kubelet listens in the *host's* network namespace. A DaemonSet pod has
+//! its own, where that address answers nothing, so the probe runs on a
+//! thread that has entered PID 1's network namespace (`setns`), found in
+//! the host's `/proc` that `hostPID` gives us. We chose this over running
+//! the pod with `hostNetwork`: only the probe needs the host's network,
+//! and the pod then stays off it for everything else (its sleeping
+//! container, DNS). A bad credential config shows as a crash loop, so the
+//! endpoint must answer `ok` several times in a row, not once.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::path::Path;
-use std::process::Command;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use super::exec;
 use super::host::Host;
 use crate::error::{Error, Result};
 
 /// Consecutive `ok` answers, one second apart, that count as healthy.
 const HEALTHY_IN_A_ROW: u32 = 3;
 
+/// How long `systemctl restart` may take (it waits for the start job: a
+/// k3s server starts its control plane).
+pub const RESTART_TIMEOUT: Duration = Duration::from_secs(180);
+
 /// Whether `systemctl` must run in PID 1's namespaces: the root is a
 /// mounted host root and PID 1 is in another mount namespace.
-fn through_nsenter(host: &Host) -> bool {
+fn through_nsenter(host: &Host, proc: &Path) -> bool {
     if host.is_local() {
         return false;
     }
     match (
-        std::fs::read_link("/proc/1/ns/mnt"),
+        std::fs::read_link(proc.join("1/ns/mnt")),
         std::fs::read_link("/proc/self/ns/mnt"),
     ) {
         (Ok(one), Ok(me)) => one != me,
@@ -37,11 +48,17 @@ fn through_nsenter(host: &Host) -> bool {
     }
 }
 
-/// Runs `systemctl ARGS` on the node.
-pub fn systemctl(host: &Host, args: &[&str]) -> Result<()> {
-    let mut command = if through_nsenter(host) {
-        let mut c = Command::new("nsenter");
-        c.args([
+/// Runs `systemctl ARGS` on the node and returns its stdout.
+pub fn systemctl_output(
+    host: &Host,
+    proc: &Path,
+    args: &[&str],
+    timeout: Duration,
+) -> Result<String> {
+    let shown = format!("systemctl {}", args.join(" "));
+    let nsenter = through_nsenter(host, proc);
+    let (program, full): (PathBuf, Vec<&str>) = if nsenter {
+        let mut a = vec![
             "--target",
             "1",
             "--mount",
@@ -51,14 +68,13 @@ pub fn systemctl(host: &Host, args: &[&str]) -> Result<()> {
             "--pid",
             "--",
             "systemctl",
-        ]);
-        c
+        ];
+        a.extend_from_slice(args);
+        (PathBuf::from("nsenter"), a)
     } else {
-        Command::new("systemctl")
+        (PathBuf::from("systemctl"), args.to_vec())
     };
-    command.args(args);
-    let shown = format!("systemctl {}", args.join(" "));
-    let out = command.output().map_err(|e| {
+    let out = exec::run(&program, &full, timeout).map_err(|e| {
         Error::config(format!("cannot run {shown}: {e}"))
             .fix("run on a systemd node (or from a privileged pod with hostPID and nsenter)")
     })?;
@@ -70,7 +86,44 @@ pub fn systemctl(host: &Host, args: &[&str]) -> Result<()> {
             stderr.trim().lines().last().unwrap_or("")
         )));
     }
-    Ok(())
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Runs `systemctl ARGS` on the node.
+pub fn systemctl(host: &Host, proc: &Path, args: &[&str]) -> Result<()> {
+    systemctl_output(host, proc, args, RESTART_TIMEOUT).map(|_| ())
+}
+
+/// Runs `f` where the kubelet listens: on a thread in PID 1's network
+/// namespace when ours is another one. `proc` is the host's `/proc`.
+fn in_host_network<T: Send>(
+    proc: &Path,
+    f: impl FnOnce() -> T + Send,
+) -> std::result::Result<T, String> {
+    let theirs = std::fs::read_link(proc.join("1/ns/net"));
+    let ours = std::fs::read_link("/proc/thread-self/ns/net")
+        .or_else(|_| std::fs::read_link("/proc/self/ns/net"));
+    match (theirs, ours) {
+        (Ok(a), Ok(b)) if a != b => {
+            let ns = std::fs::File::open(proc.join("1/ns/net"))
+                .map_err(|e| format!("cannot open PID 1's network namespace: {e}"))?;
+            std::thread::scope(|s| {
+                s.spawn(move || {
+                    use rustix::fd::AsFd;
+                    rustix::thread::move_into_link_name_space(
+                        ns.as_fd(),
+                        Some(rustix::thread::LinkNameSpaceType::Network),
+                    )
+                    .map_err(|e| format!("cannot enter PID 1's network namespace: {e}"))?;
+                    Ok(f())
+                })
+                .join()
+                .unwrap_or_else(|_| Err("the probe thread failed".into()))
+            })
+        }
+        // Same namespace, or no way to tell (no hostPID): probe from here.
+        _ => Ok(f()),
+    }
 }
 
 /// One `GET /healthz`: `Ok(())` on `200` with body `ok`.
@@ -114,35 +167,55 @@ pub fn probe(address: &str, port: u16) -> std::result::Result<(), String> {
     }
 }
 
-/// Polls until healthy (several `ok` in a row) or `timeout`.
+/// One probe from the host's network namespace.
+pub fn probe_on_host(
+    proc: Option<&Path>,
+    address: &str,
+    port: u16,
+) -> std::result::Result<(), String> {
+    match proc {
+        Some(p) => in_host_network(p, || probe(address, port))?,
+        None => probe(address, port),
+    }
+}
+
+/// Polls until healthy (several `ok` in a row) or `timeout`, from the
+/// host's network namespace.
 pub fn wait_healthy(
+    proc: Option<&Path>,
     address: &str,
     port: u16,
     timeout: Duration,
 ) -> std::result::Result<(), String> {
-    let deadline = Instant::now() + timeout;
-    let mut in_a_row = 0;
-    let mut last = String::from("no answer yet");
-    loop {
-        match probe(address, port) {
-            Ok(()) => {
-                in_a_row += 1;
-                if in_a_row >= HEALTHY_IN_A_ROW {
-                    return Ok(());
+    let poll = || {
+        let deadline = Instant::now() + timeout;
+        let mut in_a_row = 0;
+        let mut last = String::from("no answer yet");
+        loop {
+            match probe(address, port) {
+                Ok(()) => {
+                    in_a_row += 1;
+                    if in_a_row >= HEALTHY_IN_A_ROW {
+                        return Ok(());
+                    }
+                }
+                Err(e) => {
+                    in_a_row = 0;
+                    last = e;
                 }
             }
-            Err(e) => {
-                in_a_row = 0;
-                last = e;
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "http://{address}:{port}/healthz not healthy within {}s (last: {last})",
+                    timeout.as_secs()
+                ));
             }
+            std::thread::sleep(Duration::from_secs(1));
         }
-        if Instant::now() >= deadline {
-            return Err(format!(
-                "http://{address}:{port}/healthz not healthy within {}s (last: {last})",
-                timeout.as_secs()
-            ));
-        }
-        std::thread::sleep(Duration::from_secs(1));
+    };
+    match proc {
+        Some(p) => in_host_network(p, poll)?,
+        None => poll(),
     }
 }
 
@@ -155,7 +228,7 @@ pub fn unit_to_restart(host: &Host, units: &[&'static str]) -> &'static str {
         .find(|u| {
             super::systemd::UNIT_DIRS
                 .iter()
-                .any(|d| host.path(&Path::new(d).join(u)).is_file())
+                .any(|d| host.is_file(&Path::new(d).join(u)))
         })
         .or_else(|| units.first().copied())
         .unwrap_or("kubelet.service")

@@ -3,16 +3,32 @@
 //! with `$VAR` / `${VAR}` expanded as systemd does (`$VAR` alone as a word
 //! splits on whitespace, `${VAR}` inside a word does not).
 //!
+//! systemd's own rules, from systemd.exec(5), systemd.syntax(7) and
+//! `src/basic/env-file.c` (`parse_env_file_internal`):
+//! - variables from `EnvironmentFile=` files override `Environment=`,
+//!   whatever the order of the lines; files are read in the order given,
+//!   a later file overriding an earlier one; an empty assignment of
+//!   either resets its list;
+//! - in a unit file a line ending in a backslash continues on the next,
+//!   the backslash becoming a space; in an environment file an escaped
+//!   newline is removed entirely, and so is one inside double quotes;
+//!   single quotes keep everything; a comment line ends only at an
+//!   unescaped newline;
+//! - a variable whose name or value is not valid UTF-8 is ignored.
+//!
 //! Each word of the expanded `ExecStart` remembers the variable and file it
 //! came from, so an install can edit the file that really carries a flag
 //! (`KUBELET_EXTRA_ARGS` in `/etc/default/kubelet`, `NODEADM_KUBELET_ARGS`
 //! in `/etc/eks/kubelet/environment`) and a report can say where each flag
-//! was learned.
+//! was learned. Every file is read through [`Host`], bounded.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::host::Host;
+
+/// Largest unit, drop-in or environment file read.
+pub const MAX_UNIT_FILE: u64 = 1 << 20;
 
 /// The unit directories, in systemd's precedence order (first wins for the
 /// unit file itself; drop-ins of every directory apply).
@@ -46,9 +62,11 @@ pub struct Unit {
     pub name: String,
     /// Host paths of the unit file and its drop-ins, in the order applied.
     pub files: Vec<PathBuf>,
-    /// `EnvironmentFile=` entries (host paths), in order, and whether each
-    /// must exist (no `-` prefix).
+    /// `EnvironmentFile=` entries (host paths), in order.
     pub env_files: Vec<PathBuf>,
+    /// Environment files that exist but are not valid UTF-8 throughout:
+    /// systemd ignores their bad assignments, and install never edits them.
+    pub not_utf8: Vec<PathBuf>,
     pub vars: BTreeMap<String, Var>,
     pub exec_start: Vec<Word>,
 }
@@ -60,14 +78,14 @@ impl Unit {
         let file = UNIT_DIRS
             .iter()
             .map(|d| Path::new(d).join(name))
-            .find(|p| host.path(p).is_file())?;
+            .find(|p| host.is_file(p))?;
         let mut files = vec![file];
         let mut drop_ins: BTreeMap<String, PathBuf> = BTreeMap::new();
         for dir in UNIT_DIRS.iter().rev() {
             let d = Path::new(dir).join(format!("{name}.d"));
-            if let Ok(entries) = std::fs::read_dir(host.path(&d)) {
-                for e in entries.flatten() {
-                    let file_name = e.file_name().to_string_lossy().into_owned();
+            if let Ok(entries) = host.read_dir(&d) {
+                for (entry, _) in entries {
+                    let file_name = entry.to_string_lossy().into_owned();
                     if file_name.ends_with(".conf") {
                         // A drop-in of the same name in a higher directory wins.
                         drop_ins.insert(file_name.clone(), d.join(&file_name));
@@ -81,11 +99,13 @@ impl Unit {
             files: files.clone(),
             ..Unit::default()
         };
+        let mut environment: BTreeMap<String, Var> = BTreeMap::new();
         let mut exec_start_raw: Option<(String, PathBuf)> = None;
         for file in &files {
-            let Ok(text) = std::fs::read_to_string(host.path(file)) else {
+            let Ok(Some(bytes)) = host.read_bytes(file, MAX_UNIT_FILE) else {
                 continue;
             };
+            let text = String::from_utf8_lossy(&bytes);
             let mut section = String::new();
             for line in logical_lines(&text) {
                 let line = line.trim();
@@ -103,10 +123,11 @@ impl Unit {
                 match key {
                     "ExecStart" if value.is_empty() => exec_start_raw = None,
                     "ExecStart" => exec_start_raw = Some((value.to_string(), file.clone())),
+                    "Environment" if value.is_empty() => environment.clear(),
                     "Environment" => {
                         for assignment in split_words(value) {
                             if let Some((k, v)) = assignment.split_once('=') {
-                                unit.vars.insert(
+                                environment.insert(
                                     k.to_string(),
                                     Var {
                                         value: v.to_string(),
@@ -116,23 +137,32 @@ impl Unit {
                             }
                         }
                     }
+                    "EnvironmentFile" if value.is_empty() => unit.env_files.clear(),
                     "EnvironmentFile" => {
-                        let path = PathBuf::from(value.trim_start_matches('-'));
-                        unit.env_files.push(path.clone());
-                        if let Ok(text) = std::fs::read_to_string(host.path(&path)) {
-                            for (k, v) in parse_env_file(&text) {
-                                unit.vars.insert(
-                                    k,
-                                    Var {
-                                        value: v,
-                                        file: path.clone(),
-                                    },
-                                );
-                            }
-                        }
+                        unit.env_files
+                            .push(PathBuf::from(value.trim_start_matches('-')));
                     }
                     _ => {}
                 }
+            }
+        }
+        // Files after Environment=, in order: later wins (systemd.exec(5)).
+        unit.vars = environment;
+        for path in unit.env_files.clone() {
+            let Ok(Some(bytes)) = host.read_bytes(&path, MAX_UNIT_FILE) else {
+                continue;
+            };
+            if std::str::from_utf8(&bytes).is_err() {
+                unit.not_utf8.push(path.clone());
+            }
+            for (k, v) in parse_env_bytes(&bytes) {
+                unit.vars.insert(
+                    k,
+                    Var {
+                        value: v,
+                        file: path.clone(),
+                    },
+                );
             }
         }
         if let Some((raw, file)) = exec_start_raw {
@@ -207,27 +237,143 @@ pub fn split_words(text: &str) -> Vec<String> {
     words
 }
 
-/// An environment file as systemd reads it: `KEY=VALUE` lines, `#`
-/// comments, values optionally quoted.
+/// An environment file as systemd reads it (`parse_env_file_internal`):
+/// `KEY=VALUE` assignments, `#` and `;` comments, quotes and escapes; an
+/// assignment whose name or value is not UTF-8, or whose name is not a
+/// valid variable name, is dropped.
+pub fn parse_env_bytes(bytes: &[u8]) -> Vec<(String, String)> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum S {
+        PreKey,
+        Key,
+        PreValue,
+        Value,
+        ValueEscape,
+        Single,
+        Double,
+        DoubleEscape,
+        Comment,
+        CommentEscape,
+    }
+    let mut out = Vec::new();
+    let mut state = S::PreKey;
+    let mut key: Vec<u8> = Vec::new();
+    let mut value: Vec<u8> = Vec::new();
+    // Where trailing whitespace of an unquoted value starts.
+    let mut value_end = 0usize;
+    let push = |key: &mut Vec<u8>, value: &mut Vec<u8>, out: &mut Vec<(String, String)>| {
+        let k = std::mem::take(key);
+        let v = std::mem::take(value);
+        let k = String::from_utf8(k).ok();
+        let v = String::from_utf8(v).ok();
+        if let (Some(k), Some(v)) = (k, v) {
+            let k = k.trim_end().to_string();
+            let valid = !k.is_empty()
+                && !k.starts_with(|c: char| c.is_ascii_digit())
+                && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+            if valid {
+                out.push((k, v));
+            }
+        }
+    };
+    for &c in bytes {
+        let newline = c == b'\n' || c == b'\r';
+        let space = matches!(c, b' ' | b'\t') || newline;
+        state = match state {
+            S::PreKey if c == b'#' || c == b';' => S::Comment,
+            S::PreKey if space => S::PreKey,
+            S::PreKey => {
+                key.push(c);
+                S::Key
+            }
+            S::Key if newline => {
+                key.clear();
+                S::PreKey
+            }
+            S::Key if c == b'=' => S::PreValue,
+            S::Key => {
+                key.push(c);
+                S::Key
+            }
+            S::PreValue if newline => {
+                value_end = 0;
+                push(&mut key, &mut value, &mut out);
+                S::PreKey
+            }
+            S::PreValue if c == b'\'' => S::Single,
+            S::PreValue if c == b'"' => S::Double,
+            S::PreValue if c == b'\\' => S::ValueEscape,
+            S::PreValue if space => S::PreValue,
+            S::PreValue | S::Value if !newline && c != b'\\' => {
+                value.push(c);
+                if !space {
+                    value_end = value.len();
+                }
+                S::Value
+            }
+            S::Value if newline => {
+                value.truncate(value_end);
+                value_end = 0;
+                push(&mut key, &mut value, &mut out);
+                S::PreKey
+            }
+            S::Value => S::ValueEscape,
+            S::PreValue => S::PreValue,
+            S::ValueEscape => {
+                if !newline {
+                    value.push(c);
+                    value_end = value.len();
+                }
+                S::Value
+            }
+            S::Single if c == b'\'' => {
+                value_end = value.len();
+                S::PreValue
+            }
+            S::Single => {
+                value.push(c);
+                S::Single
+            }
+            S::Double if c == b'"' => {
+                value_end = value.len();
+                S::PreValue
+            }
+            S::Double if c == b'\\' => S::DoubleEscape,
+            S::Double => {
+                value.push(c);
+                S::Double
+            }
+            S::DoubleEscape => {
+                if matches!(c, b'"' | b'\\' | b'`' | b'$') {
+                    value.push(c);
+                } else if !newline {
+                    value.push(b'\\');
+                    value.push(c);
+                }
+                S::Double
+            }
+            S::Comment if c == b'\\' => S::CommentEscape,
+            S::Comment if newline => S::PreKey,
+            S::Comment => S::Comment,
+            S::CommentEscape => S::Comment,
+        };
+    }
+    match state {
+        S::Value => {
+            value.truncate(value_end);
+            push(&mut key, &mut value, &mut out);
+        }
+        S::PreValue | S::ValueEscape | S::Single | S::Double | S::DoubleEscape => {
+            push(&mut key, &mut value, &mut out);
+        }
+        S::PreKey | S::Key | S::Comment | S::CommentEscape => {}
+    }
+    out
+}
+
+/// [`parse_env_bytes`] on text.
 pub fn parse_env_file(text: &str) -> Vec<(String, String)> {
-    logical_lines(text)
-        .iter()
-        .filter_map(|line| {
-            let line = line.trim();
-            let line = line.strip_prefix("export ").unwrap_or(line);
-            let (k, v) = line.split_once('=')?;
-            let v = v.trim();
-            let v = if v.len() >= 2
-                && ((v.starts_with('"') && v.ends_with('"'))
-                    || (v.starts_with('\'') && v.ends_with('\'')))
-            {
-                v.get(1..v.len() - 1).unwrap_or("")
-            } else {
-                v
-            };
-            Some((k.trim().to_string(), v.to_string()))
-        })
-        .collect()
+    parse_env_bytes(text.as_bytes())
 }
 
 fn expand(raw: &str, unit_file: &Path, vars: &BTreeMap<String, Var>) -> Vec<Word> {
@@ -280,6 +426,55 @@ mod tests {
     use super::*;
 
     #[test]
+    fn environment_files_override_environment_and_continue_lines_as_systemd_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = Host::open(dir.path()).unwrap();
+        let write = |p: &str, bytes: &[u8]| {
+            let path = dir.path().join(p.trim_start_matches('/'));
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, bytes).unwrap();
+        };
+        write(
+            "/etc/systemd/system/kubelet.service",
+            b"[Service]\nEnvironmentFile=-/etc/default/kubelet\nExecStart=/usr/bin/kubelet $KUBELET_EXTRA_ARGS\n",
+        );
+        // A drop-in read after the unit sets Environment=: the file still wins.
+        write(
+            "/etc/systemd/system/kubelet.service.d/90-extra.conf",
+            b"[Service]\nEnvironment=KUBELET_EXTRA_ARGS=--from-drop-in=1\n",
+        );
+        write(
+            "/etc/default/kubelet",
+            b"KUBELET_EXTRA_ARGS=--a=1 \\\n--image-credential-provider-config=/etc/x.yaml\n",
+        );
+        let unit = Unit::load(&host, "kubelet.service").unwrap();
+        assert_eq!(
+            unit.args(),
+            ["--a=1", "--image-credential-provider-config=/etc/x.yaml"]
+        );
+        assert_eq!(unit.exec_start[1].file, Path::new("/etc/default/kubelet"));
+        assert!(unit.not_utf8.is_empty());
+        write("/etc/default/kubelet", b"KUBELET_EXTRA_ARGS=--a=\xff\n");
+        let unit = Unit::load(&host, "kubelet.service").unwrap();
+        assert_eq!(unit.not_utf8, [PathBuf::from("/etc/default/kubelet")]);
+        // systemd drops the bad assignment: Environment= shows through.
+        assert_eq!(unit.args(), ["--from-drop-in=1"]);
+    }
+
+    #[test]
+    fn env_file_syntax() {
+        let vars = parse_env_file("A='x y' \nB=\"q\\\"\\\n w\"\n# c \\\n C=1\nD = 2 \n3E=bad\nF\n");
+        assert_eq!(
+            vars,
+            [
+                ("A".to_string(), "x y".to_string()),
+                ("B".to_string(), "q\" w".to_string()),
+                ("D".to_string(), "2".to_string()),
+            ]
+        );
+    }
+
+    #[test]
     fn env_files() {
         let vars = parse_env_file(
             "# comment\nKUBELET_EXTRA_ARGS=\nKUBELET_FLAGS=--a=b --c d\nQ=\"x y\"\n",
@@ -292,9 +487,9 @@ mod tests {
     #[test]
     fn kubeadm_drop_in() {
         let dir = tempfile::tempdir().unwrap();
-        let host = Host::new(dir.path());
+        let host = Host::open(dir.path()).unwrap();
         let write = |p: &str, text: &str| {
-            let path = host.path(Path::new(p));
+            let path = dir.path().join(p.trim_start_matches('/'));
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             std::fs::write(path, text).unwrap();
         };

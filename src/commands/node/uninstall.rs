@@ -1,7 +1,13 @@
 //! `node uninstall`: undo exactly what `node install` recorded. A file that
-//! nothing else touched since gets its previous bytes back (or goes away if
-//! install created it); a config changed since loses only our entries; an
-//! environment file changed since loses only the text we appended.
+//! holds what an install wrote (or still its original, when an install was
+//! killed before writing it) gets its original back: the same bytes and
+//! mode, the same link, or nothing if install created it. A config
+//! changed since loses only our entries; an environment file changed since
+//! loses only the text we appended. A file that the distribution rebuilt
+//! (GKE COS rebuilds `/etc` at boot, taking our backup with it) is left as
+//! it is. Temporary files of a killed run are removed. One file that
+//! cannot be undone does not stop the others: it is reported, and the run
+//! exits 1.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -10,8 +16,9 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::discover;
-use super::files::{self, Kind, Manifest};
-use super::{Target, merge, print, restart};
+use super::files::{self, Kind, Manifest, Record, Snapshot, State};
+use super::host::Host;
+use super::{Target, install, merge, print, restart};
 use crate::commands::check_config::check::Output;
 use crate::error::{Error, Result};
 use crate::options::BINARY;
@@ -81,94 +88,148 @@ pub fn run(args: &Args) -> ExitCode {
 }
 
 fn uninstall(args: &Args, report: &mut Report) -> Result<()> {
-    let host = args.target.host();
+    let host = args.target.host()?;
+    if Manifest::read(&host)?.is_none() {
+        let _ = host.remove(Path::new(install::FAILED));
+        return Ok(());
+    }
+    let _lock = files::lock(&host)?;
     let Some(manifest) = Manifest::read(&host)? else {
         return Ok(());
     };
+    files::sweep_temporaries(&host, Path::new(files::MANIFEST));
+    let mut failed = Vec::new();
     for record in manifest.files.iter().rev() {
-        let local = host.path(&record.path);
-        let current = std::fs::read(&local).ok();
-        let untouched = current.as_deref().map(files::sha256) == Some(record.written.clone());
-        if untouched {
-            files::restore(&host, record)?;
-            report.changes.push(match &record.backup {
-                Some(_) => format!("restored {}", record.path.display()),
-                None => format!("removed {}", record.path.display()),
-            });
-            continue;
-        }
-        let Some(current) = current else {
-            report.warnings.push(format!(
-                "{} is gone; nothing to undo there",
-                record.path.display()
-            ));
-            continue;
-        };
-        match record.kind {
-            Kind::Config => {
-                let (bytes, removed) = merge::remove(&current, &record.path, &record.entries)?;
-                if removed > 0 {
-                    files::atomic_write(&local, &bytes, files::mode_of(&local))?;
-                }
-                report.changes.push(format!(
-                    "{} changed since install: removed our {} entr{} only",
-                    record.path.display(),
-                    removed,
-                    if removed == 1 { "y" } else { "ies" }
-                ));
-            }
-            Kind::Environment => {
-                let text = String::from_utf8_lossy(&current).into_owned();
-                if !record.appended.is_empty() && text.contains(&record.appended) {
-                    let restored = text.replacen(&record.appended, "", 1);
-                    files::atomic_write(&local, restored.as_bytes(), files::mode_of(&local))?;
-                    report.changes.push(format!(
-                        "{} changed since install: removed the flags we appended only",
-                        record.path.display()
-                    ));
-                } else {
-                    report.warnings.push(format!(
-                        "{} changed since install and no longer holds the flags we appended; left as it is",
-                        record.path.display()
-                    ));
-                }
-            }
-            Kind::Own => {
-                report.warnings.push(format!(
-                    "{} changed since install; left as it is (remove it if nothing else uses it)",
-                    record.path.display()
-                ));
-                continue;
-            }
-        }
-        if let Some(b) = &record.backup {
-            let _ = std::fs::remove_file(host.path(b));
+        files::sweep_temporaries(&host, &record.path);
+        if let Err(e) = undo(&host, record, report) {
+            failed.push(e.to_string());
         }
     }
     for link in &manifest.binaries {
-        let local = host.path(link);
-        if std::fs::read_link(&local).is_ok_and(|t| t == Path::new(BINARY)) {
-            std::fs::remove_file(&local)
-                .map_err(|e| Error::config(format!("cannot remove {}: {e}", local.display())))?;
+        if host.read_link(link).is_some_and(|t| t == Path::new(BINARY)) {
+            host.remove(link)
+                .map_err(|e| Error::config(format!("cannot remove {}: {e}", link.display())))?;
             report.changes.push(format!("removed {}", link.display()));
         }
     }
+    if !failed.is_empty() {
+        return Err(Error::config(format!(
+            "could not undo everything: {}; the manifest {} is kept",
+            failed.join("; "),
+            files::MANIFEST
+        ))
+        .fix("fix what is named, then run node uninstall again"));
+    }
     Manifest::remove(&host)?;
+    let _ = host.remove(Path::new(install::FAILED));
     if args.restart_kubelet && !report.changes.is_empty() {
         let d = discover::discover(&host, &args.target.explicit());
         let unit = restart::unit_to_restart(&host, d.distro.units());
-        restart::systemctl(&host, &["restart", unit])?;
+        restart::systemctl(&host, &args.target.proc, &["restart", unit])?;
         report.restart = Some(match d.health_endpoint() {
-            Some((a, p)) => match restart::wait_healthy(&a, p, args.health_timeout) {
-                Ok(()) => format!("restarted {unit}; healthy"),
-                Err(e) => {
-                    return Err(Error::config(format!(
-                        "restarted {unit}, which is not healthy: {e}"
-                    )));
+            Some((a, p)) => {
+                match restart::wait_healthy(args.target.proc_dir(), &a, p, args.health_timeout) {
+                    Ok(()) => format!("restarted {unit}; healthy"),
+                    Err(e) => {
+                        return Err(Error::config(format!(
+                            "restarted {unit}, which is not healthy: {e}"
+                        )));
+                    }
                 }
-            },
+            }
             None => format!("restarted {unit}"),
         });
     }
     Ok(())
+}
+
+/// Undoes one record.
+fn undo(host: &Host, record: &Record, report: &mut Report) -> Result<()> {
+    let shown = record.path.display();
+    let now = Snapshot::take(host, &record.path)?;
+    let ours = now.sha().is_some_and(|s| record.ours(s));
+    if record.is_original(&now.state) {
+        // A killed install never got to write it, or a rebuild put the
+        // original back: only the backup, if any, is left to remove.
+        if let Some(b) = &record.backup {
+            let _ = host.remove(b);
+        }
+        report
+            .changes
+            .push(format!("{shown} already holds its original"));
+        return Ok(());
+    }
+    if ours && files::restore_original(host, record)? {
+        report.changes.push(match &record.original {
+            Some(State::Absent) => format!("removed {shown}"),
+            Some(State::Symlink { target }) => {
+                format!("restored {shown} as the link to {}", target.display())
+            }
+            _ if record.backup.is_none() => format!("removed {shown}"),
+            _ => format!("restored {shown}"),
+        });
+        return Ok(());
+    }
+    let Some(current) = now.bytes else {
+        report.warnings.push(format!(
+            "{shown} is gone or is no longer a file; nothing to undo there"
+        ));
+        return Ok(());
+    };
+    if ours && record.kind == Kind::Own {
+        host.remove(&record.path)
+            .map_err(|e| files::io_error("remove", &record.path, e))?;
+        report.changes.push(format!("removed {shown}"));
+        return Ok(());
+    }
+    match record.kind {
+        Kind::Config => {
+            let (bytes, removed) = merge::remove(&current, &record.path, &record.entries)?;
+            if removed > 0 {
+                host.write(&record.path, &bytes, file_mode(&now.state))
+                    .map_err(|e| files::io_error("write", &record.path, e))?;
+            }
+            report.changes.push(format!(
+                "{shown} {}: removed our {removed} entr{} only",
+                if ours {
+                    "has no backup left"
+                } else {
+                    "changed since install"
+                },
+                if removed == 1 { "y" } else { "ies" }
+            ));
+        }
+        Kind::Environment => {
+            let text = String::from_utf8_lossy(&current).into_owned();
+            if !record.appended.is_empty() && text.contains(&record.appended) {
+                let restored = text.replacen(&record.appended, "", 1);
+                host.write(&record.path, restored.as_bytes(), file_mode(&now.state))
+                    .map_err(|e| files::io_error("write", &record.path, e))?;
+                report.changes.push(format!(
+                    "{shown} changed since install: removed the flags we appended only"
+                ));
+            } else {
+                report.warnings.push(format!(
+                    "{shown} changed since install and no longer holds the flags we appended; left as it is"
+                ));
+            }
+        }
+        Kind::Own => {
+            report.warnings.push(format!(
+                "{shown} changed since install; left as it is (remove it if nothing else uses it)"
+            ));
+            return Ok(());
+        }
+    }
+    if let Some(b) = &record.backup {
+        let _ = host.remove(b);
+    }
+    Ok(())
+}
+
+fn file_mode(state: &State) -> u32 {
+    match state {
+        State::File { mode, .. } => *mode,
+        _ => 0o644,
+    }
 }

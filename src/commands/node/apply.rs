@@ -1,0 +1,212 @@
+//! Applying a validated plan, crash-safe (see [`super::files`]): the
+//! manifest names every change before the first one, backups are taken
+//! from the bytes that were validated, and each file is replaced
+//! atomically. A rollback puts back exactly what this run found.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::files::{self, Kind, Manifest, Record, Snapshot};
+use super::host::Host;
+use crate::error::{Error, Result};
+use crate::options::BINARY;
+
+/// One file a run writes.
+#[derive(Clone, Debug)]
+pub struct Change {
+    pub path: PathBuf,
+    pub kind: Kind,
+    pub bytes: Vec<u8>,
+    pub mode: u32,
+    /// What the file held when it was read for validation.
+    pub before: Snapshot,
+    /// Our provider names (configs).
+    pub entries: Vec<String>,
+    /// The text inserted (environment files).
+    pub inserted: String,
+    /// What the change does, for the report.
+    pub said: Vec<String>,
+}
+
+/// What a run did, for its rollback.
+pub struct Applied {
+    pub before: Manifest,
+    pub after: Manifest,
+    pub changes: Vec<Change>,
+    pub links_added: Vec<PathBuf>,
+}
+
+/// Runs `binary --version` on a private copy of `bytes`: a binary for
+/// another architecture, or a corrupt copy, is not installed, and the
+/// bytes checked are the bytes installed.
+pub fn answers_version(bytes: &[u8], shown: &Path) -> Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let dir = tempfile_dir()?;
+    let copy = dir.join(BINARY);
+    let result = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o700)
+            .open(&copy)
+            .map_err(|e| Error::config(format!("cannot check the binary: {e}")))?;
+        std::io::Write::write_all(&mut f, bytes)
+            .map_err(|e| Error::config(format!("cannot check the binary: {e}")))?;
+        drop(f);
+        let _ = std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o700));
+        let out =
+            super::exec::run(&copy, &["--version"], Duration::from_secs(10)).map_err(|e| {
+                Error::config(format!(
+                    "the binary {} cannot run here: {e}",
+                    shown.display()
+                ))
+                .fix("use the binary built for this node's architecture")
+            })?;
+        if !out.status.success() || !String::from_utf8_lossy(&out.stdout).starts_with(BINARY) {
+            return Err(Error::config(format!(
+                "{} --version did not answer as {BINARY} does",
+                shown.display()
+            )));
+        }
+        Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+fn tempfile_dir() -> Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let mut bytes = [0u8; 8];
+    let _ = rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty());
+    let suffix: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let dir = std::env::temp_dir().join(format!("wicp-binary.{suffix}"));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| Error::config(format!("cannot create {}: {e}", dir.display())))?;
+    Ok(dir)
+}
+
+/// Refuses to put a provider-name link where another provider's
+/// executable is.
+pub fn check_links(host: &Host, manifest: &Manifest, links: &[PathBuf]) -> Result<()> {
+    for link in links {
+        match host.read_link(link) {
+            Some(target) if target == Path::new(BINARY) => {}
+            _ if host.kind_no_follow(link).is_some() && !manifest.binaries.contains(link) => {
+                return Err(Error::config(format!(
+                    "{} exists and is not a symlink to {BINARY}; not replacing another provider's executable",
+                    link.display()
+                ))
+                .fix("rename our entry, or remove that file if it is a leftover"));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Writes `changes` and `links` (names linked to our binary) with the
+/// manifest written first. Holds no lock itself: the caller does.
+pub fn apply(host: &Host, mut changes: Vec<Change>, links: &[PathBuf]) -> Result<Applied> {
+    let before = Manifest::read(host)?.unwrap_or_default();
+    let mut after = before.clone();
+    files::sweep_temporaries(host, Path::new(files::MANIFEST));
+    for change in &changes {
+        files::sweep_temporaries(host, &change.path);
+        let now = Snapshot::take(host, &change.path)?;
+        if now.state != change.before.state {
+            return Err(Error::config(format!(
+                "{} changed while this install ran; nothing was written",
+                change.path.display()
+            ))
+            .fix("run node install again"));
+        }
+        let sha = files::sha256(&change.bytes);
+        match after.record_mut(&change.path) {
+            Some(record) => {
+                record.will_write(sha);
+                if !change.entries.is_empty() {
+                    record.entries = change.entries.clone();
+                }
+                record.appended.push_str(&change.inserted);
+            }
+            None => after.files.push(Record {
+                path: change.path.clone(),
+                kind: change.kind.clone(),
+                original: Some(now.state.clone()),
+                backup: now.bytes.as_ref().map(|_| files::backup_path(&change.path)),
+                written: sha,
+                also_written: Vec::new(),
+                entries: change.entries.clone(),
+                appended: change.inserted.clone(),
+            }),
+        }
+    }
+    let links_added: Vec<PathBuf> = links
+        .iter()
+        .filter(|l| !after.binaries.contains(l))
+        .cloned()
+        .collect();
+    after.binaries.extend(links_added.iter().cloned());
+    // The intent: from here on, uninstall knows every change.
+    after.write(host)?;
+    for change in &mut changes {
+        if let Some(record) = after.record(&change.path) {
+            files::ensure_backup(host, record, &change.before)?;
+        }
+        host.write(&change.path, &change.bytes, change.mode)
+            .map_err(|e| files::io_error("write", &change.path, e))?;
+    }
+    for link in links {
+        if host.read_link(link).as_deref() != Some(Path::new(BINARY)) {
+            host.symlink(link, Path::new(BINARY), true)
+                .map_err(|e| files::io_error("link", link, e))?;
+        }
+    }
+    Ok(Applied {
+        before,
+        after,
+        changes,
+        links_added,
+    })
+}
+
+/// Puts back every file this run changed, byte for byte, removes what it
+/// created, and restores the manifest. Returns what it did.
+pub fn roll_back(host: &Host, run: &Applied) -> String {
+    let mut done = Vec::new();
+    for change in run.changes.iter().rev() {
+        let now = Snapshot::take(host, &change.path).ok();
+        if now.as_ref().map(|n| &n.state) == Some(&change.before.state) {
+            continue;
+        }
+        match change.before.restore(host, &change.path) {
+            Ok(()) => done.push(format!("restored {}", change.path.display())),
+            Err(e) => done.push(format!("FAILED to restore {}: {e}", change.path.display())),
+        }
+    }
+    // Backups made by this run (a first install) are no longer needed.
+    for record in &run.after.files {
+        if run.before.record(&record.path).is_none()
+            && let Some(b) = &record.backup
+        {
+            let _ = host.remove(b);
+        }
+    }
+    for link in &run.links_added {
+        if host.read_link(link).as_deref() == Some(Path::new(BINARY)) {
+            let _ = host.remove(link);
+        }
+    }
+    let _ = if run.before.is_empty() {
+        Manifest::remove(host)
+    } else {
+        run.before.write(host)
+    };
+    if done.is_empty() {
+        "nothing had changed".into()
+    } else {
+        done.join(", ")
+    }
+}

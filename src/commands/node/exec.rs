@@ -1,0 +1,79 @@
+//! Running another program from the installer: always with a deadline, no
+//! standard input, an environment reduced to `PATH`, and bounded output.
+//! A program that does not finish in time is killed.
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// Most bytes kept of a child's stdout or stderr.
+const MAX_OUTPUT: u64 = 64 * 1024;
+
+/// What a finished child said.
+#[derive(Debug)]
+pub struct Finished {
+    pub status: ExitStatus,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+/// Runs `program ARGS`, killed after `timeout`. The error is a sentence.
+pub fn run(program: &Path, args: &[&str], timeout: Duration) -> Result<Finished, String> {
+    let shown = program.display().to_string();
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(path) = std::env::var_os("PATH") {
+        command.env("PATH", path);
+    }
+    let mut child = command
+        .spawn()
+        .map_err(|e| format!("cannot run {shown}: {e}"))?;
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut out = Vec::new();
+            if let Some(p) = pipe {
+                let _ = p.take(MAX_OUTPUT).read_to_end(&mut out);
+            }
+            out
+        })
+    };
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "{shown} did not finish within {}s and was killed",
+                    timeout.as_secs()
+                ));
+            }
+            Err(e) => return Err(format!("cannot wait for {shown}: {e}")),
+        }
+    };
+    Ok(Finished {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    })
+}

@@ -1,0 +1,443 @@
+//! The plan of an install: which entries are ours, where the kubelet on
+//! this distribution reads its config and runs plugins from, and which
+//! files change (config, environment file, own drop-ins). Nothing here
+//! writes; every path is looked at inside the root.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use yaml_serde::Value;
+
+use super::discover::{self, BIN_DIR_FLAG, CONFIG_FLAG, Discovery};
+use super::distro::{self, Distro};
+use super::host::Host;
+use super::merge::{self, Replace};
+use super::systemd;
+use crate::error::{Error, Result};
+
+/// The ready entry for each provider: the one in config-examples.
+const AWS: &str =
+    include_str!("../../../config-examples/aws-web-identity/credential-provider-config.yaml");
+const AZURE: &str = include_str!("../../../config-examples/azure/credential-provider-config.yaml");
+const GCP: &str =
+    include_str!("../../../config-examples/gcp-federation/credential-provider-config.yaml");
+
+/// Our own file in a config directory.
+pub const DIR_FILE: &str = "wi-credential-provider";
+
+/// The NodeConfig drop-in that keeps our flag across nodeadm's rewrites.
+const NODEADM_DROP_IN: &str = "/etc/eks/nodeadm.d/90-wi-credential-provider.yaml";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReadyProvider {
+    Aws,
+    Azure,
+    Gcp,
+}
+
+/// Where our entries go.
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "mode", rename_all = "kebab-case")]
+pub enum ConfigTarget {
+    /// Merge into `path`, starting from `base` (the same file, or on EKS
+    /// nodeadm's config.json copied into our own file).
+    File { path: PathBuf, base: PathBuf },
+    /// A config directory: our own file in it.
+    Directory { dir: PathBuf, path: PathBuf },
+}
+
+impl ConfigTarget {
+    pub fn path(&self) -> &Path {
+        match self {
+            ConfigTarget::File { path, .. } | ConfigTarget::Directory { path, .. } => path,
+        }
+    }
+}
+
+/// A flag added to an environment file's variable.
+#[derive(Clone, Debug, Serialize)]
+pub struct FlagEdit {
+    pub file: PathBuf,
+    pub var: String,
+    pub flags: Vec<(String, String)>,
+    /// The variable's value from elsewhere (a drop-in's `Environment=`),
+    /// kept when the file gets the variable for the first time.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub inherited: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Plan {
+    pub bin_dir: PathBuf,
+    pub config: ConfigTarget,
+    pub flag_edit: Option<FlagEdit>,
+    /// An own file (host path, bytes) such as the nodeadm drop-in.
+    #[serde(skip)]
+    pub own_files: Vec<(PathBuf, Vec<u8>)>,
+    pub own_file_paths: Vec<PathBuf>,
+    pub notes: Vec<String>,
+}
+
+/// Our entries from --provider and --config.
+pub fn our_entries(providers: &[ReadyProvider], config: Option<&Path>) -> Result<Vec<Value>> {
+    let mut entries = Vec::new();
+    for p in providers {
+        let text = match p {
+            ReadyProvider::Aws => AWS,
+            ReadyProvider::Azure => AZURE,
+            ReadyProvider::Gcp => GCP,
+        };
+        let doc = merge::parse(text.as_bytes(), Path::new("config-examples"))?;
+        entries.extend(merge::providers(&doc));
+    }
+    if let Some(file) = config {
+        let bytes = crate::yaml::read(file)
+            .map_err(|e| Error::config(format!("cannot read --config {}: {e}", file.display())))?;
+        let doc = merge::parse(&bytes, file)?;
+        let list = merge::providers(&doc);
+        if list.is_empty() {
+            return Err(Error::config(format!(
+                "--config {} has no providers",
+                file.display()
+            )));
+        }
+        entries.extend(list);
+    }
+    if entries.is_empty() {
+        return Err(Error::config("nothing to install")
+            .fix("pass --provider aws|azure|gcp or --config FILE"));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for e in &entries {
+        let name = merge::entry_name(e);
+        if !seen.insert(name.to_string()) {
+            return Err(Error::config(format!(
+                "the provider {name:?} is given twice"
+            )));
+        }
+    }
+    Ok(entries)
+}
+
+/// What to add where, when discovery found nothing to merge into.
+fn nothing_found(d: &Discovery) -> Error {
+    let how = match d.distro {
+        Distro::Kubeadm | Distro::Unknown => format!(
+            "add `--{CONFIG_FLAG}={} --{BIN_DIR_FLAG}={}` to KUBELET_EXTRA_ARGS in /etc/default/kubelet (deb) or /etc/sysconfig/kubelet (rpm), \
+             or pass --kubelet-credential-config and --kubelet-bin-dir",
+            distro::OWN_CONFIG,
+            distro::OWN_BIN_DIR
+        ),
+        Distro::EksAl2023 => format!(
+            "nodeadm should have set --{CONFIG_FLAG}={}: check /etc/eks/kubelet/environment",
+            distro::EKS_CONFIG
+        ),
+        Distro::Aks => "AKS sets the flags in KUBELET_FLAGS in /etc/default/kubelet when the cluster enables credential providers".into(),
+        Distro::GkeCos => "GKE sets the flags in KUBELET_OPTS in /etc/default/kubelet".into(),
+        _ => "pass --kubelet-credential-config and --kubelet-bin-dir".into(),
+    };
+    Error::config(format!(
+        "found no kubelet credential-provider set-up on {} (looked at the kubelet process, the systemd unit and the distribution's defaults); nothing was changed",
+        d.distro
+    ))
+    .fix(how)
+}
+
+/// The env file and variable a kubeadm node's user flags go in: the
+/// environment file that sets `KUBELET_EXTRA_ARGS` now (the last one to,
+/// as systemd applies them), else `/etc/default/kubelet` (deb) or
+/// `/etc/sysconfig/kubelet` (rpm) from the unit's `EnvironmentFile=`.
+fn kubeadm_extra_args(host: &Host, d: &Discovery) -> Result<Option<FlagEdit>> {
+    let Some(unit) = d.unit.as_ref() else {
+        return Ok(None);
+    };
+    let var = "KUBELET_EXTRA_ARGS";
+    let current = unit.vars.get(var);
+    let file = current
+        .map(|v| v.file.clone())
+        .filter(|f| unit.env_files.contains(f))
+        .or_else(|| {
+            unit.env_files
+                .iter()
+                .find(|f| f.as_path() == Path::new("/etc/default/kubelet") && host.exists(f))
+                .or_else(|| {
+                    unit.env_files
+                        .iter()
+                        .find(|f| f.as_path() == Path::new("/etc/sysconfig/kubelet"))
+                })
+                .or_else(|| {
+                    unit.env_files
+                        .iter()
+                        .find(|f| f.as_path() == Path::new("/etc/default/kubelet"))
+                })
+                .cloned()
+        });
+    let Some(file) = file else {
+        return Ok(None);
+    };
+    if unit.not_utf8.contains(&file) {
+        return Err(Error::config(format!(
+            "{} is not valid UTF-8: systemd ignores its bad lines, and install does not edit it",
+            file.display()
+        ))
+        .fix("make the file valid UTF-8 (systemd logs which line it ignores), then run again"));
+    }
+    // A value set by Environment= in a drop-in is replaced, not extended,
+    // by the file's: carry it over.
+    let inherited = current
+        .filter(|v| v.file != file)
+        .map(|v| v.value.clone())
+        .unwrap_or_default();
+    Ok(Some(FlagEdit {
+        file,
+        var: var.into(),
+        flags: Vec::new(),
+        inherited,
+    }))
+}
+
+pub fn plan(host: &Host, d: &Discovery, replace: &[Replace]) -> Result<Plan> {
+    if let Some(route) = d.distro.refusal() {
+        return Err(Error::config(format!("cannot install on {}", d.distro)).fix(route));
+    }
+    let mut notes = Vec::new();
+    if let Some(r) = d.distro.rewritten_by() {
+        notes.push(r.to_string());
+    }
+    let found_config = d.credential_config.as_ref().map(|f| f.value.clone());
+    match d.distro {
+        Distro::EksAl2023 => {
+            let bin_dir = d
+                .bin_dir
+                .as_ref()
+                .map_or(PathBuf::from(distro::EKS_PROVIDER_DIR), |f| f.value.clone());
+            let directory_ok = d.version.is_some_and(|v| {
+                v >= crate::commands::check_config::kubelet_config::DIRECTORY_CONFIG_SINCE
+            }) && replace.is_empty();
+            let nodeadm_config = PathBuf::from(distro::EKS_CONFIG);
+            let (config, flag_value) = if directory_ok {
+                let dir = PathBuf::from(distro::EKS_PROVIDER_DIR);
+                notes.push(format!(
+                    "kubelet {} reads a config directory: the kubelet reads nodeadm's config.json and our own file in {}",
+                    d.version.map(|v| v.to_string()).unwrap_or_default(),
+                    dir.display()
+                ));
+                (
+                    ConfigTarget::Directory {
+                        path: dir.join(format!("{DIR_FILE}.json")),
+                        dir: dir.clone(),
+                    },
+                    dir,
+                )
+            } else {
+                let own = PathBuf::from(distro::EKS_OWN_CONFIG);
+                notes.push(format!(
+                    "our own complete config {} (nodeadm's entries copied in{}), outside the file nodeadm rewrites at boot",
+                    own.display(),
+                    if replace.is_empty() { "" } else { ", --replace applied" }
+                ));
+                let base = if host.exists(&own) {
+                    own.clone()
+                } else {
+                    nodeadm_config
+                };
+                (
+                    ConfigTarget::File {
+                        path: own.clone(),
+                        base,
+                    },
+                    own,
+                )
+            };
+            let flag = format!("--{CONFIG_FLAG}={}", flag_value.display());
+            let drop_in = format!(
+                "# Written by `wi-credential-provider node install`: nodeadm merges this\n\
+                 # NodeConfig over the user data at every boot and appends these flags\n\
+                 # last, so the kubelet keeps reading this plugin's config.\n\
+                 apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  kubelet:\n    flags:\n      - {flag}\n"
+            );
+            Ok(Plan {
+                bin_dir,
+                config,
+                flag_edit: Some(FlagEdit {
+                    file: PathBuf::from(distro::EKS_ENV_FILE),
+                    var: distro::EKS_ENV_VAR.into(),
+                    flags: vec![(CONFIG_FLAG.into(), flag_value.display().to_string())],
+                    inherited: String::new(),
+                }),
+                own_files: vec![(PathBuf::from(NODEADM_DROP_IN), drop_in.into_bytes())],
+                own_file_paths: vec![PathBuf::from(NODEADM_DROP_IN)],
+                notes,
+            })
+        }
+        Distro::K3s | Distro::Rke2 => {
+            let config = found_config.unwrap_or_else(|| PathBuf::from(distro::RANCHER_CONFIG));
+            if host.is_dir(&config) {
+                return Err(Error::config(format!(
+                    "{} is a directory: k3s/RKE2 pass the credential-provider flags only when the config is a file, so the kubelet would ignore it",
+                    config.display()
+                ))
+                .fix("replace the directory by one config file, or pass the flag with kubelet-arg (kubelet 1.34+)"));
+            }
+            let bin_dir = d
+                .bin_dir
+                .as_ref()
+                .map_or(PathBuf::from(distro::RANCHER_BIN_DIR), |f| f.value.clone());
+            Ok(Plan {
+                bin_dir,
+                config: ConfigTarget::File {
+                    path: config.clone(),
+                    base: config,
+                },
+                flag_edit: None,
+                own_files: Vec::new(),
+                own_file_paths: Vec::new(),
+                notes,
+            })
+        }
+        _ => {
+            let (config, bin_dir, flag_edit) = match (found_config, d.bin_dir.as_ref()) {
+                (Some(c), Some(b)) => (c, b.value.clone(), None),
+                (Some(_), None) | (None, Some(_)) => {
+                    return Err(Error::config(format!(
+                        "the kubelet has only one of --{CONFIG_FLAG} and --{BIN_DIR_FLAG}; it needs both"
+                    ))
+                    .fix("pass the other with --kubelet-credential-config or --kubelet-bin-dir"));
+                }
+                (None, None) if d.distro == Distro::Kubeadm => {
+                    let Some(mut edit) = kubeadm_extra_args(host, d)? else {
+                        return Err(nothing_found(d));
+                    };
+                    edit.flags = vec![
+                        (CONFIG_FLAG.into(), distro::OWN_CONFIG.into()),
+                        (BIN_DIR_FLAG.into(), distro::OWN_BIN_DIR.into()),
+                    ];
+                    notes.push(format!(
+                        "the kubelet had no credential-provider flags: adding them to {} in {}",
+                        edit.var,
+                        edit.file.display()
+                    ));
+                    (
+                        PathBuf::from(distro::OWN_CONFIG),
+                        PathBuf::from(distro::OWN_BIN_DIR),
+                        Some(edit),
+                    )
+                }
+                (None, None) => return Err(nothing_found(d)),
+            };
+            let target = if host.is_dir(&config) {
+                if !replace.is_empty() {
+                    return Err(Error::config(
+                        "--replace cannot change the other files of a config directory",
+                    )
+                    .fix("edit or remove the other provider's file yourself"));
+                }
+                ConfigTarget::Directory {
+                    path: config.join(format!("{DIR_FILE}.yaml")),
+                    dir: config,
+                }
+            } else {
+                ConfigTarget::File {
+                    path: config.clone(),
+                    base: config,
+                }
+            };
+            Ok(Plan {
+                bin_dir,
+                config: target,
+                flag_edit,
+                own_files: Vec::new(),
+                own_file_paths: Vec::new(),
+                notes,
+            })
+        }
+    }
+}
+
+/// The new bytes of an environment file with `flags` appended to `var`,
+/// and the exact text inserted; `None` when the flags already hold.
+pub fn append_flags(
+    text: &str,
+    var: &str,
+    flags: &[(String, String)],
+    inherited: &str,
+) -> Option<(String, String)> {
+    let lines: Vec<&str> = text.split('\n').collect();
+    let index = lines
+        .iter()
+        .rposition(|l| l.trim_start().starts_with(&format!("{var}=")));
+    let current = match index {
+        Some(_) => systemd::parse_env_file(text)
+            .into_iter()
+            .rev()
+            .find(|(k, _)| k == var)
+            .map(|(_, v)| v)
+            .unwrap_or_default(),
+        None => inherited.to_string(),
+    };
+    let have = discover::parse_flags(&systemd::split_words(&current));
+    let missing: Vec<&(String, String)> = flags
+        .iter()
+        .filter(|(f, v)| have.get(f) != Some(v))
+        .collect();
+    if missing.is_empty() {
+        return None;
+    }
+    let words = missing
+        .iter()
+        .map(|(f, v)| format!("--{f}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    match index {
+        Some(first) => {
+            // The assignment's last physical line: systemd joins lines
+            // ending in a backslash.
+            let mut i = first;
+            while lines.get(i).is_some_and(|l| l.trim_end().ends_with('\\')) && i + 1 < lines.len()
+            {
+                i += 1;
+            }
+            let line = lines.get(i).copied().unwrap_or("");
+            let trimmed = line.trim_end();
+            let (new_line, inserted) = if let Some(body) = trimmed.strip_suffix('"') {
+                let sep = if body.ends_with('=') || body.ends_with('"') {
+                    ""
+                } else {
+                    " "
+                };
+                let ins = format!("{sep}{words}");
+                (format!("{body}{ins}\""), ins)
+            } else {
+                let sep = if trimmed.ends_with('=') { "" } else { " " };
+                let ins = format!("{sep}{words}");
+                (format!("{trimmed}{ins}"), ins)
+            };
+            let mut out: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+            if let Some(slot) = out.get_mut(i) {
+                *slot = new_line;
+            }
+            Some((out.join("\n"), inserted))
+        }
+        None => {
+            let sep = if text.is_empty() || text.ends_with('\n') {
+                ""
+            } else {
+                "\n"
+            };
+            let value = if inherited.is_empty() {
+                words
+            } else {
+                format!("{inherited} {words}")
+            };
+            let escaped: String = value
+                .chars()
+                .flat_map(|c| {
+                    let escape = matches!(c, '"' | '\\' | '`' | '$');
+                    escape.then_some('\\').into_iter().chain(std::iter::once(c))
+                })
+                .collect();
+            let ins = format!("{sep}{var}=\"{escaped}\"\n");
+            Some((format!("{text}{ins}"), ins))
+        }
+    }
+}

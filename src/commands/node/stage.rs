@@ -1,0 +1,152 @@
+//! The kubelet's view of a credential-provider set-up, copied into a
+//! private directory for check-config: the config (one file, or a
+//! directory with its other files) and a bin dir of links to what the
+//! node's bin dir holds, each resolved inside the root, so that an
+//! absolute link (AKS on Flatcar links `acr-credential-provider` into
+//! `/usr/bin`) means the node's file and not one of the installer's own.
+//! Install stages the merged config before anything is written; doctor
+//! stages the live one.
+
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+
+use super::host::{Host, Kind};
+use crate::error::{Error, Result};
+
+/// The staged copy; removed on drop.
+pub struct Stage {
+    pub dir: PathBuf,
+    pub config: PathBuf,
+    pub bin_dir: PathBuf,
+    /// The node's config path the staged one stands for.
+    real_config: PathBuf,
+}
+
+impl Drop for Stage {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A private temporary directory (0700) with an unpredictable name.
+fn private_temp_dir() -> Result<PathBuf> {
+    let mut bytes = [0u8; 8];
+    let _ = rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty());
+    let suffix: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let dir = std::env::temp_dir().join(format!("wicp-node.{}.{suffix}", std::process::id()));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| Error::config(format!("cannot create {}: {e}", dir.display())))?;
+    Ok(dir)
+}
+
+fn io(e: std::io::Error) -> Error {
+    Error::config(format!("cannot stage the config for checking: {e}"))
+}
+
+/// What goes in the staged config: one file's bytes, or a directory's
+/// files with one of them replaced (or added).
+pub enum Config<'a> {
+    File {
+        path: &'a Path,
+        bytes: &'a [u8],
+    },
+    Directory {
+        dir: &'a Path,
+        ours: Option<(&'a Path, &'a [u8])>,
+    },
+}
+
+/// Stages `config` and the node's `bin_dir`, with `extra` names linked to
+/// `binary` (the binary about to be installed).
+pub fn stage(
+    host: &Host,
+    config: Config<'_>,
+    bin_dir: &Path,
+    extra: &[String],
+    binary: Option<&Path>,
+) -> Result<Stage> {
+    let root = private_temp_dir()?;
+    let mut stage = Stage {
+        config: PathBuf::new(),
+        bin_dir: root.join("bin"),
+        dir: root,
+        real_config: PathBuf::new(),
+    };
+    match config {
+        Config::File { path, bytes } => {
+            let p = stage.dir.join(path.file_name().unwrap_or_default());
+            std::fs::write(&p, bytes).map_err(io)?;
+            stage.config = p;
+            stage.real_config = path.to_path_buf();
+        }
+        Config::Directory { dir, ours } => {
+            let staged = stage.dir.join("config.d");
+            std::fs::create_dir(&staged).map_err(io)?;
+            if let Ok(entries) = host.read_dir(dir) {
+                for (name, kind) in entries {
+                    if kind == Kind::Dir {
+                        continue;
+                    }
+                    let path = dir.join(&name);
+                    // The kubelet follows links and fails on anything it
+                    // cannot read: so does the staged copy, bounded.
+                    match host.read_bytes(&path, crate::yaml::MAX_BYTES) {
+                        Ok(Some(bytes)) => std::fs::write(staged.join(&name), bytes).map_err(io)?,
+                        _ => {
+                            let _ = std::os::unix::fs::symlink("/nonexistent", staged.join(&name));
+                        }
+                    }
+                }
+            }
+            if let Some((path, bytes)) = ours {
+                std::fs::write(staged.join(path.file_name().unwrap_or_default()), bytes)
+                    .map_err(io)?;
+            }
+            stage.config = staged;
+            stage.real_config = dir.to_path_buf();
+        }
+    }
+    let bin = stage.bin_dir.clone();
+    std::fs::create_dir(&bin).map_err(io)?;
+    if let Ok(entries) = host.read_dir(bin_dir) {
+        for (name, _) in entries {
+            let target = host
+                .local(&bin_dir.join(&name))
+                .unwrap_or_else(|_| PathBuf::from("/nonexistent"));
+            let _ = std::os::unix::fs::symlink(target, bin.join(&name));
+        }
+    }
+    if let Some(binary) = binary {
+        let binary = std::fs::canonicalize(binary).unwrap_or_else(|_| binary.to_path_buf());
+        for name in extra {
+            let link = bin.join(name);
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(&binary, &link).map_err(io)?;
+        }
+    }
+    Ok(stage)
+}
+
+impl Stage {
+    /// Maps a staged file name in a finding back to the node's path.
+    pub fn unstage(&self, file: &str) -> String {
+        let f = Path::new(file);
+        if f == self.config {
+            return self.real_config.display().to_string();
+        }
+        let real_dir = if self.config.ends_with("config.d") {
+            self.real_config.clone()
+        } else {
+            self.real_config
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_default()
+        };
+        f.strip_prefix(&self.config)
+            .or_else(|_| f.strip_prefix(&self.dir))
+            .map(|rest| real_dir.join(rest).display().to_string())
+            .unwrap_or_else(|_| file.to_string())
+    }
+}
