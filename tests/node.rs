@@ -1294,3 +1294,405 @@ fn without_systemd_a_tenants_kubelet_is_never_trusted() {
         "{r:#}"
     );
 }
+
+/// `node ARGS` under strace, killed with SIGKILL at the `n`th call that
+/// changes the file system (rename, link, unlink, mkdir, fsync).
+fn run_killed_at(node: &Node, args: &[&str], n: u32) -> Output {
+    let path = format!(
+        "{}:{}",
+        node.dir.path().join("fakebin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut cmd = Command::new("strace");
+    cmd.args(["-o", "/dev/null", "-e"])
+        .arg(format!(
+            "inject=rename,renameat,renameat2,symlinkat,unlinkat,mkdirat,fsync:signal=KILL:when={n}"
+        ))
+        .arg(support::plugin::bin())
+        .env_clear()
+        .env("PATH", path)
+        .arg("node")
+        .args(args)
+        .arg("--root")
+        .arg(node.root())
+        .args(["--proc", "none"]);
+    if args[0] == "install" {
+        cmd.arg("--binary").arg(stripped_binary());
+    }
+    cmd.output().unwrap()
+}
+
+#[test]
+fn a_sigkill_at_every_step_leaves_a_node_that_uninstall_restores_and_a_rerun_completes() {
+    assert!(
+        Path::new("/usr/bin/strace").is_file(),
+        "strace is installed (.ci/run installs it)"
+    );
+    let install = ["install", "--provider", "aws", "--provider", "gcp"];
+    let mut n = 1;
+    loop {
+        let node = Node::new("kubeadm-deb", true);
+        let original = node.snapshot();
+        let out = run_killed_at(&node, &install, n);
+        if out.status.code() == Some(0) {
+            assert!(n > 5, "the install made only {n} changes");
+            break;
+        }
+        assert_eq!(out.status.code(), None, "killed at {n}: {}", show(&out));
+        // Uninstall takes the node back, byte for byte.
+        let un = node.run(&["uninstall"]);
+        assert_eq!(
+            un.status.code(),
+            Some(0),
+            "after a kill at {n}: {}",
+            show(&un)
+        );
+        let diff = changed(&original, &node.snapshot());
+        assert!(
+            diff.is_empty(),
+            "after a kill at {n}, uninstall left {diff:?}\n{}",
+            show(&un)
+        );
+        // Killed again at the same point, a re-run completes it.
+        let _ = run_killed_at(&node, &install, n);
+        let again = node.run(&install);
+        assert_eq!(
+            again.status.code(),
+            Some(0),
+            "re-run after a kill at {n}: {}",
+            show(&again)
+        );
+        let doctor = node.run(&["doctor"]);
+        assert!(
+            !text(&doctor.stdout).contains("FAIL check-config"),
+            "{}",
+            show(&doctor)
+        );
+        let un = node.run(&["uninstall"]);
+        assert_eq!(un.status.code(), Some(0), "{}", show(&un));
+        let diff = changed(&original, &node.snapshot());
+        assert!(
+            diff.is_empty(),
+            "after a kill at {n} and a re-run, uninstall left {diff:?}"
+        );
+        n += 1;
+        assert!(n < 80, "the install never finished under strace");
+    }
+}
+
+#[test]
+fn concurrent_installs_lose_no_record() {
+    let node = Node::new("kubeadm-deb", true);
+    let original = node.snapshot();
+    let node = Arc::new(node);
+    let handles: Vec<_> = [
+        vec!["install", "--provider", "aws"],
+        vec!["install", "--provider", "azure"],
+        vec!["install", "--provider", "gcp"],
+        vec!["install", "--provider", "aws", "--provider", "gcp"],
+        vec!["install", "--provider", "azure", "--provider", "gcp"],
+    ]
+    .into_iter()
+    .map(|args| {
+        let node = node.clone();
+        std::thread::spawn(move || node.run(&args))
+    })
+    .collect();
+    for h in handles {
+        let out = h.join().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    }
+    let config =
+        std::fs::read_to_string(node.path("/etc/kubernetes/credential-provider.yaml")).unwrap();
+    for p in ["aws", "azure", "gcp"] {
+        assert!(
+            config.contains(&format!("wi-credential-provider-{p}")),
+            "{config}"
+        );
+    }
+    let un = node.run(&["uninstall"]);
+    assert_eq!(un.status.code(), Some(0), "{}", show(&un));
+    let diff = changed(&original, &node.snapshot());
+    assert!(diff.is_empty(), "{diff:?}\n{}", show(&un));
+}
+
+#[test]
+fn a_fifo_a_device_or_a_deep_file_as_config_is_refused_at_once() {
+    let node = Node::new("kubeadm-deb", true);
+    let config = node.path("/etc/kubernetes/credential-provider.yaml");
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    // The kubelet's config: a FIFO (a read would block for ever).
+    assert!(
+        Command::new("mkfifo")
+            .arg(&config)
+            .status()
+            .unwrap()
+            .success()
+    );
+    std::fs::write(
+        node.path("/etc/default/kubelet"),
+        "KUBELET_EXTRA_ARGS=--image-credential-provider-config=/etc/kubernetes/credential-provider.yaml --image-credential-provider-bin-dir=/opt/bin\n",
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let out = node.run(&["install", "--provider", "aws"]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(text(&out.stdout).contains("FIFO"), "{}", show(&out));
+    // A device node (as /dev/zero is) and a 100,000-deep document.
+    std::fs::remove_file(&config).unwrap();
+    assert!(
+        Command::new("mknod")
+            .arg(&config)
+            .args(["c", "1", "5"])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let out = node.run(&["install", "--provider", "aws"]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    std::fs::remove_file(&config).unwrap();
+    std::fs::write(
+        &config,
+        format!("{}1{}", "[".repeat(100_000), "]".repeat(100_000)),
+    )
+    .unwrap();
+    let out = node.run(&["install", "--provider", "aws"]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(
+        text(&out.stdout).contains("nested too deeply"),
+        "{}",
+        show(&out)
+    );
+    // --config /dev/zero: the admin's file, read with the same bounds.
+    let out = node.run(&["install", "--config", "/dev/zero"]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(
+        text(&out.stdout).contains("character device"),
+        "{}",
+        show(&out)
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+}
+
+#[test]
+fn planted_links_an_absolute_link_and_umask_000_cannot_steer_a_write() {
+    let node = Node::new("kubeadm-deb", true);
+    let outside = tempfile::tempdir().unwrap();
+    let victim = outside.path().join("victim");
+    std::fs::write(&victim, "keep").unwrap();
+    // /etc/kubernetes is an absolute link: on the host it means the host's
+    // /srv/kube, never the installer's own.
+    std::fs::create_dir_all(node.path("/srv/kube")).unwrap();
+    std::os::unix::fs::symlink("/srv/kube", node.path("/etc/kubernetes")).unwrap();
+    std::fs::write(
+        node.path("/srv/kube/credential-provider.yaml"),
+        "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders: []\n",
+    )
+    .unwrap();
+    // A link planted where the backup goes, pointing outside the root.
+    std::os::unix::fs::symlink(
+        &victim,
+        node.path("/srv/kube/credential-provider.yaml.wi-credential-provider.bak"),
+    )
+    .unwrap();
+    std::fs::write(
+        node.path("/etc/default/kubelet"),
+        "KUBELET_EXTRA_ARGS=--image-credential-provider-config=/etc/kubernetes/credential-provider.yaml --image-credential-provider-bin-dir=/opt/new/bin\n",
+    )
+    .unwrap();
+    let path = format!(
+        "{}:{}",
+        node.dir.path().join("fakebin").display(),
+        std::env::var("PATH").unwrap()
+    );
+    let out = Command::new("sh")
+        .args(["-c", "umask 000; exec \"$@\"", "sh"])
+        .arg(support::plugin::bin())
+        .args([
+            "node",
+            "install",
+            "--provider",
+            "aws",
+            "--proc",
+            "none",
+            "--root",
+        ])
+        .arg(node.root())
+        .arg("--binary")
+        .arg(stripped_binary())
+        .env_clear()
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+    assert!(
+        std::fs::read_to_string(node.path("/srv/kube/credential-provider.yaml"))
+            .unwrap()
+            .contains("wi-credential-provider-aws")
+    );
+    let mode = |p: &str| std::fs::symlink_metadata(node.path(p)).unwrap().mode() & 0o7777;
+    assert_eq!(mode("/opt"), 0o755);
+    assert_eq!(mode("/opt/new/bin"), 0o755);
+    assert_eq!(mode("/opt/new/bin/wi-credential-provider"), 0o755);
+    assert_eq!(
+        mode("/srv/kube/credential-provider.yaml.wi-credential-provider.bak"),
+        0o600
+    );
+    assert_eq!(
+        mode("/var/lib/wi-credential-provider/node-install.json"),
+        0o600
+    );
+    let un = node.run(&["uninstall"]);
+    assert_eq!(un.status.code(), Some(0), "{}", show(&un));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+}
+
+#[test]
+fn a_symlinked_config_is_restored_as_the_link() {
+    let node = Node::new("kubeadm-deb", true);
+    std::fs::create_dir_all(node.path("/usr/share/kube")).unwrap();
+    std::fs::write(
+        node.path("/usr/share/kube/creds.yaml"),
+        "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders: []\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(node.path("/etc/kubernetes")).unwrap();
+    std::os::unix::fs::symlink(
+        "/usr/share/kube/creds.yaml",
+        node.path("/etc/kubernetes/credential-provider.yaml"),
+    )
+    .unwrap();
+    std::fs::write(
+        node.path("/etc/default/kubelet"),
+        "KUBELET_EXTRA_ARGS=--image-credential-provider-config=/etc/kubernetes/credential-provider.yaml --image-credential-provider-bin-dir=/opt/bin\n",
+    )
+    .unwrap();
+    full_cycle(&node, &["--provider", "gcp"]);
+    assert_eq!(
+        std::fs::read_link(node.path("/etc/kubernetes/credential-provider.yaml")).unwrap(),
+        Path::new("/usr/share/kube/creds.yaml")
+    );
+}
+
+#[test]
+fn k3s_paths_from_its_config_yaml_and_drop_ins() {
+    let node = Node::new("k3s", true);
+    std::fs::create_dir_all(node.path("/etc/rancher/k3s/config.yaml.d")).unwrap();
+    std::fs::write(
+        node.path("/etc/rancher/k3s/config.yaml"),
+        "image-credential-provider-config: /etc/rancher/creds/config.yaml\n",
+    )
+    .unwrap();
+    std::fs::write(
+        node.path("/etc/rancher/k3s/config.yaml.d/50-bin.yaml"),
+        "image-credential-provider-bin-dir: /opt/k3s-creds/bin\n",
+    )
+    .unwrap();
+    write_health_config(&node, "/etc/rancher/k3s/kubelet-health.yaml");
+    let common = ["--kubelet-config", "/etc/rancher/k3s/kubelet-health.yaml"];
+    let report = full_cycle_with(&node, &["--provider", "aws"], &common);
+    assert_eq!(
+        report["plan"]["bin_dir"], "/opt/k3s-creds/bin",
+        "{report:#}"
+    );
+    assert_eq!(
+        report["plan"]["config"]["path"], "/etc/rancher/creds/config.yaml",
+        "{report:#}"
+    );
+}
+
+#[test]
+fn a_merge_key_the_kubelet_accepts_is_accepted() {
+    let node = Node::new("kubeadm-deb", true);
+    std::fs::create_dir_all(node.path("/etc/kubernetes")).unwrap();
+    std::fs::write(
+        node.path("/etc/kubernetes/credential-provider.yaml"),
+        "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nx-defaults: &d\n  defaultCacheDuration: 1h\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\nproviders: []\n",
+    )
+    .unwrap();
+    std::fs::write(
+        node.path("/etc/default/kubelet"),
+        "KUBELET_EXTRA_ARGS=--image-credential-provider-config=/etc/kubernetes/credential-provider.yaml --image-credential-provider-bin-dir=/opt/bin\n",
+    )
+    .unwrap();
+    let text_with_merge = "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - <<: {defaultCacheDuration: 1h, apiVersion: credentialprovider.kubelet.k8s.io/v1}\n    name: other\n    matchImages: [\"other.example.com\"]\n";
+    std::fs::write(
+        node.path("/etc/kubernetes/credential-provider.yaml"),
+        text_with_merge,
+    )
+    .unwrap();
+    let out = node.run(&["install", "--provider", "gcp", "--dry-run"]);
+    assert!(!text(&out.stdout).contains("cannot read"), "{}", show(&out));
+}
+
+#[test]
+fn a_failed_restart_restores_every_file() {
+    let node = Node::new("kubeadm-deb", true);
+    let original = node.snapshot();
+    // k3s-style: the unit fails to start (Type=notify agent dying).
+    std::fs::write(node.dir.path().join("fakebin/systemctl"), "#!/bin/sh\necho \"$*\" >> /dev/null\n[ \"$1\" = restart ] && { echo 'Job for kubelet.service failed' >&2; exit 1; }\nexit 0\n").unwrap();
+    let out = node.run(&[
+        "install",
+        "--provider",
+        "aws",
+        "--restart-kubelet",
+        "--health-timeout",
+        "2s",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(text(&out.stdout).contains("rolled back"), "{}", show(&out));
+    let diff: Vec<String> = changed(&original, &node.snapshot())
+        .into_iter()
+        .filter(|p| p != "var/lib/wi-credential-provider/node-install.failed")
+        .collect();
+    assert!(diff.is_empty(), "{diff:?}");
+}
+
+#[test]
+fn gke_cos_uninstall_after_a_reboot_rebuilt_etc() {
+    let node = Node::new("gke-cos", true);
+    let original = node.snapshot();
+    let out = node.run(&[
+        "install",
+        "--provider",
+        "gcp",
+        "--replace",
+        "auth-provider-gcp=gke.gcr.io",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    // The reboot: configure-helper.sh writes /etc again from scratch, and
+    // our backup on the tmpfs is gone.
+    let config = "etc/srv/kubernetes/cri_auth_config.yaml";
+    std::fs::write(node.root().join(config), &original[config].0).unwrap();
+    std::fs::remove_file(
+        node.root()
+            .join(format!("{config}.wi-credential-provider.bak")),
+    )
+    .unwrap();
+    let un = node.run(&["uninstall"]);
+    assert_eq!(un.status.code(), Some(0), "{}", show(&un));
+    let diff = changed(&original, &node.snapshot());
+    assert!(diff.is_empty(), "{diff:?}\n{}", show(&un));
+}
+
+#[test]
+fn doctor_says_a_restart_is_pending_when_the_unit_names_another_file() {
+    let node = Node::new("kubeadm-deb", true);
+    std::fs::write(
+        node.path("/etc/default/kubelet"),
+        "KUBELET_EXTRA_ARGS=--image-credential-provider-config=/etc/kubernetes/new.yaml --image-credential-provider-bin-dir=/opt/from-proc/bin\n",
+    )
+    .unwrap();
+    let out = daemonset_run(&node, false, &REAL_KUBELET, &["doctor"]);
+    assert!(
+        text(&out.stdout).contains("restart-pending"),
+        "{}",
+        show(&out)
+    );
+    assert!(
+        text(&out.stdout).contains("/etc/kubernetes/new.yaml"),
+        "{}",
+        show(&out)
+    );
+}

@@ -91,6 +91,11 @@ fn uninstall(args: &Args, report: &mut Report) -> Result<()> {
     let host = args.target.host()?;
     if Manifest::read(&host)?.is_none() {
         let _ = host.remove(Path::new(install::FAILED));
+        // An install killed before its first record left only its lock
+        // file: taking the lock and letting go removes it.
+        if host.exists(Path::new(files::LOCK)) {
+            drop(files::lock(&host)?);
+        }
         return Ok(());
     }
     let _lock = files::lock(&host)?;
