@@ -316,10 +316,12 @@ fn the_node_install_config_and_daemonset_are_sound() {
         .iter()
         .map(|m| m.mount_path.clone())
         .collect();
-    // install.sh --node hands over to `node install`, which needs the whole
-    // host root (the kubelet's paths are found at run time) and the host's
-    // /proc (hostPID) to read the kubelet's command line.
-    assert!(command.contains("--node"), "{command}");
+    // install.sh hands over to `node install`, which needs the whole host
+    // root (the kubelet's paths are found at run time) and the host's /proc
+    // (hostPID) to identify the kubelet and probe its health from PID 1's
+    // network namespace; the pod itself stays off the host network.
+    assert!(command.contains("--restart-kubelet"), "{command}");
+    assert_ne!(spec.host_network, Some(true));
     assert!(mounts.contains("/host"));
     assert!(mounts.contains("/config"));
     assert_eq!(spec.host_pid, Some(true));
