@@ -131,13 +131,29 @@ impl Discovery {
 /// kubelet flag `name`.
 pub fn parse_flags(args: &[String]) -> BTreeMap<String, String> {
     let mut flags = BTreeMap::new();
+    for (name, value) in flag_pairs(args) {
+        if name == "kubelet-arg" {
+            if let Some((n, v)) = kubelet_arg(&value) {
+                flags.insert(n, v);
+            }
+            continue;
+        }
+        flags.insert(name, value);
+    }
+    flags
+}
+
+/// Each flag of a command line as (name, value), in order: `--name=value`,
+/// `--name value`, or `--name` alone (`true`).
+fn flag_pairs(args: &[String]) -> Vec<(String, String)> {
+    let mut pairs = Vec::new();
     let mut i = 0;
     while let Some(arg) = args.get(i) {
         i += 1;
         let Some(body) = arg.strip_prefix("--") else {
             continue;
         };
-        let (name, value) = match body.split_once('=') {
+        pairs.push(match body.split_once('=') {
             Some((n, v)) => (n.to_string(), v.to_string()),
             None => match args.get(i) {
                 Some(next) if !next.starts_with('-') => {
@@ -146,16 +162,15 @@ pub fn parse_flags(args: &[String]) -> BTreeMap<String, String> {
                 }
                 _ => (body.to_string(), "true".to_string()),
             },
-        };
-        if name == "kubelet-arg" {
-            if let Some((n, v)) = value.trim_start_matches('-').split_once('=') {
-                flags.insert(n.to_string(), v.to_string());
-            }
-            continue;
-        }
-        flags.insert(name, value);
+        });
     }
-    flags
+    pairs
+}
+
+/// A `--kubelet-arg` value (`name=value`, or `--name=value`) as a flag.
+fn kubelet_arg(value: &str) -> Option<(String, String)> {
+    let (n, v) = value.trim_start_matches('-').split_once('=')?;
+    Some((n.to_string(), v.to_string()))
 }
 
 /// The k3s/RKE2 configuration files as k3s reads them
@@ -244,47 +259,16 @@ pub fn rancher_kubelet_flags(args: &[String]) -> BTreeMap<String, String> {
 
 /// `--kubelet-arg=name=value` (or `--kubelet-arg name=value`) pairs.
 fn kubelet_args(args: &[String]) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    let mut i = 0;
-    while let Some(arg) = args.get(i) {
-        i += 1;
-        let value = if let Some(v) = arg.strip_prefix("--kubelet-arg=") {
-            v.to_string()
-        } else if arg == "--kubelet-arg" {
-            i += 1;
-            args.get(i - 1).cloned().unwrap_or_default()
-        } else {
-            continue;
-        };
-        if let Some((n, v)) = value.trim_start_matches('-').split_once('=') {
-            out.insert(n.to_string(), v.to_string());
-        }
-    }
-    out
+    flag_pairs(args)
+        .into_iter()
+        .filter(|(name, _)| name == "kubelet-arg")
+        .filter_map(|(_, value)| kubelet_arg(&value))
+        .collect()
 }
 
 /// [`parse_flags`] without the k3s `--kubelet-arg` folding.
 fn parse_flags_plain(args: &[String]) -> BTreeMap<String, String> {
-    let mut flags = BTreeMap::new();
-    let mut i = 0;
-    while let Some(arg) = args.get(i) {
-        i += 1;
-        let Some(body) = arg.strip_prefix("--") else {
-            continue;
-        };
-        let (name, value) = match body.split_once('=') {
-            Some((n, v)) => (n.to_string(), v.to_string()),
-            None => match args.get(i) {
-                Some(next) if !next.starts_with('-') => {
-                    i += 1;
-                    (body.to_string(), next.clone())
-                }
-                _ => (body.to_string(), "true".to_string()),
-            },
-        };
-        flags.insert(name, value);
-    }
-    flags
+    flag_pairs(args).into_iter().collect()
 }
 
 /// Runs discovery under `host`.

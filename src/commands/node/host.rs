@@ -507,18 +507,30 @@ impl Host {
     fn put(&self, path: &Path, bytes: &[u8], mode: u32, replace: bool) -> std::io::Result<bool> {
         let (dir, name) = self.parent_of(path)?;
         let tmp = Self::temp_file(&dir, &name, bytes, mode)?;
+        Self::rename_into(&dir, &tmp, &name, replace)
+    }
+
+    /// Renames `tmp` to `name` in `dir` (only if nothing is there, without
+    /// `replace`: `Ok(false)` then), syncs the directory, and removes `tmp`
+    /// when the rename fails.
+    fn rename_into(
+        dir: &OwnedFd,
+        tmp: &OsStr,
+        name: &OsStr,
+        replace: bool,
+    ) -> std::io::Result<bool> {
         let flags = if replace {
             RenameFlags::empty()
         } else {
             RenameFlags::NOREPLACE
         };
-        match rustix::fs::renameat_with(&dir, tmp.as_os_str(), &dir, name.as_os_str(), flags) {
+        match rustix::fs::renameat_with(dir, tmp, dir, name, flags) {
             Ok(()) => {
-                Self::sync_dir(&dir);
+                Self::sync_dir(dir);
                 Ok(true)
             }
             Err(e) => {
-                let _ = rustix::fs::unlinkat(&dir, tmp.as_os_str(), AtFlags::empty());
+                let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
                 if e == Errno::EXIST && !replace {
                     Ok(false)
                 } else {
@@ -548,25 +560,7 @@ impl Host {
         tmp.push(&name);
         tmp.push(format!(".wicp-{}", random_suffix()));
         rustix::fs::symlinkat(target, &dir, tmp.as_os_str()).map_err(io)?;
-        let flags = if replace {
-            RenameFlags::empty()
-        } else {
-            RenameFlags::NOREPLACE
-        };
-        match rustix::fs::renameat_with(&dir, tmp.as_os_str(), &dir, name.as_os_str(), flags) {
-            Ok(()) => {
-                Self::sync_dir(&dir);
-                Ok(true)
-            }
-            Err(e) => {
-                let _ = rustix::fs::unlinkat(&dir, tmp.as_os_str(), AtFlags::empty());
-                if e == Errno::EXIST && !replace {
-                    Ok(false)
-                } else {
-                    Err(io(e))
-                }
-            }
-        }
+        Self::rename_into(&dir, &tmp, &name, replace)
     }
 
     /// Removes file or link `path` (never what a link points to).
