@@ -354,9 +354,19 @@ fn decode(file: &Path, bytes: &[u8]) -> (Vec<CredentialProvider>, Vec<Finding>) 
         ));
         return (Vec::new(), findings);
     };
-    let config = match WireConfig::deserialize(first) {
+    // The kubelet's YAML library applies merge keys (`<<`) before its
+    // strict decode, so the decode here runs on the merged document. A
+    // failure is reported from the document as written, which says where.
+    let merged =
+        yaml_serde::Value::deserialize(first).and_then(|mut v| v.apply_merge().map(|()| v));
+    let config = match merged.and_then(WireConfig::deserialize) {
         Ok(config) => config,
-        Err(e) => {
+        Err(merged_error) => {
+            let e = yaml_serde::Deserializer::from_str(text)
+                .next()
+                .map(WireConfig::deserialize)
+                .and_then(Result::err)
+                .map_or(merged_error.to_string(), |e| e.to_string());
             findings.push(fail(Rule::KubeletDecode, format!("cannot decode: {e}")));
             return (Vec::new(), findings);
         }
@@ -455,6 +465,23 @@ mod tests {
         assert_eq!(p.name(), "a");
         assert_eq!(p.env(), [("X".to_string(), "y".to_string())]);
         assert_eq!(p.token_attributes.as_ref().unwrap().audience(), "aud");
+    }
+
+    #[test]
+    fn merge_keys_are_applied_before_the_strict_decode_and_errors_say_where() {
+        let (providers, findings) = decode_str(
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\n\
+             providers:\n- <<: {defaultCacheDuration: 1h, apiVersion: credentialprovider.kubelet.k8s.io/v1}\n  name: a\n  matchImages: [\"*.io\"]\n",
+        );
+        assert!(findings.is_empty(), "{findings:?}");
+        assert_eq!(
+            providers[0].api_version(),
+            "credentialprovider.kubelet.k8s.io/v1"
+        );
+        let (_, findings) = decode_str(
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- name: a\n  bogus: 1\n",
+        );
+        assert!(findings[0].to_string().contains("line"), "{findings:?}");
     }
 
     #[test]

@@ -177,12 +177,6 @@ fn config_change(
         host.read_bytes(&base, crate::yaml::MAX_BYTES)
             .map_err(|e| Error::config(format!("cannot read {}: {e}", base.display())))?
     };
-    if let Some(bytes) = &existing {
-        crate::yaml::parse(bytes).map_err(|e| {
-            Error::config(format!("cannot read {}: {e}", base.display()))
-                .fix("fix the file first: the kubelet would refuse it too")
-        })?;
-    }
     let merged = merge::merge(
         existing.as_deref(),
         &base,

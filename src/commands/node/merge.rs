@@ -79,10 +79,10 @@ pub struct Merged {
     pub changes: Vec<String>,
 }
 
+/// Parses a config with the bounded reader's rules (depth, merge keys),
+/// so that what is merged is what the kubelet reads.
 pub fn parse(bytes: &[u8], what: &Path) -> Result<Value> {
-    let text = std::str::from_utf8(bytes)
-        .map_err(|_| Error::config(format!("{} is not UTF-8", what.display())))?;
-    yaml_serde::from_str(text).map_err(|e| {
+    crate::yaml::parse(bytes).map_err(|e| {
         Error::config(format!("cannot read {}: {e}", what.display()))
             .fix("fix the file first: the kubelet would refuse it too")
     })
