@@ -1429,11 +1429,11 @@ fn a_fifo_a_device_or_a_deep_file_as_config_is_refused_at_once() {
             .unwrap()
             .success()
     );
-    std::fs::write(
-        node.path("/etc/default/kubelet"),
-        "KUBELET_EXTRA_ARGS=--image-credential-provider-config=/etc/kubernetes/credential-provider.yaml --image-credential-provider-bin-dir=/opt/bin\n",
-    )
-    .unwrap();
+    set_kubelet_flags(
+        &node,
+        "/etc/kubernetes/credential-provider.yaml",
+        "/opt/bin",
+    );
     let started = std::time::Instant::now();
     let out = node.run(&["install", "--provider", "aws"]);
     assert_eq!(out.status.code(), Some(1), "{}", show(&out));
@@ -1495,11 +1495,11 @@ fn planted_links_an_absolute_link_and_umask_000_cannot_steer_a_write() {
         node.path("/srv/kube/credential-provider.yaml.wi-credential-provider.bak"),
     )
     .unwrap();
-    std::fs::write(
-        node.path("/etc/default/kubelet"),
-        "KUBELET_EXTRA_ARGS=--image-credential-provider-config=/etc/kubernetes/credential-provider.yaml --image-credential-provider-bin-dir=/opt/new/bin\n",
-    )
-    .unwrap();
+    set_kubelet_flags(
+        &node,
+        "/etc/kubernetes/credential-provider.yaml",
+        "/opt/new/bin",
+    );
     let path = format!(
         "{}:{}",
         node.dir.path().join("fakebin").display(),
@@ -1563,11 +1563,11 @@ fn a_symlinked_config_is_restored_as_the_link() {
         node.path("/etc/kubernetes/credential-provider.yaml"),
     )
     .unwrap();
-    std::fs::write(
-        node.path("/etc/default/kubelet"),
-        "KUBELET_EXTRA_ARGS=--image-credential-provider-config=/etc/kubernetes/credential-provider.yaml --image-credential-provider-bin-dir=/opt/bin\n",
-    )
-    .unwrap();
+    set_kubelet_flags(
+        &node,
+        "/etc/kubernetes/credential-provider.yaml",
+        "/opt/bin",
+    );
     full_cycle(&node, &["--provider", "gcp"]);
     assert_eq!(
         std::fs::read_link(node.path("/etc/kubernetes/credential-provider.yaml")).unwrap(),
@@ -1606,24 +1606,28 @@ fn k3s_paths_from_its_config_yaml_and_drop_ins() {
 fn a_merge_key_the_kubelet_accepts_is_accepted() {
     let node = Node::new("kubeadm-deb", true);
     std::fs::create_dir_all(node.path("/etc/kubernetes")).unwrap();
-    std::fs::write(
-        node.path("/etc/kubernetes/credential-provider.yaml"),
-        "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nx-defaults: &d\n  defaultCacheDuration: 1h\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\nproviders: []\n",
-    )
-    .unwrap();
-    std::fs::write(
-        node.path("/etc/default/kubelet"),
-        "KUBELET_EXTRA_ARGS=--image-credential-provider-config=/etc/kubernetes/credential-provider.yaml --image-credential-provider-bin-dir=/opt/bin\n",
-    )
-    .unwrap();
+    set_kubelet_flags(
+        &node,
+        "/etc/kubernetes/credential-provider.yaml",
+        "/opt/bin",
+    );
     let text_with_merge = "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - <<: {defaultCacheDuration: 1h, apiVersion: credentialprovider.kubelet.k8s.io/v1}\n    name: other\n    matchImages: [\"other.example.com\"]\n";
     std::fs::write(
         node.path("/etc/kubernetes/credential-provider.yaml"),
         text_with_merge,
     )
     .unwrap();
-    let out = node.run(&["install", "--provider", "gcp", "--dry-run"]);
-    assert!(!text(&out.stdout).contains("cannot read"), "{}", show(&out));
+    std::fs::create_dir_all(node.path("/opt/bin")).unwrap();
+    std::fs::copy("/bin/true", node.path("/opt/bin/other")).unwrap();
+    let out = node.run(&["install", "--provider", "gcp"]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    // The other entry keeps what the merge key gave it.
+    let doctor = node.run(&["doctor"]);
+    assert!(
+        !text(&doctor.stdout).contains("FAIL check-config"),
+        "{}",
+        show(&doctor)
+    );
 }
 
 #[test]
@@ -1679,11 +1683,7 @@ fn gke_cos_uninstall_after_a_reboot_rebuilt_etc() {
 #[test]
 fn doctor_says_a_restart_is_pending_when_the_unit_names_another_file() {
     let node = Node::new("kubeadm-deb", true);
-    std::fs::write(
-        node.path("/etc/default/kubelet"),
-        "KUBELET_EXTRA_ARGS=--image-credential-provider-config=/etc/kubernetes/new.yaml --image-credential-provider-bin-dir=/opt/from-proc/bin\n",
-    )
-    .unwrap();
+    set_kubelet_flags(&node, "/etc/kubernetes/new.yaml", "/opt/from-proc/bin");
     let out = daemonset_run(&node, false, &REAL_KUBELET, &["doctor"]);
     assert!(
         text(&out.stdout).contains("restart-pending"),
@@ -1695,4 +1695,16 @@ fn doctor_says_a_restart_is_pending_when_the_unit_names_another_file() {
         "{}",
         show(&out)
     );
+}
+
+/// Gives the kubeadm node's kubelet the two credential-provider flags in
+/// KUBELET_EXTRA_ARGS, as an admin would.
+fn set_kubelet_flags(node: &Node, config: &str, bin_dir: &str) {
+    std::fs::write(
+        node.path("/etc/default/kubelet"),
+        format!(
+            "KUBELET_EXTRA_ARGS=--image-credential-provider-config={config} --image-credential-provider-bin-dir={bin_dir}\n"
+        ),
+    )
+    .unwrap();
 }
