@@ -34,14 +34,19 @@ pub fn run(program: &Path, args: &[&str], timeout: Duration) -> Result<Finished,
     let mut child = command
         .spawn()
         .map_err(|e| format!("cannot run {shown}: {e}"))?;
+    // Each pipe is read on its own thread and handed back over a channel,
+    // so that a grandchild still holding a pipe open cannot hold us past
+    // the deadline.
     let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut out = Vec::new();
             if let Some(p) = pipe {
                 let _ = p.take(MAX_OUTPUT).read_to_end(&mut out);
             }
-            out
-        })
+            let _ = tx.send(out);
+        });
+        rx
     };
     let stdout = drain(
         child
@@ -71,9 +76,39 @@ pub fn run(program: &Path, args: &[&str], timeout: Duration) -> Result<Finished,
             Err(e) => return Err(format!("cannot wait for {shown}: {e}")),
         }
     };
+    let left = || {
+        deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(100))
+    };
     Ok(Finished {
         status,
-        stdout: stdout.join().unwrap_or_default(),
-        stderr: stderr.join().unwrap_or_default(),
+        stdout: stdout.recv_timeout(left()).unwrap_or_default(),
+        stderr: stderr.recv_timeout(left()).unwrap_or_default(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_child_is_killed_at_the_deadline_and_a_grandchild_cannot_hold_us() {
+        let started = Instant::now();
+        let err = run(Path::new("sleep"), &["30"], Duration::from_millis(300)).unwrap_err();
+        assert!(err.contains("killed"), "{err}");
+        // The child exits at once; the grandchild keeps stdout open.
+        let out = run(
+            Path::new("sh"),
+            &["-c", "sleep 30 & echo hi"],
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        assert!(out.status.success());
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+    }
 }
