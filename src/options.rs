@@ -90,6 +90,9 @@ pub struct Options {
     pub registries: providers::allowlist::Options,
 
     #[command(flatten)]
+    pub fallback: providers::fallback::Options,
+
+    #[command(flatten)]
     pub cache: cache::Options,
 }
 

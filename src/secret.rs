@@ -144,7 +144,7 @@ fn mix(mut z: u64) -> u64 {
 }
 
 /// Registers `value` for redaction (see [`known_spans`]).
-fn register(value: &str) {
+pub fn register(value: &str) {
     let bytes = value.as_bytes();
     if bytes.len() < MIN_REGISTERED {
         return;

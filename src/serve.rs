@@ -22,6 +22,7 @@ use crate::log::{self, Level};
 use crate::matching;
 use crate::options::{self, Options};
 use crate::protocol::{self, Response};
+use crate::providers::fallback::Whose;
 use crate::providers::route;
 use crate::providers::{Context, Exchanger, Plan, Provider};
 use crate::stdin;
@@ -178,6 +179,7 @@ fn respond(
     if let Some(token) = &token {
         subject.service_account = Some(token.service_account().to_string());
     }
+    route::require_node_identity(provider, options.fallback.fallback)?;
     let exchanger = (provider.build)(matches, inputs)?;
     let annotations = &request.service_account_annotations;
     let prepared = prepare(
@@ -205,7 +207,10 @@ fn respond(
             let key = cache::Key::derive(&key_inputs);
             let about = cache::Subject {
                 provider: provider.name(),
-                service_account: token.as_ref().map(|t| t.service_account()),
+                service_account: token
+                    .as_ref()
+                    .filter(|_| !prepared.plan.identity.is_node())
+                    .map(|t| t.service_account()),
                 registry: &auth_key,
             };
             cache.serve(&key, about, &deadline, prepared.plan.exchange)?
@@ -218,6 +223,16 @@ fn respond(
         },
     };
     let credential = served.credential;
+    let whose = match &prepared.plan.identity {
+        Whose::Node { why } => {
+            crate::debug!("node identity: {why}");
+            "the node's identity".to_string()
+        }
+        Whose::ServiceAccount => subject
+            .service_account
+            .clone()
+            .unwrap_or_else(|| "no service account".to_string()),
+    };
 
     let now = duration::unix_now();
     let cache_duration = cache::kubelet_cache_duration(
@@ -245,10 +260,7 @@ fn respond(
     crate::info!(
         "{} credentials for {} on {} ({}), cacheDuration {}{}",
         provider,
-        subject
-            .service_account
-            .as_deref()
-            .unwrap_or("no service account"),
+        whose,
         auth_key,
         image,
         duration::format_go(cache_duration),

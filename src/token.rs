@@ -180,6 +180,16 @@ fn segment(segment: &str, what: &str) -> Result<Vec<u8>> {
 /// trust it. `None` for anything that is not a JWS compact token with a
 /// numeric `exp`.
 pub fn unverified_expiry(token: &str) -> Option<i64> {
+    match unverified_claim(token, "exp")? {
+        serde_json::Value::Number(n) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)),
+        _ => None,
+    }
+}
+
+/// One claim of a token an upstream issued, read without verifying it (see
+/// [`unverified_expiry`]): the Entra tenant (`tid`) of a managed identity's
+/// token, for ACR's exchange form.
+pub fn unverified_claim(token: &str, name: &str) -> Option<serde_json::Value> {
     if token.len() > MAX_TOKEN_BYTES {
         return None;
     }
@@ -187,12 +197,9 @@ pub fn unverified_expiry(token: &str) -> Option<i64> {
     let (_, payload, _, None) = (parts.next()?, parts.next()?, parts.next()?, parts.next()) else {
         return None;
     };
-    let claims: serde_json::Value =
+    let mut claims: serde_json::Value =
         serde_json::from_slice(&segment(payload, "payload").ok()?).ok()?;
-    match claims.get("exp")? {
-        serde_json::Value::Number(n) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)),
-        _ => None,
-    }
+    claims.get_mut(name).map(serde_json::Value::take)
 }
 
 fn number(n: Option<serde_json::Number>, claim: &str) -> Result<i64> {

@@ -14,6 +14,10 @@
 //! - the token's `issuer` and the service account's namespace, name and UID
 //!   (a service account deleted and recreated under the same name has a new
 //!   UID, so it never inherits the old one's credentials);
+//! - for a node-identity credential (`--fallback node`) the four lines
+//!   above and `annotations` are one line, `identity=node`: the credential
+//!   is the same for every pod, so it is kept once per registry, and no
+//!   service account's text (which always has `sa…` lines) can equal it;
 //! - `annotations`: a SHA-256 over every annotation the kubelet passed,
 //!   sorted, so editing any of them (a new role, another client ID) is a
 //!   different entry;
@@ -50,7 +54,13 @@ pub struct KeyInputs<'a> {
     pub annotations: &'a BTreeMap<String, String>,
     pub auth_key: &'a str,
     pub inputs: &'a [(&'static str, String)],
+    /// A node-identity credential: no service account, token or
+    /// annotation shapes it.
+    pub node: bool,
 }
+
+/// The annotations of a node-identity key: none.
+static NO_ANNOTATIONS: BTreeMap<String, String> = BTreeMap::new();
 
 impl<'a> KeyInputs<'a> {
     /// The inputs of a planned exchange: what `respond()` keys the cache on
@@ -61,6 +71,18 @@ impl<'a> KeyInputs<'a> {
         token: Option<&'a crate::token::ServiceAccountToken>,
         annotations: &'a BTreeMap<String, String>,
     ) -> Self {
+        if plan.identity.is_node() {
+            return KeyInputs {
+                provider: plan.provider.name(),
+                audiences: &[],
+                issuer: None,
+                service_account: None,
+                annotations: &NO_ANNOTATIONS,
+                auth_key: &plan.auth_key,
+                inputs: &plan.inputs,
+                node: true,
+            };
+        }
         KeyInputs {
             provider: plan.provider.name(),
             audiences,
@@ -69,6 +91,7 @@ impl<'a> KeyInputs<'a> {
             annotations,
             auth_key: &plan.auth_key,
             inputs: &plan.inputs,
+            node: false,
         }
     }
 }
@@ -121,6 +144,14 @@ pub fn canonical(inputs: &KeyInputs<'_>) -> String {
     };
     line("format", &FORMAT_VERSION.to_string());
     line("provider", inputs.provider);
+    if inputs.node {
+        line("identity", "node");
+        line("auth_key", inputs.auth_key);
+        for (name, value) in inputs.inputs {
+            line(&format!("input.{name}"), value);
+        }
+        return text;
+    }
     let mut audiences: Vec<&str> = inputs.audiences.iter().map(String::as_str).collect();
     audiences.sort_unstable();
     audiences.dedup();
@@ -235,6 +266,7 @@ mod tests {
                 annotations: &self.annotations,
                 auth_key: &self.auth_key,
                 inputs: &self.inputs,
+                node: false,
             }
         }
 
@@ -281,6 +313,7 @@ mod tests {
             annotations: &annotations,
             auth_key: "europe-docker.pkg.dev",
             inputs: &[("registry", "gcp".to_string())],
+            node: false,
         };
         assert_eq!(
             canonical(&inputs),
@@ -292,6 +325,41 @@ mod tests {
             Key::derive(&inputs).as_str(),
             "6b10014e2b1e1c5f15af26121132519879a76c35157edb88f860683ede84e0e2"
         );
+    }
+
+    /// A node credential is one key per registry whoever asks, and never
+    /// the key of a service account's credential for the same registry.
+    #[test]
+    fn a_node_key_names_no_service_account_and_equals_none() {
+        let f = Fixture::new();
+        let node = KeyInputs {
+            node: true,
+            ..f.inputs()
+        };
+        assert_eq!(
+            canonical(&node),
+            "format=1\nprovider=aws\nidentity=node\n\
+             auth_key=123456789012.dkr.ecr.eu-west-1.amazonaws.com\n\
+             input.role_arn=arn:aws:iam::123456789012:role/puller\n\
+             input.registry=eu-west-1\n\
+             input.sts_endpoint=https://sts.eu-west-1.amazonaws.com\n"
+        );
+        // Another service account asking gets the same node key...
+        let other = sa("another-uid");
+        let from_other = KeyInputs {
+            service_account: Some(&other),
+            ..node.clone()
+        };
+        assert_eq!(Key::derive(&node), Key::derive(&from_other));
+        // ...which is not the service account's own key, nor the key of a
+        // request without one.
+        assert_ne!(Key::derive(&node), f.key());
+        let anonymous = KeyInputs {
+            service_account: None,
+            issuer: None,
+            ..f.inputs()
+        };
+        assert_ne!(Key::derive(&node), Key::derive(&anonymous));
     }
 
     #[test]

@@ -163,7 +163,17 @@ async fn send_once(
     request: reqwest::RequestBuilder,
     deadline: &Deadline,
 ) -> std::result::Result<Reply, reqwest::Error> {
-    let mut response = request.timeout(attempt_timeout(deadline)).send().await?;
+    send_bounded(request, attempt_timeout(deadline), MAX_BODY_BYTES).await
+}
+
+/// Sends one request within `timeout` and reads at most `limit` bytes of
+/// its reply's body.
+pub async fn send_bounded(
+    request: reqwest::RequestBuilder,
+    timeout: Duration,
+    limit: usize,
+) -> std::result::Result<Reply, reqwest::Error> {
+    let mut response = request.timeout(timeout).send().await?;
     let status = response.status().as_u16();
     let retry_after = response
         .headers()
@@ -172,9 +182,9 @@ async fn send_once(
         .and_then(|v| parse_retry_after(v, std::time::SystemTime::now()));
     let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await? {
-        let room = MAX_BODY_BYTES.saturating_sub(body.len());
+        let room = limit.saturating_sub(body.len());
         body.extend_from_slice(chunk.get(..room.min(chunk.len())).unwrap_or(&chunk));
-        if body.len() >= MAX_BODY_BYTES {
+        if body.len() >= limit {
             break;
         }
     }

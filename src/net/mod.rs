@@ -14,6 +14,7 @@ use crate::deadline::Deadline;
 use crate::error::Result;
 
 pub mod http;
+pub mod metadata;
 pub mod proxy;
 pub mod sdk_connector;
 pub mod trust;

@@ -86,6 +86,7 @@ pub static PROVIDER: Provider = Provider {
     audience: "issuer.enforce.dev or https://issuer.enforce.dev (--audience to change)",
     auto: None,
     password_is_token: false,
+    node_identity: None,
     flags: <Options as clap::Args>::augment_args,
     build,
 };

@@ -86,6 +86,7 @@ pub static PROVIDER: Provider = Provider {
     audience: "the audience the Cloudsmith OIDC provider's claims require (--audience; Cloudsmith suggests https://api.cloudsmith.io)",
     auto: None,
     password_is_token: false,
+    node_identity: None,
     flags: <Options as clap::Args>::augment_args,
     build,
 };

@@ -95,6 +95,7 @@ pub static PROVIDER: Provider = Provider {
     audience: "the audience you pin in the JFrog OIDC integration (--audience; JFrog itself treats it as informational)",
     auto: None,
     password_is_token: false,
+    node_identity: None,
     flags: <Options as clap::Args>::augment_args,
     build,
 };

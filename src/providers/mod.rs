@@ -12,6 +12,7 @@
 //! runs [`Plan::exchange`], which does the network calls.
 
 pub mod allowlist;
+pub mod fallback;
 pub mod oauth;
 pub mod route;
 pub mod token_service;
@@ -52,6 +53,9 @@ pub struct Provider {
     /// kubelet's `cacheType` must be `Token`, and the credential lives no
     /// longer than the token.
     pub password_is_token: bool,
+    /// The node identity `--fallback node` pulls with, in words; `None`:
+    /// the provider has none, and refuses `--fallback node`.
+    pub node_identity: Option<&'static str>,
     /// Adds the provider's flags to the command line (a `clap::Args`
     /// struct's `augment_args`).
     pub flags: fn(clap::Command) -> clap::Command,
@@ -230,6 +234,10 @@ pub struct Plan<'a> {
     /// (identity, registry scope, endpoints, lifetimes), as ordered name and
     /// value pairs. None of them is secret.
     pub inputs: Vec<(&'static str, String)>,
+    /// Whose identity the credential is: the service account's, or the
+    /// node's under `--fallback node`. A node credential is cached once for
+    /// every pod ([`crate::cache::key`]).
+    pub identity: fallback::Whose,
     pub exchange: Exchange<'a>,
 }
 
@@ -249,7 +257,24 @@ impl<'a> Plan<'a> {
             cache_key_type: CacheKeyType::Registry,
             cacheable: true,
             inputs,
+            identity: fallback::Whose::ServiceAccount,
             exchange,
+        }
+    }
+
+    /// The plan of a node-identity credential (`--fallback node`): like
+    /// [`Plan::for_registry`], keyed for every pod of the node alike.
+    pub fn for_node(
+        provider: &'static Provider,
+        image: &ImageRef,
+        why: String,
+        mut inputs: Vec<(&'static str, String)>,
+        exchange: Exchange<'a>,
+    ) -> Self {
+        inputs.insert(0, ("identity", "node".to_string()));
+        Plan {
+            identity: fallback::Whose::Node { why },
+            ..Plan::for_registry(provider, image, inputs, exchange)
         }
     }
 }
@@ -262,6 +287,7 @@ impl fmt::Debug for Plan<'_> {
             .field("cache_key_type", &self.cache_key_type)
             .field("cacheable", &self.cacheable)
             .field("inputs", &self.inputs)
+            .field("identity", &self.identity)
             .finish_non_exhaustive()
     }
 }

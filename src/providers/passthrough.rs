@@ -44,6 +44,7 @@ pub static PROVIDER: Provider = Provider {
     audience: "whatever the registry trusts (--audience)",
     auto: None,
     password_is_token: true,
+    node_identity: None,
     flags: <Options as clap::Args>::augment_args,
     build,
 };
@@ -100,6 +101,7 @@ impl Exchanger for Passthrough {
                 ("registry", cx.image.registry().to_string()),
                 ("username", self.username.clone()),
             ],
+            identity: crate::providers::fallback::Whose::ServiceAccount,
             exchange: Box::new(move |_deadline| {
                 Ok(Credential {
                     username: self.username.clone(),

@@ -97,6 +97,7 @@ pub static PROVIDER: Provider = Provider {
     audience: "the audience the robot's federation trusts (--audience)",
     auto: None,
     password_is_token: false,
+    node_identity: None,
     flags: <Options as clap::Args>::augment_args,
     build,
 };

@@ -4,6 +4,7 @@
 //! built for a provider the request does not reach: a half-configured GCP
 //! entry cannot break ECR pulls.
 
+use super::fallback::Fallback;
 use super::{ALL, Exchanger, Provider};
 use crate::error::{Error, Result};
 use crate::image::ImageRef;
@@ -33,6 +34,26 @@ pub fn choose(choice: Option<&'static Provider>, image: &ImageRef) -> Result<&'s
             ))
             .fix("for a registry that trusts the cluster's OIDC issuer use --provider passthrough --registry <host>; otherwise remove it from matchImages")
         })
+}
+
+/// Refuses `--fallback node` for a provider without a node identity, so
+/// the flag never silently means nothing.
+pub fn require_node_identity(provider: &Provider, fallback: Fallback) -> Result<()> {
+    if fallback == Fallback::None || provider.node_identity.is_some() {
+        return Ok(());
+    }
+    let with: Vec<&str> = ALL
+        .iter()
+        .filter(|p| p.node_identity.is_some())
+        .map(|p| p.name)
+        .collect();
+    Err(Error::config(format!(
+        "--fallback node (WICP_FALLBACK) is set, but the {provider} provider has no node identity to fall back to"
+    ))
+    .fix(format!(
+        "remove --fallback from this entry; it applies to {} only",
+        with.join(", ")
+    )))
 }
 
 /// Refuses `image` when `exchanger` does not serve its registry: a

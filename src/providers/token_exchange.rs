@@ -136,6 +136,7 @@ pub static PROVIDER: Provider = Provider {
     audience: "whatever the token server trusts (--audience)",
     auto: None,
     password_is_token: false,
+    node_identity: None,
     flags: <Options as clap::Args>::augment_args,
     build,
 };

@@ -241,6 +241,37 @@ impl FakeEntra {
             .clone()
     }
 
+    /// Mints what Entra issues to a managed identity through Azure IMDS:
+    /// an ACR-audience access token of `client_id` in this tenant, which
+    /// the fake ACR accepts like any other this fake issued.
+    pub fn managed_identity_minter(&self) -> impl Fn(&str) -> String + Send + Sync + 'static {
+        let state = Arc::clone(&self.state);
+        move |client_id| {
+            let iat = now();
+            let access = hs256(
+                &json!({
+                    "aud": ACR_RESOURCE,
+                    "iss": format!("https://sts.windows.net/{}/", state.app.tenant),
+                    "iat": iat, "nbf": iat, "exp": iat + 86399,
+                    "appid": client_id,
+                    "oid": OBJECT_ID,
+                    "sub": OBJECT_ID,
+                    "tid": state.app.tenant,
+                    "idtyp": "app",
+                    "xms_mirid": "/subscriptions/0000/resourcegroups/MC_rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/aks-agentpool",
+                    "ver": "1.0",
+                }),
+                &state.key,
+            );
+            state
+                .issued
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(access.clone());
+            access
+        }
+    }
+
     /// Verifies an access token this fake issued: what ACR does.
     pub fn verifier(&self) -> impl Fn(&str) -> Result<Value, String> + Send + Sync + 'static {
         let key = self.state.key.clone();

@@ -20,7 +20,7 @@ use std::task::{Context, Poll, Waker};
 
 use super::host::{Partition, Registry};
 use crate::error::{Error, Result, quote};
-use crate::net::http;
+use crate::net::{http, metadata};
 
 /// An AWS API the exchange calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,6 +56,17 @@ const IGNORE_CONFIGURED: &str = "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS";
 pub const FULL_URI: &str = "AWS_CONTAINER_CREDENTIALS_FULL_URI";
 
 /// The EKS Pod Identity Agent on every node (link-local, host network).
+/// The SDKs' IMDS settings (docs.aws.amazon.com/sdkref/latest/guide/
+/// feature-imds-credentials.html): a full endpoint URI, or the address
+/// family of the default one, and a switch that turns IMDS off.
+pub const IMDS_ENDPOINT: &str = "AWS_EC2_METADATA_SERVICE_ENDPOINT";
+pub const IMDS_ENDPOINT_MODE: &str = "AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE";
+pub const IMDS_DISABLED: &str = "AWS_EC2_METADATA_DISABLED";
+
+/// IMDS on IPv4, and on IPv6 (Nitro instances, once enabled).
+pub const DEFAULT_IMDS: &str = "http://169.254.169.254";
+pub const DEFAULT_IMDS_V6: &str = "http://[fd00:ec2::254]";
+
 pub const DEFAULT_AGENT: &str = "http://169.254.170.23/v1/credentials";
 
 /// The AWS_* variables the exchanger honours, read once at start-up.
@@ -65,13 +76,16 @@ pub struct Environment {
 }
 
 impl Environment {
-    const NAMES: [&'static str; 6] = [
+    const NAMES: [&'static str; 9] = [
         ENDPOINT_URL,
         "AWS_ENDPOINT_URL_STS",
         "AWS_ENDPOINT_URL_ECR",
         "AWS_ENDPOINT_URL_ECR_PUBLIC",
         IGNORE_CONFIGURED,
         FULL_URI,
+        IMDS_ENDPOINT,
+        IMDS_ENDPOINT_MODE,
+        IMDS_DISABLED,
     ];
 
     /// Reads the variables through `lookup`; empty values count as unset,
@@ -323,6 +337,52 @@ pub fn agent(env: &Environment) -> Result<Endpoint> {
     Ok(Endpoint {
         url,
         from: Some(FULL_URI),
+    })
+}
+
+/// Where IMDS is, read as the SDKs read it: `AWS_EC2_METADATA_SERVICE_ENDPOINT`
+/// first (it must be a valid URI), else the address of
+/// `AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE` (`IPv4`, the default, or
+/// `IPv6`, case-insensitive). `AWS_EC2_METADATA_DISABLED=true` turns IMDS
+/// off, and with it the node identity.
+pub fn imds(env: &Environment) -> Result<metadata::Service> {
+    if env
+        .get(IMDS_DISABLED)
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+    {
+        return Err(Error::config(format!(
+            "{IMDS_DISABLED} is true, so the instance metadata service, and with it the node's identity, is off"
+        ))
+        .fix(format!(
+            "unset {IMDS_DISABLED} in the kubelet's environment and the provider entry's env, or use --fallback none"
+        )));
+    }
+    let (base, source) = match (env.get(IMDS_ENDPOINT), env.get(IMDS_ENDPOINT_MODE)) {
+        (Some(value), _) => (http::endpoint_override(IMDS_ENDPOINT, value)?, IMDS_ENDPOINT),
+        (None, Some(mode)) if mode.trim().eq_ignore_ascii_case("ipv6") => {
+            (DEFAULT_IMDS_V6.to_string(), IMDS_ENDPOINT_MODE)
+        }
+        (None, Some(mode)) if mode.trim().eq_ignore_ascii_case("ipv4") => {
+            (DEFAULT_IMDS.to_string(), "default")
+        }
+        (None, Some(mode)) => {
+            return Err(Error::config(format!(
+                "{IMDS_ENDPOINT_MODE} is {}, neither IPv4 nor IPv6",
+                quote(mode)
+            ))
+            .fix(format!("set {IMDS_ENDPOINT_MODE} to IPv4 or IPv6, or unset it")));
+        }
+        (None, None) => (DEFAULT_IMDS.to_string(), "default"),
+    };
+    Ok(metadata::Service {
+        name: "the EC2 instance metadata service (IMDSv2)",
+        base,
+        source,
+        absent_fix: "--fallback node needs an EC2 instance: run on EC2 (or set AWS_EC2_METADATA_SERVICE_ENDPOINT), \
+             or use --fallback none and give every pod's service account a role annotation",
+        silent_fix: "the IMDSv2 hop limit is too low for this network namespace: the kubelet runs the plugin on the host \
+             network, where a hop limit of 1 is enough; from a pod (explain, a DaemonSet) raise HttpPutResponseHopLimit \
+             to 2 (aws ec2 modify-instance-metadata-options --http-put-response-hop-limit 2)",
     })
 }
 

@@ -10,7 +10,12 @@
 //!
 //! Then ECR GetAuthorizationToken, with those temporary credentials, in the
 //! region and partition the registry host names, returns the registry login
-//! (user `AWS`). Nothing reads node credentials, profiles or IMDS.
+//! (user `AWS`). Profiles and the SDK's credential chain are never read.
+//!
+//! With `--fallback node` a pod whose service account did not opt in (no
+//! role annotation under web-identity; no token at all under either
+//! source) gets the node's identity: the instance profile's credentials
+//! from IMDSv2 ([`imds`]), then the same ECR call.
 //!
 //! Module map: [`host`] parses registry hosts, [`identity`] validates role
 //! ARNs and derives session names, [`endpoints`] decides where each API is
@@ -20,6 +25,7 @@
 pub mod endpoints;
 pub mod host;
 pub mod identity;
+pub mod imds;
 pub mod pod_identity;
 pub mod sdk;
 
@@ -30,6 +36,7 @@ use crate::error::{Error, Result};
 use crate::image::ImageRef;
 use crate::inputs::Inputs;
 use crate::net::{self, http};
+use crate::providers::fallback::{self, Fallback, Whose};
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
 use std::sync::Arc;
 
@@ -125,21 +132,23 @@ pub static PROVIDER: Provider = Provider {
     audience: "sts.amazonaws.com (web-identity) or pods.eks.amazonaws.com (pod-identity)",
     auto: Some(|image| host::parse(image.hostname()).is_some()),
     password_is_token: false,
+    node_identity: Some("the instance profile's role, from IMDSv2"),
     flags: <Options as clap::Args>::augment_args,
     build,
 };
 
 fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
     let env = Environment::from_lookup(|name| inputs.env.get(name).map(str::to_string));
-    Ok(Box::new(Aws::with_environment(
-        &providers::flags(matches)?,
-        env,
-        Arc::clone(&inputs.net),
-    )))
+    let fallback: fallback::Options = providers::flags(matches)?;
+    Ok(Box::new(
+        Aws::with_environment(&providers::flags(matches)?, env, Arc::clone(&inputs.net))
+            .with_fallback(fallback.fallback),
+    ))
 }
 
 pub struct Aws {
     source: CredentialSource,
+    fallback: Fallback,
     role_annotations: Vec<String>,
     session_duration: Duration,
     env: Environment,
@@ -161,7 +170,74 @@ impl Aws {
                 .collect(),
             session_duration: options.aws_session_duration,
             env,
+            fallback: Fallback::None,
         }
+    }
+
+    /// What pods without an identity of their own get (`--fallback`).
+    pub fn with_fallback(mut self, fallback: Fallback) -> Self {
+        self.fallback = fallback;
+        self
+    }
+
+    /// Whether the request's service account opted in to an identity of
+    /// its own: a role annotation under web-identity; under pod-identity
+    /// the association lives in EKS, so any token counts.
+    fn whose(&self, cx: &Context<'_>) -> Whose {
+        let (opted_in, opt_in) = match self.source {
+            CredentialSource::WebIdentity => (
+                self.role_annotations
+                    .iter()
+                    .any(|key| cx.annotation(key).is_some()),
+                format!("no {} annotation", self.role_annotations.join(" or ")),
+            ),
+            CredentialSource::PodIdentity => (true, "a token".to_string()),
+        };
+        fallback::whose(self.fallback, cx.token, opted_in, &opt_in)
+    }
+
+    /// The node's identity: the instance profile from IMDSv2, then ECR.
+    fn node_plan<'a>(
+        &'a self,
+        cx: &Context<'a>,
+        registry: Registry,
+        why: String,
+    ) -> Result<Plan<'a>> {
+        let net: &'a net::Settings = &self.net;
+        let ecr_service = match registry {
+            Registry::Private(_) => Service::Ecr,
+            Registry::Public => Service::EcrPublic,
+        };
+        let ecr_endpoint = endpoints::resolve(ecr_service, &registry, &self.env)?;
+        let imds = endpoints::imds(&self.env)?;
+        let registry_input = match &registry {
+            Registry::Private(_) => cx.image.hostname().to_ascii_lowercase(),
+            Registry::Public => "ecr-public".to_string(),
+        };
+        let mut inputs = location_inputs(&registry, &registry_input).to_vec();
+        inputs.push(("instance metadata", imds.describe()));
+        inputs.push(("ecr endpoint", ecr_endpoint.describe()));
+        let exchange: crate::providers::Exchange<'a> = Box::new(move |deadline| {
+            let node = http::block_on(
+                deadline,
+                &format!("{} at {}", imds.name, imds.base),
+                imds::fetch(&imds, net, deadline),
+            )?;
+            crate::debug!(
+                "IMDS issued the credentials of instance profile role {}, expiring at {}",
+                node.role,
+                node.credentials
+                    .expires_at
+                    .map_or("an unknown time".to_string(), duration::format_unix)
+            );
+            let ecr_call = sdk::EcrCall {
+                registry: &registry,
+                endpoint: &ecr_endpoint,
+                principal: format!("the node's instance profile role {}", node.role),
+            };
+            login(&ecr_call, &node.credentials, net, deadline)
+        });
+        Ok(Plan::for_node(&PROVIDER, cx.image, why, inputs, exchange))
     }
 }
 
@@ -184,6 +260,10 @@ impl Exchanger for Aws {
         }
     }
 
+    fn requires_token(&self) -> bool {
+        self.fallback == Fallback::None
+    }
+
     fn serves(&self, image: &ImageRef) -> bool {
         host::parse_registry(image.registry()).is_some()
     }
@@ -195,6 +275,9 @@ impl Exchanger for Aws {
     fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
         let net: &'a net::Settings = &self.net;
         let registry = host::require(cx.image.registry())?;
+        if let Whose::Node { why } = self.whose(cx) {
+            return self.node_plan(cx, registry, why);
+        }
         let token = cx.token()?;
         let ecr_service = match registry {
             Registry::Private(_) => Service::Ecr,

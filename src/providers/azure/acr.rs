@@ -32,6 +32,7 @@ pub const USERNAME: &str = "00000000-0000-0000-0000-000000000000";
 pub const GRANT_TYPE: &str = "access_token";
 
 /// What the exchange needs, all checked before the network.
+#[derive(Clone, Copy)]
 pub struct ExchangeRequest<'a> {
     /// `https://<registry>` or the `--acr-endpoint` override, no trailing slash.
     pub endpoint: &'a str,

@@ -15,6 +15,11 @@
 //! authority (so no faithful local fake), brings a second async HTTP stack,
 //! and has no ACR exchange anyway.
 //!
+//! With `--fallback node`, a service account without a client-id
+//! annotation (or a request without a token) gets the node's identity
+//! instead ([`node`]): the kubelet identity from Azure IMDS, through the
+//! same ACR exchange.
+//!
 //! The registry host decides everything else: it must be an ACR login
 //! server ([`host`]), and its suffix picks the cloud and so the Entra ID
 //! authority.
@@ -23,11 +28,13 @@ pub mod acr;
 pub mod entra;
 pub mod host;
 pub mod identity;
+pub mod node;
 
 use crate::error::{Error, Result, quote};
 use crate::image::ImageRef;
 use crate::inputs::Inputs;
 use crate::net::{self, http};
+use crate::providers::fallback::{self, Fallback, Whose};
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
 use std::sync::Arc;
 
@@ -64,6 +71,28 @@ pub struct Options {
     /// is still requested for the registry in the image.
     #[arg(long, value_name = "URL", env = "WICP_ACR_ENDPOINT")]
     pub acr_endpoint: Option<String>,
+
+    /// The kubelet identity's client ID, for --fallback node (azure only);
+    /// without it, the cloud config's userAssignedIdentityID.
+    #[arg(long, value_name = "GUID", env = "WICP_AZURE_NODE_CLIENT_ID")]
+    pub azure_node_client_id: Option<String>,
+
+    /// The node's cloud config, read for --fallback node (azure only): on
+    /// AKS /etc/kubernetes/azure.json, the argument of the stock
+    /// acr-credential-provider entry.
+    #[arg(long, value_name = "PATH", env = "WICP_AZURE_CLOUD_CONFIG")]
+    pub azure_cloud_config: Option<std::path::PathBuf>,
+
+    /// For --fallback node on a node without a managed identity: return
+    /// the cloud config's aadClientId and aadClientSecret as the registry
+    /// login, as acr-credential-provider does (azure only).
+    #[arg(long, env = "WICP_AZURE_NODE_SERVICE_PRINCIPAL")]
+    pub azure_node_service_principal: bool,
+
+    /// Azure IMDS, replacing http://169.254.169.254 (azure --fallback node
+    /// only): a test server.
+    #[arg(long, value_name = "URL", env = "WICP_AZURE_IMDS_ENDPOINT")]
+    pub azure_imds_endpoint: Option<String>,
 }
 
 impl Options {
@@ -88,6 +117,7 @@ struct Settings {
     default_tenant: Option<String>,
     authority: Option<String>,
     acr_endpoint: Option<String>,
+    node: node::Settings,
 }
 
 impl Settings {
@@ -118,10 +148,21 @@ impl Settings {
             .as_deref()
             .map(|value| http::endpoint_override("--acr-endpoint", value))
             .transpose()?;
+        let imds = options
+            .azure_imds_endpoint
+            .as_deref()
+            .map(|value| http::endpoint_override("--azure-imds-endpoint", value))
+            .transpose()?;
         Ok(Settings {
             default_tenant,
             authority,
             acr_endpoint,
+            node: node::Settings {
+                client_id: options.azure_node_client_id.clone(),
+                cloud_config: options.azure_cloud_config.clone(),
+                service_principal: options.azure_node_service_principal,
+                imds,
+            },
         })
     }
 }
@@ -132,6 +173,7 @@ pub static PROVIDER: Provider = Provider {
     audience: AUDIENCE,
     auto: Some(|image| host::parse(image.registry()).is_some()),
     password_is_token: false,
+    node_identity: Some("the kubelet identity (a managed identity from Azure IMDS), or a service principal from azure.json if asked"),
     flags: <Options as clap::Args>::augment_args,
     build,
 };
@@ -139,7 +181,10 @@ pub static PROVIDER: Provider = Provider {
 fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
     let options: Options = providers::flags(matches)?;
     let options = options.with_standard_env(|name| inputs.env.get(name).map(str::to_string));
-    Ok(Box::new(Azure::new(&options, Arc::clone(&inputs.net))?))
+    let fallback: fallback::Options = providers::flags(matches)?;
+    Ok(Box::new(
+        Azure::new(&options, Arc::clone(&inputs.net))?.with_fallback(fallback.fallback),
+    ))
 }
 
 pub struct Azure {
@@ -147,6 +192,7 @@ pub struct Azure {
     /// exchanger, so a bad Azure setting (an odd AZURE_TENANT_ID in the
     /// kubelet's environment) fails Azure pulls only.
     settings: Settings,
+    fallback: Fallback,
     net: Arc<net::Settings>,
 }
 
@@ -156,8 +202,59 @@ impl Azure {
     pub fn new(options: &Options, net: Arc<net::Settings>) -> Result<Self> {
         Ok(Azure {
             settings: Settings::new(options)?,
+            fallback: Fallback::None,
             net,
         })
+    }
+
+    /// What pods without an identity of their own get (`--fallback`).
+    pub fn with_fallback(mut self, fallback: Fallback) -> Self {
+        self.fallback = fallback;
+        self
+    }
+
+    /// A service account opted in with a client-id annotation.
+    fn whose(&self, cx: &Context<'_>) -> Whose {
+        let opted_in = identity::CLIENT_ID_KEYS
+            .iter()
+            .any(|key| cx.annotation(key).is_some());
+        let opt_in = format!("no {} annotation", identity::CLIENT_ID_KEYS.join(" or "));
+        fallback::whose(self.fallback, cx.token, opted_in, &opt_in)
+    }
+
+    fn node_plan<'a>(
+        &'a self,
+        cx: &Context<'a>,
+        server: host::LoginServer,
+        endpoint: String,
+        why: String,
+    ) -> Result<Plan<'a>> {
+        let node = self.settings.node.resolve()?;
+        let imds = self.settings.node.imds();
+        let inputs = vec![
+            ("node identity", node.describe()),
+            ("cloud", server.cloud.name().to_string()),
+            ("registry", server.host.clone()),
+            ("acr_endpoint", endpoint.clone()),
+            ("instance metadata", imds.describe()),
+            ("resource", node::RESOURCE.to_string()),
+        ];
+        let net = &self.net;
+        Ok(Plan::for_node(
+            &PROVIDER,
+            cx.image,
+            why,
+            inputs,
+            Box::new(move |deadline| {
+                let exchange = acr::ExchangeRequest {
+                    endpoint: &endpoint,
+                    service: &server.host,
+                    tenant: "",
+                    client_id: "the node's managed identity",
+                };
+                node::login(&node, &imds, &exchange, net, deadline)
+            }),
+        ))
     }
 }
 
@@ -178,6 +275,10 @@ impl Exchanger for Azure {
             .collect()
     }
 
+    fn requires_token(&self) -> bool {
+        self.fallback == Fallback::None
+    }
+
     fn serves(&self, image: &ImageRef) -> bool {
         host::parse(image.registry()).is_some()
     }
@@ -196,6 +297,13 @@ impl Exchanger for Azure {
             ))
             .fix("the azure exchanger only sends Entra ID tokens to ACR; narrow this provider's matchImages to *.azurecr.io (and the other clouds' suffixes)")
         })?;
+        if let Whose::Node { why } = self.whose(cx) {
+            let endpoint = settings
+                .acr_endpoint
+                .clone()
+                .unwrap_or_else(|| format!("https://{}", server.host));
+            return self.node_plan(cx, server, endpoint, why);
+        }
         let identity = identity::resolve(cx.annotations, settings.default_tenant.as_deref())?;
         let authority = match (&settings.authority, server.cloud.authority_host()) {
             (Some(authority), _) => authority.clone(),
@@ -388,6 +496,7 @@ mod tests {
             azure_tenant_id: Some("contoso.onmicrosoft.com".into()),
             azure_authority_host: Some("login.example.test/".into()),
             acr_endpoint: Some("http://127.0.0.1:8080/".into()),
+            ..Options::default()
         });
         let inputs = plan_inputs(
             &a,

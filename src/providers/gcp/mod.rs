@@ -14,6 +14,13 @@
 //!    Without the annotation the federated token is the credential, and the
 //!    registry's IAM policy grants the federated principal directly.
 //!
+//! With `--fallback node`, only service accounts that opted in use their
+//! own identity: those with `iam.gke.io/gcp-service-account`, or with
+//! `iam.gke.io/enable-wi-image-pull: "true"` (GKE's own opt-in for its
+//! service-account image-pull mode, cloud-provider-gcp #1202). Every other
+//! pod, and a request without a token, gets the node's service account
+//! from the metadata server ([`node`]).
+//!
 //! Unlike GKE's own plugin, a configured exchange that fails is a failed
 //! invocation with Google's error code and a fix, never an empty answer that
 //! sends the kubelet into an anonymous pull.
@@ -21,6 +28,7 @@
 // Public for the fuzz targets (fuzz/), which feed them arbitrary replies.
 pub mod iam;
 mod identity;
+pub mod node;
 mod registry;
 pub mod sts;
 
@@ -33,6 +41,7 @@ use crate::image::ImageRef;
 use crate::inputs::Inputs;
 use crate::net::{self, http};
 use crate::providers::oauth::ErrorBody;
+use crate::providers::fallback::{self, Fallback, Whose};
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
 use crate::secret::Secret;
 use std::sync::Arc;
@@ -51,6 +60,10 @@ pub const DEFAULT_IAMCREDENTIALS_ENDPOINT: &str = "https://iamcredentials.google
 /// identity may read, so the on-disk cache keeps one credential for all of
 /// them rather than one per host.
 const REGISTRY_KEY: &str = "gcp";
+
+/// GKE's opt-in annotation for its service-account image-pull mode; only
+/// the exact value `true` opts in, as in auth-provider-gcp.
+pub const ENABLE_IMAGE_PULL_ANNOTATION: &str = "iam.gke.io/enable-wi-image-pull";
 
 // Named group: clap names a flattened struct's group after the struct, and
 // every exchanger's struct is called `Options`.
@@ -116,15 +129,19 @@ pub static PROVIDER: Provider = Provider {
     audience: "PROJECT_ID.svc.id.goog (GKE) or the pool provider's name (federation)",
     auto: Some(|image| is_google_registry(image.registry())),
     password_is_token: false,
+    node_identity: Some("the node's Google service account, from the GCE metadata server"),
     flags: <Options as clap::Args>::augment_args,
     build,
 };
 
 fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
-    Ok(Box::new(Gcp::new(
-        &providers::flags(matches)?,
-        Arc::clone(&inputs.net),
-    )?))
+    let fallback: fallback::Options = providers::flags(matches)?;
+    Ok(Box::new(
+        Gcp::new(&providers::flags(matches)?, Arc::clone(&inputs.net))?.with_fallback(
+            fallback.fallback,
+            inputs.env.get(node::HOST_ENV).map(str::to_string),
+        ),
+    ))
 }
 
 pub struct Gcp {
@@ -133,6 +150,9 @@ pub struct Gcp {
     token_lifetime: Duration,
     sts_endpoint: String,
     iam_endpoint: String,
+    fallback: Fallback,
+    /// `GCE_METADATA_HOST`, for the node path.
+    metadata_host: Option<String>,
     net: Arc<net::Settings>,
 }
 
@@ -154,7 +174,42 @@ impl Gcp {
                 "--gcp-iamcredentials-endpoint",
                 &options.gcp_iamcredentials_endpoint,
             )?,
+            fallback: Fallback::None,
+            metadata_host: None,
         })
+    }
+
+    /// What pods without an identity of their own get (`--fallback`), and
+    /// `GCE_METADATA_HOST`.
+    pub fn with_fallback(mut self, fallback: Fallback, metadata_host: Option<String>) -> Self {
+        self.fallback = fallback;
+        self.metadata_host = metadata_host;
+        self
+    }
+
+    fn whose(&self, cx: &Context<'_>) -> Whose {
+        let opted_in = cx.annotation(SERVICE_ACCOUNT_ANNOTATION).is_some()
+            || cx.annotation(ENABLE_IMAGE_PULL_ANNOTATION) == Some("true");
+        let opt_in = format!(
+            "no {SERVICE_ACCOUNT_ANNOTATION} annotation and no {ENABLE_IMAGE_PULL_ANNOTATION}: \"true\""
+        );
+        fallback::whose(self.fallback, cx.token, opted_in, &opt_in)
+    }
+
+    fn node_plan<'a>(&'a self, cx: &Context<'a>, why: String) -> Result<Plan<'a>> {
+        let service = node::service(self.metadata_host.as_deref())?;
+        let inputs = vec![
+            ("instance metadata", service.describe()),
+            ("registry_key", REGISTRY_KEY.to_string()),
+        ];
+        let net = &self.net;
+        Ok(Plan::for_node(
+            &PROVIDER,
+            cx.image,
+            why,
+            inputs,
+            Box::new(move |deadline| node::login(&service, net, deadline)),
+        ))
     }
 }
 
@@ -171,7 +226,16 @@ impl Exchanger for Gcp {
     }
 
     fn annotation_keys(&self) -> Vec<String> {
-        providers::names(&[SERVICE_ACCOUNT_ANNOTATION])
+        match self.fallback {
+            Fallback::None => providers::names(&[SERVICE_ACCOUNT_ANNOTATION]),
+            Fallback::Node => {
+                providers::names(&[SERVICE_ACCOUNT_ANNOTATION, ENABLE_IMAGE_PULL_ANNOTATION])
+            }
+        }
+    }
+
+    fn requires_token(&self) -> bool {
+        self.fallback == Fallback::None
     }
 
     fn serves(&self, image: &ImageRef) -> bool {
@@ -183,7 +247,6 @@ impl Exchanger for Gcp {
     }
 
     fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
-        let mode = self.mode.as_ref().ok_or_else(Mode::not_configured)?;
         let registry = cx.image.registry();
         if !self.serves(cx.image) {
             return Err(Error::registry(format!(
@@ -196,6 +259,10 @@ impl Exchanger for Gcp {
                 registry::MATCH_IMAGES.join(", ")
             )));
         }
+        if let Whose::Node { why } = self.whose(cx) {
+            return self.node_plan(cx, why);
+        }
+        let mode = self.mode.as_ref().ok_or_else(Mode::not_configured)?;
         let token = cx.token()?;
         let service_account = cx
             .annotation(SERVICE_ACCOUNT_ANNOTATION)

@@ -175,6 +175,7 @@ pub static PROVIDER: Provider = Provider {
     audience: "the audience the Vault role is bound to (--audience)",
     auto: None,
     password_is_token: false,
+    node_identity: None,
     flags: <Options as clap::Args>::augment_args,
     build,
 };

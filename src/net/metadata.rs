@@ -1,0 +1,195 @@
+//! Cloud metadata services: where a node's own identity comes from.
+//!
+//! EC2's IMDS, Azure's IMDS and the GCE metadata server all answer on a
+//! link-local address, in milliseconds or not at all. So every call to one
+//! follows a policy of its own, stricter than [`crate::net::http`]'s:
+//!
+//! - never through a proxy, whatever `HTTP_PROXY` says: a proxy cannot reach
+//!   a link-local address, and must not see the node's credentials (Azure:
+//!   IMDS "isn't intended to be used behind a proxy");
+//! - [`CONNECT_TIMEOUT`] to connect, [`ATTEMPT_TIMEOUT`] per attempt and
+//!   [`BUDGET`] per call, so a node without a metadata service fails in a
+//!   second or two rather than eating the kubelet's minute;
+//! - bodies read up to [`MAX_BODY_BYTES`] (a token answer is a few KiB);
+//! - redirects never followed;
+//! - a refused connection is not retried (nothing listens: this is not a
+//!   cloud VM); a connection that opens but never answers is reported as
+//!   such, because on EC2 that is the signature of a hop limit too low for
+//!   the caller's network namespace.
+//!
+//! Only plain `http://` endpoints get a TLS configuration with no trusted
+//! roots, so a node-identity answer loads no trust store; an `https://`
+//! override (rare, but the SDKs accept one) uses the process's store.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::deadline::Deadline;
+use crate::error::{Error, Result};
+use crate::net::http::{self, Reply, Verdict};
+
+/// Link-local services accept a connection at once or not at all.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// One request and its whole reply.
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Every attempt of one call together.
+pub const BUDGET: Duration = Duration::from_secs(5);
+
+/// A token answer is a few KiB; anything this large is not a metadata service.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// One metadata service, as messages name it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Service {
+    /// "the EC2 instance metadata service (IMDSv2)".
+    pub name: &'static str,
+    /// Scheme, host and port, no trailing slash.
+    pub base: String,
+    /// Where `base` came from: "default" or the variable that set it.
+    pub source: &'static str,
+    /// What to do when nothing listens at `base`.
+    pub absent_fix: &'static str,
+    /// What to do when a connection opens but no answer comes.
+    pub silent_fix: &'static str,
+}
+
+impl Service {
+    /// `base` and where it came from, for plans and `explain`.
+    pub fn describe(&self) -> String {
+        match self.source {
+            "default" => self.base.clone(),
+            source => format!("{} (from {source})", self.base),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
+/// A client for metadata services: direct, short connect timeout, no
+/// redirects. `net` provides the trust store for an `https://` base only.
+pub fn client(service: &Service, net: &crate::net::Settings) -> Result<http::Client> {
+    let builder = reqwest::Client::builder()
+        .no_proxy()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(concat!(
+            "wi-credential-provider/",
+            env!("CARGO_PKG_VERSION")
+        ));
+    let tls = if service.base.starts_with("https://") {
+        net.tls()?
+    } else {
+        no_roots()?
+    };
+    http::Client::build(builder, tls, None)
+}
+
+/// A TLS configuration that trusts nothing: plain HTTP needs none, and
+/// building it reads no file.
+fn no_roots() -> Result<Arc<rustls::ClientConfig>> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::internal(format!("cannot set up TLS: {e}")))?
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// Sends the request `build` makes to `service`, under the metadata
+/// policy and within `deadline`. `what` names the call ("the IMDSv2
+/// session token"). `retry` says which statuses are worth another attempt
+/// (each service documents its own). Returns the last reply, successful
+/// or not; a call that never got one is explained here.
+pub async fn send(
+    service: &Service,
+    what: &str,
+    build: impl Fn() -> reqwest::RequestBuilder,
+    retry: fn(u16) -> bool,
+    deadline: &Deadline,
+) -> Result<Reply> {
+    let call = format!("{what} from {} at {}", service.name, service.base);
+    let budget = Deadline::after(BUDGET.min(deadline.remaining()));
+    let attempt_timeout = ATTEMPT_TIMEOUT.min(budget.remaining());
+    let outcome = http::with_retries(
+        &call,
+        &budget,
+        || http::send_bounded(build(), attempt_timeout, MAX_BODY_BYTES),
+        |outcome| match outcome {
+            Ok(reply) if retry(reply.status) => Verdict::Retry {
+                why: format!("HTTP {}", reply.status),
+                status: Some(reply.status),
+                retry_after: None,
+            },
+            // A refused or unroutable connection means no service: no
+            // retry changes that.
+            Err(e) if e.is_connect() && !e.is_timeout() => Verdict::Final,
+            Err(e) if http::is_retryable_error(e) => Verdict::Retry {
+                why: http::describe(e),
+                status: None,
+                retry_after: None,
+            },
+            _ => Verdict::Final,
+        },
+    )
+    .await;
+    match outcome {
+        Ok((Ok(reply), _)) => Ok(reply),
+        Ok((Err(e), attempts)) => Err(unanswered(service, &call, &e, attempts)),
+        Err(_) => Err(silent(service, &call, budget.budget())),
+    }
+}
+
+/// Statuses worth another attempt at any metadata service: it is updating
+/// or overloaded.
+pub fn transient(status: u16) -> bool {
+    http::is_retryable_status(status)
+}
+
+fn unanswered(service: &Service, call: &str, e: &reqwest::Error, attempts: u32) -> Error {
+    let detail = http::describe(e);
+    if e.is_connect() && !e.is_timeout() {
+        return Error::network(format!(
+            "{call} failed: nothing answers there ({detail}); this node has no metadata service"
+        ))
+        .fix(service.absent_fix);
+    }
+    if e.is_connect() {
+        return Error::network(format!(
+            "{call} failed: no connection within {} ({detail}); this node has no metadata service, or a firewall drops the traffic",
+            crate::duration::format_go(CONNECT_TIMEOUT)
+        ))
+        .fix(service.absent_fix);
+    }
+    if e.is_timeout() {
+        return silent(service, call, ATTEMPT_TIMEOUT.saturating_mul(attempts));
+    }
+    Error::network(format!(
+        "{call} failed after {attempts} attempt(s): {detail}"
+    ))
+    .fix(service.absent_fix)
+}
+
+fn silent(service: &Service, call: &str, waited: Duration) -> Error {
+    Error::network(format!(
+        "{call} failed: the connection opened but no answer came within {}",
+        crate::duration::format_go(waited)
+    ))
+    .fix(service.silent_fix)
+}
+
+/// The start of a metadata service's error body, for messages: at most a
+/// line, redacted.
+pub fn said(reply: &Reply) -> String {
+    let text = String::from_utf8_lossy(&reply.body);
+    let line = crate::redact::clean(text.lines().next().unwrap_or(""), 200);
+    if line.is_empty() {
+        crate::redact::body_shape(&reply.body)
+    } else {
+        crate::error::quote(&line)
+    }
+}
