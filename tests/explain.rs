@@ -324,3 +324,47 @@ providers:
     // explain made no request: the fakes saw the one pull only.
     assert_eq!(entra.server.request_count(), 1);
 }
+
+#[test]
+fn with_fallback_node_it_says_whose_identity_a_pull_uses_and_why() {
+    let config = std::fs::read_to_string(
+        "tests/fixtures/check-config/overlap.node-identity/pass-fallback-node.yaml",
+    )
+    .unwrap();
+    let image = "210987654321.dkr.ecr.eu-west-1.amazonaws.com/team/app:1.0";
+    let plain = r#"apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: web
+  namespace: team
+  uid: 6f1c2d3e-0000-4000-8000-000000000002
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let out = explain(dir.path(), &config, plain, image);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    for needle in [
+        "identity: the node's, the instance profile's role, from IMDSv2 (because service account team/web did not opt in",
+        "every pod on the node that did not opt in shares it",
+        "identity: node",
+        "instance metadata: http://169.254.169.254",
+    ] {
+        assert!(stdout.contains(needle), "missing {needle:?} in:\n{stdout}");
+    }
+    let annotated = format!(
+        "{plain}  annotations:\n    eks.amazonaws.com/role-arn: arn:aws:iam::210987654321:role/web-pull\n"
+    );
+    let out = explain(dir.path(), &config, &annotated, image);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains(
+            "identity: service account team/web's own (--fallback node; it opted in, so a refusal fails the pull and never falls back to the node)"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("role arn: arn:aws:iam::210987654321:role/web-pull"),
+        "{stdout}"
+    );
+}

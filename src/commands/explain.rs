@@ -28,6 +28,7 @@ use crate::duration::{self, format_go};
 use crate::error::{Error, Result};
 use crate::image::ImageRef;
 use crate::matching;
+use crate::providers::fallback::{Fallback, Whose};
 use crate::providers::route;
 use crate::secret::Secret;
 use crate::serve;
@@ -491,6 +492,7 @@ fn plan(
     };
     let provider = route::choose(routing.choice, image)?;
     let _ = writeln!(out, "    provider: {provider} (chosen by {how})");
+    route::require_node_identity(provider, routing.options.fallback.fallback)?;
     let exchanger = routing.build(provider)?;
     let prepared = serve::prepare(
         exchanger.as_ref(),
@@ -512,6 +514,32 @@ fn plan(
         );
     }
     let plan = &prepared.plan;
+    let fallback = routing.options.fallback.fallback;
+    match &plan.identity {
+        Whose::Node { why } => {
+            let _ = writeln!(
+                out,
+                "    identity: the node's, {} (because {why}); every pod on the node that did not opt in shares it",
+                provider.node_identity.unwrap_or("")
+            );
+        }
+        Whose::ServiceAccount => {
+            let whose = token.map_or_else(
+                || "no service account".to_string(),
+                |t| format!("service account {}", t.service_account()),
+            );
+            let _ = writeln!(
+                out,
+                "    identity: {whose}'s own (--fallback {}{})",
+                fallback.name(),
+                if fallback == Fallback::Node {
+                    "; it opted in, so a refusal fails the pull and never falls back to the node"
+                } else {
+                    ""
+                }
+            );
+        }
+    }
     let _ = writeln!(
         out,
         "    auth key: {} (cacheKeyType {})",

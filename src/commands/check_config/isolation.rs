@@ -12,6 +12,11 @@
 //!   (KEP-2535: gate `KubeletEnsureSecretPulledImages`, on from 1.35,
 //!   policy not `NeverVerify`, no allowlist over our registries), an image
 //!   one service account pulled can be started by any pod on the node.
+//!   An entry of ours with `--fallback node` serves the node's identity
+//!   itself, to pods that did not opt in only, so it is the one entry
+//!   those registries need: a stock entry beside it is redundant and the
+//!   lint says to replace it. Node-identity pulls are open to every pod
+//!   on the node unless the kubelet verifies present images.
 //! - **Directory configs** exist only from kubelet 1.34.
 
 use super::kubelet_config::{
@@ -22,6 +27,7 @@ use super::lint::runs_this_binary;
 use super::load::{Entry, Loaded};
 use super::{Finding, Rule};
 use crate::matching;
+use crate::providers::fallback::Fallback;
 use std::path::Path;
 
 /// What is known about the kubelet that reads the config.
@@ -80,8 +86,45 @@ fn has_host_glob(pattern: &str) -> bool {
     host.contains(['*', '?', '['])
 }
 
+/// Whether `entry` (one of ours) serves the node identity itself.
+pub fn falls_back_to_node(entry: &Entry) -> bool {
+    super::entry::route(entry.name(), entry.provider.args(), &entry.provider.env())
+        .is_ok_and(|r| r.options.fallback.fallback == Fallback::Node)
+}
+
 fn overlap(node: &Entry, ours: &[&Entry], findings: &mut Vec<Finding>) {
     for (j, node_pattern) in node.provider.match_images().iter().enumerate() {
+        let replacing: Vec<String> = ours
+            .iter()
+            .filter(|entry| {
+                entry
+                    .provider
+                    .match_images()
+                    .iter()
+                    .any(|p| matching::overlaps(p, node_pattern))
+                    && falls_back_to_node(entry)
+            })
+            .map(|entry| entry.name().to_string())
+            .collect();
+        if !replacing.is_empty() {
+            let field = format!("matchImages[{j}]");
+            findings.push(
+                node.warning(
+                    Rule::OverlapNodeIdentity,
+                    &field,
+                    format!(
+                        "{node_pattern:?} of this provider (the node's own identity) is redundant: {} serves the node's identity with --fallback node to the pods that did not opt in, \
+                         and never to those that did; this entry still hands the node's credentials to a pod whose own identity is denied",
+                        replacing.join(", ")
+                    ),
+                )
+                .fix(format!(
+                    "remove it: `wi-credential-provider node install --replace {}`",
+                    node.name()
+                )),
+            );
+            continue;
+        }
         let hits: Vec<String> = ours
             .iter()
             .flat_map(|entry| {
@@ -149,7 +192,20 @@ fn image_reuse(
             .as_deref()
             .unwrap_or("not set (NeverVerifyPreloadedImages)")
     );
-    let shared = "an image pulled with one service account's identity can then be started by a pod of any other service account on this node";
+    let node_identity: Vec<&str> = ours
+        .iter()
+        .filter(|e| falls_back_to_node(e))
+        .map(|e| e.name())
+        .collect();
+    let shared = if node_identity.is_empty() {
+        "an image pulled with one service account's identity can then be started by a pod of any other service account on this node".to_string()
+    } else {
+        format!(
+            "an image pulled with one service account's identity can then be started by a pod of any other service account on this node, \
+             and an image pulled with the node's identity ({} with --fallback node) by every pod on it",
+            node_identity.join(", ")
+        )
+    };
     let reason = match config.verifies_present_images(version) {
         Some(true) => None,
         Some(false) if config.image_pull_credentials_verification_policy.as_deref() == Some("NeverVerify") => Some((

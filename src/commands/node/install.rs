@@ -25,6 +25,7 @@ use crate::commands::check_config::check::{Output, check_with};
 use crate::commands::check_config::isolation::KubeletFacts;
 use crate::error::{Error, Result};
 use crate::options::BINARY;
+use crate::providers::fallback::Fallback;
 
 /// Where a failed attempt is remembered, so that the DaemonSet's retries
 /// do not restart the kubelet again and again with the same change.
@@ -48,6 +49,14 @@ pub struct Args {
     /// (NAME=PATTERN,PATTERN...), e.g. EKS's node-role ecr-credential-provider.
     #[arg(long, value_name = "NAME[=PATTERNS]")]
     pub replace: Vec<Replace>,
+
+    /// With `node`, each --provider entry also serves the node's identity
+    /// to pods that did not opt in (the plugin's --fallback node, and
+    /// requireServiceAccount: false), so it replaces the stock cloud plugin:
+    /// pair it with --replace ecr-credential-provider (acr-credential-provider,
+    /// auth-provider-gcp).
+    #[arg(long, value_enum, value_name = "none|node", default_value = "none")]
+    pub fallback: Fallback,
 
     /// The binary to install (default: this executable).
     #[arg(long, value_name = "PATH")]
@@ -412,7 +421,7 @@ fn install(args: &Args, report: &mut Report) -> Result<()> {
         return Err(Error::config(format!("cannot identify the kubelet: {why}; nothing was changed"))
             .fix("look at the node: the kubelet's unit, its main process and the processes named kubelet (ps -ef); or pass --proc none with --kubelet-credential-config and --kubelet-bin-dir"));
     }
-    let ours = plan::our_entries(&args.provider, args.config.as_deref())?;
+    let ours = plan::our_entries(&args.provider, args.fallback, args.config.as_deref())?;
     let names: Vec<String> = ours
         .iter()
         .map(|e| merge::entry_name(e).to_string())

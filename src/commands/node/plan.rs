@@ -14,6 +14,7 @@ use super::host::Host;
 use super::merge::{self, Replace};
 use super::systemd;
 use crate::error::{Error, Result};
+use crate::providers::fallback::Fallback;
 
 /// The ready entry for each provider: the one in config-examples.
 const AWS: &str =
@@ -78,8 +79,55 @@ pub struct Plan {
     pub notes: Vec<String>,
 }
 
-/// Our entries from --provider and --config.
-pub fn our_entries(providers: &[ReadyProvider], config: Option<&Path>) -> Result<Vec<Value>> {
+/// AKS's cloud config, which the stock acr-credential-provider entry
+/// passes as its argument and `--fallback node` reads the kubelet identity
+/// from.
+pub const AKS_CLOUD_CONFIG: &str = "/etc/kubernetes/azure.json";
+
+/// Turns a ready entry into one that replaces the stock cloud plugin: the
+/// plugin gets `--fallback node`, the kubelet runs it for pods without a
+/// service account too (`requireServiceAccount: false`), azure reads the
+/// kubelet identity from AKS's cloud config, and gcp is passed GKE's
+/// opt-in annotation.
+fn with_node_fallback(entry: &mut Value, provider: ReadyProvider) {
+    let Some(map) = entry.as_mapping_mut() else {
+        return;
+    };
+    let mut args = vec!["--fallback", "node"];
+    if provider == ReadyProvider::Azure {
+        args.extend(["--azure-cloud-config", AKS_CLOUD_CONFIG]);
+    }
+    let list = map
+        .entry(Value::from("args"))
+        .or_insert_with(|| Value::Sequence(Vec::new()));
+    if let Some(seq) = list.as_sequence_mut() {
+        seq.extend(args.into_iter().map(Value::from));
+    }
+    if let Some(attrs) = map
+        .get_mut("tokenAttributes")
+        .and_then(Value::as_mapping_mut)
+    {
+        attrs.insert(Value::from("requireServiceAccount"), Value::Bool(false));
+        if provider == ReadyProvider::Gcp {
+            let keys = attrs
+                .entry(Value::from("optionalServiceAccountAnnotationKeys"))
+                .or_insert_with(|| Value::Sequence(Vec::new()));
+            if let Some(seq) = keys.as_sequence_mut() {
+                seq.push(Value::from(
+                    crate::providers::gcp::ENABLE_IMAGE_PULL_ANNOTATION,
+                ));
+            }
+        }
+    }
+}
+
+/// Our entries from --provider (with `--fallback node`, each replacing the
+/// stock cloud plugin) and --config.
+pub fn our_entries(
+    providers: &[ReadyProvider],
+    fallback: Fallback,
+    config: Option<&Path>,
+) -> Result<Vec<Value>> {
     let mut entries = Vec::new();
     for p in providers {
         let text = match p {
@@ -88,7 +136,12 @@ pub fn our_entries(providers: &[ReadyProvider], config: Option<&Path>) -> Result
             ReadyProvider::Gcp => GCP,
         };
         let doc = merge::parse(text.as_bytes(), Path::new("config-examples"))?;
-        entries.extend(merge::providers(&doc));
+        for mut entry in merge::providers(&doc) {
+            if fallback == Fallback::Node {
+                with_node_fallback(&mut entry, *p);
+            }
+            entries.push(entry);
+        }
     }
     if let Some(file) = config {
         let bytes = crate::yaml::read(file)
@@ -439,5 +492,49 @@ pub fn append_flags(
             let ins = format!("{sep}{var}=\"{escaped}\"\n");
             Some((format!("{text}{ins}"), ins))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry<'a>(entries: &'a [Value], name: &str) -> &'a Value {
+        entries
+            .iter()
+            .find(|e| merge::entry_name(e) == name)
+            .unwrap()
+    }
+
+    #[test]
+    fn fallback_node_makes_each_ready_entry_a_replacement_for_the_stock_plugin() {
+        let all = [ReadyProvider::Aws, ReadyProvider::Azure, ReadyProvider::Gcp];
+        let plain = our_entries(&all, Fallback::None, None).unwrap();
+        let node = our_entries(&all, Fallback::Node, None).unwrap();
+        let text = |v: &Value| yaml_serde::to_string(v).unwrap();
+        for name in [
+            "wi-credential-provider-aws",
+            "wi-credential-provider-azure",
+            "wi-credential-provider-gcp",
+        ] {
+            let (before, after) = (text(entry(&plain, name)), text(entry(&node, name)));
+            assert!(!before.contains("--fallback"), "{before}");
+            let args = entry(&node, name)
+                .get("args")
+                .unwrap()
+                .as_sequence()
+                .unwrap();
+            let args: Vec<&str> = args.iter().filter_map(Value::as_str).collect();
+            assert!(
+                args.windows(2).any(|w| w == ["--fallback", "node"]),
+                "{after}"
+            );
+            assert!(after.contains("requireServiceAccount: false"), "{after}");
+        }
+        let azure = text(entry(&node, "wi-credential-provider-azure"));
+        assert!(azure.contains("--azure-cloud-config"), "{azure}");
+        assert!(azure.contains("/etc/kubernetes/azure.json"), "{azure}");
+        let gcp = text(entry(&node, "wi-credential-provider-gcp"));
+        assert!(gcp.contains("iam.gke.io/enable-wi-image-pull"), "{gcp}");
     }
 }
