@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde_json::{Value, json};
 
-use super::http_server::{Request, Response, TestServer};
+use super::http_server::{Request, Response, TestServer, Violations};
 use super::token::{self, now};
 
 pub const AUDIENCE: &str = "api://AzureADTokenExchange";
@@ -131,21 +131,6 @@ impl Script {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .extend(responses);
-    }
-}
-
-#[derive(Default)]
-struct Violations(Mutex<Vec<String>>);
-
-impl Violations {
-    fn add(&self, what: String) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(what);
-    }
-    fn check(&self, name: &str) {
-        let v = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if !v.is_empty() && !std::thread::panicking() {
-            panic!("the plugin sent requests the real {name} would refuse: {v:#?}");
-        }
     }
 }
 

@@ -108,6 +108,25 @@ impl Request {
     }
 }
 
+/// Requests a fake recorded as ones the real service would refuse; dropping
+/// the fake with any recorded fails the test ([`Violations::check`]).
+#[derive(Default)]
+pub struct Violations(Mutex<Vec<String>>);
+
+impl Violations {
+    pub fn add(&self, what: String) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(what);
+    }
+
+    /// Panics (unless already panicking) when anything was recorded.
+    pub fn check(&self, name: &str) {
+        let v = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if !v.is_empty() && !std::thread::panicking() {
+            panic!("the plugin sent requests the real {name} would refuse: {v:#?}");
+        }
+    }
+}
+
 /// What the handler wants sent back.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Response {

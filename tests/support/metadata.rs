@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::json;
 
-use super::http_server::{Request, Response, TestServer};
+use super::http_server::{Request, Response, TestServer, Violations};
 
 /// How a fake answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,21 +38,6 @@ pub enum Behaviour {
     Garbage,
     /// `200` with 8 MiB of JSON-looking text.
     Huge,
-}
-
-#[derive(Default)]
-struct Violations(Mutex<Vec<String>>);
-
-impl Violations {
-    fn add(&self, what: String) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(what);
-    }
-    fn check(&self, name: &str) {
-        let v = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if !v.is_empty() && !std::thread::panicking() {
-            panic!("the plugin sent requests the real {name} would refuse: {v:#?}");
-        }
-    }
 }
 
 fn misbehave(behaviour: Behaviour) -> Option<Response> {

@@ -48,6 +48,18 @@ pub struct RefreshToken {
     pub expires_at: i64,
 }
 
+impl RefreshToken {
+    /// The registry login: the null-GUID username marks the password as a
+    /// refresh token.
+    pub fn into_credential(self) -> crate::providers::Credential {
+        crate::providers::Credential {
+            username: USERNAME.to_string(),
+            password: self.token,
+            expires_at: self.expires_at,
+        }
+    }
+}
+
 #[derive(Deserialize)]
 struct ExchangeResponse {
     refresh_token: Option<String>,

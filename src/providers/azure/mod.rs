@@ -35,7 +35,7 @@ use crate::image::ImageRef;
 use crate::inputs::Inputs;
 use crate::net::{self, http};
 use crate::providers::fallback::{self, Fallback, Whose};
-use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
+use crate::providers::{self, Context, Exchanger, Plan, Provider};
 use std::sync::Arc;
 
 /// The audience of Entra ID federated identity credentials.
@@ -364,11 +364,7 @@ impl Exchanger for Azure {
                             entra::request_token(&client, &entra_request, deadline).await?;
                         let refresh =
                             acr::exchange(&client, &acr_request, &access, deadline).await?;
-                        Ok(Credential {
-                            username: acr::USERNAME.to_string(),
-                            password: refresh.token,
-                            expires_at: refresh.expires_at,
-                        })
+                        Ok(refresh.into_credential())
                     },
                 )
             }),

@@ -376,11 +376,7 @@ pub fn login(
                 };
                 let client = net.client(deadline)?;
                 let refresh = acr::exchange(&client, &request, &access, deadline).await?;
-                Ok(Credential {
-                    username: acr::USERNAME.to_string(),
-                    password: refresh.token,
-                    expires_at: refresh.expires_at,
-                })
+                Ok(refresh.into_credential())
             },
         ),
     }
