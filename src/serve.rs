@@ -126,7 +126,8 @@ pub fn prepare<'a>(
         annotations,
         token,
     };
-    let plan = exchanger.plan(&cx)?;
+    let mut plan = exchanger.plan(&cx)?;
+    scope_to_allowlist(exchanger, image, &mut plan);
     crate::debug!("plan: {plan:?}");
     if !matching::matches(&plan.auth_key, &image.to_string()) {
         return Err(Error::internal(format!(
@@ -137,6 +138,29 @@ pub fn prepare<'a>(
         .fix("report this as a bug"));
     }
     Ok(Prepared { audiences, plan })
+}
+
+/// Narrows a plan's auth key to the path of the `--registry` pattern that
+/// allowed `image`, for every provider with an allowlist.
+///
+/// With `--registry ghcr.io/acme` the admin allowed one path of a host;
+/// a response keyed `ghcr.io` with `cacheKeyType: Registry` would let the
+/// kubelet reuse the credential for `ghcr.io/other-team/app`. Keyed
+/// `ghcr.io/acme` with `cacheKeyType: Image`, the kubelet matches it as a
+/// literal path prefix and caches it for this image only. The rule lives
+/// here, not in the providers, so none can skip it: every plan passes
+/// through [`prepare`].
+fn scope_to_allowlist(exchanger: &dyn Exchanger, image: &ImageRef, plan: &mut Plan<'_>) {
+    let Some((allowlist, _)) = exchanger.allowlist() else {
+        return;
+    };
+    match allowlist.scope(image) {
+        Some(path) if !path.is_empty() => {
+            plan.auth_key = format!("{}{path}", image.registry());
+            plan.cache_key_type = crate::protocol::CacheKeyType::Image;
+        }
+        _ => {}
+    }
 }
 
 /// Reads the request under the deadline (see [`crate::stdin`] for how),
@@ -280,6 +304,87 @@ fn respond(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::CacheKeyType;
+    use crate::secret::Secret;
+
+    /// Every provider whose registries are the admin's choice, present and
+    /// future, gets a path-scoped `--registry` right: this walks
+    /// [`crate::providers::ALL`], so a new provider is in it without
+    /// anyone remembering to add it.
+    #[test]
+    fn a_path_scoped_registry_scopes_every_allowlisted_providers_answer() {
+        let args = [
+            "--registry=harbor.example.com/team-a",
+            "--registry=open.example.com",
+            "--vault-address=https://vault.example.com:8200",
+            "--vault-role=puller",
+            "--vault-secret-prefix=registry",
+            "--jfrog-url=https://acme.jfrog.io",
+            "--jfrog-provider-name=k8s",
+            "--quay-organization=acme",
+            "--cloudsmith-org=acme",
+            "--token-exchange-url=https://sts.example.com/oauth2/token",
+            "--token-exchange-username=robot",
+        ]
+        .map(String::from);
+        let matches =
+            options::parse_as(options::BINARY, &args, &crate::inputs::Env::default()).unwrap();
+        let inputs = Inputs::default();
+        let annotations = crate::providers::annotations(&[
+            ("wi-credential-provider.io/quay-robot", "acme+puller"),
+            ("wi-credential-provider.io/cloudsmith-service", "puller"),
+            ("wi-credential-provider.io/vault-secret", "team-a/pull"),
+            (
+                "wi-credential-provider.io/chainguard-identity",
+                "0123456789abcdef0123456789abcdef01234567/0123456789abcdef",
+            ),
+        ]);
+        let claims = r#"{"aud":["harbor.example.com","open.example.com","cgr.dev","issuer.enforce.dev"],"exp":5000,"iat":1000,"iss":"https://issuer.example","sub":"system:serviceaccount:team:api","kubernetes.io":{"namespace":"team","serviceaccount":{"name":"api","uid":"u-1"}}}"#;
+        let token = ServiceAccountToken::decode(
+            Secret::new(crate::token::jwt(r#"{"alg":"RS256"}"#, claims)),
+            2000,
+        )
+        .unwrap();
+        let scoped = ImageRef::parse("harbor.example.com/team-a/app:v1").unwrap();
+        let open = ImageRef::parse("open.example.com/team-b/app:v1").unwrap();
+        let mut checked = Vec::new();
+        for provider in crate::providers::ALL.iter().filter(|p| p.auto.is_none()) {
+            let exchanger = (provider.build)(&matches, &inputs).unwrap();
+            assert!(
+                exchanger.allowlist().is_some(),
+                "{provider} picks its registries by --registry but declares no allowlist"
+            );
+            for (image, key, kind) in [
+                (&scoped, "harbor.example.com/team-a", CacheKeyType::Image),
+                (&open, "open.example.com", CacheKeyType::Registry),
+            ] {
+                let prepared = prepare(
+                    exchanger.as_ref(),
+                    None,
+                    image,
+                    Some(&token),
+                    &annotations,
+                    "credentialprovider.kubelet.k8s.io/v1",
+                )
+                .unwrap_or_else(|e| panic!("{provider} on {image}: {e}"));
+                assert_eq!(prepared.plan.auth_key, key, "{provider}");
+                assert_eq!(prepared.plan.cache_key_type, kind, "{provider}");
+            }
+            checked.push(provider.name);
+        }
+        assert_eq!(
+            checked,
+            [
+                "passthrough",
+                "jfrog",
+                "quay",
+                "cloudsmith",
+                "token-exchange",
+                "chainguard",
+                "vault"
+            ]
+        );
+    }
 
     #[test]
     fn failure_line_names_everything_and_redacts() {

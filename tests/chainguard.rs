@@ -76,6 +76,30 @@ fn exchanges_for_the_annotated_identity() {
 }
 
 #[test]
+fn a_path_scoped_mirror_keys_the_answer_with_its_path() {
+    let cg = FakeChainguard::start();
+    let t = token("puller");
+    let scoped = args(&cg, &["--registry", "mirror.example.com/cgr"]);
+    let image = "mirror.example.com/cgr/app:latest";
+    let out = exec(&scoped, &request(image, Some(&t), &[(OURS, IDENTITY)]));
+    out.assert_path_scoped(image, "mirror.example.com/cgr");
+    // cgr.dev itself stays keyed for the registry it is.
+    let out = exec(&scoped, &request(IMAGE, Some(&t), &[(OURS, IDENTITY)]));
+    assert_eq!(out.response_for(IMAGE)["cacheKeyType"], "Registry");
+    let line = exec(
+        &scoped,
+        &request(
+            "mirror.example.com/other/app",
+            Some(&t),
+            &[(OURS, IDENTITY)],
+        ),
+    )
+    .failure();
+    assert!(line.contains("not served"), "{line}");
+    assert_eq!(cg.issued().len(), 2);
+}
+
+#[test]
 fn identity_order_cookbook_key_and_flag() {
     let cg = FakeChainguard::start();
     let other = token("other");

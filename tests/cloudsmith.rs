@@ -87,6 +87,25 @@ fn exchanges_for_a_service_account_token() {
 }
 
 #[test]
+fn a_path_scoped_registry_keys_the_answer_with_its_path() {
+    let fake = fake();
+    let token = token();
+    let args = args(&fake, "docker.cloudsmith.io/acme/repo", ORG);
+    let out = invoke(&args, IMAGE, &token, &[(OURS, SERVICE)]);
+    out.assert_path_scoped(IMAGE, "docker.cloudsmith.io/acme/repo");
+    let sent = fake.request_count();
+    let line = invoke(
+        &args,
+        "docker.cloudsmith.io/other/repo/app:v1",
+        &token,
+        &[(OURS, SERVICE)],
+    )
+    .failure();
+    assert!(line.contains("not allowed"), "{line}");
+    assert_eq!(fake.request_count(), sent);
+}
+
+#[test]
 fn no_token_on_stderr_at_info_or_debug() {
     let fake = fake();
     let args = args(&fake, REGISTRY, ORG);

@@ -103,6 +103,19 @@ fn a_short_jfrog_lifetime_is_surfaced() {
 }
 
 #[test]
+fn a_path_scoped_registry_keys_the_answer_with_its_path() {
+    let fake = fake(None);
+    let token = token();
+    let args = args(&fake, "example.jfrog.io/docker-local", &[]);
+    let out = invoke(&args, IMAGE, &token, &[]);
+    out.assert_path_scoped(IMAGE, "example.jfrog.io/docker-local");
+    let sent = fake.request_count();
+    let line = invoke(&args, "example.jfrog.io/other/app:v1", &token, &[]).failure();
+    assert!(line.contains("not allowed"), "{line}");
+    assert_eq!(fake.request_count(), sent);
+}
+
+#[test]
 fn no_token_on_stderr_at_info_or_debug() {
     let fake = fake(None);
     let args = args(&fake, REGISTRY, &[]);

@@ -76,6 +76,26 @@ fn exchanges_for_the_robots_token() {
 }
 
 #[test]
+fn a_path_scoped_registry_keys_the_answer_with_its_path() {
+    let fake = fake();
+    let token = token();
+    let args = args(&fake, "quay.example.com/acme");
+    let out = invoke(&args, IMAGE, &token, &[(OURS, ROBOT)]);
+    out.assert_path_scoped(IMAGE, "quay.example.com/acme");
+    // Another path of the same host is not the admin's: nothing is sent.
+    let sent = fake.request_count();
+    let line = invoke(
+        &args,
+        "quay.example.com/other/app:v1",
+        &token,
+        &[(OURS, ROBOT)],
+    )
+    .failure();
+    assert!(line.contains("not allowed"), "{line}");
+    assert_eq!(fake.request_count(), sent);
+}
+
+#[test]
 fn no_token_on_stderr_at_info_or_debug() {
     let fake = fake();
     let args = args(&fake, REGISTRY);

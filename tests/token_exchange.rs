@@ -122,6 +122,24 @@ fn exchanges_with_every_optional_field() {
 }
 
 #[test]
+fn a_path_scoped_registry_keys_the_answer_with_its_path() {
+    let sts = FakeSts::start(expect(&[], None));
+    let t = token();
+    let mut scoped = args(&sts, &["--token-exchange-username", "robot"]);
+    let at = scoped.iter().position(|a| a == REGISTRY).unwrap();
+    scoped[at] = "registry.example.com/team".to_string();
+    let out = exec(&scoped, &request(IMAGE, Some(&t), &[]));
+    out.assert_path_scoped(IMAGE, "registry.example.com/team");
+    let line = exec(
+        &scoped,
+        &request("registry.example.com/other/app:v1", Some(&t), &[]),
+    )
+    .failure();
+    assert!(line.contains("not allowed"), "{line}");
+    assert_eq!(sts.issued().len(), 1);
+}
+
+#[test]
 fn client_authentication_and_username_from_the_answer() {
     let dir = tempfile::tempdir().unwrap();
     let secret_file = dir.path().join("secret");

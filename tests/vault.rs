@@ -141,6 +141,32 @@ fn kubernetes_auth_and_kv2_give_the_registry_credentials() {
 }
 
 #[test]
+fn a_path_scoped_registry_keys_the_answer_with_its_path() {
+    let vault = kubernetes_vault();
+    let token = token();
+    let mut scoped = args(&vault, &[]);
+    let at = scoped.iter().position(|a| a == REGISTRY).unwrap();
+    scoped[at] = format!("{REGISTRY}/team");
+    let scoped: Vec<&str> = scoped.iter().map(String::as_str).collect();
+    let out = run(
+        &scoped,
+        &[],
+        request(&image(), Some(&token), &TEAM_APP).as_bytes(),
+    );
+    out.assert_path_scoped(&image(), "registry.example.com/team");
+    let sent = vault.requests().len();
+    let other = format!("{REGISTRY}/other/app:v1");
+    let line = run(
+        &scoped,
+        &[],
+        request(&other, Some(&token), &TEAM_APP).as_bytes(),
+    )
+    .failure();
+    assert!(line.contains("not allowed"), "{line}");
+    assert_eq!(vault.requests().len(), sent);
+}
+
+#[test]
 fn jwt_auth_kv1_namespace_template_and_default_role() {
     let vault = FakeVault::start(Method::Jwt, "jwt-cluster", Some("platform/team"));
     let mut role = Role::new("team", "puller", &["registry"]);

@@ -196,6 +196,12 @@ impl Exchanger for Chainguard {
         providers::names(&[IDENTITY_ANNOTATION, COOKBOOK_IDENTITY_ANNOTATION])
     }
 
+    /// The mirrors the admin allowed besides cgr.dev; a path-scoped one
+    /// narrows the answer's key like any allowlist (`serve::prepare`).
+    fn allowlist(&self) -> Option<(&Allowlist, &'static str)> {
+        Some((&self.allowlist, "the Chainguard token"))
+    }
+
     /// cgr.dev exactly, and the hosts the admin allowed with `--registry`
     /// (a mirror or pull-through cache in front of cgr.dev).
     fn serves(&self, image: &ImageRef) -> bool {

@@ -12,12 +12,11 @@
 //! `ServiceAccount` it logs an error and pulls without credentials.
 //!
 //! When only a path of a host is allowed (`--registry
-//! harbor.example.com/team-a`), the answer must not let the kubelet reuse
-//! the token for the rest of the host: its key carries that path
-//! (`harbor.example.com/team-a`) and `cacheKeyType: Image`. The kubelet
-//! matches a key's path as a literal string prefix, so `team-a` also covers
-//! `team-ab`; a pattern ending in `/` (`harbor.example.com/team-a/`) does
-//! not.
+//! harbor.example.com/team-a`), the answer is keyed with that path and
+//! `cacheKeyType: Image`, as for every provider with an allowlist
+//! (`serve::prepare`). The kubelet matches a key's path as a literal string
+//! prefix, so `team-a` also covers `team-ab`; a pattern ending in `/`
+//! (`harbor.example.com/team-a/`) does not.
 
 use crate::error::{Error, Result};
 use crate::inputs::Inputs;
@@ -86,16 +85,10 @@ impl Exchanger for Passthrough {
 
     fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
         let token = cx.token()?;
-        let path = self.allowlist.scope(cx.image).unwrap_or_default();
-        let cache_key_type = if path.is_empty() {
-            CacheKeyType::Registry
-        } else {
-            CacheKeyType::Image
-        };
         Ok(Plan {
             provider: &PROVIDER,
-            auth_key: format!("{}{path}", cx.image.registry()),
-            cache_key_type,
+            auth_key: cx.image.registry().to_string(),
+            cache_key_type: CacheKeyType::Registry,
             cacheable: false,
             inputs: vec![
                 ("registry", cx.image.registry().to_string()),

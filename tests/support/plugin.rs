@@ -104,6 +104,18 @@ impl Run {
         value
     }
 
+    /// Asserts a response keyed for `key` alone (a `--registry` pattern
+    /// with a path) that the kubelet caches per image, so it is never
+    /// reused for another path of the same host. Returns the response.
+    #[allow(dead_code)]
+    pub fn assert_path_scoped(&self, image: &str, key: &str) -> Value {
+        let response = self.response_for(image);
+        assert_eq!(response["cacheKeyType"], "Image", "{response}");
+        let keys: Vec<&String> = response["auth"].as_object().unwrap().keys().collect();
+        assert_eq!(keys, [key], "{response}");
+        response
+    }
+
     /// Asserts failure: non-zero exit, nothing on stdout, and one line on
     /// stderr. Returns that line.
     pub fn failure(&self) -> String {
