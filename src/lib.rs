@@ -18,6 +18,7 @@ pub mod commands;
 pub mod deadline;
 pub mod duration;
 pub mod error;
+pub mod file;
 pub mod image;
 pub mod inputs;
 pub mod matching;

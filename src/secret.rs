@@ -32,6 +32,18 @@ impl Secret {
         secret
     }
 
+    /// A secret an admin wrote in a file (a client secret): registered
+    /// however short it is. What we obtain from an upstream is never
+    /// shorter than [`MIN_REGISTERED`] bytes; an admin's secret can be,
+    /// and it must not reach stderr whole because of that. A short one is
+    /// masked wherever its bytes appear, ordinary words included: an odd
+    /// log line is the lesser harm.
+    pub fn from_admin(value: impl Into<String>) -> Self {
+        let secret = Secret(value.into());
+        register_at_any_length(&secret.0);
+        secret
+    }
+
     /// Reads the secret. Every call site is a place where a secret leaves the
     /// process (an HTTP body, the response on stdout) or is compared.
     pub fn expose(&self) -> &str {
@@ -58,7 +70,8 @@ impl Drop for Secret {
 }
 
 /// Secrets shorter than this are not registered: they would mask ordinary
-/// words, and nothing we obtain is that short. Between this and [`WINDOW`]
+/// words, and nothing we obtain is that short (an admin's file can be:
+/// [`Secret::from_admin`]). Between this and [`WINDOW`]
 /// bytes a secret is masked only whole (a short registry password from
 /// Vault, say).
 const MIN_REGISTERED: usize = 8;
@@ -145,8 +158,14 @@ fn mix(mut z: u64) -> u64 {
 
 /// Registers `value` for redaction (see [`known_spans`]).
 pub fn register(value: &str) {
+    if value.len() >= MIN_REGISTERED {
+        register_at_any_length(value);
+    }
+}
+
+fn register_at_any_length(value: &str) {
     let bytes = value.as_bytes();
-    if bytes.len() < MIN_REGISTERED {
+    if bytes.is_empty() {
         return;
     }
     let width = bytes.len().min(WINDOW);
@@ -161,24 +180,37 @@ pub fn register(value: &str) {
 
 /// The byte ranges of `text` covered by a window of a registered secret,
 /// merged and widened to character boundaries, in order.
+///
+/// A secret leaves the process in more forms than one: raw in a header,
+/// percent-encoded in a form body (`pa%24%24w0rd` for `pa$$w0rd`),
+/// JSON-escaped in a JSON body, base64 inside `Authorization: Basic`. An
+/// upstream quoting its request back quotes that form, so the text is
+/// also read through each decoding ([`views`]) and a window found in a
+/// decoded view masks the text it was decoded from. Decoding here, when a
+/// line is written, rather than registering every encoding of every
+/// secret keeps the cost off a cache hit, which registers a token and
+/// writes one line.
 pub fn known_spans(text: &str) -> Vec<std::ops::Range<usize>> {
     let registry = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
     if registry.hashes.is_empty() {
         return Vec::new();
     }
-    let bytes = text.as_bytes();
     let mut spans: Vec<std::ops::Range<usize>> = Vec::new();
-    for &width in &registry.widths {
-        for (at, window) in bytes.windows(width).enumerate() {
-            if registry.hashes.contains(&window_hash(window)) {
-                spans.push(at..at + width);
+    registry.find(text.as_bytes(), |found| spans.push(found));
+    for view in views(text) {
+        registry.find(&view.bytes, |found| {
+            let from = view.origin.get(found.start).map(|o| o.start);
+            let to = view.origin.get(found.end.saturating_sub(1)).map(|o| o.end);
+            if let (Some(from), Some(to)) = (from, to) {
+                spans.push(from..to);
             }
-        }
+        });
     }
     drop(registry);
     spans.sort_by_key(|r| r.start);
     let mut merged: Vec<std::ops::Range<usize>> = Vec::new();
     for mut span in spans {
+        span.end = span.end.min(text.len());
         while !text.is_char_boundary(span.start) {
             span.start -= 1;
         }
@@ -191,6 +223,226 @@ pub fn known_spans(text: &str) -> Vec<std::ops::Range<usize>> {
         }
     }
     merged
+}
+
+impl Registry {
+    /// Calls `found` with each byte range of `bytes` a registered window
+    /// covers.
+    fn find(&self, bytes: &[u8], mut found: impl FnMut(std::ops::Range<usize>)) {
+        for &width in &self.widths {
+            for (at, window) in bytes.windows(width).enumerate() {
+                if self.hashes.contains(&window_hash(window)) {
+                    found(at..at + width);
+                }
+            }
+        }
+    }
+}
+
+/// Text decoded one way, with where each decoded byte came from.
+struct View {
+    bytes: Vec<u8>,
+    /// For each byte of `bytes`, the range of the text it was decoded from.
+    origin: Vec<std::ops::Range<usize>>,
+}
+
+impl View {
+    fn new() -> Self {
+        View {
+            bytes: Vec::new(),
+            origin: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, byte: u8, from: std::ops::Range<usize>) {
+        self.bytes.push(byte);
+        self.origin.push(from);
+    }
+}
+
+/// The decodings of `text` a secret may have been quoted back in: percent
+/// (and form) encoding, JSON string escapes, and each run of base64 or
+/// base64url at each of its four alignments. Each is built only when the
+/// text holds what it decodes (`%` or `+`, `\`, a run long enough to
+/// hold a registered window).
+fn views(text: &str) -> Vec<View> {
+    let bytes = text.as_bytes();
+    let mut views = Vec::new();
+    if bytes.iter().any(|&b| b == b'%' || b == b'+') {
+        views.push(percent_decoded(bytes));
+    }
+    if bytes.contains(&b'\\') {
+        views.push(json_unescaped(text));
+    }
+    let mut decoded = Vec::new();
+    base64_decoded(bytes, &mut decoded);
+    // RFC 6749 §2.3.1: a client secret in a Basic header is form-encoded
+    // before it is base64-encoded.
+    for view in decoded {
+        if view.bytes.iter().any(|&b| b == b'%' || b == b'+') {
+            let inner = percent_decoded(&view.bytes);
+            views.push(View {
+                origin: inner
+                    .origin
+                    .iter()
+                    .map(|r| {
+                        let from = view.origin.get(r.start).map_or(0, |o| o.start);
+                        let to = view
+                            .origin
+                            .get(r.end.saturating_sub(1))
+                            .map_or(from, |o| o.end);
+                        from..to
+                    })
+                    .collect(),
+                bytes: inner.bytes,
+            });
+        }
+        views.push(view);
+    }
+    views
+}
+
+fn hex(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// `application/x-www-form-urlencoded` and RFC 3986 percent-encoding read
+/// back: `%XX` is a byte, `+` a space.
+fn percent_decoded(bytes: &[u8]) -> View {
+    let mut view = View::new();
+    let mut at = 0;
+    while let Some(&b) = bytes.get(at) {
+        let escaped = (b == b'%')
+            .then(|| Some(hex(*bytes.get(at + 1)?)? << 4 | hex(*bytes.get(at + 2)?)?))
+            .flatten();
+        match (escaped, b) {
+            (Some(byte), _) => {
+                view.push(byte, at..at + 3);
+                at += 3;
+            }
+            (None, b'+') => {
+                view.push(b' ', at..at + 1);
+                at += 1;
+            }
+            (None, b) => {
+                view.push(b, at..at + 1);
+                at += 1;
+            }
+        }
+    }
+    view
+}
+
+/// JSON string escapes read back (RFC 8259 §7), `\uXXXX` surrogate pairs
+/// included; anything else is kept as it is.
+fn json_unescaped(text: &str) -> View {
+    let bytes = text.as_bytes();
+    let mut view = View::new();
+    let unit = |at: usize| -> Option<u32> {
+        if bytes.get(at) != Some(&b'\\') || bytes.get(at + 1) != Some(&b'u') {
+            return None;
+        }
+        let digits = text.get(at + 2..at + 6)?;
+        u32::from_str_radix(digits, 16).ok()
+    };
+    let mut at = 0;
+    while let Some(&b) = bytes.get(at) {
+        let simple = match (b, bytes.get(at + 1)) {
+            (b'\\', Some(b'"')) => Some(b'"'),
+            (b'\\', Some(b'\\')) => Some(b'\\'),
+            (b'\\', Some(b'/')) => Some(b'/'),
+            (b'\\', Some(b'b')) => Some(0x08),
+            (b'\\', Some(b'f')) => Some(0x0c),
+            (b'\\', Some(b'n')) => Some(b'\n'),
+            (b'\\', Some(b'r')) => Some(b'\r'),
+            (b'\\', Some(b't')) => Some(b'\t'),
+            _ => None,
+        };
+        if let Some(byte) = simple {
+            view.push(byte, at..at + 2);
+            at += 2;
+            continue;
+        }
+        if let Some(first) = unit(at) {
+            let (c, used) = match (first, unit(at + 6)) {
+                (0xd800..=0xdbff, Some(low @ 0xdc00..=0xdfff)) => (
+                    char::from_u32(0x10000 + ((first - 0xd800) << 10) + (low - 0xdc00)),
+                    12,
+                ),
+                _ => (char::from_u32(first), 6),
+            };
+            if let Some(c) = c {
+                let mut buf = [0u8; 4];
+                for &byte in c.encode_utf8(&mut buf).as_bytes() {
+                    view.push(byte, at..at + used);
+                }
+                at += used;
+                continue;
+            }
+        }
+        view.push(b, at..at + 1);
+        at += 1;
+    }
+    view
+}
+
+/// The value of a base64 or base64url character.
+fn sextet(b: u8) -> Option<u8> {
+    match b {
+        b'A'..=b'Z' => Some(b - b'A'),
+        b'a'..=b'z' => Some(b - b'a' + 26),
+        b'0'..=b'9' => Some(b - b'0' + 52),
+        b'+' | b'-' => Some(62),
+        b'/' | b'_' => Some(63),
+        _ => None,
+    }
+}
+
+/// Each run of base64 characters that can hold the narrowest registered
+/// window, decoded from each of its first four characters, so that the
+/// encoding of `user:secret` in a Basic header, or a base64 text cut at
+/// any point, decodes to the secret's own bytes at one of them.
+fn base64_decoded(bytes: &[u8], views: &mut Vec<View>) {
+    // Eleven characters hold eight bytes, the shortest registered secret
+    // from an upstream.
+    const SHORTEST_RUN: usize = 11;
+    let mut at = 0;
+    while at < bytes.len() {
+        let start = at;
+        while bytes.get(at).and_then(|&b| sextet(b)).is_some() {
+            at += 1;
+        }
+        if at - start >= SHORTEST_RUN {
+            for shift in 0..4 {
+                views.push(base64_run(bytes, start + shift, at));
+            }
+        }
+        at = at.max(start + 1);
+    }
+}
+
+fn base64_run(bytes: &[u8], start: usize, end: usize) -> View {
+    let mut view = View::new();
+    let mut group = start;
+    while group < end {
+        let chars: Vec<u8> = (group..end.min(group + 4))
+            .filter_map(|i| bytes.get(i).and_then(|&b| sextet(b)))
+            .collect();
+        let bits =
+            chars.iter().fold(0u32, |acc, &c| acc << 6 | u32::from(c)) << (6 * (4 - chars.len()));
+        let decoded = chars.len().saturating_sub(1);
+        let to = group + chars.len();
+        for &byte in bits.to_be_bytes().iter().skip(1).take(decoded) {
+            view.push(byte, group..to);
+        }
+        group += 4;
+    }
+    view
 }
 
 /// `text` with every run of a registered secret replaced by `<redacted>`.
@@ -244,6 +496,79 @@ mod tests {
         // Too short to register at all.
         let _t = Secret::new("AWS");
         assert_eq!(mask_known("user AWS"), "user AWS");
+    }
+
+    #[test]
+    fn every_encoding_a_secret_leaves_in_is_masked() {
+        use base64::Engine as _;
+        let secret = "pa$$w0rd!\"2024\\x+y/é";
+        let _s = Secret::new(secret);
+        let form: String = url_form(secret);
+        assert!(
+            form.starts_with("pa%24%24w0rd%21%222024%5Cx%2By%2F"),
+            "{form}"
+        );
+        let json = serde_json::to_string(secret).unwrap();
+        let json = json.trim_matches('"');
+        assert_ne!(json, secret);
+        let ascii_json = "pa$$w0rd!\\\"2024\\\\x+y\\/\\u00e9";
+        for (user, engine) in [
+            ("robot", &base64::engine::general_purpose::STANDARD),
+            ("ab", &base64::engine::general_purpose::STANDARD),
+            ("a", &base64::engine::general_purpose::URL_SAFE_NO_PAD),
+        ] {
+            let basic = engine.encode(format!("{user}:{secret}"));
+            let form_basic = engine.encode(format!("{user}:{form}"));
+            let line = format!("Basic {form_basic} is wrong");
+            assert_eq!(mask_known(&line).matches("<redacted>").count(), 1, "{line}");
+            assert!(mask_known(&line).len() < 40, "{}", mask_known(&line));
+            let line = format!("upstream said: Authorization: Basic {basic} is wrong");
+            let masked = mask_known(&line);
+            // The username's groups may stay; nothing after them does.
+            assert!(masked.ends_with("<redacted> is wrong"), "{masked}");
+            let shown = masked
+                .trim_start_matches("upstream said: Authorization: Basic ")
+                .trim_end_matches("<redacted> is wrong");
+            assert!(basic.starts_with(shown) && shown.len() <= 8, "{masked}");
+        }
+        for quoted in [secret, &form, json, ascii_json] {
+            let line = format!("invalid_client: client_secret={quoted}&x=1 refused");
+            let masked = mask_known(&line);
+            assert!(
+                !masked.contains("w0rd") && masked.contains("<redacted>"),
+                "{quoted}: {masked}"
+            );
+            assert!(masked.ends_with("&x=1 refused"), "{masked}");
+        }
+        // Ordinary encoded text stays as it was.
+        for plain in ["a%20b+c", "say \\\"hi\\\"", "aGVsbG8gd29ybGQgaGVsbG8="] {
+            assert_eq!(mask_known(plain), plain);
+        }
+    }
+
+    fn url_form(s: &str) -> String {
+        s.bytes()
+            .map(|b| match b {
+                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'*' => {
+                    (b as char).to_string()
+                }
+                b' ' => "+".to_string(),
+                _ => format!("%{b:02X}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_admins_short_secret_is_masked() {
+        let _s = Secret::from_admin("s3cr3t!");
+        assert_eq!(
+            mask_known("secret s3cr3t! refused"),
+            "secret <redacted> refused"
+        );
+        assert_eq!(
+            mask_known("secret s3cr3t%21 refused"),
+            "secret <redacted> refused"
+        );
     }
 
     #[test]

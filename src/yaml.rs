@@ -12,7 +12,6 @@
 //! manifest is a few kilobytes, a handful of levels and a few dozen
 //! brackets; the bounds are far above that and far below a slow parse.
 
-use std::io::Read;
 use std::path::Path;
 
 /// Largest file read.
@@ -27,56 +26,12 @@ pub const MAX_FLOW_OPENERS: usize = 1_000;
 /// such as `/dev/zero` would never end) without reading it at all. The
 /// error is a sentence about the file.
 pub fn read(path: &Path) -> Result<Vec<u8>, String> {
-    use std::os::unix::fs::OpenOptionsExt;
-    // O_NONBLOCK: opening a FIFO for reading must not wait for a writer.
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .map_err(|e| format!("cannot read the file: {e}"))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| format!("cannot read the file: {e}"))?;
-    if !meta.is_file() {
-        return Err(format!(
-            "cannot read the file: it is {}, not a regular file",
-            describe(&meta.file_type())
-        ));
-    }
-    if meta.len() > MAX_BYTES {
-        return Err(too_large());
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read the file: {e}"))?;
-    if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > MAX_BYTES {
-        return Err(too_large());
-    }
-    Ok(bytes)
-}
-
-fn too_large() -> String {
-    format!(
-        "the file is larger than {MAX_BYTES} bytes, far more than a kubelet config or a manifest; it is not parsed"
-    )
-}
-
-fn describe(kind: &std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if kind.is_dir() {
-        "a directory"
-    } else if kind.is_fifo() {
-        "a FIFO"
-    } else if kind.is_char_device() {
-        "a character device"
-    } else if kind.is_block_device() {
-        "a block device"
-    } else if kind.is_socket() {
-        "a socket"
-    } else {
-        "not a regular file"
-    }
+    crate::file::read_regular(path, MAX_BYTES).map_err(|refused| match refused {
+        crate::file::Refused::Unreadable(why) => format!("cannot read the file: {why}"),
+        crate::file::Refused::TooLarge => format!(
+            "the file is larger than {MAX_BYTES} bytes, far more than a kubelet config or a manifest; it is not parsed"
+        ),
+    })
 }
 
 /// Parses bytes already read within [`MAX_BYTES`] as one YAML (or JSON)

@@ -310,3 +310,146 @@ fn aws_sts_quoting_the_token_signature() {
         assert_never_shown(&out, &[signature(&token), &token]);
     }
 }
+
+/// The encodings a secret leaves the process in, as an upstream quoting its
+/// request back would show them: raw, form-encoded (RFC 6749 Appendix B),
+/// JSON-escaped, and base64 inside a Basic header (of the form-encoded
+/// pair, RFC 6749 §2.3.1, and of the raw pair).
+fn every_encoding(user: &str, secret: &str) -> Vec<String> {
+    use base64::Engine as _;
+    let form = |s: &str| -> String {
+        s.bytes()
+            .map(|b| match b {
+                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'*' => {
+                    (b as char).to_string()
+                }
+                b' ' => "+".to_string(),
+                _ => format!("%{b:02X}"),
+            })
+            .collect()
+    };
+    let b64 = |s: String| base64::engine::general_purpose::STANDARD.encode(s);
+    let json = serde_json::to_string(secret).unwrap();
+    vec![
+        secret.to_string(),
+        form(secret),
+        json.trim_matches('"').to_string(),
+        b64(format!("{}:{}", form(user), form(secret))),
+        b64(format!("{user}:{secret}")),
+    ]
+}
+
+/// Asserts the run failed and that no encoding of `secret`, nor any
+/// 8-byte run of one, reached stderr.
+fn assert_no_encoding_shown(run: &Run, encodings: &[String]) {
+    let line = run.failure();
+    for shown in encodings {
+        let bytes = shown.as_bytes();
+        for window in bytes.windows(8.min(bytes.len())) {
+            let window = std::str::from_utf8(window).unwrap();
+            if window.starts_with("a3ViZWxl") || window.starts_with("YWNtZSty") {
+                // The base64 of the username's first bytes, not secret.
+                continue;
+            }
+            assert!(
+                !run.stderr.contains(window),
+                "{window:?} of {shown:?} reached stderr: {}",
+                run.stderr
+            );
+        }
+    }
+    assert!(line.contains("failed"), "{line}");
+}
+
+#[test]
+fn a_token_server_quoting_the_client_secret_in_every_encoding() {
+    // Long and short (an admin's file can hold a 7-byte secret).
+    for secret in ["pa$$w0rd!2024\"\\x", "s3cr3t!"] {
+        let encodings = every_encoding("kubelet", secret);
+        let quoted = encodings.join(" | ");
+        for level in LEVELS {
+            let dir = tempfile::tempdir().unwrap();
+            let file = dir.path().join("secret");
+            std::fs::write(&file, format!("{secret}\n")).unwrap();
+            let description = format!("client authentication failed: {quoted}");
+            let sts = TestServer::start(move |_req| {
+                Response::json(
+                    401,
+                    json!({"error": "invalid_client", "error_description": description}),
+                )
+            });
+            let token = TokenSpec::new("team", "puller", "sts.cluster.test").mint();
+            let url = format!("{}/token", sts.url());
+            let args = [
+                "--provider",
+                "token-exchange",
+                "--registry",
+                "registry.example.com",
+                "--audience",
+                "sts.cluster.test",
+                "--token-exchange-url",
+                &url,
+                "--token-exchange-username",
+                "robot",
+                "--token-exchange-client-id",
+                "kubelet",
+                "--token-exchange-client-secret-file",
+                file.to_str().unwrap(),
+                "--log-level",
+                level,
+            ];
+            let out = run(
+                &args,
+                &[],
+                request("registry.example.com/team/app", Some(&token), &[]).as_bytes(),
+            );
+            assert_eq!(sts.request_count(), 1, "{}", out.stderr);
+            assert!(out.stderr.contains("invalid_client"), "{}", out.stderr);
+            assert_no_encoding_shown(&out, &encodings);
+            assert_never_shown(&out, &[&token]);
+        }
+    }
+}
+
+#[test]
+fn quay_quoting_the_basic_header_that_carries_the_token() {
+    for level in LEVELS {
+        let token = TokenSpec::new("team", "app", "quay.example.com").mint();
+        let encodings = every_encoding("acme+puller", &token);
+        let quoted = encodings.join(" | ");
+        let quay = TestServer::start(move |_req| {
+            Response::json(
+                401,
+                json!({"error": format!("Invalid credentials {quoted}")}),
+            )
+        });
+        let url = quay.url();
+        let args = [
+            "--provider",
+            "quay",
+            "--registry",
+            "quay.example.com",
+            "--audience",
+            "quay.example.com",
+            "--quay-url",
+            &url,
+            "--quay-organization",
+            "acme",
+            "--log-level",
+            level,
+        ];
+        let out = run(
+            &args,
+            &[],
+            request(
+                "quay.example.com/acme/app",
+                Some(&token),
+                &[("wi-credential-provider.io/quay-robot", "acme+puller")],
+            )
+            .as_bytes(),
+        );
+        assert_eq!(quay.request_count(), 1, "{}", out.stderr);
+        assert!(out.stderr.contains("Invalid credentials"), "{}", out.stderr);
+        assert_no_encoding_shown(&out, &encodings);
+    }
+}

@@ -19,7 +19,6 @@
 //! the AWS SDK's included ([`crate::net::Settings::tls`]).
 
 use std::collections::HashSet;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -278,20 +277,17 @@ fn add_dir(dir: &Path, store: &mut Roots) {
     }
 }
 
-fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
-    let file = std::fs::File::open(path)?;
-    if !file.metadata()?.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
-    let mut pem = Vec::new();
-    file.take(MAX_BUNDLE_BYTES + 1).read_to_end(&mut pem)?;
-    if u64::try_from(pem.len()).unwrap_or(u64::MAX) > MAX_BUNDLE_BYTES {
-        return Err(std::io::Error::other(format!(
-            "larger than {} MiB, not a CA bundle",
+/// A CA file, regular and bounded ([`crate::file::read_regular`]): a FIFO
+/// as `SSL_CERT_FILE`, `--ca-file` or inside `SSL_CERT_DIR` is refused at
+/// once instead of blocking the pull past its deadline.
+fn read_bounded(path: &Path) -> std::result::Result<Vec<u8>, String> {
+    crate::file::read_regular(path, MAX_BUNDLE_BYTES).map_err(|refused| match refused {
+        crate::file::Refused::Unreadable(why) => why,
+        crate::file::Refused::TooLarge => format!(
+            "the file is larger than {} MiB, not a CA bundle",
             MAX_BUNDLE_BYTES / 1024 / 1024
-        )));
-    }
-    Ok(pem)
+        ),
+    })
 }
 
 #[cfg(test)]
@@ -309,6 +305,33 @@ mod tests {
 
     fn ca_file(path: &Path) -> Result<usize> {
         add_ca_file(path, &mut Roots::default())
+    }
+
+    #[test]
+    fn a_fifo_anywhere_in_the_trust_sources_never_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("bundle.pem");
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success()
+        );
+        write(dir.path(), "ca.pem", CA_PEM.as_bytes());
+        let started = std::time::Instant::now();
+        let err = ca_file(&fifo).unwrap_err().to_string();
+        assert!(err.contains("a FIFO, not a regular file"), "{err}");
+        let env = [("SSL_CERT_FILE", fifo.display().to_string())];
+        let err = sources(&env, None).client_config().unwrap_err().to_string();
+        assert!(
+            err.contains("SSL_CERT_FILE") && err.contains("FIFO"),
+            "{err}"
+        );
+        // In SSL_CERT_DIR the FIFO is skipped and the real bundle is read.
+        let env = [("SSL_CERT_DIR", dir.path().display().to_string())];
+        sources(&env, None).client_config().unwrap();
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
     }
 
     #[test]

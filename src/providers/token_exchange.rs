@@ -130,6 +130,9 @@ pub struct Options {
     pub token_exchange_client_secret_file: Option<PathBuf>,
 }
 
+/// A client secret file is one line; anything this large is not one.
+const MAX_CLIENT_SECRET_FILE_BYTES: u64 = 4096;
+
 pub static PROVIDER: Provider = Provider {
     name: "token-exchange",
     summary: "OAuth 2.0 Token Exchange (RFC 8693) at the admin's token server (--registry only)",
@@ -307,12 +310,25 @@ impl TokenExchange {
             }
             (Some(id), None) => Client::Public(id.to_string()),
             (Some(id), Some(path)) => {
-                let text = std::fs::read_to_string(path).map_err(|e| {
+                let shown = path.display();
+                let bytes = crate::file::read_regular(path, MAX_CLIENT_SECRET_FILE_BYTES)
+                    .map_err(|refused| {
+                        let why = match refused {
+                            crate::file::Refused::Unreadable(why) => why,
+                            crate::file::Refused::TooLarge => format!(
+                                "it is larger than {MAX_CLIENT_SECRET_FILE_BYTES} bytes, not a client secret"
+                            ),
+                        };
+                        Error::config(format!(
+                            "cannot read --token-exchange-client-secret-file {shown}: {why}"
+                        ))
+                        .fix("point it at a regular file holding only the client secret, readable by the kubelet (root)")
+                    })?;
+                let text = String::from_utf8(bytes).map_err(|_| {
                     Error::config(format!(
-                        "cannot read --token-exchange-client-secret-file {}: {e}",
-                        path.display()
+                        "--token-exchange-client-secret-file {shown} is not UTF-8 text"
                     ))
-                    .fix("check the path and that the kubelet (root) can read it")
+                    .fix("write only the client secret in the file")
                 })?;
                 let secret = text.trim_end_matches(['\r', '\n']);
                 if secret.is_empty() || secret.contains(['\r', '\n']) {
@@ -324,7 +340,7 @@ impl TokenExchange {
                 }
                 Client::Basic {
                     id: id.to_string(),
-                    secret: Secret::new(secret),
+                    secret: Secret::from_admin(secret),
                 }
             }
         };

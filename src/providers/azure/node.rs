@@ -177,7 +177,7 @@ impl Settings {
             };
             return Ok(NodeIdentity::ServicePrincipal {
                 client_id: client_id.trim().to_string(),
-                secret: Secret::new(secret),
+                secret: Secret::from_admin(secret),
             });
         }
         let identity = match config
