@@ -57,13 +57,24 @@ pub const ROBOT_ANNOTATIONS: [&str; 2] = [
 /// readable `exp`.
 pub const DEFAULT_LIFETIME_SECS: i64 = 3600;
 
-/// `<org>+<robot>`: an organisation (Quay namespace: lowercase letters and
-/// digits, separated by single `.`, `_` or `-`) and a robot short name
-/// (a lowercase letter, then lowercase letters, digits or `_`).
+/// `<org>+<robot>`: an organisation and a robot short name, each as
+/// Quay's `validate_username` checks names (`util/validation.py`,
+/// `VALID_USERNAME_REGEX`: lowercase letters and digits, separated by
+/// single `.`, `_` or `-`); the short name is also 2 to 255 characters
+/// ([`ROBOT_SHORT_NAME`]), as Quay's robot creation requires.
 static ROBOT: Pattern = Pattern::new(
-    "<organisation>+<robot>, e.g. acme+puller, lowercase",
-    || regex_lite::Regex::new(r"^([a-z0-9]+(?:[._-][a-z0-9]+)*)\+([a-z][a-z0-9_]{1,254})$").ok(),
+    "<organisation>+<robot>, e.g. acme+ci-bot, lowercase",
+    || {
+        regex_lite::Regex::new(
+            r"^([a-z0-9]+(?:[._-][a-z0-9]+)*)\+([a-z0-9]+(?:[._-][a-z0-9]+)*)$",
+        )
+        .ok()
+    },
 );
+
+/// The length Quay allows a robot short name (`validate_username`'s
+/// `len(username) >= 2 and len(username) <= 255`).
+const ROBOT_SHORT_NAME: std::ops::RangeInclusive<usize> = 2..=255;
 
 static ORGANISATION: Pattern = Pattern::new(
     "lowercase letters and digits, separated by single '.', '_' or '-'",
@@ -163,10 +174,14 @@ impl Quay {
                     ROBOT_ANNOTATIONS[0]
                 ))
             })?;
-        let org = robot
-            .split_once('+')
-            .map(|(org, _)| org)
-            .unwrap_or_default();
+        let (org, short) = robot.split_once('+').unwrap_or_default();
+        if !ROBOT_SHORT_NAME.contains(&short.len()) {
+            return Err(Error::annotation(format!(
+                "annotation {key} names robot {robot}, whose short name {short} is {} characters; Quay's are 2 to 255",
+                short.len()
+            ))
+            .fix("name the robot as Quay shows it (<organisation>+<robot>)"));
+        }
         if !self.organisations.contains(org) {
             return Err(Error::annotation(format!(
                 "annotation {key} names robot {robot} of organisation {org}, which is not allowed (allowed: {})",
@@ -295,6 +310,17 @@ mod tests {
             robot(&[(theirs, "acme-labs+ci_bot")]).unwrap(),
             "acme-labs+ci_bot"
         );
+        // Names Quay's validate_username accepts (VALID_USERNAME_REGEX).
+        for valid in ["acme+ci-bot", "acme+build.bot", "acme+2fa-puller", "acme+1bot"] {
+            assert_eq!(robot(&[(ours, valid)]).unwrap(), valid);
+        }
+        let long = format!("acme+{}", "a".repeat(255));
+        assert_eq!(robot(&[(ours, &long)]).unwrap(), long);
+        for length in [1, 256] {
+            let name = format!("acme+{}", "a".repeat(length));
+            let e = robot(&[(ours, &name)]).unwrap_err().to_string();
+            assert!(e.contains("2 to 255"), "{e}");
+        }
         // Ours first.
         assert_eq!(
             robot(&[(ours, "acme+a1"), (theirs, "acme+b2")]).unwrap(),
@@ -316,7 +342,9 @@ mod tests {
             "acme+x?y",
             "acme+x#y",
             "acme+x%2fy",
-            "acme+1bot",
+            "acme+ci--bot",
+            "acme+-bot",
+            "acme+bot.",
         ] {
             let e = robot(&[(ours, bad)]).unwrap_err().to_string();
             assert!(e.contains("not a Quay robot account"), "{bad:?}: {e}");
