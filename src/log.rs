@@ -6,7 +6,8 @@
 //! Every line goes through [`crate::redact::redact`] here, the one place
 //! stderr is written: whatever a message quotes (an upstream's error text,
 //! a value from the request), no registered secret and no token shape
-//! reaches the kubelet's log.
+//! reaches the kubelet's log, and no control character from a value
+//! (an upstream's username, an annotation) reaches it unescaped.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -44,6 +45,7 @@ pub fn write(level: Level, args: std::fmt::Arguments<'_>) {
     // One write(2) per line, so lines of concurrent plugin processes
     // sharing a stderr never interleave mid-line.
     let text = crate::redact::redact(&args.to_string());
+    let text = crate::redact::escape_hidden(&text);
     let line = format!("wi-credential-provider: {tag}: {text}\n");
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }

@@ -49,6 +49,47 @@ pub fn redact(text: &str) -> String {
     crate::secret::mask_known(&mask_shapes(text, Shapes::Line))
 }
 
+/// `text` with every character that changes how a terminal or a log
+/// viewer shows it written as an escape instead (`\n`, `\r`, `\t`,
+/// `\u{1b}`): controls (C0, DEL, C1 such as U+0085), the line and
+/// paragraph separators, and the bidirectional formatting characters
+/// ([`is_hidden`]). A value from an upstream or
+/// an annotation cannot end a line early, forge one, recolour the
+/// terminal or read backwards; runs on every line [`crate::log`] writes.
+pub fn escape_hidden(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(is_hidden) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if is_hidden(c) => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Characters that never belong in a name and change how text reads:
+/// Unicode controls (C0, DEL, C1 such as U+0085), the line and paragraph
+/// separators, and the bidirectional formatting characters.
+pub fn is_hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{2028}'
+                | '\u{2029}'
+                | '\u{200e}'
+                | '\u{200f}'
+                | '\u{202a}'..='\u{202e}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{061c}'
+        )
+}
+
 /// Which shapes to mask: upstream text also loses long hex runs, which in
 /// our own lines are image digests and cache keys.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -173,6 +214,18 @@ pub fn body_shape(body: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn hidden_characters_are_escaped() {
+        assert!(matches!(
+            escape_hidden("plain text, é"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        assert_eq!(
+            escape_hidden("a\u{1b}[31m\u{7}\u{0}\u{85}\u{2028}\u{202e}b\r\nc\t"),
+            "a\\u{1b}[31m\\u{7}\\u{0}\\u{85}\\u{2028}\\u{202e}b\\r\\nc\\t"
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -121,6 +121,7 @@ pub fn prepare<'a>(
 ) -> Result<Prepared<'a>> {
     route::require_served(exchanger, image)?;
     let audiences = route::admit_token(exchanger, audience, token, api_version)?;
+    route::check_annotations(exchanger, annotations)?;
     let cx = Context {
         image,
         annotations,
@@ -306,6 +307,96 @@ mod tests {
     use super::*;
     use crate::protocol::CacheKeyType;
     use crate::secret::Secret;
+
+    /// A command line that configures every provider, parsed by the
+    /// binary's own parser.
+    fn every_provider(registries: &[&str]) -> clap::ArgMatches {
+        let mut args: Vec<String> = registries
+            .iter()
+            .map(|r| format!("--registry={r}"))
+            .collect();
+        args.extend(
+            [
+                "--gcp-project-id=my-project",
+                "--gcp-cluster=projects/my-project/locations/us-central1/clusters/prod",
+                "--vault-address=https://vault.example.com:8200",
+                "--vault-role=puller",
+                "--vault-secret-prefix=registry",
+                "--jfrog-url=https://acme.jfrog.io",
+                "--jfrog-provider-name=k8s",
+                "--quay-organization=acme",
+                "--cloudsmith-org=acme",
+                "--token-exchange-url=https://sts.example.com/oauth2/token",
+                "--token-exchange-username=robot",
+            ]
+            .map(String::from),
+        );
+        options::parse_as(options::BINARY, &args, &crate::inputs::Env::default()).unwrap()
+    }
+
+    fn any_token() -> ServiceAccountToken {
+        let claims = r#"{"aud":["harbor.example.com","open.example.com","cgr.dev","issuer.enforce.dev","sts.amazonaws.com","api://AzureADTokenExchange","my-project.svc.id.goog"],"exp":5000,"iat":1000,"iss":"https://issuer.example","sub":"system:serviceaccount:team:api","kubernetes.io":{"namespace":"team","serviceaccount":{"name":"api","uid":"u-1"}}}"#;
+        ServiceAccountToken::decode(
+            Secret::new(crate::token::jwt(r#"{"alg":"RS256"}"#, claims)),
+            2000,
+        )
+        .unwrap()
+    }
+
+    /// One rule for every annotation every provider reads: a blank value,
+    /// a control character, a separator or bidi override, or an over-long
+    /// value is refused, naming the annotation, before any plan.
+    #[test]
+    fn every_providers_annotations_are_checked_by_one_rule() {
+        let matches = every_provider(&["harbor.example.com"]);
+        let inputs = Inputs::default();
+        let token = any_token();
+        let images = [
+            "123456789012.dkr.ecr.us-east-1.amazonaws.com/app",
+            "contoso.azurecr.io/app",
+            "us-docker.pkg.dev/my-project/repo/app",
+            "cgr.dev/acme/app",
+            "harbor.example.com/team/app",
+        ]
+        .map(|i| ImageRef::parse(i).unwrap());
+        let long = "a".repeat(route::MAX_ANNOTATION_VALUE + 1);
+        let bad = [
+            "",
+            "   ",
+            "acme+puller\r\nX-Injected: 1",
+            "a\u{1b}[31mred",
+            "a\u{7}b",
+            "a\u{0}b",
+            "a\u{85}b",
+            "a\u{2028}b",
+            "a\u{202e}b",
+            long.as_str(),
+        ];
+        let mut keys_checked = 0;
+        for provider in crate::providers::ALL {
+            let exchanger = (provider.build)(&matches, &inputs).unwrap();
+            let image = images.iter().find(|i| exchanger.serves(i)).unwrap();
+            for key in exchanger.annotation_keys() {
+                for value in bad {
+                    let annotations = crate::providers::annotations(&[(key.as_str(), value)]);
+                    let error = prepare(
+                        exchanger.as_ref(),
+                        None,
+                        image,
+                        Some(&token),
+                        &annotations,
+                        "credentialprovider.kubelet.k8s.io/v1",
+                    )
+                    .err()
+                    .unwrap_or_else(|| panic!("{provider}: {key}={value:?} was accepted"));
+                    assert_eq!(error.kind(), crate::error::Kind::Annotation, "{error}");
+                    assert!(error.to_string().contains(&key), "{error}");
+                }
+                keys_checked += 1;
+            }
+        }
+        assert!(keys_checked >= 12, "{keys_checked}");
+    }
 
     /// Every provider whose registries are the admin's choice, present and
     /// future, gets a path-scoped `--registry` right: this walks

@@ -116,6 +116,39 @@ fn a_path_scoped_registry_keys_the_answer_with_its_path() {
 }
 
 #[test]
+fn control_characters_from_jfrog_never_reach_stderr_raw() {
+    // JFrog's answer is refused outright with CR or LF in the username
+    // (`no usable username`); every other hidden character arrives.
+    let hostile = "k8s\u{1b}[2J\u{7}\u{0}\u{85}\u{2028}\u{202e}evil\u{b}\u{c}forged";
+    let fake = jfrog::start(
+        Trust::service_account("team", "app", AUDIENCE),
+        Integration {
+            username: hostile.into(),
+            ..integration(None)
+        },
+    );
+    fake.set_lifetime(60);
+    let out = invoke(&args(&fake, REGISTRY, &[]), IMAGE, &token(), &[]);
+    out.response_for(IMAGE);
+    assert!(out.stderr.contains("lives only 60s"), "{}", out.stderr);
+    for c in [
+        '\u{1b}', '\u{7}', '\u{0}', '\u{85}', '\u{2028}', '\u{202e}', '\u{b}', '\u{c}',
+    ] {
+        assert!(
+            !out.stderr.contains(c),
+            "U+{:04X} on stderr: {:?}",
+            u32::from(c),
+            out.stderr
+        );
+    }
+    assert!(out.stderr.contains("k8s\\u{1b}[2J"), "{:?}", out.stderr);
+    // Every line is one of ours: nothing split or forged a line.
+    for line in out.stderr.lines() {
+        assert!(line.starts_with("wi-credential-provider: "), "{line:?}");
+    }
+}
+
+#[test]
 fn no_token_on_stderr_at_info_or_debug() {
     let fake = fake(None);
     let args = args(&fake, REGISTRY, &[]);

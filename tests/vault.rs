@@ -239,6 +239,30 @@ fn failure(vault: &FakeVault, extra: &[&str], annotations: &[(&str, &str)]) -> S
 }
 
 #[test]
+fn blank_and_control_character_annotations_never_reach_vault() {
+    let vault = kubernetes_vault();
+    for (key, value) in [
+        (SECRET_KEY, ""),
+        (SECRET_KEY, " "),
+        (ROLE_KEY, ""),
+        (SECRET_KEY, "team/app\r\nX-Vault-Namespace: root"),
+        (ROLE_KEY, "puller\u{1b}]0;owned\u{7}"),
+    ] {
+        let mut annotations = TEAM_APP.to_vec();
+        annotations.retain(|(k, _)| *k != key);
+        annotations.push((key, value));
+        let line = failure(&vault, &[], &annotations);
+        assert!(line.contains(key), "{value:?}: {line}");
+        assert!(
+            line.contains("is empty") || line.contains("control character"),
+            "{value:?}: {line}"
+        );
+        assert!(!line.contains('\u{1b}'), "{line:?}");
+    }
+    assert!(vault.requests().is_empty(), "{:?}", vault.requests());
+}
+
+#[test]
 fn unknown_role() {
     let vault = kubernetes_vault();
     let line = failure(&vault, &[], &[(ROLE_KEY, "nope"), (SECRET_KEY, "team/app")]);

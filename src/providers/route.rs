@@ -94,3 +94,53 @@ pub fn admit_token(
     }
     Ok(audiences)
 }
+
+/// The longest annotation value an exchanger reads. An IAM role ARN, the
+/// longest identity any provider takes, is under 700 characters (a 64-
+/// character name under a 512-character path); anything longer is not a
+/// name.
+pub const MAX_ANNOTATION_VALUE: usize = 1024;
+
+/// Checks every annotation `exchanger` reads, before any plan or network
+/// call, with one rule for every provider: a tenant writes these values,
+/// so an empty or blank one (never a request for a default), a control
+/// character (CR LF into a header, ESC into a terminal), a line or
+/// paragraph separator or a bidirectional override (text that reads
+/// differently from what it is), or a value longer than
+/// [`MAX_ANNOTATION_VALUE`] is refused, naming the annotation. Leading and
+/// trailing spaces stay the providers' to trim. Each provider then checks
+/// the form of its own identity (an anchored pattern).
+pub fn check_annotations(
+    exchanger: &dyn Exchanger,
+    annotations: &std::collections::BTreeMap<String, String>,
+) -> Result<()> {
+    for key in exchanger.annotation_keys() {
+        let Some(value) = annotations.get(&key) else {
+            continue;
+        };
+        let why = if value.trim().is_empty() {
+            Some("is empty".to_string())
+        } else if let Some(c) = value.chars().find(|&c| crate::redact::is_hidden(c)) {
+            Some(format!(
+                "holds the control character U+{:04X}",
+                u32::from(c)
+            ))
+        } else if value.len() > MAX_ANNOTATION_VALUE {
+            Some(format!(
+                "is {} bytes long, more than the {MAX_ANNOTATION_VALUE} any identity needs",
+                value.len()
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(Error::annotation(format!(
+                "service account annotation {key} {why}, so it names no identity"
+            ))
+            .fix(format!(
+                "set {key} to the identity exactly as the provider's docs show it, or remove the annotation"
+            )));
+        }
+    }
+    Ok(())
+}
