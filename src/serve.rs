@@ -294,6 +294,8 @@ fn respond(
             (Origin::Exchange, Stored::Written) => ", exchanged and cached",
             (Origin::Exchange, Stored::WriteFailed) =>
                 ", exchanged, not cached (the cache entry could not be written)",
+            (Origin::Exchange, Stored::TooLarge) =>
+                ", exchanged, not cached (larger than a cache entry may be)",
             (Origin::Exchange, Stored::TooShortLived) =>
                 ", exchanged, not cached (too close to its expiry or --max-cache-duration to be served again)",
             (Origin::Exchange, Stored::NotApplicable) => "",

@@ -778,6 +778,50 @@ fn the_cache_key_covers_the_secret_path() {
     );
 }
 
+#[test]
+fn a_credential_larger_than_a_cache_entry_is_not_cached() {
+    let vault = kubernetes_vault();
+    let huge = "p".repeat(70 * 1024);
+    vault.kv2(
+        "registry/team/app",
+        json!({"username": "team-robot", "password": huge}),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let cache = cache.to_str().unwrap();
+    let token = token();
+    let mut per_pull = Vec::new();
+    for _ in 0..3 {
+        let before = vault.requests().len();
+        let out = invoke(&vault, &["--cache-dir", cache], &token, &TEAM_APP);
+        assert_eq!(out.response()["auth"][REGISTRY]["password"], huge.as_str());
+        assert!(
+            out.stderr
+                .contains("not caching the credential for registry.example.com")
+                && out.stderr.contains("more than the 65536 a read accepts"),
+            "{}",
+            out.stderr
+        );
+        assert!(
+            !out.stderr.contains("ignoring cache entry"),
+            "{}",
+            out.stderr
+        );
+        per_pull.push(vault.requests().len() - before);
+    }
+    // Each pull exchanged (nothing to hit), and no entry was left behind.
+    assert!(
+        per_pull.iter().all(|n| *n == per_pull[0] && *n >= 2),
+        "{per_pull:?}"
+    );
+    let entries: Vec<_> = std::fs::read_dir(cache)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+        .collect();
+    assert!(entries.is_empty(), "{entries:?}");
+}
+
 /// End to end: Debian's docker-registry with htpasswd holding the
 /// credentials stored in the fake Vault, and skopeo pulling with exactly
 /// what the plugin returned.

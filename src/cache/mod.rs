@@ -98,6 +98,8 @@ pub enum Stored {
     /// Not written: the credential expires within its refresh margin (or
     /// --max-cache-duration is 0s), so it could never be served.
     TooShortLived,
+    /// Not written: the entry would be larger than a read accepts.
+    TooLarge,
     /// Served from the cache, or no cache.
     NotApplicable,
 }
@@ -212,6 +214,13 @@ impl Cache {
                 Ok(()) => {
                     crate::debug!("cached the credential under key {key}");
                     Stored::Written
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::FileTooLarge => {
+                    crate::warn!(
+                        "not caching the credential for {}: {e}; every pull exchanges again until the upstream issues a smaller one",
+                        subject.registry
+                    );
+                    Stored::TooLarge
                 }
                 Err(e) => {
                     crate::warn!(

@@ -184,9 +184,22 @@ impl Store {
         lookup
     }
 
-    /// Writes `entry` atomically: temporary file, fsync, rename.
+    /// Writes `entry` atomically: temporary file, fsync, rename. An entry
+    /// larger than a read accepts ([`MAX_ENTRY_BYTES`]) is not written
+    /// (`ErrorKind::FileTooLarge`): it would be refused on every read, and
+    /// each pull would exchange again and warn about it.
     pub fn write(&self, entry: &Entry) -> io::Result<()> {
         let mut bytes = serialize(entry)?;
+        if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > MAX_ENTRY_BYTES {
+            let size = bytes.len();
+            bytes.fill(0);
+            return Err(io::Error::new(
+                io::ErrorKind::FileTooLarge,
+                format!(
+                    "the entry would be {size} bytes, more than the {MAX_ENTRY_BYTES} a read accepts"
+                ),
+            ));
+        }
         let nanos = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
