@@ -982,6 +982,34 @@ fn http_proxy_carries_plain_http_calls() {
     }
 }
 
+/// `NO_PROXY` as the kubelet (Go's httpproxy) reads it: `*` and a CIDR
+/// cover IP literals, so the token never reaches the proxy.
+#[test]
+fn no_proxy_star_and_cidrs_cover_ip_literals() {
+    for case in Case::all() {
+        for no_proxy in ["*", "10.0.0.0/8, 127.0.0.0/8", "127.0.0.1"] {
+            let proxy = Proxy::start();
+            let url = proxy.url();
+            case.run_normal(
+                &[],
+                &[
+                    ("HTTP_PROXY", &url),
+                    ("HTTPS_PROXY", &url),
+                    ("NO_PROXY", no_proxy),
+                ],
+            )
+            .response();
+            assert_eq!(proxy.targets(), vec![], "{} NO_PROXY={no_proxy}", case.name);
+        }
+        // A CIDR that does not hold the address leaves the call on the proxy.
+        let proxy = Proxy::start();
+        let url = proxy.url();
+        case.run_normal(&[], &[("HTTP_PROXY", &url), ("NO_PROXY", "10.0.0.0/8")])
+            .response();
+        assert!(!proxy.targets().is_empty(), "{}", case.name);
+    }
+}
+
 #[test]
 fn proxy_credentials_are_used_and_never_logged() {
     const PASSWORD: &str = "pr0xy-Pa55word-never-logged";

@@ -3,8 +3,15 @@
 //!
 //! `HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY` and `NO_PROXY` are honoured, the
 //! uppercase form winning over the lowercase one and an empty value counting
-//! as unset, as reqwest reads them. A value without a scheme means
-//! `http://`, as in curl.
+//! as unset. A value without a scheme means `http://`, as in curl.
+//!
+//! `NO_PROXY` is read as the kubelet and containerd read it, with Go's
+//! `golang.org/x/net/http/httpproxy` ([`Bypass`]): `*` bypasses the proxy
+//! for every host, IP literals and CIDRs included (reqwest's own reading
+//! left IP literals on the proxy, with a service account token in the
+//! body). Link-local addresses (EKS Pod Identity's `169.254.170.23`, the
+//! metadata services) are never proxied. Unlike Go, loopback and
+//! `localhost` follow the list like any host (see [`Bypass`]).
 //!
 //! A node that must go through a proxy must not send traffic around it: a
 //! set value that is not a usable proxy URL is refused with an error naming
@@ -71,28 +78,211 @@ impl Proxies {
     }
 
     /// Replaces whatever reqwest would read from the process environment
-    /// with these settings, each checked.
+    /// with these settings, each checked: one proxy rule that picks the
+    /// proxy for a URL's scheme and leaves out what [`Bypass`] bypasses.
     pub fn apply(&self, builder: reqwest::ClientBuilder) -> Result<reqwest::ClientBuilder> {
-        let no_proxy = self
-            .no_proxy
-            .as_ref()
-            .and_then(|s| reqwest::NoProxy::from_string(&s.value));
-        let mut builder = builder.no_proxy();
-        type Make = fn(&str) -> reqwest::Result<reqwest::Proxy>;
-        let kinds: [(&Option<Setting>, Make); 3] = [
-            (&self.https, |u| reqwest::Proxy::https(u)),
-            (&self.http, |u| reqwest::Proxy::http(u)),
-            (&self.all, |u| reqwest::Proxy::all(u)),
-        ];
-        for (setting, make) in kinds {
-            let Some(setting) = setting else { continue };
-            let url = proxy_url(setting)?;
-            let proxy = make(url.as_str())
-                .map_err(|e| unusable(setting, &e.to_string()))?
-                .no_proxy(no_proxy.clone());
-            builder = builder.proxy(proxy);
+        let checked = |setting: &Option<Setting>| setting.as_ref().map(proxy_url).transpose();
+        let route = Route {
+            https: checked(&self.https)?,
+            http: checked(&self.http)?,
+            all: checked(&self.all)?,
+            bypass: Bypass::parse(self.no_proxy.as_ref().map_or("", |s| s.value.as_str())),
+        };
+        let builder = builder.no_proxy();
+        if route.https.is_none() && route.http.is_none() && route.all.is_none() {
+            return Ok(builder);
         }
-        Ok(builder)
+        Ok(builder.proxy(reqwest::Proxy::custom(move |url| route.proxy_for(url))))
+    }
+}
+
+/// Which proxy each URL goes through.
+#[derive(Debug)]
+struct Route {
+    https: Option<url::Url>,
+    http: Option<url::Url>,
+    all: Option<url::Url>,
+    bypass: Bypass,
+}
+
+impl Route {
+    /// The proxy for `url`: its scheme's, else `ALL_PROXY`'s; none for a
+    /// host the bypass list or the fixed rules leave out.
+    fn proxy_for(&self, url: &url::Url) -> Option<url::Url> {
+        let proxy = match url.scheme() {
+            "https" => self.https.as_ref().or(self.all.as_ref()),
+            "http" => self.http.as_ref().or(self.all.as_ref()),
+            _ => self.all.as_ref(),
+        }?;
+        let host = url.host()?;
+        let port = url.port_or_known_default().unwrap_or(0);
+        if self.bypass.bypasses(&host, port) {
+            return None;
+        }
+        Some(proxy.clone())
+    }
+}
+
+/// `NO_PROXY`, read as Go's `httpproxy` reads it (the kubelet's and
+/// containerd's reading; `golang.org/x/net/http/httpproxy`, `config.init`
+/// and `useProxy`): comma-separated, trimmed, lowercased entries; `*`
+/// alone bypasses everything; an IP (optionally `ip:port`, `[v6]:port`)
+/// bypasses that address; a CIDR bypasses its network; `example.com`
+/// bypasses the host and its subdomains, `.example.com` and
+/// `*.example.com` the subdomains only; a `:port` suffix narrows an entry
+/// to that port. Whatever the list, link-local addresses are never
+/// proxied: a link-local service (Pod Identity, IMDS) is on the node's own
+/// link, and a proxy can only be the wrong place for its token.
+///
+/// One difference from Go remains: Go also never proxies `localhost` and
+/// loopback addresses; here they follow the list (the test suite observes
+/// its proxy through loopback servers). List them in `NO_PROXY` to get
+/// Go's behaviour.
+#[derive(Debug, Default)]
+pub struct Bypass {
+    everything: bool,
+    ips: Vec<(std::net::IpAddr, Option<u16>)>,
+    networks: Vec<(std::net::IpAddr, u8)>,
+    domains: Vec<Domain>,
+}
+
+#[derive(Debug)]
+struct Domain {
+    /// `.example.com`: the suffix a subdomain ends with.
+    suffix: String,
+    /// Whether `example.com` itself matches too.
+    itself: bool,
+    port: Option<u16>,
+}
+
+impl Bypass {
+    pub fn parse(list: &str) -> Self {
+        let mut bypass = Bypass::default();
+        for entry in list.split(',') {
+            let entry = entry.trim().to_ascii_lowercase();
+            if entry.is_empty() {
+                continue;
+            }
+            if entry == "*" {
+                bypass.everything = true;
+                continue;
+            }
+            if let Some(network) = parse_cidr(&entry) {
+                bypass.networks.push(network);
+                continue;
+            }
+            let (host, port) = split_port(&entry);
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+                bypass.ips.push((ip, port));
+                continue;
+            }
+            let host = host.strip_prefix('*').unwrap_or(host);
+            if host.is_empty() {
+                continue;
+            }
+            let (suffix, itself) = match host.strip_prefix('.') {
+                Some(_) => (host.to_string(), false),
+                None => (format!(".{host}"), true),
+            };
+            bypass.domains.push(Domain {
+                suffix,
+                itself,
+                port,
+            });
+        }
+        bypass
+    }
+
+    /// Whether a request to `host` on `port` goes around the proxy.
+    pub fn bypasses(&self, host: &url::Host<&str>, port: u16) -> bool {
+        let ip = match host {
+            url::Host::Ipv4(ip) => Some(std::net::IpAddr::V4(*ip)),
+            url::Host::Ipv6(ip) => Some(std::net::IpAddr::V6(*ip)),
+            url::Host::Domain(_) => None,
+        };
+        if ip.is_some_and(is_link_local) {
+            return true;
+        }
+        if self.everything {
+            return true;
+        }
+        let port_matches = |wanted: Option<u16>| wanted.is_none_or(|p| p == port);
+        match (ip, host) {
+            (Some(ip), _) => {
+                self.ips
+                    .iter()
+                    .any(|(entry, p)| *entry == ip && port_matches(*p))
+                    || self
+                        .networks
+                        .iter()
+                        .any(|(network, bits)| in_network(ip, *network, *bits))
+            }
+            (None, url::Host::Domain(name)) => {
+                let name = name.to_ascii_lowercase();
+                self.domains.iter().any(|d| {
+                    (name.ends_with(&d.suffix)
+                        || (d.itself && d.suffix.get(1..) == Some(name.as_str())))
+                        && port_matches(d.port)
+                })
+            }
+            (None, _) => false,
+        }
+    }
+}
+
+/// `169.254.0.0/16` and `fe80::/10`.
+fn is_link_local(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4.is_link_local(),
+        std::net::IpAddr::V6(v6) => {
+            (v6.segments().first().copied().unwrap_or(0) & 0xffc0) == 0xfe80
+        }
+    }
+}
+
+/// `10.0.0.0/8`, `fd00::/8`: the network and its prefix length.
+fn parse_cidr(entry: &str) -> Option<(std::net::IpAddr, u8)> {
+    let (ip, bits) = entry.split_once('/')?;
+    let ip: std::net::IpAddr = ip.parse().ok()?;
+    let bits: u8 = bits.parse().ok()?;
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    (bits <= max).then_some((ip, bits))
+}
+
+fn in_network(ip: std::net::IpAddr, network: std::net::IpAddr, bits: u8) -> bool {
+    let (ip, network, width) = match (ip, network) {
+        (std::net::IpAddr::V4(a), std::net::IpAddr::V4(b)) => {
+            (u128::from(u32::from(a)), u128::from(u32::from(b)), 32u32)
+        }
+        (std::net::IpAddr::V6(a), std::net::IpAddr::V6(b)) => {
+            (u128::from(a), u128::from(b), 128u32)
+        }
+        _ => return false,
+    };
+    let bits = u32::from(bits);
+    if bits == 0 {
+        return true;
+    }
+    let shift = width - bits.min(width);
+    (ip >> shift) == (network >> shift)
+}
+
+/// `host:port`, `[v6]:port`, or a bare host (a bare IPv6 address keeps
+/// its colons).
+fn split_port(entry: &str) -> (&str, Option<u16>) {
+    if let Some(rest) = entry.strip_prefix('[') {
+        if let Some((host, after)) = rest.split_once(']') {
+            let port = after.strip_prefix(':').and_then(|p| p.parse().ok());
+            return (host, port);
+        }
+    }
+    match entry.rsplit_once(':') {
+        Some((host, port)) if !host.contains(':') => match port.parse() {
+            Ok(port) => (host, Some(port)),
+            Err(_) => (entry, None),
+        },
+        _ => (entry, None),
     }
 }
 
@@ -219,6 +409,92 @@ mod tests {
             Proxies::from_lookup(env(&[("HTTPS_PROXY", "http://u:secret@p:1")]))
         );
         assert!(!shown.contains("secret"), "{shown}");
+    }
+
+    fn bypassed(list: &str, url: &str) -> bool {
+        let url = url::Url::parse(url).unwrap();
+        Bypass::parse(list).bypasses(&url.host().unwrap(), url.port_or_known_default().unwrap())
+    }
+
+    /// The cases of Go's `httpproxy` tests (`proxy_test.go`,
+    /// `TestUseProxy`-style), and ours on top.
+    #[test]
+    fn no_proxy_is_read_as_go_reads_it() {
+        // `*` covers every host, IP literals included.
+        for url in [
+            "http://127.0.0.1:8080/",
+            "http://10.0.0.1/",
+            "https://registry.example.com/",
+            "http://[2001:db8::1]/",
+        ] {
+            assert!(bypassed("*", url), "{url}");
+        }
+        // Link-local: never proxied, whatever the list.
+        for url in [
+            "http://169.254.170.23/v1/credentials",
+            "http://169.254.169.254/",
+            "http://[fe80::1]/",
+        ] {
+            assert!(bypassed("", url), "{url}");
+        }
+        assert!(!bypassed("", "http://10.0.0.1/"));
+        assert!(!bypassed("", "http://127.0.0.1:1/"));
+        assert!(bypassed("localhost,127.0.0.1", "http://127.0.0.1:1/"));
+        assert!(bypassed("localhost,127.0.0.1", "http://localhost:1/"));
+        // Domains: the host and its subdomains; a leading dot or `*.`:
+        // subdomains only.
+        assert!(bypassed("example.com", "https://example.com/"));
+        assert!(bypassed("example.com", "https://a.b.example.com/"));
+        assert!(!bypassed("example.com", "https://notexample.com/"));
+        assert!(!bypassed(".example.com", "https://example.com/"));
+        assert!(bypassed(".example.com", "https://a.example.com/"));
+        assert!(!bypassed("*.example.com", "https://example.com/"));
+        assert!(bypassed("*.example.com", "https://a.example.com/"));
+        assert!(bypassed(" Example.COM ,other", "https://EXAMPLE.com/"));
+        // Ports narrow an entry.
+        assert!(bypassed("example.com:8443", "https://example.com:8443/"));
+        assert!(!bypassed("example.com:8443", "https://example.com/"));
+        assert!(bypassed("10.1.2.3:443", "https://10.1.2.3/"));
+        assert!(!bypassed("10.1.2.3:80", "https://10.1.2.3/"));
+        assert!(bypassed("[2001:db8::1]:443", "https://[2001:db8::1]/"));
+        // IPs and CIDRs.
+        assert!(bypassed("10.1.2.3", "http://10.1.2.3/"));
+        assert!(!bypassed("10.1.2.3", "http://10.1.2.4/"));
+        assert!(bypassed("10.0.0.0/8", "http://10.200.1.1/"));
+        assert!(!bypassed("10.0.0.0/8", "http://11.0.0.1/"));
+        assert!(bypassed("2001:db8::/32", "http://[2001:db8:1::5]/"));
+        assert!(!bypassed("2001:db8::/32", "http://10.0.0.1/"));
+        assert!(bypassed("0.0.0.0/0", "http://8.8.8.8/"));
+        // An IP entry does not match a name, nor a name an IP.
+        assert!(!bypassed("10.1.2.3", "http://registry.example.com/"));
+        assert!(!bypassed("example.com", "http://10.1.2.3/"));
+    }
+
+    #[test]
+    fn each_scheme_gets_its_proxy_and_the_bypass_wins() {
+        let p = |u: &str| Some(url::Url::parse(u).unwrap());
+        let route = Route {
+            https: p("http://secure-proxy:3128"),
+            http: None,
+            all: p("http://any-proxy:3128"),
+            bypass: Bypass::parse("internal.example,10.0.0.0/8"),
+        };
+        let via = |u: &str| {
+            route
+                .proxy_for(&url::Url::parse(u).unwrap())
+                .map(|p| p.host_str().unwrap_or_default().to_string())
+        };
+        assert_eq!(
+            via("https://registry.example/").as_deref(),
+            Some("secure-proxy")
+        );
+        assert_eq!(
+            via("http://registry.example/").as_deref(),
+            Some("any-proxy")
+        );
+        assert_eq!(via("https://registry.internal.example/"), None);
+        assert_eq!(via("http://10.9.9.9/"), None);
+        assert_eq!(via("http://169.254.170.23/"), None);
     }
 
     #[test]
