@@ -271,11 +271,12 @@ fn in_network(ip: std::net::IpAddr, network: std::net::IpAddr, bits: u8) -> bool
 /// `host:port`, `[v6]:port`, or a bare host (a bare IPv6 address keeps
 /// its colons).
 fn split_port(entry: &str) -> (&str, Option<u16>) {
-    if let Some(rest) = entry.strip_prefix('[') {
-        if let Some((host, after)) = rest.split_once(']') {
-            let port = after.strip_prefix(':').and_then(|p| p.parse().ok());
-            return (host, port);
-        }
+    if let Some((host, after)) = entry
+        .strip_prefix('[')
+        .and_then(|rest| rest.split_once(']'))
+    {
+        let port = after.strip_prefix(':').and_then(|p| p.parse().ok());
+        return (host, port);
     }
     match entry.rsplit_once(':') {
         Some((host, port)) if !host.contains(':') => match port.parse() {
