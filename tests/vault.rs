@@ -119,10 +119,10 @@ fn kubernetes_auth_and_kv2_give_the_registry_credentials() {
     assert!(["47m59s", "48m0s"].contains(&cache), "{cache}");
     assert_quiet(&out, &vault, &token);
 
-    // Exactly the two documented calls, with exactly these fields.
+    // Exactly the three documented calls, with exactly these fields.
     assert!(vault.violations().is_empty(), "{:?}", vault.violations());
     let requests = vault.requests();
-    assert_eq!(requests.len(), 2, "{requests:?}");
+    assert_eq!(requests.len(), 3, "{requests:?}");
     let login = &requests[0];
     assert_eq!(login.method, "POST");
     assert_eq!(login.path, "/v1/auth/kubernetes/login");
@@ -138,6 +138,46 @@ fn kubernetes_auth_and_kv2_give_the_registry_credentials() {
         vault.issued_tokens().first().cloned()
     );
     assert_eq!(read.header("x-vault-namespace"), None);
+    // Then the login token is revoked: nothing is left alive until its TTL.
+    let revoke = &requests[2];
+    assert_eq!(revoke.method, "POST");
+    assert_eq!(revoke.path, "/v1/auth/token/revoke-self");
+    assert!(revoke.body.is_empty());
+    assert_eq!(revoke.header("x-vault-token"), read.header("x-vault-token"));
+    assert!(vault.live_tokens().is_empty(), "{:?}", vault.live_tokens());
+}
+
+#[test]
+fn the_login_token_is_kept_only_when_the_admin_says_so() {
+    let vault = kubernetes_vault();
+    let token = token();
+    let out = invoke(&vault, &["--vault-keep-login-token"], &token, &TEAM_APP);
+    assert_eq!(out.response()["auth"][REGISTRY]["password"], PASSWORD);
+    assert_eq!(vault.requests().len(), 2);
+    assert_eq!(vault.live_tokens().len(), 1);
+
+    // A failed read still revokes the token it logged in with.
+    let line = failure(
+        &vault,
+        &[],
+        &[(ROLE_KEY, "puller"), (SECRET_KEY, "team/missing")],
+    );
+    assert!(line.contains("no secret"), "{line}");
+    assert_eq!(vault.live_tokens().len(), 1, "only the kept one is alive");
+
+    // Vault refusing the revocation is a warning; the pull goes on.
+    let vault = kubernetes_vault();
+    vault.refuse_revocation();
+    let out = invoke(&vault, &[], &token, &TEAM_APP);
+    assert_eq!(out.response()["auth"][REGISTRY]["password"], PASSWORD);
+    assert!(
+        out.stderr
+            .contains("Vault refused to revoke the login token")
+            && out.stderr.contains("--vault-keep-login-token"),
+        "{}",
+        out.stderr
+    );
+    assert_quiet(&out, &vault, &token);
 }
 
 #[test]
@@ -213,7 +253,8 @@ fn jwt_auth_kv1_namespace_template_and_default_role() {
     assert_quiet(&out, &vault, &token);
     assert!(vault.violations().is_empty(), "{:?}", vault.violations());
     let requests = vault.requests();
-    assert_eq!(requests.len(), 2);
+    assert_eq!(requests.len(), 3);
+    assert_eq!(requests[2].path, "/v1/auth/token/revoke-self");
     assert_eq!(requests[0].path, "/v1/auth/jwt-cluster/login");
     assert_eq!(requests[0].json(), json!({"role": "Puller", "jwt": token}));
     assert_eq!(requests[1].path, "/v1/kv/registry/team/puller");
@@ -416,7 +457,7 @@ fn throttling_is_retried_after_retry_after() {
     let out = invoke(&vault, &[], &token, &TEAM_APP);
     let response = out.response();
     assert_eq!(response["auth"][REGISTRY]["password"], PASSWORD);
-    assert_eq!(vault.requests().len(), 3);
+    assert_eq!(vault.requests().len(), 4);
     assert_quiet(&out, &vault, &token);
 }
 
@@ -669,7 +710,7 @@ fn https_vault_with_a_private_ca() {
         req.as_bytes(),
     );
     assert_eq!(out.response()["auth"][REGISTRY]["password"], PASSWORD);
-    assert_eq!(vault.requests().len(), 2);
+    assert_eq!(vault.requests().len(), 3);
     assert_quiet(&out, &vault, &token);
 
     // Through an HTTPS proxy: every tunnel goes to the configured Vault.
@@ -688,7 +729,7 @@ fn https_vault_with_a_private_ca() {
             support::net::Target::Tunnel(front.addr().to_string())
         );
     }
-    assert_eq!(vault.requests().len(), 4);
+    assert_eq!(vault.requests().len(), 6);
 
     // Nothing listening: a transport error naming the login call.
     let refused = args_for(&format!("http://127.0.0.1:{}", closed_port()), false);
@@ -757,7 +798,7 @@ fn the_cache_key_covers_the_secret_path() {
     assert_eq!(first.response()["auth"][REGISTRY]["username"], "team-robot");
     let again = invoke(&vault, &["--cache-dir", cache], &token, &TEAM_APP);
     assert_eq!(again.response()["auth"][REGISTRY]["username"], "team-robot");
-    assert_eq!(vault.requests().len(), 2, "the second run is a cache hit");
+    assert_eq!(vault.requests().len(), 3, "the second run is a cache hit");
     let other = invoke(
         &vault,
         &["--cache-dir", cache],
@@ -768,7 +809,7 @@ fn the_cache_key_covers_the_secret_path() {
         other.response()["auth"][REGISTRY]["username"],
         "other-robot"
     );
-    assert_eq!(vault.requests().len(), 4);
+    assert_eq!(vault.requests().len(), 6);
     assert!(
         !std::fs::read_dir(dir.path().join("cache"))
             .unwrap()

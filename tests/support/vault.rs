@@ -79,6 +79,8 @@ struct Issued {
     /// 1.001, or a test of short leases fails by the clock.
     expires: std::time::Instant,
     namespace: Option<String>,
+    /// Revoked with auth/token/revoke-self.
+    revoked: bool,
 }
 
 struct State {
@@ -95,6 +97,7 @@ struct State {
     kv2: Mutex<BTreeMap<String, (Value, Option<String>)>>,
     tokens: Mutex<BTreeMap<String, Issued>>,
     script: Mutex<VecDeque<Response>>,
+    refuse_revocation: std::sync::atomic::AtomicBool,
     violations: Mutex<Vec<String>>,
     /// Quote what the client sent in error messages, as a careless proxy
     /// or plugin might, to prove the plugin never repeats it.
@@ -127,6 +130,7 @@ impl FakeVault {
             kv2: Mutex::default(),
             tokens: Mutex::default(),
             script: Mutex::default(),
+            refuse_revocation: Default::default(),
             violations: Mutex::default(),
             echo: Default::default(),
             serial: AtomicU64::new(1),
@@ -187,6 +191,12 @@ impl FakeVault {
         self.state.script.lock().unwrap().extend(responses);
     }
 
+    /// Answers revoke-self with 403 `permission denied`, as Vault does
+    /// for a token whose policies leave out `default`.
+    pub fn refuse_revocation(&self) {
+        self.state.refuse_revocation.store(true, Ordering::SeqCst);
+    }
+
     pub fn echo_secrets_in_errors(&self) {
         self.state.echo.store(true, Ordering::SeqCst);
     }
@@ -202,6 +212,18 @@ impl FakeVault {
     /// Every client token issued so far.
     pub fn issued_tokens(&self) -> Vec<String> {
         self.state.tokens.lock().unwrap().keys().cloned().collect()
+    }
+
+    /// The client tokens issued and not revoked.
+    pub fn live_tokens(&self) -> Vec<String> {
+        self.state
+            .tokens
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, issued)| !issued.revoked)
+            .map(|(token, _)| token.clone())
+            .collect()
     }
 }
 
@@ -223,6 +245,9 @@ fn handle(state: &State, request: &Request) -> Response {
         return scripted;
     }
     let namespace = request.header("x-vault-namespace").map(str::to_string);
+    if request.path == "/v1/auth/token/revoke-self" {
+        return handle_revoke_self(state, request, namespace);
+    }
     let login = format!("/v1/auth/{}/login", state.auth_mount);
     if request.path == login {
         if request.method != "POST" {
@@ -289,7 +314,10 @@ fn handle(state: &State, request: &Request) -> Response {
         let Some(issued) = tokens.get(token) else {
             return error(403, &[&echo("permission denied")]);
         };
-        if issued.expires <= std::time::Instant::now() || issued.namespace != namespace {
+        if issued.expires <= std::time::Instant::now()
+            || issued.namespace != namespace
+            || issued.revoked
+        {
             return error(403, &[&echo("permission denied")]);
         }
         let policies = state.policies.lock().unwrap();
@@ -355,6 +383,34 @@ fn parse_ttl(text: &str) -> i64 {
         "h" => 3600,
         "m" => 60,
         _ => 1,
+    }
+}
+
+/// `POST /v1/auth/token/revoke-self` (api-docs/auth/token, "Revoke a
+/// token (self)"): no parameters, the token in `X-Vault-Token`, 204 with
+/// no body; a token Vault does not know (or already revoked) gets 403
+/// `permission denied`.
+fn handle_revoke_self(state: &State, request: &Request, namespace: Option<String>) -> Response {
+    if request.method != "POST" {
+        violation(state, format!("{} on revoke-self", request.method));
+    }
+    if !request.body.is_empty() {
+        violation(state, "a body on revoke-self".to_string());
+    }
+    let Some(token) = request.header("x-vault-token") else {
+        violation(state, "no X-Vault-Token on revoke-self".to_string());
+        return error(403, &["permission denied"]);
+    };
+    if state.refuse_revocation.load(Ordering::SeqCst) {
+        return error(403, &["permission denied"]);
+    }
+    let mut tokens = state.tokens.lock().unwrap();
+    match tokens.get_mut(token) {
+        Some(issued) if !issued.revoked && issued.namespace == namespace => {
+            issued.revoked = true;
+            Response::text(204, "")
+        }
+        _ => error(403, &["permission denied"]),
     }
 }
 
@@ -496,6 +552,7 @@ fn handle_login(state: &State, request: &Request, namespace: Option<String>) -> 
             expires: std::time::Instant::now()
                 + std::time::Duration::from_secs(u64::try_from(role.ttl).unwrap_or(0)),
             namespace: namespace.clone(),
+            revoked: false,
         },
     );
     let mut policies = vec!["default".to_string()];

@@ -24,8 +24,12 @@
 //!    `{"data":{"data":{...},"metadata":{...}}}`, no lease). A policy that
 //!    does not grant `read` gives 403 `permission denied`; no secret, 404.
 //!
-//! Vault Enterprise namespaces go in the `X-Vault-Namespace` header of both
-//! calls (docs/enterprise/namespaces: "providing the relative request path
+//! 3. Revoke the login token, `POST {address}/v1/auth/token/revoke-self`
+//!    (api-docs/auth/token), best effort, unless `--vault-keep-login-token`:
+//!    a token left alive until its TTL is one more credential to steal.
+//!
+//! Vault Enterprise namespaces go in the `X-Vault-Namespace` header of every
+//! call (docs/enterprise/namespaces: "providing the relative request path
 //! along with the namespace path using the X-Vault-Namespace header"), from
 //! `--vault-namespace`.
 //!
@@ -150,6 +154,11 @@ pub struct Options {
     #[arg(long, value_name = "PREFIX", env = "WICP_VAULT_SECRET_PREFIX")]
     pub vault_secret_prefix: Option<String>,
 
+    /// Leave the Vault login token alive until its TTL instead of revoking
+    /// it (auth/token/revoke-self) once the secret is read.
+    #[arg(long, env = "WICP_VAULT_KEEP_LOGIN_TOKEN")]
+    pub vault_keep_login_token: bool,
+
     /// Secret field holding the registry username.
     #[arg(
         long,
@@ -203,6 +212,7 @@ pub struct Vault {
     secrets: Secrets,
     username_field: String,
     password_field: String,
+    keep_login_token: bool,
     net: Arc<net::Settings>,
 }
 
@@ -288,6 +298,7 @@ impl Vault {
             secrets,
             username_field: field("--vault-username-field", &options.vault_username_field)?,
             password_field: field("--vault-password-field", &options.vault_password_field)?,
+            keep_login_token: options.vault_keep_login_token,
         })
     }
 
@@ -517,6 +528,47 @@ impl Vault {
     }
 }
 
+impl Vault {
+    /// Revokes the login token once the secret is read (or could not be):
+    /// `POST {address}/v1/auth/token/revoke-self` with the token
+    /// (api-docs/auth/token, "Revoke a token (self)": 204, no body; Vault's
+    /// `default` policy grants it). Best effort: one attempt, at most
+    /// [`REVOKE_TIMEOUT`] and never past the deadline; a failure is a
+    /// warning, since the pull already has what it needs and the token
+    /// expires with its lease anyway. Left alone with
+    /// `--vault-keep-login-token`.
+    async fn revoke(&self, client: &http::Client, login: &wire::Login, deadline: &Deadline) {
+        if self.keep_login_token {
+            return;
+        }
+        let url = format!("{}/v1/auth/token/revoke-self", self.address);
+        let request = self.with_namespace(
+            client
+                .post(&url)
+                .header("X-Vault-Token", login.client_token.expose()),
+        );
+        let timeout = REVOKE_TIMEOUT.min(deadline.remaining());
+        match http::send_bounded(request, timeout, 4096).await {
+            Ok(reply) if reply.is_success() => {
+                crate::debug!("revoked the Vault login token (auth/token/revoke-self)");
+            }
+            Ok(reply) => crate::warn!(
+                "Vault refused to revoke the login token (auth/token/revoke-self): {}; it stays valid until its lease ends ({}s); a role whose token_policies leave out Vault's default policy must grant update on auth/token/revoke-self, or pass --vault-keep-login-token",
+                wire::describe(&reply, &[&login.client_token]),
+                login.lease_duration
+            ),
+            Err(e) => crate::warn!(
+                "could not revoke the Vault login token (auth/token/revoke-self): {}; it stays valid until its lease ends ({}s)",
+                http::describe(&e),
+                login.lease_duration
+            ),
+        }
+    }
+}
+
+/// How long revoking the login token may take.
+const REVOKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl Exchanger for Vault {
     fn provider(&self) -> &'static Provider {
         &PROVIDER
@@ -570,8 +622,9 @@ impl Exchanger for Vault {
                         self.method.name(),
                         login.lease_duration
                     );
-                    let secrets = self.read(&client, &secret, &login, &role, deadline).await?;
-                    Ok((login, secrets, started))
+                    let secrets = self.read(&client, &secret, &login, &role, deadline).await;
+                    self.revoke(&client, &login, deadline).await;
+                    Ok((login, secrets?, started))
                 })?;
                 let what = format!("the Vault secret {}", self.api_path(&secret));
                 let (username, password) =
@@ -622,6 +675,7 @@ mod tests {
             vault_secret_prefix: Some("registry".into()),
             vault_username_field: "username".into(),
             vault_password_field: "password".into(),
+            vault_keep_login_token: false,
         }
     }
 
