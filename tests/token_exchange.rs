@@ -210,6 +210,25 @@ fn refusals_and_faults_name_the_code_and_a_fix() {
     );
     assert_no_secrets(&out, &[forged]);
 
+    // RFC 8693 §2.2.2: a server may refuse the subject token with
+    // invalid_request; that is a refusal of the token, not a wrong URL.
+    sts.script([oauth_error(
+        400,
+        "invalid_request",
+        "subject_token: audience not accepted",
+    )]);
+    let line = exec(&a, &req).failure();
+    assert!(line.contains("HTTP 400 invalid_request"), "{line}");
+    assert!(line.contains("refused the service account token"), "{line}");
+    assert!(!line.contains("is its token endpoint"), "{line}");
+    sts.script([oauth_error(
+        400,
+        "invalid_request",
+        "Missing required parameter: subject_token_type",
+    )]);
+    let line = exec(&a, &req).failure();
+    assert!(line.contains("is its token endpoint"), "{line}");
+
     // 429 with Retry-After: retried, then success.
     let before = sts.server.request_count();
     sts.script([

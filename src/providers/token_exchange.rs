@@ -488,6 +488,34 @@ impl Exchanger for TokenExchange {
     }
 }
 
+/// Whether an `invalid_request` description is about the subject token
+/// (its issuer, subject, audience, expiry or signature) rather than about
+/// the request's shape (a missing or unknown parameter): RFC 8693 §2.2.2
+/// gives both the same code, and they call for different fixes.
+fn about_the_subject_token(description: Option<&str>) -> bool {
+    let Some(text) = description.map(str::to_ascii_lowercase) else {
+        return false;
+    };
+    let token = [
+        "subject_token",
+        "subject token",
+        "jwt",
+        "issuer",
+        "audience",
+        "expired",
+        "signature",
+        "not trusted",
+        "untrusted",
+        "invalid token",
+        "token is invalid",
+    ];
+    // "Missing parameter: subject_token" is about the request's shape.
+    let missing = ["missing", "required", "must be present"]
+        .iter()
+        .any(|w| text.contains(w));
+    !missing && token.iter().any(|w| text.contains(w))
+}
+
 /// What `interpret` needs to read and explain an answer (public for the
 /// fuzz targets).
 pub struct Describe<'a> {
@@ -525,9 +553,31 @@ pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential
             Some("invalid_scope") => {
                 "the token server refused the scope: check --token-exchange-scope".to_string()
             }
-            Some("invalid_request" | "unsupported_grant_type" | "unsupported_token_type") => {
-                "the server did not take this as an RFC 8693 token exchange: check that --token-exchange-url is its token \
-                 endpoint, that token exchange is enabled there, and --token-exchange-subject-token-type"
+            // RFC 8693 §2.2.2: invalid_request also when the subject token
+            // "is invalid for any reason, or unacceptable based on policy".
+            Some("invalid_request")
+                if about_the_subject_token(upstream.as_ref().and_then(|u| u.description.as_deref())) =>
+            {
+                format!(
+                    "the token server refused the service account token (RFC 8693 invalid_request about the subject token): \
+                     check that it trusts the cluster's issuer ({}) and this subject ({}), that the token's audience \
+                     (tokenAttributes.serviceAccountTokenAudience, --audience) is one it accepts, and that the token has not expired",
+                    d.issuer, d.subject
+                )
+            }
+            Some("invalid_request") => {
+                "the token server found the request malformed: check that --token-exchange-url is its token endpoint \
+                 and that token exchange (RFC 8693) is enabled there"
+                    .to_string()
+            }
+            Some("unsupported_grant_type") => {
+                "the server does not do RFC 8693 token exchange at this URL: check that --token-exchange-url is its token \
+                 endpoint and that the token-exchange grant is enabled for this client"
+                    .to_string()
+            }
+            Some("unsupported_token_type") => {
+                "the token server does not take this subject token type: check --token-exchange-subject-token-type \
+                 (and --token-exchange-requested-token-type)"
                     .to_string()
             }
             _ if http::is_retryable_status(reply.status) => {
@@ -893,7 +943,39 @@ mod tests {
                 400,
                 r#"{"error":"unsupported_grant_type"}"#,
                 "HTTP 400 unsupported_grant_type",
-                "token exchange is enabled",
+                "token-exchange grant is enabled",
+            ),
+            // RFC 8693 §2.2.2: invalid_request about the subject token is a
+            // refusal of the token, not a wrong endpoint.
+            (
+                400,
+                r#"{"error":"invalid_request","error_description":"subject_token: issuer is not trusted"}"#,
+                "HTTP 400 invalid_request",
+                "refused the service account token",
+            ),
+            (
+                400,
+                r#"{"error":"invalid_request","error_description":"The subject token has expired"}"#,
+                "HTTP 400 invalid_request",
+                "has not expired",
+            ),
+            (
+                400,
+                r#"{"error":"invalid_request","error_description":"Missing parameter: subject_token"}"#,
+                "HTTP 400 invalid_request",
+                "found the request malformed",
+            ),
+            (
+                400,
+                r#"{"error":"invalid_request"}"#,
+                "HTTP 400 invalid_request",
+                "is its token endpoint",
+            ),
+            (
+                400,
+                r#"{"error":"unsupported_token_type"}"#,
+                "HTTP 400 unsupported_token_type",
+                "--token-exchange-subject-token-type",
             ),
             (429, "", "HTTP 429 with empty body", "throttling"),
             (
