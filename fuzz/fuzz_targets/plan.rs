@@ -11,7 +11,7 @@ use libfuzzer_sys::fuzz_target;
 use wi_credential_provider::image::ImageRef;
 use wi_credential_provider::inputs::{Env, Inputs};
 use wi_credential_provider::options::{self, ArgMatches, BINARY};
-use wi_credential_provider::providers::{Provider, route};
+use wi_credential_provider::providers::{self, route};
 use wi_credential_provider::secret::Secret;
 use wi_credential_provider::serve;
 use wi_credential_provider::token::ServiceAccountToken;
@@ -21,6 +21,11 @@ use wi_credential_provider::token::ServiceAccountToken;
 static MATCHES: LazyLock<ArgMatches> = LazyLock::new(|| {
     let args = [
         "--registry=harbor.example.com",
+        "--registry=zot.example.com/team",
+        "--jfrog-url=https://acme.jfrog.io",
+        "--jfrog-provider-name=k8s",
+        "--quay-organization=acme",
+        "--cloudsmith-org=acme",
         "--gcp-project-id=my-project",
         "--gcp-cluster=projects/my-project/locations/us-central1/clusters/prod",
         "--vault-address=https://vault.example.com:8200",
@@ -66,15 +71,9 @@ fuzz_target!(|data: &[u8]| {
         .collect();
     let token = token(namespace, name);
     let inputs = Inputs::default();
-    let choices = [
-        None,
-        Provider::find("azure"),
-        Provider::find("gcp"),
-        Provider::find("passthrough"),
-        Provider::find("vault"),
-        Provider::find("token-exchange"),
-        Provider::find("chainguard"),
-    ];
+    // `auto`, then every provider the binary carries: a new one is fuzzed
+    // without anyone adding it here.
+    let choices = std::iter::once(None).chain(providers::ALL.iter().copied().map(Some));
     for choice in choices {
         let Ok(provider) = route::choose(choice, &image) else {
             continue;
@@ -95,9 +94,17 @@ fuzz_target!(|data: &[u8]| {
             &annotations,
             "credentialprovider.kubelet.k8s.io/v1",
         ) {
-            // The credential is for the image's own registry, and the plan
+            // The credential is for the image's own registry (narrowed to
+            // the allowing pattern's path, cached per image), and the plan
             // names what shapes it.
-            assert_eq!(prepared.plan.auth_key, image.registry());
+            let key = &prepared.plan.auth_key;
+            assert!(
+                key == image.registry()
+                    || (key == "zot.example.com/team"
+                        && prepared.plan.cache_key_type
+                            == wi_credential_provider::protocol::CacheKeyType::Image),
+                "{key} for {image}"
+            );
             assert!(!prepared.plan.inputs.is_empty());
             // Whatever the annotations said, Vault's secret stays under the
             // admin's prefix, as checked path segments.
