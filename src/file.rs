@@ -51,6 +51,18 @@ pub fn read_regular(path: &Path, max: u64) -> Result<Vec<u8>, Refused> {
     Ok(bytes)
 }
 
+/// Makes a FIFO at `path`, for the tests of every reader that must refuse
+/// one without blocking.
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+pub(crate) fn mkfifo(path: &Path) {
+    let status = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(status.success(), "mkfifo {}", path.display());
+}
+
 fn describe(kind: &std::fs::FileType) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
     if kind.is_dir() {
@@ -77,11 +89,7 @@ mod tests {
     fn refuses_a_fifo_a_device_and_a_directory_at_once() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("fifo");
-        let status = std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap();
-        assert!(status.success());
+        mkfifo(&fifo);
         let started = Instant::now();
         for (path, what) in [
             (fifo.as_path(), "a FIFO"),

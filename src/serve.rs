@@ -406,22 +406,7 @@ mod tests {
     /// anyone remembering to add it.
     #[test]
     fn a_path_scoped_registry_scopes_every_allowlisted_providers_answer() {
-        let args = [
-            "--registry=harbor.example.com/team-a",
-            "--registry=open.example.com",
-            "--vault-address=https://vault.example.com:8200",
-            "--vault-role=puller",
-            "--vault-secret-prefix=registry",
-            "--jfrog-url=https://acme.jfrog.io",
-            "--jfrog-provider-name=k8s",
-            "--quay-organization=acme",
-            "--cloudsmith-org=acme",
-            "--token-exchange-url=https://sts.example.com/oauth2/token",
-            "--token-exchange-username=robot",
-        ]
-        .map(String::from);
-        let matches =
-            options::parse_as(options::BINARY, &args, &crate::inputs::Env::default()).unwrap();
+        let matches = every_provider(&["harbor.example.com/team-a", "open.example.com"]);
         let inputs = Inputs::default();
         let annotations = crate::providers::annotations(&[
             ("wi-credential-provider.io/quay-robot", "acme+puller"),
@@ -432,12 +417,7 @@ mod tests {
                 "0123456789abcdef0123456789abcdef01234567/0123456789abcdef",
             ),
         ]);
-        let claims = r#"{"aud":["harbor.example.com","open.example.com","cgr.dev","issuer.enforce.dev"],"exp":5000,"iat":1000,"iss":"https://issuer.example","sub":"system:serviceaccount:team:api","kubernetes.io":{"namespace":"team","serviceaccount":{"name":"api","uid":"u-1"}}}"#;
-        let token = ServiceAccountToken::decode(
-            Secret::new(crate::token::jwt(r#"{"alg":"RS256"}"#, claims)),
-            2000,
-        )
-        .unwrap();
+        let token = any_token();
         let scoped = ImageRef::parse("harbor.example.com/team-a/app:v1").unwrap();
         let open = ImageRef::parse("open.example.com/team-b/app:v1").unwrap();
         let mut checked = Vec::new();
