@@ -21,6 +21,7 @@ pub mod error;
 pub mod file;
 pub mod image;
 pub mod inputs;
+pub mod lock;
 pub mod matching;
 pub mod net;
 pub mod options;

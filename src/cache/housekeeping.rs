@@ -22,8 +22,8 @@ use std::io;
 use std::time::{Duration, SystemTime};
 
 use super::key::Key;
-use super::lock::Acquired;
 use super::store::{Lookup, Store};
+use crate::lock::Acquired;
 
 /// Entries read and checked per invocation.
 pub const MAX_EXAMINED: usize = 64;

@@ -8,7 +8,7 @@
 //!
 //! - [`key`]: which credential an entry holds (every input that shapes it);
 //! - [`store`]: the directory and its files (permissions, atomic writes);
-//! - [`lock`]: one exchange per key at a time, across processes;
+//! - [`crate::lock`]: one exchange per key at a time, across processes;
 //! - [`housekeeping`]: bounded cleanup on each miss;
 //! - [`command`]: `cache list` and `cache purge`.
 //!
@@ -21,7 +21,6 @@
 
 pub mod housekeeping;
 pub mod key;
-pub mod lock;
 pub mod store;
 
 use std::path::PathBuf;
@@ -33,8 +32,8 @@ use crate::error::{Error, Result};
 use crate::providers::Credential;
 use crate::token::ServiceAccount;
 
+use crate::lock::{self, Acquired};
 pub use key::{Key, KeyInputs};
-use lock::Acquired;
 use store::{Entry, Lookup, OpenError, Store};
 
 /// An entry is refreshed when this share of its lifetime remains ...

@@ -31,8 +31,8 @@ use std::time::{Instant, SystemTime};
 use serde::{Deserialize, Serialize};
 
 use super::key::{FORMAT_VERSION, Key};
-use super::lock::{self, Acquired};
 use crate::error::Error;
+use crate::lock::{self, Acquired};
 use crate::secret::Secret;
 use crate::token::ServiceAccount;
 
@@ -101,7 +101,7 @@ impl Store {
     /// Opens `dir`, creating it (mode 0700, parents too) when `create` is
     /// set. Without `create`, a missing directory is `Ok(None)`.
     pub fn open(dir: &Path, create: bool) -> Result<Option<Store>, OpenError> {
-        let uid = running_uid().map_err(|e| {
+        let uid = crate::file::running_uid().map_err(|e| {
             OpenError::Unavailable(format!("cannot tell which user runs the plugin: {e}"))
         })?;
         let meta = match std::fs::symlink_metadata(dir) {
@@ -337,21 +337,6 @@ fn check_dir(dir: &Path, meta: &std::fs::Metadata, uid: u32) -> Result<(), Error
         .fix(format!("chmod 0700 {shown}")));
     }
     Ok(())
-}
-
-/// The effective user ID, from `/proc/self/status` (the crate has no
-/// unsafe code, so no `geteuid(2)`).
-fn running_uid() -> io::Result<u32> {
-    // The file is about 1.5 KiB and reports no size, so a buffer of that
-    // order reads it in two calls where `read_to_string` probes in eight.
-    let mut status = String::with_capacity(4096);
-    std::fs::File::open("/proc/self/status")?.read_to_string(&mut status)?;
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("Uid:"))
-        .and_then(|ids| ids.split_whitespace().nth(1))
-        .and_then(|euid| euid.parse().ok())
-        .ok_or_else(|| io::Error::other("no effective uid in /proc/self/status"))
 }
 
 #[derive(Serialize, Deserialize)]
@@ -652,7 +637,7 @@ pub(crate) mod tests {
     /// user for real.
     #[test]
     fn refuses_a_directory_owned_by_another_user() {
-        let uid = running_uid().unwrap();
+        let uid = crate::file::running_uid().unwrap();
         assert_eq!(uid, 0, "this test chowns a directory and must run as root");
         let parent = tempfile::tempdir().unwrap();
         let dir = parent.path().join("cache");

@@ -8,10 +8,10 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use crate::cache::lock::{Acquired, KeyLock};
 use crate::cache::store::{Entry, Lookup, OpenError, Store};
 use crate::duration::{self, format_unix};
 use crate::error::{Error, Result};
+use crate::lock::{Acquired, KeyLock};
 use crate::log::{self, Level};
 
 /// How long `purge` waits for exchanges in flight: longer than any plugin
