@@ -110,6 +110,10 @@ for provider in "${providers[@]}"; do
   if [ "$provider" != aws ]; then
     # The warm-up runs fill the cache; every measured run is a hit.
     command+=(-n "$provider hit" "sh -c \"$(invocation "$provider" https --cache-dir "$cache/$provider")\"")
+    # The same hit with --metrics-dir: one lock, the state read and
+    # rewritten, the .prom file written, synced and renamed.
+    mkdir -p "$work/metrics-$provider"
+    command+=(-n "$provider hit, --metrics-dir" "sh -c \"$(invocation "$provider" https --cache-dir "$cache/$provider-metrics" --metrics-dir "$work/metrics-$provider")\"")
   fi
   command+=(-n "$provider HTTP miss" "sh -c \"$(invocation "$provider" http)\""
     -n "$provider TLS miss" "sh -c \"$(invocation "$provider" https)\"")
@@ -134,6 +138,9 @@ for provider in "${providers[@]}"; do
       2>"$work/hit.log" >/dev/null
     grep -q "from the on-disk cache" "$work/hit.log" || { cat "$work/hit.log" >&2; exit 1; }
   done
+  # The metrics rows wrote their file, without a warning.
+  grep -q "^wicp_invocations_total{provider=\"$provider\".*outcome=\"hit\"" "$work/metrics-$provider/wi_credential_provider.prom" \
+    || { echo "no metrics written for the $provider hits" >&2; exit 1; }
   use_bin=""
 done
 
@@ -183,6 +190,9 @@ shell and redirect. **CPU** is the mean user + system time of the process
 - **floor**: `/bin/true`: the cost of starting any process this way.
 - **hit**: the plugin answering from `--cache-dir` (filled by the warm-up runs):
   no network, no TLS client, no async runtime.
+- **hit, --metrics-dir**: the same hit with metrics on (docs/observability.md):
+  the lock, the state file read and rewritten, the `.prom` file written, synced
+  and renamed, on the file system of the bench's temporary directory.
 - **HTTP miss**: no cache; the exchange with the provider's local fakes over
   plain HTTP (benches/upstream.rs: the fakes of tests/support on 127.0.0.1;
   gcp: one Google STS call; azure: Entra ID then ACR; aws: moto's STS then ECR).

@@ -37,6 +37,69 @@ pub enum Kind {
     Internal,
 }
 
+impl Kind {
+    /// Every kind, for tables and tests that must cover them all.
+    pub const ALL: [Kind; 9] = [
+        Kind::Request,
+        Kind::Token,
+        Kind::Annotation,
+        Kind::Registry,
+        Kind::Config,
+        Kind::Upstream,
+        Kind::Network,
+        Kind::Cache,
+        Kind::Internal,
+    ];
+
+    /// The kind's stable name: a metric label value, a JSON log field, an
+    /// audit record's `error_kind`. Renaming one breaks dashboards.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Request => "request",
+            Kind::Token => "token",
+            Kind::Annotation => "annotation",
+            Kind::Registry => "registry",
+            Kind::Config => "config",
+            Kind::Upstream => "upstream",
+            Kind::Network => "network",
+            Kind::Cache => "cache",
+            Kind::Internal => "internal",
+        }
+    }
+
+    /// What usually fixes failures of this kind, for `node doctor`, which
+    /// sees counts and kinds rather than each failure's own fix.
+    pub fn usual_fix(self) -> &'static str {
+        match self {
+            Kind::Request => {
+                "the kubelet sent a request the plugin cannot read: check the kubelet version and the provider entry's apiVersion"
+            }
+            Kind::Token => {
+                "set tokenAttributes in the provider entry and check serviceAccountTokenAudience against --audience"
+            }
+            Kind::Annotation => {
+                "fix the service account's annotation named in the error (the audit log has the service account)"
+            }
+            Kind::Registry => {
+                "narrow the entry's matchImages to the registries the provider serves, or widen --registry"
+            }
+            Kind::Config => {
+                "run `wi-credential-provider check-config` on the kubelet's credential-provider config"
+            }
+            Kind::Upstream => {
+                "the identity service or registry refused: check the trust (role, federated credential, binding) named in the audit log's error"
+            }
+            Kind::Network => {
+                "check that the node reaches the endpoint (DNS, firewall, proxy, --ca-file)"
+            }
+            Kind::Cache => {
+                "check --cache-dir: owned by the plugin's user, mode 0700, on a writable file system"
+            }
+            Kind::Internal => "report it as a bug, with the audit log's line",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Error {
     kind: Kind,

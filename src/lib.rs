@@ -7,7 +7,8 @@
 //! ([`cache`]) -> response ([`protocol`]), driven by [`serve`]. The admin
 //! [`commands`] reuse those parts. Below them sit the shared pieces: the
 //! network ([`net`]), [`error`], [`secret`], [`redact`],
-//! [`log`], [`duration`], [`deadline`].
+//! [`log`], [`duration`], [`deadline`]. What an invocation did is recorded
+//! for the fleet by [`observe`] (metrics, audit log).
 
 #![forbid(unsafe_code)]
 
@@ -24,6 +25,7 @@ pub mod inputs;
 pub mod lock;
 pub mod matching;
 pub mod net;
+pub mod observe;
 pub mod options;
 pub mod protocol;
 pub mod providers;

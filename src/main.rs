@@ -22,12 +22,19 @@ static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
     let variables: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    log::set_format(log::format_asked(
+        &args,
+        variables
+            .iter()
+            .find(|(name, _)| name == "WICP_LOG_FORMAT")
+            .map(|(_, value)| value.as_os_str()),
+    ));
     let (matches, options) = match options::parse_serving(&args, &variables) {
         Some(parsed) => parsed,
         None => {
             let matches = match parse(&args) {
                 Ok(matches) => matches,
-                Err(e) => e.exit(),
+                Err(e) => usage_error(&e),
             };
             match Options::from_matches(&matches) {
                 Ok(options) => (matches, options),
@@ -39,11 +46,12 @@ fn main() -> ExitCode {
         }
     };
     log::set_level(options.log_level);
+    log::set_format(options.log_format);
     log::redact_panics();
     if matches.subcommand().is_some() {
         return match Command::from_arg_matches(&matches) {
             Ok(command) => commands::run(&command, &options),
-            Err(e) => e.exit(),
+            Err(e) => usage_error(&e),
         };
     }
     let inputs = Inputs::new(Env::from_os(variables), options.ca_file.clone());
@@ -54,6 +62,17 @@ fn main() -> ExitCode {
     // exiting now flushes stdout and hands it all back at once, instead
     // of freeing it piece by piece first (docs/performance.md).
     std::process::exit(i32::from(status))
+}
+
+/// Ends the process for a command line clap refused (or `--help` and
+/// `--version`, which clap prints on stdout): as clap does, except that a
+/// usage error asked for in JSON is one JSON line like every other.
+fn usage_error(e: &clap::Error) -> ! {
+    if e.use_stderr() && log::is_json() {
+        log::write(log::Level::Error, format_args!("{}", e.render()));
+        std::process::exit(2);
+    }
+    e.exit()
 }
 
 /// Parses the command line that [`options::parse_serving`] left to the

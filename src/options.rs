@@ -16,6 +16,7 @@ use crate::cache;
 use crate::duration;
 use crate::error::{Error, Result};
 use crate::log::Level;
+
 use crate::providers::{self, Provider};
 
 /// The binary's name; `<this>-aws`, `<this>-azure` ... select a provider.
@@ -85,6 +86,22 @@ pub struct Options {
         default_value = "info"
     )]
     pub log_level: Level,
+
+    /// How stderr lines are written: `text` for people, `json` for one
+    /// JSON object per line (time, level, message, provider, registry,
+    /// service_account, outcome, cache, duration_seconds, upstream_status,
+    /// fix). Masking applies to both.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "FORMAT",
+        env = "WICP_LOG_FORMAT",
+        default_value = "text"
+    )]
+    pub log_format: crate::log::Format,
+
+    #[command(flatten)]
+    pub observe: crate::observe::Options,
 
     #[command(flatten)]
     pub registries: providers::allowlist::Options,

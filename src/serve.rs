@@ -12,6 +12,8 @@ use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::io::Write;
 
+use std::time::Instant;
+
 use crate::cache::{self, Cache, KeyInputs, Origin, Stored};
 use crate::deadline::Deadline;
 use crate::duration;
@@ -20,6 +22,7 @@ use crate::image::ImageRef;
 use crate::inputs::Inputs;
 use crate::log::{self, Level};
 use crate::matching;
+use crate::observe::{self, Identity, Outcome, Record};
 use crate::options::{self, Options};
 use crate::protocol::{self, Response};
 use crate::providers::fallback::Whose;
@@ -38,7 +41,25 @@ struct Subject {
 }
 
 impl Subject {
+    /// What the JSON log lines carry about this invocation.
+    fn for_log(&self) -> log::Subject {
+        log::Subject {
+            provider: self.provider.map(Provider::name),
+            registry: self.registry.clone(),
+            service_account: self.service_account.clone(),
+        }
+    }
+
     fn failure_line(&self, error: &Error) -> String {
+        self.failure(&error.to_string())
+    }
+
+    /// The failure line without its fix, which a JSON line carries apart.
+    fn failure_message(&self, error: &Error) -> String {
+        self.failure(error.what())
+    }
+
+    fn failure(&self, error: &str) -> String {
         let mut about = Vec::new();
         if let Some(p) = self.provider {
             about.push(format!("provider {p}"));
@@ -60,31 +81,54 @@ impl Subject {
 
 /// Serves one kubelet request: stdin to stdout, as the kubelet runs the
 /// binary. `arg0` is the name the binary was run as. Returns the exit
-/// status: 0 with a response written to stdout, 1 without.
+/// status: 0 with a response written to stdout, 1 without. With
+/// `--metrics-dir` or `--audit-log`, the invocation is recorded after the
+/// response is written ([`crate::observe`]).
 pub fn run(arg0: &OsStr, matches: &clap::ArgMatches, options: &Options, inputs: &Inputs) -> u8 {
+    let mut record = Record::new(Instant::now());
     let named = options::provider_from_program_name(arg0);
     let choice = options.choice(named);
+    record.provider = Some(choice.map_or(options::AUTO, Provider::name));
     let mut subject = Subject::default();
-    match respond(matches, options, inputs, choice, &mut subject) {
+    let status = match respond(matches, options, inputs, choice, &mut subject, &mut record) {
         Ok(json) => {
             let mut out = std::io::stdout().lock();
-            if let Err(e) = out.write_all(&json).and_then(|()| out.flush()) {
-                log::write(
-                    Level::Error,
-                    format_args!("cannot write the response to stdout: {e}"),
-                );
-                return 1;
+            match out.write_all(&json).and_then(|()| out.flush()) {
+                Ok(()) => 0,
+                Err(e) => {
+                    let error =
+                        Error::internal(format!("cannot write the response to stdout: {e}"));
+                    log::write(Level::Error, format_args!("{error}"));
+                    record.failed(&error);
+                    1
+                }
             }
-            0
         }
         Err(error) => {
-            log::write(
+            record.failed(&error);
+            if log::is_json() {
+                log::set_subject(subject.for_log());
+            }
+            log::write_event(
                 Level::Error,
-                format_args!("{}", subject.failure_line(&error)),
+                &subject.failure_line(&error),
+                &subject.failure_message(&error),
+                &log::Fields {
+                    outcome: Some("error"),
+                    kind: Some(error.kind().name()),
+                    duration: Some(record.started.elapsed()),
+                    upstream_status: observe::last_status(),
+                    fix: error.remedy(),
+                    ..log::Fields::default()
+                },
             );
             1
         }
+    };
+    if options.observe.enabled() {
+        observe::finish(&options.observe, &record, duration::unix_now());
     }
+    status
 }
 
 /// Everything decided for one request before any network call.
@@ -181,21 +225,26 @@ fn read_request_within(deadline: &Deadline) -> Result<protocol::Request> {
     }
 }
 
-/// Reads one request and produces the response bytes.
+/// Reads one request and produces the response bytes, noting in `record`
+/// what it learns for the metrics and the audit log.
 fn respond(
     matches: &clap::ArgMatches,
     options: &Options,
     inputs: &Inputs,
     choice: Option<&'static Provider>,
     subject: &mut Subject,
+    record: &mut Record,
 ) -> Result<Vec<u8>> {
     let deadline = Deadline::after(options.timeout);
     let request = read_request_within(&deadline)?;
     let image = ImageRef::parse(&request.image)?;
     subject.registry = Some(image.registry().to_string());
+    record.registry = Some(image.registry().to_string());
+    record.image = Some(request.image.clone());
 
     let provider = route::choose(choice, &image)?;
     subject.provider = Some(provider);
+    record.provider = Some(provider.name());
     let now = duration::unix_now();
     let token = match request.service_account_token.clone() {
         Some(raw) => Some(ServiceAccountToken::decode(raw, now)?),
@@ -203,6 +252,11 @@ fn respond(
     };
     if let Some(token) = &token {
         subject.service_account = Some(token.service_account().to_string());
+        record.service_account = Some(token.service_account().clone());
+        record.pod = token.claims().pod.as_ref().map(|p| p.name.clone());
+    }
+    if log::is_json() {
+        log::set_subject(subject.for_log());
     }
     route::require_node_identity(provider, options.fallback.fallback)?;
     let exchanger = (provider.build)(matches, inputs)?;
@@ -215,6 +269,13 @@ fn respond(
         annotations,
         request.api_version.as_str(),
     )?;
+    record.identity = Some(match prepared.plan.identity {
+        Whose::Node { .. } => Identity::Node,
+        Whose::ServiceAccount => Identity::ServiceAccount,
+    });
+    if options.observe.enabled() {
+        record.principal = principal(provider, &prepared.plan);
+    }
     let auth_key = prepared.plan.auth_key.clone();
     let cache_key_type = prepared.plan.cache_key_type;
     let cache = if prepared.plan.cacheable {
@@ -222,14 +283,25 @@ fn respond(
     } else {
         None
     };
-    let served = match &cache {
-        Some(cache) => {
-            let key_inputs = prepared.key_inputs(token.as_ref(), annotations);
-            crate::debug!(
-                "cache key text:\n{}",
-                cache::key::canonical(&key_inputs).trim_end()
-            );
-            let key = cache::Key::derive(&key_inputs);
+    let key = cache.as_ref().map(|_| {
+        let key_inputs = prepared.key_inputs(token.as_ref(), annotations);
+        crate::debug!(
+            "cache key text:\n{}",
+            cache::key::canonical(&key_inputs).trim_end()
+        );
+        cache::Key::derive(&key_inputs)
+    });
+    // The exchange is timed for the metrics, success or failure.
+    let exchange = prepared.plan.exchange;
+    let exchange_took = &mut record.exchange;
+    let timed = move |deadline: &Deadline| {
+        let started = Instant::now();
+        let credential = exchange(deadline);
+        *exchange_took = Some(started.elapsed());
+        credential
+    };
+    let served = match (&cache, &key) {
+        (Some(cache), Some(key)) => {
             let about = cache::Subject {
                 provider: provider.name(),
                 service_account: token
@@ -238,15 +310,20 @@ fn respond(
                     .map(|t| t.service_account()),
                 registry: &auth_key,
             };
-            cache.serve(&key, about, &deadline, prepared.plan.exchange)?
+            cache.serve(key, about, &deadline, timed)?
         }
-        None => cache::Served {
-            credential: (prepared.plan.exchange)(&deadline)?,
+        _ => cache::Served {
+            credential: timed(&deadline)?,
             created_at: duration::unix_now(),
             origin: Origin::Exchange,
             stored: Stored::NotApplicable,
         },
     };
+    if let (Some(cache), Origin::Exchange, Some(_)) =
+        (&cache, served.origin, &options.observe.metrics_dir)
+    {
+        record.cache_stats = cache.stats();
+    }
     let credential = served.credential;
     let whose = match &prepared.plan.identity {
         Whose::Node { why } => {
@@ -282,26 +359,65 @@ fn respond(
         &credential.password,
     );
     let json = response.to_json()?;
-    crate::info!(
-        "{} credentials for {} on {} ({}), cacheDuration {}{}",
-        provider,
-        whose,
-        auth_key,
-        image,
-        duration::format_go(cache_duration),
-        match (served.origin, served.stored) {
-            (Origin::Cache, _) => ", from the on-disk cache",
-            (Origin::Exchange, Stored::Written) => ", exchanged and cached",
-            (Origin::Exchange, Stored::WriteFailed) =>
-                ", exchanged, not cached (the cache entry could not be written)",
-            (Origin::Exchange, Stored::TooLarge) =>
-                ", exchanged, not cached (larger than a cache entry may be)",
-            (Origin::Exchange, Stored::TooShortLived) =>
-                ", exchanged, not cached (too close to its expiry or --max-cache-duration to be served again)",
-            (Origin::Exchange, Stored::NotApplicable) => "",
-        }
-    );
+    let (outcome, cache_words) = match (served.origin, served.stored) {
+        (Origin::Cache, _) => (Outcome::Hit, "from the on-disk cache"),
+        (Origin::Exchange, Stored::Written) => (Outcome::Miss, "exchanged and cached"),
+        (Origin::Exchange, Stored::WriteFailed) => (
+            Outcome::Miss,
+            "exchanged, not cached (the cache entry could not be written)",
+        ),
+        (Origin::Exchange, Stored::TooLarge) => (
+            Outcome::Miss,
+            "exchanged, not cached (larger than a cache entry may be)",
+        ),
+        (Origin::Exchange, Stored::TooShortLived) => (
+            Outcome::Miss,
+            "exchanged, not cached (too close to its expiry or --max-cache-duration to be served again)",
+        ),
+        (Origin::Exchange, Stored::NotApplicable) => (Outcome::Miss, "exchanged"),
+    };
+    record.outcome = Some(outcome);
+    record.cache = Some(cache_words);
+    if log::enabled(Level::Info) {
+        let text = format!(
+            "{} credentials for {} on {} ({}), cacheDuration {}{}",
+            provider,
+            whose,
+            auth_key,
+            image,
+            duration::format_go(cache_duration),
+            match outcome {
+                _ if cache_words == "exchanged" => String::new(),
+                _ => format!(", {cache_words}"),
+            }
+        );
+        log::write_event(
+            Level::Info,
+            &text,
+            &text,
+            &log::Fields {
+                outcome: Some(outcome.name()),
+                cache: Some(cache_words),
+                duration: Some(record.started.elapsed()),
+                upstream_status: observe::last_status(),
+                ..log::Fields::default()
+            },
+        );
+    }
     Ok(json)
+}
+
+/// The plan's inputs that name the identity used, as the provider
+/// declares them ([`Provider::identity_inputs`]), for the audit log.
+fn principal(
+    provider: &Provider,
+    plan: &crate::providers::Plan<'_>,
+) -> Vec<(&'static str, String)> {
+    plan.inputs
+        .iter()
+        .filter(|(name, _)| provider.identity_inputs.contains(name))
+        .cloned()
+        .collect()
 }
 
 #[cfg(test)]
@@ -345,6 +461,19 @@ mod tests {
         .unwrap()
     }
 
+    /// An image on a registry each provider serves (with
+    /// [`every_provider`]'s `--registry harbor.example.com`).
+    fn one_image_per_provider() -> [ImageRef; 5] {
+        [
+            "123456789012.dkr.ecr.us-east-1.amazonaws.com/app",
+            "contoso.azurecr.io/app",
+            "us-docker.pkg.dev/my-project/repo/app",
+            "cgr.dev/acme/app",
+            "harbor.example.com/team/app",
+        ]
+        .map(|i| ImageRef::parse(i).unwrap())
+    }
+
     /// One rule for every annotation every provider reads: a blank value,
     /// a control character, a separator or bidi override, or an over-long
     /// value is refused, naming the annotation, before any plan.
@@ -353,14 +482,7 @@ mod tests {
         let matches = every_provider(&["harbor.example.com"]);
         let inputs = Inputs::default();
         let token = any_token();
-        let images = [
-            "123456789012.dkr.ecr.us-east-1.amazonaws.com/app",
-            "contoso.azurecr.io/app",
-            "us-docker.pkg.dev/my-project/repo/app",
-            "cgr.dev/acme/app",
-            "harbor.example.com/team/app",
-        ]
-        .map(|i| ImageRef::parse(i).unwrap());
+        let images = one_image_per_provider();
         let long = "a".repeat(route::MAX_ANNOTATION_VALUE + 1);
         let bad = [
             "",
@@ -457,6 +579,99 @@ mod tests {
                 "vault"
             ]
         );
+    }
+
+    /// Each provider's `identity_inputs` are names its plans really use,
+    /// and every plan names at least one: the audit log's `principal`
+    /// cannot silently go empty when a provider renames an input.
+    #[test]
+    fn every_providers_identity_inputs_are_plan_inputs() {
+        let with_node = every_provider(&["harbor.example.com"]);
+        let node = {
+            let mut args: Vec<String> = vec!["--fallback=node".into()];
+            args.extend(
+                [
+                    "--gcp-project-id=my-project",
+                    "--gcp-cluster=projects/my-project/locations/us-central1/clusters/prod",
+                    "--azure-node-client-id=00000000-0000-0000-0000-000000000001",
+                ]
+                .map(String::from),
+            );
+            options::parse_as(options::BINARY, &args, &crate::inputs::Env::default()).unwrap()
+        };
+        let inputs = Inputs::default();
+        let token = any_token();
+        let annotations = crate::providers::annotations(&[
+            (
+                "eks.amazonaws.com/role-arn",
+                "arn:aws:iam::123456789012:role/pull",
+            ),
+            (
+                "azure.workload.identity/client-id",
+                "00000000-0000-0000-0000-000000000002",
+            ),
+            (
+                "azure.workload.identity/tenant-id",
+                "00000000-0000-0000-0000-000000000003",
+            ),
+            (
+                "iam.gke.io/gcp-service-account",
+                "puller@my-project.iam.gserviceaccount.com",
+            ),
+            ("wi-credential-provider.io/quay-robot", "acme+puller"),
+            ("wi-credential-provider.io/cloudsmith-service", "puller"),
+            ("wi-credential-provider.io/vault-secret", "team-a/pull"),
+            (
+                "wi-credential-provider.io/chainguard-identity",
+                "0123456789abcdef0123456789abcdef01234567/0123456789abcdef",
+            ),
+        ]);
+        let no_annotations = BTreeMap::new();
+        let images = one_image_per_provider();
+        for provider in crate::providers::ALL {
+            let mut used = Vec::new();
+            let exchanger = (provider.build)(&with_node, &inputs).unwrap();
+            let image = images.iter().find(|i| exchanger.serves(i)).unwrap();
+            let plan = |exchanger: &dyn Exchanger, annotations| {
+                prepare(
+                    exchanger,
+                    None,
+                    image,
+                    Some(&token),
+                    annotations,
+                    "credentialprovider.kubelet.k8s.io/v1",
+                )
+                .unwrap_or_else(|e| panic!("{provider}: {e}"))
+                .plan
+                .inputs
+                .iter()
+                .map(|(name, _)| *name)
+                .collect::<Vec<_>>()
+            };
+            let own = plan(exchanger.as_ref(), &annotations);
+            assert!(
+                own.iter().any(|n| provider.identity_inputs.contains(n)),
+                "{provider}: no identity input among {own:?}"
+            );
+            used.extend(own);
+            if provider.node_identity.is_some() {
+                let exchanger = (provider.build)(&node, &inputs).unwrap();
+                let node_plan = plan(exchanger.as_ref(), &no_annotations);
+                assert!(
+                    node_plan
+                        .iter()
+                        .any(|n| provider.identity_inputs.contains(n)),
+                    "{provider}: no identity input in the node plan {node_plan:?}"
+                );
+                used.extend(node_plan);
+            }
+            for name in provider.identity_inputs {
+                assert!(
+                    used.contains(name),
+                    "{provider}: {name:?} is not a plan input: {used:?}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
+use crate::observe::Endpoint;
 
 /// Longest an upstream may take to accept a connection.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -160,15 +161,28 @@ pub fn reply(status: u16, body: &str) -> Reply {
 
 /// Sends one request and reads its reply, with the body bounded.
 async fn send_once(
+    endpoint: Endpoint,
     request: reqwest::RequestBuilder,
     deadline: &Deadline,
 ) -> std::result::Result<Reply, reqwest::Error> {
-    send_bounded(request, attempt_timeout(deadline), MAX_BODY_BYTES).await
+    send_bounded(endpoint, request, attempt_timeout(deadline), MAX_BODY_BYTES).await
 }
 
 /// Sends one request within `timeout` and reads at most `limit` bytes of
-/// its reply's body.
+/// its reply's body. Every attempt of every hand-written upstream call
+/// goes through here and is counted for the metrics as `endpoint`.
 pub async fn send_bounded(
+    endpoint: Endpoint,
+    request: reqwest::RequestBuilder,
+    timeout: Duration,
+    limit: usize,
+) -> std::result::Result<Reply, reqwest::Error> {
+    let reply = read_bounded(request, timeout, limit).await;
+    crate::observe::upstream(endpoint, reply.as_ref().ok().map(|r| r.status));
+    reply
+}
+
+async fn read_bounded(
     request: reqwest::RequestBuilder,
     timeout: Duration,
     limit: usize,
@@ -280,10 +294,12 @@ pub fn attempt_timeout(deadline: &Deadline) -> Duration {
 
 /// Sends the request `build` makes on `client`, retrying transient
 /// failures. `call` names the upstream call in messages ("Entra ID token
-/// request to login.microsoftonline.com"). Returns the last reply,
+/// request to login.microsoftonline.com"); `endpoint` is what kind of
+/// call it is, for the metrics. Returns the last reply,
 /// successful or not: the exchanger interprets provider error bodies.
 pub async fn send(
     client: &Client,
+    endpoint: Endpoint,
     build: impl Fn() -> reqwest::RequestBuilder,
     call: &str,
     deadline: &Deadline,
@@ -291,7 +307,7 @@ pub async fn send(
     let (outcome, attempts) = with_retries(
         call,
         deadline,
-        || send_once(build(), deadline),
+        || send_once(endpoint, build(), deadline),
         |outcome| match outcome {
             Ok(reply) if is_retryable_status(reply.status) => Verdict::Retry {
                 why: format!("HTTP {}", reply.status),

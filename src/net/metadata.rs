@@ -118,7 +118,14 @@ pub async fn send(
     let outcome = http::with_retries(
         &call,
         &budget,
-        || http::send_bounded(build(), attempt_timeout, MAX_BODY_BYTES),
+        || {
+            http::send_bounded(
+                crate::observe::Endpoint::Metadata,
+                build(),
+                attempt_timeout,
+                MAX_BODY_BYTES,
+            )
+        },
         |outcome| match outcome {
             Ok(reply) if retry(reply.status) => Verdict::Retry {
                 why: format!("HTTP {}", reply.status),

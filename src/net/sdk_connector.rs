@@ -24,6 +24,8 @@ use aws_smithy_runtime_api::client::http::{
 use aws_smithy_runtime_api::client::orchestrator::{HttpRequest, HttpResponse};
 use aws_smithy_runtime_api::client::result::ConnectorError;
 use aws_smithy_runtime_api::http::StatusCode;
+
+use crate::observe::Endpoint;
 use aws_smithy_types::body::SdkBody;
 use aws_smithy_types::retry::ErrorKind;
 
@@ -49,8 +51,16 @@ impl std::fmt::Display for BodyTooLarge {
 impl std::error::Error for BodyTooLarge {}
 
 /// The SDK's HTTP client for one invocation, on `client`.
-pub fn http_client(client: http::Client, deadline: Deadline) -> SharedHttpClient {
-    let connector = SharedHttpConnector::new(Connector { client, deadline });
+pub fn http_client(
+    client: http::Client,
+    deadline: Deadline,
+    endpoint: Endpoint,
+) -> SharedHttpClient {
+    let connector = SharedHttpConnector::new(Connector {
+        client,
+        deadline,
+        endpoint,
+    });
     http_client_fn(move |_settings, _components| connector.clone())
 }
 
@@ -58,13 +68,20 @@ pub fn http_client(client: http::Client, deadline: Deadline) -> SharedHttpClient
 struct Connector {
     client: http::Client,
     deadline: Deadline,
+    /// What the calls are, for the upstream metrics.
+    endpoint: Endpoint,
 }
 
 impl HttpConnector for Connector {
     fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
         let client = self.client.clone();
         let deadline = self.deadline;
-        HttpConnectorFuture::new(async move { send(&client, &deadline, request).await })
+        let endpoint = self.endpoint;
+        HttpConnectorFuture::new(async move {
+            let reply = send(&client, &deadline, request).await;
+            crate::observe::upstream(endpoint, reply.as_ref().ok().map(|r| r.status().as_u16()));
+            reply
+        })
     }
 }
 

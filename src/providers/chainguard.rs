@@ -87,6 +87,7 @@ pub static PROVIDER: Provider = Provider {
     auto: None,
     password_is_token: false,
     node_identity: None,
+    identity_inputs: &["identity"],
     flags: <Options as clap::Args>::augment_args,
     build,
 };
@@ -252,6 +253,7 @@ impl Exchanger for Chainguard {
                     let client = self.net.client(deadline)?;
                     http::send(
                         &client,
+                        crate::observe::Endpoint::TokenExchange,
                         || {
                             client
                                 .get(&query_url)

@@ -87,6 +87,7 @@ pub static PROVIDER: Provider = Provider {
     auto: None,
     password_is_token: false,
     node_identity: None,
+    identity_inputs: &["organisation", "service_slug"],
     flags: <Options as clap::Args>::augment_args,
     build,
 };

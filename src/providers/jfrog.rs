@@ -96,6 +96,7 @@ pub static PROVIDER: Provider = Provider {
     auto: None,
     password_is_token: false,
     node_identity: None,
+    identity_inputs: &["provider_name"],
     flags: <Options as clap::Args>::augment_args,
     build,
 };

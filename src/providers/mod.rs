@@ -56,6 +56,11 @@ pub struct Provider {
     /// The node identity `--fallback node` pulls with, in words; `None`:
     /// the provider has none, and refuses `--fallback node`.
     pub node_identity: Option<&'static str>,
+    /// The names of the plan inputs ([`Plan::inputs`]) that say which
+    /// identity pulled (a role ARN, a client ID, a robot, a Vault path, the
+    /// node's metadata service): the audit log records those. A test plans
+    /// with every provider and checks each name is one its plans use.
+    pub identity_inputs: &'static [&'static str],
     /// Adds the provider's flags to the command line (a `clap::Args`
     /// struct's `augment_args`).
     pub flags: fn(clap::Command) -> clap::Command,

@@ -44,6 +44,7 @@ pub static PROVIDER: Provider = Provider {
     auto: None,
     password_is_token: true,
     node_identity: None,
+    identity_inputs: &["username"],
     flags: <Options as clap::Args>::augment_args,
     build,
 };

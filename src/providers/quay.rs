@@ -109,6 +109,7 @@ pub static PROVIDER: Provider = Provider {
     auto: None,
     password_is_token: false,
     node_identity: None,
+    identity_inputs: &["robot"],
     flags: <Options as clap::Args>::augment_args,
     build,
 };
@@ -255,6 +256,7 @@ impl Exchanger for Quay {
                 let reply = token_service::call(&self.service, deadline, |client| async move {
                     crate::net::http::send(
                         &client,
+                        crate::observe::Endpoint::TokenExchange,
                         || {
                             client
                                 .get(&self.service.url)

@@ -140,6 +140,7 @@ pub static PROVIDER: Provider = Provider {
     auto: None,
     password_is_token: false,
     node_identity: None,
+    identity_inputs: &["url", "audience", "client"],
     flags: <Options as clap::Args>::augment_args,
     build,
 };
@@ -447,6 +448,7 @@ impl Exchanger for TokenExchange {
                     let form = self.form(token.secret());
                     http::send(
                         &client,
+                        crate::observe::Endpoint::TokenExchange,
                         || {
                             let request = client
                                 .post(&self.url)

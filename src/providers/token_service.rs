@@ -62,6 +62,7 @@ pub async fn post_json(
         .map_err(|e| Error::internal(format!("cannot encode the request body: {e}")))?;
     http::send(
         client,
+        crate::observe::Endpoint::TokenExchange,
         || {
             client
                 .post(&service.url)

@@ -4,7 +4,8 @@
 //! provider name exist and run, check-config on the live config (with the
 //! overlap and image-reuse lints), a node docker-config beside our
 //! registries, what rewrites the files on this distribution, k3s's silent
-//! skip, and the kubelet's health. Exit 0 when nothing fails, 1 otherwise.
+//! skip, the kubelet's health, and the recent failures the plugin's own
+//! metrics and audit log recorded. Exit 0 when nothing fails, 1 otherwise.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -44,7 +45,12 @@ pub struct Check {
     pub fix: Option<String>,
 }
 
-fn check(verdict: Verdict, name: &str, message: impl Into<String>, fix: Option<String>) -> Check {
+pub(super) fn check(
+    verdict: Verdict,
+    name: &str,
+    message: impl Into<String>,
+    fix: Option<String>,
+) -> Check {
     Check {
         verdict,
         check: name.to_string(),
@@ -282,6 +288,15 @@ pub fn diagnose(target: &Target) -> Report {
         ));
     } else {
         checks.push(binary_check(&host, &bin_dir));
+    }
+    // What the plugin recorded: its metrics and audit log, when turned on.
+    let (metric_dirs, audit_logs) = super::observed::configured(&ours);
+    let now = crate::duration::unix_now();
+    for dir in &metric_dirs {
+        checks.push(super::observed::metrics_check(&host, dir, now));
+    }
+    for log in &audit_logs {
+        checks.extend(super::observed::audit_checks(&host, log, now));
     }
     // The node keyring: docker config files the kubelet reads beside plugins.
     for keyring in [

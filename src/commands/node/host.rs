@@ -320,6 +320,46 @@ impl Host {
     /// or directory is an error without being opened for reading, so it
     /// can neither block nor be read for ever.
     pub fn read_file(&self, path: &Path, limit: u64) -> std::io::Result<Option<FileData>> {
+        let Some((file, opened)) = self.open_regular(path)? else {
+            return Ok(None);
+        };
+        if u64::try_from(opened.st_size).unwrap_or(u64::MAX) > limit {
+            return Err(too_large(limit));
+        }
+        let mut bytes = Vec::new();
+        file.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
+        if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > limit {
+            return Err(too_large(limit));
+        }
+        Ok(Some(FileData {
+            bytes,
+            mode: opened.st_mode & 0o7777,
+            uid: opened.st_uid,
+            identity: (opened.st_dev, opened.st_ino),
+        }))
+    }
+
+    /// The last `limit` bytes of regular file `path` (a log that may be
+    /// larger than anyone should read whole), opened as [`Host::read_file`]
+    /// opens it. `Ok(None)`: it does not exist.
+    pub fn read_tail(&self, path: &Path, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
+        use std::io::{Seek, SeekFrom};
+        let Some((mut file, opened)) = self.open_regular(path)? else {
+            return Ok(None);
+        };
+        let size = u64::try_from(opened.st_size).unwrap_or(0);
+        file.seek(SeekFrom::Start(size.saturating_sub(limit)))?;
+        let mut bytes = Vec::new();
+        file.take(limit).read_to_end(&mut bytes)?;
+        Ok(Some(bytes))
+    }
+
+    /// Opens regular file `path` for reading (links followed inside the
+    /// root), checking that what was opened is what was looked at.
+    fn open_regular(
+        &self,
+        path: &Path,
+    ) -> std::io::Result<Option<(std::fs::File, rustix::fs::Stat)>> {
         let w = match self.walk(path, true) {
             Ok(w) => w,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -334,10 +374,6 @@ impl Host {
                 format!("it is {}, not a regular file", Kind::describe(&stat)),
             ));
         }
-        let size = u64::try_from(stat.st_size).unwrap_or(u64::MAX);
-        if size > limit {
-            return Err(too_large(limit));
-        }
         let fd = rustix::fs::openat(
             &w.parent,
             w.name.as_os_str(),
@@ -351,19 +387,7 @@ impl Host {
                 "it was replaced while being read; run again",
             ));
         }
-        let mut bytes = Vec::new();
-        std::fs::File::from(fd)
-            .take(limit.saturating_add(1))
-            .read_to_end(&mut bytes)?;
-        if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > limit {
-            return Err(too_large(limit));
-        }
-        Ok(Some(FileData {
-            bytes,
-            mode: opened.st_mode & 0o7777,
-            uid: opened.st_uid,
-            identity: (opened.st_dev, opened.st_ino),
-        }))
+        Ok(Some((std::fs::File::from(fd), opened)))
     }
 
     /// [`Host::read_file`] as text; `Ok(None)` when missing.

@@ -28,6 +28,7 @@ pub mod host;
 pub mod identify;
 pub mod install;
 pub mod merge;
+mod observed;
 pub mod plan;
 pub mod rbac;
 pub mod restart;

@@ -133,6 +133,7 @@ pub static PROVIDER: Provider = Provider {
     auto: Some(|image| host::parse(image.hostname()).is_some()),
     password_is_token: false,
     node_identity: Some("the instance profile's role, from IMDSv2"),
+    identity_inputs: &["credential source", "role arn", "instance metadata"],
     flags: <Options as clap::Args>::augment_args,
     build,
 };

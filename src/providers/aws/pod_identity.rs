@@ -68,6 +68,7 @@ pub async fn fetch(
     authorization.set_sensitive(true);
     let reply = http::send(
         &client,
+        crate::observe::Endpoint::PodIdentityAgent,
         || {
             client
                 .get(&agent.url)

@@ -32,6 +32,7 @@ use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::net::{self, http, sdk_connector};
 use crate::redact;
+use crate::observe::Endpoint as Upstream;
 use crate::secret::Secret;
 use crate::token::ServiceAccountToken;
 
@@ -49,8 +50,8 @@ fn app_name() -> Option<aws_sdk_sts::config::AppName> {
 /// invocation's HTTP client, with the SDK's retries and timeouts off
 /// (ours apply), and optionally the credentials that sign its calls.
 macro_rules! sdk_client {
-    ($sdk:ident, $net:expr, $deadline:expr, $region:expr, $endpoint:expr $(, $credentials:expr)?) => {{
-        let http_client = sdk_connector::http_client($net.client($deadline)?, *$deadline);
+    ($sdk:ident, $kind:expr, $net:expr, $deadline:expr, $region:expr, $endpoint:expr $(, $credentials:expr)?) => {{
+        let http_client = sdk_connector::http_client($net.client($deadline)?, *$deadline, $kind);
         let mut config = $sdk::Config::builder()
             .behavior_version(behavior_version())
             .http_client(http_client)
@@ -166,7 +167,7 @@ pub async fn assume_role_with_web_identity(
     deadline: &Deadline,
 ) -> Result<AwsCredentials> {
     let name = call.call_name();
-    let client = sdk_client!(aws_sdk_sts, net, deadline, call.region, call.endpoint);
+    let client = sdk_client!(aws_sdk_sts, Upstream::TokenExchange, net, deadline, call.region, call.endpoint);
     let duration = i32::try_from(call.duration.as_secs()).unwrap_or(i32::MAX);
     let (outcome, attempts) = with_retries(&name, deadline, || {
         client
@@ -247,6 +248,7 @@ pub async fn get_authorization_token(
         Registry::Private(_) => {
             let client = sdk_client!(
                 aws_sdk_ecr,
+                Upstream::RegistryToken,
                 net,
                 deadline,
                 region,
@@ -266,6 +268,7 @@ pub async fn get_authorization_token(
         Registry::Public => {
             let client = sdk_client!(
                 aws_sdk_ecrpublic,
+                Upstream::RegistryToken,
                 net,
                 deadline,
                 region,

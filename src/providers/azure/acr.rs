@@ -100,6 +100,7 @@ pub async fn exchange(
     );
     let reply = http::send(
         client,
+        crate::observe::Endpoint::RegistryToken,
         || {
             client.post(&url).form(&[
                 ("grant_type", GRANT_TYPE),

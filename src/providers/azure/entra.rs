@@ -106,6 +106,7 @@ pub async fn request_token(
     );
     let reply = http::send(
         client,
+        crate::observe::Endpoint::TokenExchange,
         || {
             client.post(&url).form(&[
                 ("grant_type", GRANT_TYPE),

@@ -174,6 +174,7 @@ pub static PROVIDER: Provider = Provider {
     auto: Some(|image| host::parse(image.registry()).is_some()),
     password_is_token: false,
     node_identity: Some("the kubelet identity (a managed identity from Azure IMDS), or a service principal from azure.json if asked"),
+    identity_inputs: &["client_id", "tenant_id", "node identity"],
     flags: <Options as clap::Args>::augment_args,
     build,
 };

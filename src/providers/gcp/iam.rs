@@ -60,6 +60,7 @@ pub async fn generate_access_token(
         .map_err(|e| Error::internal(format!("cannot encode the generateAccessToken body: {e}")))?;
     let reply = http::send(
         client,
+        crate::observe::Endpoint::Impersonation,
         || {
             client
                 .post(&url)

@@ -130,6 +130,7 @@ pub static PROVIDER: Provider = Provider {
     auto: Some(|image| is_google_registry(image.registry())),
     password_is_token: false,
     node_identity: Some("the node's Google service account, from the GCE metadata server"),
+    identity_inputs: &["service_account", "sts_audience", "instance metadata"],
     flags: <Options as clap::Args>::augment_args,
     build,
 };

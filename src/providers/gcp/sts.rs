@@ -42,6 +42,7 @@ pub async fn exchange(
     let call = format!("the Google STS token exchange at {url}");
     let reply = http::send(
         client,
+        crate::observe::Endpoint::TokenExchange,
         || {
             client.post(&url).form(&[
                 ("grant_type", GRANT_TYPE),

@@ -185,6 +185,7 @@ pub static PROVIDER: Provider = Provider {
     auto: None,
     password_is_token: false,
     node_identity: None,
+    identity_inputs: &["role", "secret_path"],
     flags: <Options as clap::Args>::augment_args,
     build,
 };
@@ -407,6 +408,7 @@ impl Vault {
         let body = serde_json::json!({ "role": role, "jwt": token.expose() }).to_string();
         let reply = http::send(
             client,
+            crate::observe::Endpoint::TokenExchange,
             || {
                 self.with_namespace(
                     client
@@ -485,6 +487,7 @@ impl Vault {
         let call = format!("the Vault read of {api_path}");
         let reply = http::send(
             client,
+            crate::observe::Endpoint::SecretRead,
             || {
                 self.with_namespace(
                     client
@@ -548,7 +551,7 @@ impl Vault {
                 .header("X-Vault-Token", login.client_token.expose()),
         );
         let timeout = REVOKE_TIMEOUT.min(deadline.remaining());
-        match http::send_bounded(request, timeout, 4096).await {
+        match http::send_bounded(crate::observe::Endpoint::TokenRevoke, request, timeout, 4096).await {
             Ok(reply) if reply.is_success() => {
                 crate::debug!("revoked the Vault login token (auth/token/revoke-self)");
             }

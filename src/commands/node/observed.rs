@@ -1,0 +1,350 @@
+//! What `node doctor` learns from the plugin's own records: the metrics
+//! state (`--metrics-dir`) and the audit log (`--audit-log`) that our
+//! provider entries turn on, read inside `--root`, bounded. Recent failures
+//! are reported by error kind, with the fix the latest one gave.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::doctor::{Check, Verdict, check};
+use super::host::Host;
+use crate::commands::check_config::Entry;
+use crate::error::Kind;
+use crate::observe::{audit, metrics};
+
+/// Failures older than this are history, not news.
+pub const RECENT_SECS: i64 = 24 * 3600;
+
+/// The metrics directories and audit logs our `entries` configure, each
+/// once, in the order met.
+pub fn configured(entries: &[&Entry]) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let mut dirs = Vec::new();
+    let mut logs = Vec::new();
+    for entry in entries {
+        let Ok(routing) = crate::commands::check_config::entry::route(
+            entry.name(),
+            entry.provider.args(),
+            &entry.provider.env(),
+        ) else {
+            // check-config already reports args the binary refuses.
+            continue;
+        };
+        let observe = &routing.options.observe;
+        if let Some(dir) = &observe.metrics_dir
+            && !dirs.contains(dir)
+        {
+            dirs.push(dir.clone());
+        }
+        if let Some(log) = &observe.audit_log
+            && !logs.contains(log)
+        {
+            logs.push(log.clone());
+        }
+    }
+    (dirs, logs)
+}
+
+/// One check per metrics directory: what the counters say about failures.
+pub fn metrics_check(host: &Host, dir: &Path, now: i64) -> Check {
+    let path = dir.join(metrics::STATE_FILE);
+    let name = "metrics";
+    let bytes = match host.read_bytes(&path, metrics::MAX_STATE_BYTES) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => {
+            return check(
+                Verdict::Warn,
+                name,
+                format!(
+                    "{} has no metrics yet: no pull was served since --metrics-dir was set, or the directory is unusable (the plugin's warning in the kubelet log says why)",
+                    dir.display()
+                ),
+                Some(format!(
+                    "check that {} exists, is not writable by everyone and is on a writable file system",
+                    dir.display()
+                )),
+            );
+        }
+        Err(e) => {
+            return check(
+                Verdict::Warn,
+                name,
+                format!("cannot read {}: {e}", path.display()),
+                None,
+            );
+        }
+    };
+    let Some(state) = metrics::read_state(&bytes) else {
+        return check(
+            Verdict::Warn,
+            name,
+            format!(
+                "{} is not a metrics state this version reads; the next pull starts it again",
+                path.display()
+            ),
+            None,
+        );
+    };
+    let mut total = 0u64;
+    let mut by_kind: BTreeMap<String, u64> = BTreeMap::new();
+    for (key, count) in &state.invocations {
+        total += count;
+        let mut labels = key.split('\t');
+        let (outcome, kind) = (labels.nth(2), labels.next());
+        if outcome == Some("error") {
+            *by_kind.entry(kind.unwrap_or("").to_string()).or_insert(0) += count;
+        }
+    }
+    let last_failure = state
+        .last_failure
+        .iter()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(provider, at)| (provider.clone(), *at));
+    let failures: u64 = by_kind.values().sum();
+    #[allow(clippy::cast_possible_truncation)]
+    let recent = last_failure
+        .as_ref()
+        .is_some_and(|(_, at)| now - (*at as i64) < RECENT_SECS);
+    let kinds = by_kind
+        .iter()
+        .map(|(kind, n)| format!("{n} {kind}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    match last_failure {
+        Some((provider, at)) if recent => {
+            #[allow(clippy::cast_possible_truncation)]
+            let at = crate::duration::format_unix(at as i64);
+            let worst = by_kind
+                .iter()
+                .max_by_key(|(_, n)| **n)
+                .and_then(|(kind, _)| Kind::ALL.iter().find(|k| k.name() == kind));
+            check(
+                Verdict::Warn,
+                name,
+                format!(
+                    "{failures} of {total} pulls failed since the counters started ({kinds}); the last failure was {provider}'s at {at}"
+                ),
+                worst.map(|k| format!("for the {} failures: {}", k.name(), k.usual_fix())),
+            )
+        }
+        _ => check(
+            Verdict::Ok,
+            name,
+            format!(
+                "{total} pulls counted in {}, {failures} failed{}, none in the last 24h",
+                dir.display(),
+                if kinds.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({kinds})")
+                }
+            ),
+            None,
+        ),
+    }
+}
+
+/// One check per error kind that failed in the audit log's last 24 hours
+/// (of its last [`audit::MAX_READ_BYTES`]), with the latest failure's own
+/// message and fix; one `ok` check when none did.
+pub fn audit_checks(host: &Host, log: &Path, now: i64) -> Vec<Check> {
+    let name = "audit";
+    let bytes = match host.read_tail(log, audit::MAX_READ_BYTES) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => {
+            return vec![check(
+                Verdict::Warn,
+                name,
+                format!(
+                    "{} does not exist yet: no pull was recorded since --audit-log was set",
+                    log.display()
+                ),
+                None,
+            )];
+        }
+        Err(e) => {
+            return vec![check(
+                Verdict::Warn,
+                name,
+                format!("cannot read {}: {e}", log.display()),
+                None,
+            )];
+        }
+    };
+    let records = audit::parse(&String::from_utf8_lossy(&bytes));
+    struct Seen {
+        count: usize,
+        accounts: Vec<String>,
+        latest: (String, String, Option<String>),
+    }
+    let mut by_kind: BTreeMap<String, Seen> = BTreeMap::new();
+    let mut recent = 0usize;
+    for r in &records {
+        let at = r["time"]
+            .as_str()
+            .and_then(crate::duration::parse_rfc3339)
+            .unwrap_or(0);
+        if now - at >= RECENT_SECS {
+            continue;
+        }
+        recent += 1;
+        if r["outcome"] != "error" {
+            continue;
+        }
+        let kind = r["error_kind"].as_str().unwrap_or("unknown").to_string();
+        let text = |f: &str| r[f].as_str().map(str::to_string);
+        let seen = by_kind.entry(kind).or_insert_with(|| Seen {
+            count: 0,
+            accounts: Vec::new(),
+            latest: (String::new(), String::new(), None),
+        });
+        seen.count += 1;
+        let account = text("service_account").unwrap_or_else(|| "no service account".into());
+        if !seen.accounts.contains(&account) {
+            seen.accounts.push(account);
+        }
+        seen.latest = (
+            text("time").unwrap_or_default(),
+            text("error").unwrap_or_default(),
+            text("fix"),
+        );
+    }
+    if by_kind.is_empty() {
+        return vec![check(
+            Verdict::Ok,
+            name,
+            format!(
+                "{recent} pulls recorded in {} in the last 24h, none failed",
+                log.display()
+            ),
+            None,
+        )];
+    }
+    by_kind
+        .into_iter()
+        .map(|(kind, seen)| {
+            let (at, error, fix) = seen.latest;
+            check(
+                Verdict::Warn,
+                name,
+                format!(
+                    "{} {kind} failures in the last 24h ({} service accounts: {}); latest at {at}: {error}",
+                    seen.count,
+                    seen.accounts.len(),
+                    seen.accounts.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
+                ),
+                fix.or_else(|| {
+                    Kind::ALL
+                        .iter()
+                        .find(|k| k.name() == kind)
+                        .map(|k| k.usual_fix().to_string())
+                }),
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observe::{Identity, Outcome, Record};
+    use std::time::Instant;
+
+    const NOW: i64 = 1_800_000_000;
+
+    fn record(outcome: Outcome, account: &str) -> Record {
+        let mut r = Record::new(Instant::now());
+        r.provider = Some("vault");
+        r.registry = Some("r.example".into());
+        r.identity = Some(Identity::ServiceAccount);
+        r.service_account = Some(crate::token::ServiceAccount {
+            namespace: "team".into(),
+            name: account.into(),
+            uid: "u".into(),
+        });
+        r.outcome = Some(outcome);
+        if let Outcome::Error(_) = outcome {
+            r.error = Some((
+                "Vault refused the login".into(),
+                Some("bind the role to the service account".into()),
+            ));
+        }
+        r
+    }
+
+    /// The entries' flags and env name the files, and doctor reads them
+    /// inside the root: counts by kind with the fix, and the audit log's
+    /// latest failure per kind with its own fix.
+    #[test]
+    fn doctor_reports_recent_failures_by_kind_with_the_fix() {
+        let root = tempfile::tempdir().unwrap();
+        let config = root.path().join("config.yaml");
+        std::fs::write(
+            &config,
+            r#"apiVersion: kubelet.config.k8s.io/v1
+kind: CredentialProviderConfig
+providers:
+  - name: wi-credential-provider-passthrough
+    apiVersion: credentialprovider.kubelet.k8s.io/v1
+    matchImages: ["harbor.example.com"]
+    defaultCacheDuration: "0s"
+    args: ["--registry", "harbor.example.com", "--metrics-dir", "/var/lib/wicp-metrics"]
+    env:
+      - name: WICP_AUDIT_LOG
+        value: /var/log/wicp/audit.log
+"#,
+        )
+        .unwrap();
+        let loaded = crate::commands::check_config::load(&config);
+        let entries: Vec<&Entry> = loaded.entries.iter().collect();
+        let (dirs, logs) = configured(&entries);
+        assert_eq!(dirs, [PathBuf::from("/var/lib/wicp-metrics")]);
+        assert_eq!(logs, [PathBuf::from("/var/log/wicp/audit.log")]);
+
+        let host = Host::open(root.path()).unwrap();
+        // Nothing recorded yet.
+        assert_eq!(metrics_check(&host, &dirs[0], NOW).verdict, Verdict::Warn);
+        assert_eq!(audit_checks(&host, &logs[0], NOW)[0].verdict, Verdict::Warn);
+
+        let metrics_dir = root.path().join("var/lib/wicp-metrics");
+        let log_dir = root.path().join("var/log/wicp");
+        std::fs::create_dir_all(&metrics_dir).unwrap();
+        std::fs::create_dir_all(&log_dir).unwrap();
+        let log = log_dir.join("audit.log");
+        for (outcome, account, at) in [
+            (Outcome::Error(Kind::Annotation), "c", NOW - 2 * RECENT_SECS),
+            (Outcome::Miss, "a", NOW - 100),
+            (Outcome::Error(Kind::Upstream), "a", NOW - 90),
+            (Outcome::Error(Kind::Upstream), "b", NOW - 80),
+        ] {
+            let r = record(outcome, account);
+            crate::observe::metrics::update(&metrics_dir, &r, &[], at).unwrap();
+            audit::append(&log, 1 << 20, &r, at).unwrap();
+        }
+        let m = metrics_check(&host, &dirs[0], NOW);
+        assert_eq!(m.verdict, Verdict::Warn, "{m:?}");
+        assert!(m.message.contains("3 of 4 pulls failed"), "{m:?}");
+        assert!(m.message.contains("1 annotation, 2 upstream"), "{m:?}");
+        assert_eq!(
+            m.fix.as_deref(),
+            Some(format!("for the upstream failures: {}", Kind::Upstream.usual_fix()).as_str())
+        );
+        let a = audit_checks(&host, &logs[0], NOW);
+        assert_eq!(a.len(), 1, "the annotation failure is old: {a:?}");
+        assert!(
+            a[0].message.starts_with(
+                "2 upstream failures in the last 24h (2 service accounts: team/a, team/b)"
+            ),
+            "{a:?}"
+        );
+        assert!(a[0].message.contains("Vault refused the login"), "{a:?}");
+        assert_eq!(
+            a[0].fix.as_deref(),
+            Some("bind the role to the service account")
+        );
+
+        // A day later, nothing is news.
+        let later = NOW + 2 * RECENT_SECS;
+        assert_eq!(metrics_check(&host, &dirs[0], later).verdict, Verdict::Ok);
+        assert_eq!(audit_checks(&host, &logs[0], later)[0].verdict, Verdict::Ok);
+    }
+}

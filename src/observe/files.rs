@@ -1,0 +1,193 @@
+//! The file handling metrics and audit share: a directory is used only when
+//! it is really a directory that not everyone can write; our own files are
+//! opened without following links and only when they are regular files we
+//! own; a file others read (the `.prom`) is replaced whole by a rename.
+//!
+//! Every failure is a clause for one warning ("it is a symbolic link"),
+//! never an error: observability never fails a pull.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use crate::lock::{self, Acquired, KeyLock};
+
+/// Checks that `dir` may hold our files: it exists, is a directory and not
+/// a symbolic link to one, and is not writable by everyone (anyone could
+/// then plant the files we read back).
+pub fn check_dir(dir: &Path) -> Result<(), String> {
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => "the directory does not exist".to_string(),
+        _ => format!("cannot inspect the directory: {e}"),
+    })?;
+    if meta.file_type().is_symlink() {
+        return Err("the directory is a symbolic link, which is not followed".into());
+    }
+    if !meta.is_dir() {
+        return Err("it is not a directory".into());
+    }
+    if meta.mode() & 0o002 != 0 {
+        return Err(format!(
+            "the directory is writable by everyone (mode {:04o})",
+            meta.mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+/// Takes the lock file `path` (created 0600, ours, never through a link),
+/// waiting at most [`super::LOCK_WAIT`].
+pub fn lock(path: &Path, uid: u32) -> Result<KeyLock, String> {
+    match lock::acquire(path, uid, Instant::now() + super::LOCK_WAIT) {
+        Ok(Acquired::Held(held)) => Ok(held),
+        Ok(Acquired::Busy) => Err(format!(
+            "{} stayed locked for {}s",
+            path.display(),
+            super::LOCK_WAIT.as_secs()
+        )),
+        Err(e) => Err(format!("cannot lock {}: {e}", path.display())),
+    }
+}
+
+/// Opens our own file at `path` with `options` plus `O_NOFOLLOW` and
+/// `O_NONBLOCK`; refuses anything but a regular file owned by `uid` with
+/// no group or other write bit. `Ok(None)`: there is no such file.
+pub fn open_own(path: &Path, options: &mut OpenOptions, uid: u32) -> io::Result<Option<File>> {
+    let file = match options
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(io::Error::other(format!(
+                "{} is a symbolic link",
+                path.display()
+            )));
+        }
+        Err(e) => return Err(e),
+    };
+    let meta = file.metadata()?;
+    if !meta.is_file() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
+        return Err(io::Error::other(format!(
+            "{} is not a regular file owned by uid {uid} and writable only by it",
+            path.display()
+        )));
+    }
+    Ok(Some(file))
+}
+
+/// Reads our own file at `path`, at most `max` bytes; `Ok(None)` when it
+/// does not exist.
+pub fn read_own(path: &Path, uid: u32, max: u64) -> io::Result<Option<Vec<u8>>> {
+    let Some(file) = open_own(path, OpenOptions::new().read(true), uid)? else {
+        return Ok(None);
+    };
+    let mut bytes = Vec::new();
+    file.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
+    if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > max {
+        return Err(io::Error::new(
+            io::ErrorKind::FileTooLarge,
+            format!("{} is larger than {max} bytes", path.display()),
+        ));
+    }
+    Ok(Some(bytes))
+}
+
+/// Replaces `path` with `bytes`: a new file beside it (`O_EXCL`, `mode`),
+/// synced when `sync`, renamed over `path`. A reader sees the old file or
+/// the new one, never part of one; the temporary name ends in `.tmp`, which
+/// node-exporter's collector never reads. The caller holds the directory's
+/// lock, so a temporary file already there was left by a writer that was
+/// killed: it is removed first.
+pub fn replace(path: &Path, bytes: &[u8], mode: u32, sync: bool) -> io::Result<()> {
+    let temp = temp_name(path);
+    match std::fs::remove_file(&temp) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let written = (|| {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&temp)?;
+        // The umask may have taken bits `mode` asked for (0644 for the
+        // collector's user to read).
+        file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        file.write_all(bytes)?;
+        if sync {
+            file.sync_all()?;
+        }
+        std::fs::rename(&temp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    written
+}
+
+/// `.<name>.tmp` beside `path`: one name, since writers take turns under
+/// the lock, so a killed writer leaves at most one file, which the next
+/// one replaces.
+fn temp_name(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!(".{name}.tmp"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_missing_symlinked_and_world_writable_directories() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("d");
+        assert!(check_dir(&dir).unwrap_err().contains("does not exist"));
+        std::fs::create_dir(&dir).unwrap();
+        check_dir(&dir).unwrap();
+        let link = root.path().join("l");
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        assert!(check_dir(&link).unwrap_err().contains("symbolic link"));
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        assert!(check_dir(&dir).unwrap_err().contains("everyone"));
+        let file = root.path().join("f");
+        std::fs::write(&file, b"").unwrap();
+        assert!(check_dir(&file).unwrap_err().contains("not a directory"));
+    }
+
+    #[test]
+    fn own_files_only_and_replaced_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let uid = crate::file::running_uid().unwrap();
+        let path = dir.path().join("x.prom");
+        assert!(read_own(&path, uid, 10).unwrap().is_none());
+        replace(&path, b"one", 0o644, true).unwrap();
+        assert_eq!(read_own(&path, uid, 10).unwrap().unwrap(), b"one");
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o644
+        );
+        // A killed writer's leftover is replaced, not an error.
+        std::fs::write(dir.path().join(".x.prom.tmp"), b"half").unwrap();
+        replace(&path, b"two!", 0o600, false).unwrap();
+        assert_eq!(read_own(&path, uid, 10).unwrap().unwrap(), b"two!");
+        assert!(read_own(&path, uid, 3).is_err());
+        // Nothing left behind.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        assert!(read_own(&link, uid, 10).is_err());
+        assert!(read_own(&path, uid.wrapping_add(1), 10).is_err());
+        let fifo = dir.path().join("fifo");
+        crate::file::mkfifo(&fifo);
+        assert!(read_own(&fifo, uid, 10).is_err());
+    }
+}
