@@ -250,7 +250,7 @@ fn clean_strings(value: Value) -> Value {
     }
 }
 
-/// Sends panic messages through [`write`] too, so a panic quoting a value
+/// Sends panic messages through [`write()`] too, so a panic quoting a value
 /// is redacted like every other line.
 pub fn redact_panics() {
     std::panic::set_hook(Box::new(|info| {

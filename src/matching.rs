@@ -87,7 +87,7 @@ fn split_host_port(s: &str) -> (&str, &str) {
     }
 }
 
-/// Whether some image matches both `a` and `b` under [`matches`]: the same
+/// Whether some image matches both `a` and `b` under [`matches()`]: the same
 /// port, the same number of host labels, label globs with a common word,
 /// and paths of which one is a prefix of the other (an image path starts
 /// with both). Used to find a node-identity provider that the kubelet would

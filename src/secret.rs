@@ -34,7 +34,7 @@ impl Secret {
 
     /// A secret an admin wrote in a file (a client secret): registered
     /// however short it is. What we obtain from an upstream is never
-    /// shorter than [`MIN_REGISTERED`] bytes; an admin's secret can be,
+    /// shorter than `MIN_REGISTERED` bytes; an admin's secret can be,
     /// and it must not reach stderr whole because of that. A short one is
     /// masked wherever its bytes appear, ordinary words included: an odd
     /// log line is the lesser harm.
@@ -185,7 +185,7 @@ fn register_at_any_length(value: &str) {
 /// percent-encoded in a form body (`pa%24%24w0rd` for `pa$$w0rd`),
 /// JSON-escaped in a JSON body, base64 inside `Authorization: Basic`. An
 /// upstream quoting its request back quotes that form, so the text is
-/// also read through each decoding ([`views`]) and a window found in a
+/// also read through each decoding (`views`) and a window found in a
 /// decoded view masks the text it was decoded from. Decoding here, when a
 /// line is written, rather than registering every encoding of every
 /// secret keeps the cost off a cache hit, which registers a token and

@@ -10,7 +10,7 @@
 //! - [`store`]: the directory and its files (permissions, atomic writes);
 //! - [`crate::lock`]: one exchange per key at a time, across processes;
 //! - [`housekeeping`]: bounded cleanup on each miss;
-//! - [`command`]: `cache list` and `cache purge`.
+//! - [`crate::commands::cache`]: `cache list` and `cache purge`.
 //!
 //! A hit reads one small file and answers: no network, no TLS client, no
 //! async runtime. Passthrough tokens are never cached (the plan says so).
@@ -181,7 +181,7 @@ impl Cache {
     /// exchange: the first takes the key's lock and exchanges, the others
     /// wait. A waiter keeps waiting as long as the holder is alive (the
     /// kernel releases a dead holder's lock at once), looks at the entry
-    /// every [`ENTRY_POLL`] while it waits, and never calls the upstream
+    /// every `ENTRY_POLL` while it waits, and never calls the upstream
     /// while a holder is at work: a slow upstream is not helped by more
     /// calls, and the holder's entry is what the waiter wants. If the holder
     /// is still at work when the waiter's deadline comes, the waiter fails

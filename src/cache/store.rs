@@ -185,7 +185,7 @@ impl Store {
     }
 
     /// Writes `entry` atomically: temporary file, fsync, rename. An entry
-    /// larger than a read accepts ([`MAX_ENTRY_BYTES`]) is not written
+    /// larger than a read accepts (`MAX_ENTRY_BYTES`) is not written
     /// (`ErrorKind::FileTooLarge`): it would be refused on every read, and
     /// each pull would exchange again and warn about it.
     pub fn write(&self, entry: &Entry) -> io::Result<()> {

@@ -69,6 +69,9 @@ static MAPPING: Pattern = Pattern::new(
     || regex_lite::Regex::new(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$").ok(),
 );
 
+// The field docs are this provider's --help text, written for a terminal
+// (bare URLs, <PLACEHOLDERS>, HOST[:PORT]), not for rustdoc.
+#[allow(rustdoc::bare_urls, rustdoc::invalid_html_tags, rustdoc::broken_intra_doc_links)]
 #[derive(clap::Args, Clone, Debug, Default)]
 #[command(next_help_heading = "JFrog")]
 #[group(id = "jfrog_options")]

@@ -1,6 +1,6 @@
 //! Which provider serves a request, and whether its token may go there.
 //!
-//! Routing reads only the [`ALL`](super::ALL) declarations, so nothing is
+//! Routing reads only the [`ALL`] declarations, so nothing is
 //! built for a provider the request does not reach: a half-configured GCP
 //! entry cannot break ECR pulls.
 

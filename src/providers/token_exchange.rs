@@ -16,8 +16,8 @@
 //!   `requested_token_type`. No actor token: the kubelet acts for nobody.
 //! - Client authentication is "at the discretion of the authorization
 //!   server" (§2.1), which also warns that without it "a compromised token
-//!   [can] be leveraged via an STS into other tokens by anyone possessing
-//!   [it]"; servers that implement the exchange as an OAuth grant (Keycloak,
+//!   \[can\] be leveraged via an STS into other tokens by anyone possessing
+//!   \[it\]"; servers that implement the exchange as an OAuth grant (Keycloak,
 //!   most commercial authorization servers) want a registered client. We
 //!   support the two RFC 6749 forms that need no key material:
 //!   `client_secret_basic` (§2.3.1: id and secret form-urlencoded, then
@@ -56,6 +56,9 @@ pub const JWT_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:jwt";
 /// A username is a registry account name: short, printable, no `:`.
 const MAX_USERNAME_CHARS: usize = 256;
 
+// The field docs are this provider's --help text, written for a terminal
+// (bare URLs, <PLACEHOLDERS>, HOST[:PORT]), not for rustdoc.
+#[allow(rustdoc::bare_urls, rustdoc::invalid_html_tags, rustdoc::broken_intra_doc_links)]
 #[derive(clap::Args, Clone, Debug, Default)]
 #[command(next_help_heading = "Token exchange (RFC 8693)")]
 #[group(id = "token_exchange_options")]

@@ -5,7 +5,7 @@
 //! bin dir. The others need to know what this plugin will do with the
 //! entry, so they apply to entries that run this binary (its name, a symlink
 //! to it, or `WICP_*` variables) and ask the routed exchanger itself, through
-//! the [`Exchanger`](crate::providers::Exchanger) trait, which audience it
+//! the [`Exchanger`] trait, which audience it
 //! expects and which annotations it reads: there is no second table here to
 //! fall out of date.
 

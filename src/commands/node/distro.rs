@@ -3,7 +3,7 @@
 //! when, which unit runs the kubelet, and where installing is impossible.
 //!
 //! Sources (checked with the distributions' own code where said; see also
-//! tests/fixtures/node/<distribution>/README.md):
+//! `tests/fixtures/node/<distribution>/README.md`):
 //! - EKS AL2023: awslabs/amazon-eks-ami `templates/al2023/runtime/rootfs/etc/systemd/system/kubelet.service`
 //!   (`EnvironmentFile=/etc/eks/kubelet/environment`, `ExecStart=/usr/bin/kubelet $NODEADM_KUBELET_ARGS`),
 //!   `nodeadm/internal/kubelet/environment.go` (one `NAME=value` line per variable, flags `--name=value`

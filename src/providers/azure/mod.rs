@@ -48,6 +48,9 @@ pub const STANDARD_AUTHORITY_ENV: &str = "AZURE_AUTHORITY_HOST";
 
 // The group id must differ from the other exchangers' `Options` structs,
 // which clap would otherwise all name "Options".
+// The field docs are this provider's --help text, written for a terminal
+// (bare URLs, <PLACEHOLDERS>, HOST[:PORT]), not for rustdoc.
+#[allow(rustdoc::bare_urls, rustdoc::invalid_html_tags, rustdoc::broken_intra_doc_links)]
 #[derive(clap::Args, Clone, Debug, Default)]
 #[group(id = "azure_options")]
 #[command(next_help_heading = "Azure")]

@@ -67,6 +67,9 @@ pub const ENABLE_IMAGE_PULL_ANNOTATION: &str = "iam.gke.io/enable-wi-image-pull"
 
 // Named group: clap names a flattened struct's group after the struct, and
 // every exchanger's struct is called `Options`.
+// The field docs are this provider's --help text, written for a terminal
+// (bare URLs, <PLACEHOLDERS>, HOST[:PORT]), not for rustdoc.
+#[allow(rustdoc::bare_urls, rustdoc::invalid_html_tags, rustdoc::broken_intra_doc_links)]
 #[derive(clap::Args, Clone, Debug)]
 #[group(id = "gcp_options")]
 #[command(next_help_heading = "GCP")]

@@ -14,7 +14,7 @@
 //! `compute_engine/_metadata.py`); we send the request header and read the
 //! body strictly instead, so another server fails on its answer. We use the address, not
 //! `metadata.google.internal`, so no DNS is involved (the Go library's
-//! choice); `GCE_METADATA_HOST` (host[:port]) replaces it, as in Google's
+//! choice); `GCE_METADATA_HOST` (`host[:port]`) replaces it, as in Google's
 //! libraries.
 
 use serde::Deserialize;

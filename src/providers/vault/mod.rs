@@ -96,6 +96,9 @@ impl Method {
     }
 }
 
+// The field docs are this provider's --help text, written for a terminal
+// (bare URLs, <PLACEHOLDERS>, HOST[:PORT]), not for rustdoc.
+#[allow(rustdoc::bare_urls, rustdoc::invalid_html_tags, rustdoc::broken_intra_doc_links)]
 #[derive(clap::Args, Clone, Debug)]
 #[group(id = "vault_options")]
 #[command(next_help_heading = "Vault")]

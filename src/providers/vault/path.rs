@@ -37,7 +37,7 @@ fn is_segment(segment: &str) -> bool {
 }
 
 /// A relative path of checked segments: no leading or trailing `/`, no empty
-/// segment, nothing but the characters [`is_segment`] allows.
+/// segment, nothing but the characters `is_segment` allows.
 pub fn is_relative_path(path: &str) -> bool {
     !path.is_empty() && path.len() <= MAX_PATH_CHARS && path.split('/').all(is_segment)
 }
