@@ -474,6 +474,9 @@ fn gcp_only_opted_in_service_accounts_use_their_own_identity() {
     let env = [("GCE_METADATA_HOST", host.as_str())];
     let sts_url = sts.url();
     let audience = format!("//iam.googleapis.com/{POOL_PROVIDER}");
+    let observed = tempfile::tempdir().unwrap();
+    let metrics_dir = observed.path().display().to_string();
+    let audit_log = observed.path().join("audit.log").display().to_string();
     let flags = [
         "--fallback",
         "node",
@@ -481,6 +484,10 @@ fn gcp_only_opted_in_service_accounts_use_their_own_identity() {
         POOL_PROVIDER,
         "--gcp-sts-endpoint",
         &sts_url,
+        "--metrics-dir",
+        &metrics_dir,
+        "--audit-log",
+        &audit_log,
     ];
     let token = TokenSpec::new("team", "web", &audience).mint();
     // Not opted in (no annotation, or the opt-in not exactly "true"), and a
@@ -515,6 +522,46 @@ fn gcp_only_opted_in_service_accounts_use_their_own_identity() {
     }
     assert_eq!(sts.request_count(), 2);
     assert_eq!(gce.requests().len(), 3);
+    // The metrics tell node-identity pulls from the pods' own, and count
+    // the metadata server's answers and STS's refusals.
+    let prom =
+        std::fs::read_to_string(observed.path().join("wi_credential_provider.prom")).unwrap();
+    for line in [
+        format!("wicp_invocations_total{{provider=\"gcp\",registry=\"{GAR}\",outcome=\"miss\",identity=\"node\"}} 3"),
+        format!("wicp_invocations_total{{provider=\"gcp\",registry=\"{GAR}\",outcome=\"error\",kind=\"upstream\"}} 2"),
+        "wicp_upstream_requests_total{provider=\"gcp\",endpoint=\"metadata\",status=\"2xx\"} 3".to_string(),
+        "wicp_upstream_requests_total{provider=\"gcp\",endpoint=\"token_exchange\",status=\"4xx\"} 2".to_string(),
+    ] {
+        assert!(prom.lines().any(|l| l == line), "no {line} in\n{prom}");
+    }
+    // The audit log names whose identity each pull used.
+    let audit: Vec<serde_json::Value> = std::fs::read_to_string(&audit_log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(audit.len(), 5);
+    for record in &audit[..3] {
+        assert_eq!(record["identity"], "node", "{record}");
+        assert!(
+            record["principal"]["instance metadata"]
+                .as_str()
+                .unwrap()
+                .contains(&host),
+            "{record}"
+        );
+    }
+    assert_eq!(
+        audit[2].get("service_account"),
+        None,
+        "a static pod has none"
+    );
+    assert_eq!(audit[3]["identity"], "service_account");
+    assert_eq!(audit[3]["principal"]["sts_audience"], audience.as_str());
+    assert_eq!(
+        audit[4]["principal"]["service_account"],
+        "puller@p.iam.gserviceaccount.com"
+    );
     // With no GCP pool configured at all, --fallback node alone replaces
     // auth-provider-gcp's node path.
     let run = gcp(&["--fallback", "node"], &env, None, &[]);
