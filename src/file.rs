@@ -41,14 +41,17 @@ pub fn read_regular(path: &Path, max: u64) -> Result<Vec<u8>, Refused> {
     if meta.len() > max {
         return Err(Refused::TooLarge);
     }
+    read_at_most(file, max)
+        .map_err(unreadable)?
+        .ok_or(Refused::TooLarge)
+}
+
+/// Everything `reader` holds, unless that is more than `max` bytes
+/// (`Ok(None)`): at most `max` + 1 bytes are read to tell.
+pub fn read_at_most(reader: impl Read, max: u64) -> io::Result<Option<Vec<u8>>> {
     let mut bytes = Vec::new();
-    file.take(max.saturating_add(1))
-        .read_to_end(&mut bytes)
-        .map_err(unreadable)?;
-    if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > max {
-        return Err(Refused::TooLarge);
-    }
-    Ok(bytes)
+    reader.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
+    Ok((u64::try_from(bytes.len()).unwrap_or(u64::MAX) <= max).then_some(bytes))
 }
 
 /// The effective user ID, which owns every file the plugin keeps (cache,

@@ -162,11 +162,7 @@ pub fn parse_serving(
         let (_, value) = variables.iter().find(|(name, _)| name == "WICP_PROVIDER")?;
         value.to_str().map(str::to_string)
     });
-    let choice = match asked.as_deref() {
-        Some(AUTO) => None,
-        Some(name) => Some(Provider::find(name)?),
-        None => named,
-    };
+    let choice = choose(asked.as_deref(), named).ok()?;
     let carried = carried_for(choice);
     let command = command_with(&carried);
     let reads: Vec<&OsStr> = command
@@ -236,13 +232,28 @@ impl Options {
     /// wins, else `named`, the provider its own name implies; `None` means
     /// `auto`.
     pub fn choice(&self, named: Option<&'static Provider>) -> Option<&'static Provider> {
-        match self.provider.as_deref() {
-            Some(AUTO) => None,
-            Some(name) => Provider::find(name),
-            None => named,
-        }
+        // clap admits only the names of `choices()`: never unknown here.
+        choose(self.provider.as_deref(), named).unwrap_or(None)
     }
 }
+
+/// The provider-choice rule, in one place: `--provider` (`asked`) wins,
+/// `auto` meaning none (`Ok(None)`), else the binary's name (`named`).
+/// `Err` for a name no provider has.
+fn choose(
+    asked: Option<&str>,
+    named: Option<&'static Provider>,
+) -> std::result::Result<Option<&'static Provider>, UnknownProvider> {
+    match asked {
+        Some(AUTO) => Ok(None),
+        Some(name) => Provider::find(name).map(Some).ok_or(UnknownProvider),
+        None => Ok(named),
+    }
+}
+
+/// A `--provider` value that names no provider.
+#[derive(Debug)]
+struct UnknownProvider;
 
 fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
     duration::parse(text).map_err(|e| e.to_string())

@@ -461,6 +461,24 @@ mod tests {
         .unwrap()
     }
 
+    /// [`prepare`] as the kubelet's v1 request would call it, with a token
+    /// and no `--audience`.
+    fn prepare_v1<'a>(
+        exchanger: &'a dyn Exchanger,
+        image: &'a ImageRef,
+        token: &'a ServiceAccountToken,
+        annotations: &'a BTreeMap<String, String>,
+    ) -> Result<Prepared<'a>> {
+        prepare(
+            exchanger,
+            None,
+            image,
+            Some(token),
+            annotations,
+            "credentialprovider.kubelet.k8s.io/v1",
+        )
+    }
+
     /// An image on a registry each provider serves (with
     /// [`every_provider`]'s `--registry harbor.example.com`).
     fn one_image_per_provider() -> [ImageRef; 5] {
@@ -503,16 +521,9 @@ mod tests {
             for key in exchanger.annotation_keys() {
                 for value in bad {
                     let annotations = crate::providers::annotations(&[(key.as_str(), value)]);
-                    let error = prepare(
-                        exchanger.as_ref(),
-                        None,
-                        image,
-                        Some(&token),
-                        &annotations,
-                        "credentialprovider.kubelet.k8s.io/v1",
-                    )
-                    .err()
-                    .unwrap_or_else(|| panic!("{provider}: {key}={value:?} was accepted"));
+                    let error = prepare_v1(exchanger.as_ref(), image, &token, &annotations)
+                        .err()
+                        .unwrap_or_else(|| panic!("{provider}: {key}={value:?} was accepted"));
                     assert_eq!(error.kind(), crate::error::Kind::Annotation, "{error}");
                     assert!(error.to_string().contains(&key), "{error}");
                 }
@@ -553,15 +564,8 @@ mod tests {
                 (&scoped, "harbor.example.com/team-a", CacheKeyType::Image),
                 (&open, "open.example.com", CacheKeyType::Registry),
             ] {
-                let prepared = prepare(
-                    exchanger.as_ref(),
-                    None,
-                    image,
-                    Some(&token),
-                    &annotations,
-                    "credentialprovider.kubelet.k8s.io/v1",
-                )
-                .unwrap_or_else(|e| panic!("{provider} on {image}: {e}"));
+                let prepared = prepare_v1(exchanger.as_ref(), image, &token, &annotations)
+                    .unwrap_or_else(|e| panic!("{provider} on {image}: {e}"));
                 assert_eq!(prepared.plan.auth_key, key, "{provider}");
                 assert_eq!(prepared.plan.cache_key_type, kind, "{provider}");
             }
@@ -633,20 +637,13 @@ mod tests {
             let exchanger = (provider.build)(&with_node, &inputs).unwrap();
             let image = images.iter().find(|i| exchanger.serves(i)).unwrap();
             let plan = |exchanger: &dyn Exchanger, annotations| {
-                prepare(
-                    exchanger,
-                    None,
-                    image,
-                    Some(&token),
-                    annotations,
-                    "credentialprovider.kubelet.k8s.io/v1",
-                )
-                .unwrap_or_else(|e| panic!("{provider}: {e}"))
-                .plan
-                .inputs
-                .iter()
-                .map(|(name, _)| *name)
-                .collect::<Vec<_>>()
+                prepare_v1(exchanger, image, &token, annotations)
+                    .unwrap_or_else(|e| panic!("{provider}: {e}"))
+                    .plan
+                    .inputs
+                    .iter()
+                    .map(|(name, _)| *name)
+                    .collect::<Vec<_>>()
             };
             let own = plan(exchanger.as_ref(), &annotations);
             assert!(

@@ -134,7 +134,7 @@ impl ServiceAccountToken {
     /// Checks that the token was minted for one of `expected` audiences.
     /// `provider` names the exchanger in the message.
     pub fn require_audience(&self, expected: &[String], provider: &str) -> Result<()> {
-        if expected.is_empty() || expected.iter().any(|e| self.claims.audiences.contains(e)) {
+        if audience_accepted(expected, &self.claims.audiences) {
             return Ok(());
         }
         let wanted = expected
@@ -158,6 +158,15 @@ impl ServiceAccountToken {
             expected.first().map(String::as_str).unwrap_or_default()
         )))
     }
+}
+
+/// The audience rule, in one place: a token minted for `audiences` is
+/// accepted when the exchanger expects no audience in particular, or one
+/// of `expected` is among them. Serving ([`ServiceAccountToken::require_audience`])
+/// and `check-config` (for the entry's `serviceAccountTokenAudience`) both
+/// read it.
+pub fn audience_accepted(expected: &[String], audiences: &[String]) -> bool {
+    expected.is_empty() || expected.iter().any(|e| audiences.contains(e))
 }
 
 fn segment(segment: &str, what: &str) -> Result<Vec<u8>> {
@@ -336,6 +345,16 @@ pub(crate) fn jwt(header: &str, claims: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_audience_rule() {
+        let list = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(audience_accepted(&[], &list(&["anything"])));
+        assert!(audience_accepted(&[], &[]));
+        assert!(audience_accepted(&list(&["a", "b"]), &list(&["x", "b"])));
+        assert!(!audience_accepted(&list(&["a"]), &list(&["b"])));
+        assert!(!audience_accepted(&list(&["a"]), &[]));
+    }
     use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
     const HEADER: &str = r#"{"alg":"RS256","kid":"k"}"#;

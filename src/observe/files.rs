@@ -7,7 +7,7 @@
 //! never an error: observability never fails a pull.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -97,15 +97,12 @@ pub fn open_state(path: &Path, uid: u32) -> io::Result<File> {
 
 /// Reads `file` from its start, at most `max` bytes.
 pub fn read_to_end(file: &mut File, max: u64) -> io::Result<Vec<u8>> {
-    let mut bytes = Vec::new();
-    file.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
-    if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > max {
-        return Err(io::Error::new(
+    crate::file::read_at_most(file, max)?.ok_or_else(|| {
+        io::Error::new(
             io::ErrorKind::FileTooLarge,
             format!("it is larger than {max} bytes"),
-        ));
-    }
-    Ok(bytes)
+        )
+    })
 }
 
 /// Writes `bytes` over `file` from its start and cuts it to their length.

@@ -67,6 +67,18 @@ pub fn require_served(exchanger: &dyn Exchanger, image: &ImageRef) -> Result<()>
     }
 }
 
+/// The audiences a token must carry one of for `exchanger`: `--audience`
+/// (`audience_override`) when given, else the exchanger's own; empty: any.
+pub fn expected_audiences(
+    exchanger: &dyn Exchanger,
+    audience_override: Option<&str>,
+) -> Vec<String> {
+    match audience_override {
+        Some(audience) => vec![audience.to_string()],
+        None => exchanger.audiences(),
+    }
+}
+
 /// Checks the service account token against what `exchanger` needs before
 /// anything is planned: present when it is required, and minted for one of
 /// the audiences it will be presented to (`audience_override` is
@@ -77,10 +89,7 @@ pub fn admit_token(
     token: Option<&ServiceAccountToken>,
     api_version: &str,
 ) -> Result<Vec<String>> {
-    let audiences = match audience_override {
-        Some(audience) => vec![audience.to_string()],
-        None => exchanger.audiences(),
-    };
+    let audiences = expected_audiences(exchanger, audience_override);
     match token {
         Some(token) => token.require_audience(&audiences, exchanger.provider().name())?,
         None if exchanger.requires_token() => {

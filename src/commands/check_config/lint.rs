@@ -307,7 +307,8 @@ fn pinned(
                         .fix("set cacheType: Token"),
                 );
             }
-            let expected = expected_audiences(routing, exchanger);
+            let expected =
+                route::expected_audiences(exchanger, routing.options.audience.as_deref());
             let audience = attrs.audience();
             if refused_audience(audience, &expected) {
                 findings.push(
@@ -430,10 +431,13 @@ fn auto(entry: &Entry, routing: &Routing, findings: &mut Vec<Finding>) {
                 .fix("name the entry after its provider (wi-credential-provider-aws, ...) or pass --provider"),
         );
         let audience = attrs.audience();
-        let expected: Vec<String> = match &routing.options.audience {
-            Some(a) => vec![a.clone()],
-            None => clouds.iter().flat_map(|e| e.audiences()).collect(),
-        };
+        let mut expected: Vec<String> = clouds
+            .iter()
+            .flat_map(|e| {
+                route::expected_audiences(e.as_ref(), routing.options.audience.as_deref())
+            })
+            .collect();
+        expected.dedup();
         if refused_audience(audience, &expected) {
             findings.push(
                 entry
@@ -471,18 +475,11 @@ fn auto(entry: &Entry, routing: &Routing, findings: &mut Vec<Finding>) {
     }
 }
 
-/// The audiences the binary will require of the token.
 /// Whether the plugin refuses every token of the entry: the entry names
-/// an audience, the plugin expects some, and not that one.
+/// an audience, and the serving rule ([`crate::token::audience_accepted`])
+/// refuses a token minted for it.
 fn refused_audience(audience: &str, expected: &[String]) -> bool {
-    !audience.is_empty() && !expected.is_empty() && !expected.iter().any(|e| e == audience)
-}
-
-fn expected_audiences(routing: &Routing, exchanger: &dyn Exchanger) -> Vec<String> {
-    match &routing.options.audience {
-        Some(audience) => vec![audience.clone()],
-        None => exchanger.audiences(),
-    }
+    !audience.is_empty() && !crate::token::audience_accepted(expected, &[audience.to_string()])
 }
 
 fn cache_duration(entry: &Entry, routing: &Routing, findings: &mut Vec<Finding>) {
