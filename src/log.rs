@@ -49,30 +49,6 @@ fn format() -> Format {
     }
 }
 
-/// The format a command line asks for, read before clap parses it, so
-/// that even a usage error is written in it: the last `--log-format X` or
-/// `--log-format=X`, else `WICP_LOG_FORMAT`. Only `json` changes anything.
-pub fn format_asked(args: &[std::ffi::OsString], env: Option<&std::ffi::OsStr>) -> Format {
-    let mut asked = env.and_then(|v| v.to_str()).map(str::to_string);
-    let mut words = args.iter().skip(1).map(|w| w.to_str());
-    while let Some(word) = words.next() {
-        match word {
-            Some("--") => break,
-            Some("--log-format") => asked = words.next().flatten().map(str::to_string),
-            Some(w) => {
-                if let Some(v) = w.strip_prefix("--log-format=") {
-                    asked = Some(v.to_string());
-                }
-            }
-            None => {}
-        }
-    }
-    match asked.as_deref() {
-        Some("json") => Format::Json,
-        _ => Format::Text,
-    }
-}
-
 /// What every JSON line of this invocation says about its subject, as the
 /// serving path learns it.
 #[derive(Clone, Debug, Default)]
@@ -279,32 +255,6 @@ macro_rules! debug {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_format_is_read_as_clap_will_read_it() {
-        let args = |words: &[&str]| -> Vec<std::ffi::OsString> {
-            words.iter().map(std::ffi::OsString::from).collect()
-        };
-        let json = Some(std::ffi::OsStr::new("json"));
-        assert_eq!(format_asked(&args(&["x"]), None), Format::Text);
-        assert_eq!(format_asked(&args(&["x"]), json), Format::Json);
-        assert_eq!(
-            format_asked(&args(&["x", "--log-format", "json"]), None),
-            Format::Json
-        );
-        assert_eq!(
-            format_asked(&args(&["x", "--log-format=json"]), None),
-            Format::Json
-        );
-        assert_eq!(
-            format_asked(&args(&["x", "--log-format=text"]), json),
-            Format::Text
-        );
-        assert_eq!(
-            format_asked(&args(&["x", "--", "--log-format=json"]), None),
-            Format::Text
-        );
-    }
 
     #[test]
     fn json_lines_mask_secrets_in_values_keys_and_escapes() {

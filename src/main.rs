@@ -22,13 +22,7 @@ static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
     let variables: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-    log::set_format(log::format_asked(
-        &args,
-        variables
-            .iter()
-            .find(|(name, _)| name == "WICP_LOG_FORMAT")
-            .map(|(_, value)| value.as_os_str()),
-    ));
+    log::set_format(options::log_format_asked(&args, &variables));
     let (matches, options) = match options::parse_serving(&args, &variables) {
         Some(parsed) => parsed,
         None => {

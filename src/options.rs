@@ -15,7 +15,7 @@ use clap::{CommandFactory, FromArgMatches, Parser};
 use crate::cache;
 use crate::duration;
 use crate::error::{Error, Result};
-use crate::log::Level;
+use crate::log::{Format, Level};
 
 use crate::providers::{self, Provider};
 
@@ -158,7 +158,7 @@ pub fn parse_serving(
     variables: &[(OsString, OsString)],
 ) -> Option<(ArgMatches, Options)> {
     let named = provider_from_program_name(args.first()?);
-    let asked = provider_asked(args).or_else(|| {
+    let asked = value_asked(args, "--provider").or_else(|| {
         let (_, value) = variables.iter().find(|(name, _)| name == "WICP_PROVIDER")?;
         value.to_str().map(str::to_string)
     });
@@ -193,18 +193,20 @@ fn carried_for(choice: Option<&'static Provider>) -> Vec<&'static Provider> {
     }
 }
 
-/// The last `--provider` value on a command line, read as clap reads it
-/// (`--provider NAME` or `--provider=NAME`, none after `--`). Only a
-/// guess for [`parse_serving`], which checks it against what clap parsed.
-fn provider_asked(args: &[OsString]) -> Option<String> {
+/// The last value of `flag` on a command line, read as clap reads it
+/// (`--flag VALUE` or `--flag=VALUE`, none after `--`). Only a guess, for
+/// what must be known before clap parses: [`parse_serving`] checks the
+/// provider against what clap parsed, and [`log_format_asked`] only
+/// decides how a usage error is written.
+fn value_asked(args: &[OsString], flag: &str) -> Option<String> {
     let mut asked = None;
     let mut words = args.iter().skip(1).map(|w| w.to_str());
     while let Some(word) = words.next() {
         match word {
             Some("--") => break,
-            Some("--provider") => asked = words.next().flatten(),
+            Some(word) if word == flag => asked = words.next().flatten(),
             Some(word) => {
-                if let Some(value) = word.strip_prefix("--provider=") {
+                if let Some(value) = word.strip_prefix(flag).and_then(|v| v.strip_prefix('=')) {
                     asked = Some(value);
                 }
             }
@@ -212,6 +214,22 @@ fn provider_asked(args: &[OsString]) -> Option<String> {
         }
     }
     asked.map(str::to_string)
+}
+
+/// The log format a command line asks for, read before clap parses it so
+/// that even a usage error is written in it: `--log-format`, else
+/// `WICP_LOG_FORMAT` from `variables`. Only `json` changes anything.
+pub fn log_format_asked(args: &[OsString], variables: &[(OsString, OsString)]) -> Format {
+    let asked = value_asked(args, "--log-format").or_else(|| {
+        let (_, value) = variables
+            .iter()
+            .find(|(name, _)| name == "WICP_LOG_FORMAT")?;
+        value.to_str().map(str::to_string)
+    });
+    match asked.as_deref() {
+        Some("json") => Format::Json,
+        _ => Format::Text,
+    }
 }
 
 /// Whether `name` is a `WICP_*` variable that none of `reads` is: every
@@ -465,7 +483,7 @@ mod tests {
     fn the_provider_asked_is_read_as_clap_reads_it() {
         let asked = |argv: &[&str]| {
             let args: Vec<OsString> = argv.iter().map(OsString::from).collect();
-            provider_asked(&args)
+            value_asked(&args, "--provider")
         };
         assert_eq!(
             asked(&[BINARY, "--provider", "aws"]).as_deref(),
@@ -479,5 +497,30 @@ mod tests {
         assert_eq!(asked(&[BINARY, "--", "--provider", "b"]), None);
         assert_eq!(asked(&["--provider", "the program name is not read"]), None);
         assert_eq!(asked(&[BINARY, "--provider"]), None);
+        assert_eq!(asked(&[BINARY, "--providers=x"]), None);
+    }
+
+    #[test]
+    fn the_log_format_is_read_before_clap() {
+        let args = |words: &[&str]| -> Vec<OsString> { words.iter().map(OsString::from).collect() };
+        let json = [(OsString::from("WICP_LOG_FORMAT"), OsString::from("json"))];
+        assert_eq!(log_format_asked(&args(&["x"]), &[]), Format::Text);
+        assert_eq!(log_format_asked(&args(&["x"]), &json), Format::Json);
+        assert_eq!(
+            log_format_asked(&args(&["x", "--log-format", "json"]), &[]),
+            Format::Json
+        );
+        assert_eq!(
+            log_format_asked(&args(&["x", "--log-format=json"]), &[]),
+            Format::Json
+        );
+        assert_eq!(
+            log_format_asked(&args(&["x", "--log-format=text"]), &json),
+            Format::Text
+        );
+        assert_eq!(
+            log_format_asked(&args(&["x", "--", "--log-format=json"]), &[]),
+            Format::Text
+        );
     }
 }

@@ -330,7 +330,8 @@ fn float(value: f64) -> String {
 }
 
 /// Parses a state file: `None` when it is not one of ours (corrupt, another
-/// format), for a reset.
+/// format), for a reset. `node doctor` reads it too, without the lock: a
+/// state caught mid-write does not parse, and doctor says so.
 pub fn parse_state(bytes: &[u8]) -> Option<State> {
     let state: State = serde_json::from_slice(bytes).ok()?;
     let buckets_ok = state
@@ -384,12 +385,6 @@ pub fn update(dir: &Path, record: &Record, calls: &[Call], now: i64) -> Result<(
     let prom = dir.join(PROM_FILE);
     files::replace(&prom, state.render().as_bytes(), 0o644)
         .map_err(|e| format!("cannot write {}: {e}", prom.display()))
-}
-
-/// The counters in `dir`, for `node doctor`, which reads without the lock:
-/// a state caught mid-write does not parse, and doctor says so.
-pub fn read_state(bytes: &[u8]) -> Option<State> {
-    parse_state(bytes)
 }
 
 #[cfg(test)]

@@ -73,7 +73,7 @@ pub fn metrics_check(host: &Host, dir: &Path, now: i64) -> Check {
             );
         }
     };
-    let Some(state) = metrics::read_state(&bytes) else {
+    let Some(state) = metrics::parse_state(&bytes) else {
         return check(
             Verdict::Warn,
             name,
