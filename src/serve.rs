@@ -31,51 +31,42 @@ use crate::providers::{Context, Exchanger, Plan, Provider};
 use crate::stdin;
 use crate::token::ServiceAccountToken;
 
-/// What the exchange is for, collected as the request is understood, so a
-/// failure can say which service account and registry it was about.
-#[derive(Default)]
-struct Subject {
-    provider: Option<&'static Provider>,
-    service_account: Option<String>,
-    registry: Option<String>,
+/// The line a failure ends with: what failed, and for which provider,
+/// service account and registry, as far as `record` got.
+fn failure_line(record: &Record, error: &Error) -> String {
+    failure(record, &error.to_string())
 }
 
-impl Subject {
-    /// What the JSON log lines carry about this invocation.
-    fn for_log(&self) -> log::Subject {
-        log::Subject {
-            provider: self.provider.map(Provider::name),
-            registry: self.registry.clone(),
-            service_account: self.service_account.clone(),
-        }
-    }
+/// The failure line without its fix, which a JSON line carries apart.
+fn failure_message(record: &Record, error: &Error) -> String {
+    failure(record, error.what())
+}
 
-    fn failure_line(&self, error: &Error) -> String {
-        self.failure(&error.to_string())
+fn failure(record: &Record, error: &str) -> String {
+    let mut about = Vec::new();
+    if let Some(p) = record.provider {
+        about.push(format!("provider {p}"));
     }
-
-    /// The failure line without its fix, which a JSON line carries apart.
-    fn failure_message(&self, error: &Error) -> String {
-        self.failure(error.what())
+    about.push(match &record.service_account {
+        Some(sa) => format!("service account {sa}"),
+        None => "service account unknown".to_string(),
+    });
+    if let Some(r) = &record.registry {
+        about.push(format!("registry {r}"));
     }
+    // Every secret of the invocation was registered when it was
+    // obtained; log::write redacts again, this keeps the line safe
+    // wherever it goes.
+    let line = format!("{} failed: {error}", about.join(", "));
+    crate::redact::redact(&line).replace(['\n', '\r'], " ")
+}
 
-    fn failure(&self, error: &str) -> String {
-        let mut about = Vec::new();
-        if let Some(p) = self.provider {
-            about.push(format!("provider {p}"));
-        }
-        about.push(match &self.service_account {
-            Some(sa) => format!("service account {sa}"),
-            None => "service account unknown".to_string(),
-        });
-        if let Some(r) = &self.registry {
-            about.push(format!("registry {r}"));
-        }
-        // Every secret of the invocation was registered when it was
-        // obtained; log::write redacts again, this keeps the line safe
-        // wherever it goes.
-        let line = format!("{} failed: {error}", about.join(", "));
-        crate::redact::redact(&line).replace(['\n', '\r'], " ")
+/// What the JSON log lines carry about this invocation.
+fn log_subject(record: &Record) -> log::Subject {
+    log::Subject {
+        provider: record.provider,
+        registry: record.registry.clone(),
+        service_account: record.service_account.as_ref().map(ToString::to_string),
     }
 }
 
@@ -88,9 +79,8 @@ pub fn run(arg0: &OsStr, matches: &clap::ArgMatches, options: &Options, inputs: 
     let mut record = Record::new(Instant::now());
     let named = options::provider_from_program_name(arg0);
     let choice = options.choice(named);
-    record.provider = Some(choice.map_or(options::AUTO, Provider::name));
-    let mut subject = Subject::default();
-    let status = match respond(matches, options, inputs, choice, &mut subject, &mut record) {
+    record.chosen = choice.map_or(options::AUTO, Provider::name);
+    let status = match respond(matches, options, inputs, choice, &mut record) {
         Ok(json) => {
             let mut out = std::io::stdout().lock();
             match out.write_all(&json).and_then(|()| out.flush()) {
@@ -107,12 +97,12 @@ pub fn run(arg0: &OsStr, matches: &clap::ArgMatches, options: &Options, inputs: 
         Err(error) => {
             record.failed(&error);
             if log::is_json() {
-                log::set_subject(subject.for_log());
+                log::set_subject(log_subject(&record));
             }
             log::write_event(
                 Level::Error,
-                &subject.failure_line(&error),
-                &subject.failure_message(&error),
+                &failure_line(&record, &error),
+                &failure_message(&record, &error),
                 &log::Fields {
                     outcome: Some("error"),
                     kind: Some(error.kind().name()),
@@ -232,18 +222,15 @@ fn respond(
     options: &Options,
     inputs: &Inputs,
     choice: Option<&'static Provider>,
-    subject: &mut Subject,
     record: &mut Record,
 ) -> Result<Vec<u8>> {
     let deadline = Deadline::after(options.timeout);
     let request = read_request_within(&deadline)?;
     let image = ImageRef::parse(&request.image)?;
-    subject.registry = Some(image.registry().to_string());
     record.registry = Some(image.registry().to_string());
     record.image = Some(request.image.clone());
 
     let provider = route::choose(choice, &image)?;
-    subject.provider = Some(provider);
     record.provider = Some(provider.name());
     let now = duration::unix_now();
     let token = match request.service_account_token.clone() {
@@ -251,12 +238,11 @@ fn respond(
         None => None,
     };
     if let Some(token) = &token {
-        subject.service_account = Some(token.service_account().to_string());
         record.service_account = Some(token.service_account().clone());
         record.pod = token.claims().pod.as_ref().map(|p| p.name.clone());
     }
     if log::is_json() {
-        log::set_subject(subject.for_log());
+        log::set_subject(log_subject(record));
     }
     route::require_node_identity(provider, options.fallback.fallback)?;
     let exchanger = (provider.build)(matches, inputs)?;
@@ -330,10 +316,10 @@ fn respond(
             crate::debug!("node identity: {why}");
             "the node's identity".to_string()
         }
-        Whose::ServiceAccount => subject
+        Whose::ServiceAccount => record
             .service_account
-            .clone()
-            .unwrap_or_else(|| "no service account".to_string()),
+            .as_ref()
+            .map_or_else(|| "no service account".to_string(), ToString::to_string),
     };
 
     let now = duration::unix_now();
@@ -673,15 +659,23 @@ mod tests {
 
     #[test]
     fn failure_line_names_everything_and_redacts() {
-        let subject = Subject {
-            provider: Some(&crate::providers::passthrough::PROVIDER),
-            service_account: Some("team/api".into()),
-            registry: Some("reg.io".into()),
-        };
-        let _token = crate::secret::Secret::new("opaque-registered-secret-value");
-        let line = subject.failure_line(
-            &Error::upstream("upstream echoed opaque-registered-secret-value\nback").fix("do x"),
+        let mut record = Record::new(Instant::now());
+        record.chosen = "auto";
+        let error =
+            Error::upstream("upstream echoed opaque-registered-secret-value\nback").fix("do x");
+        assert_eq!(
+            failure_line(&record, &error),
+            "service account unknown failed: upstream echoed opaque-registered-secret-value back; fix: do x"
         );
+        record.provider = Some("passthrough");
+        record.service_account = Some(crate::token::ServiceAccount {
+            namespace: "team".into(),
+            name: "api".into(),
+            uid: "u".into(),
+        });
+        record.registry = Some("reg.io".into());
+        let _token = crate::secret::Secret::new("opaque-registered-secret-value");
+        let line = failure_line(&record, &error);
         assert_eq!(
             line,
             "provider passthrough, service account team/api, registry reg.io failed: upstream echoed <redacted> back; fix: do x"

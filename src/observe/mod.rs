@@ -230,8 +230,10 @@ pub struct CacheStats {
 #[derive(Debug)]
 pub struct Record {
     pub started: Instant,
-    /// The provider that served, or was chosen (`--provider` or the
-    /// binary's name, or `auto` before it picked one).
+    /// The provider the command line chose (`--provider` or the binary's
+    /// name), or `auto`: the label until a provider is routed to.
+    pub chosen: &'static str,
+    /// The provider the request was routed to.
     pub provider: Option<&'static str>,
     /// The image's registry host.
     pub registry: Option<String>,
@@ -258,6 +260,7 @@ impl Record {
     pub fn new(started: Instant) -> Self {
         Record {
             started,
+            chosen: "",
             provider: None,
             registry: None,
             image: None,
@@ -283,9 +286,10 @@ impl Record {
         ));
     }
 
-    /// The `provider` label (`auto` while `auto` has not picked one).
+    /// The `provider` label: the provider routed to, else the one chosen
+    /// (`auto` when `auto` failed before picking one).
     pub fn provider_label(&self) -> &'static str {
-        self.provider.unwrap_or("")
+        self.provider.unwrap_or(self.chosen)
     }
 }
 
