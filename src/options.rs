@@ -89,7 +89,7 @@ pub struct Options {
 
     /// How stderr lines are written: `text` for people, `json` for one
     /// JSON object per line (time, level, message, provider, registry,
-    /// service_account, outcome, cache, duration_seconds, upstream_status,
+    /// service_account, outcome, kind, cache, duration_seconds, upstream_status,
     /// fix). Masking applies to both.
     #[arg(
         long,
