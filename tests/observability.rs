@@ -468,29 +468,18 @@ fn in_mount_namespace(setup: &str, args: &[String], stdin: &str) -> Run {
     let mut script = String::from("set -e\n");
     script.push_str(setup);
     script.push_str("\nexec \"$0\" \"$@\"\n");
-    let mut child = Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
-        .arg(support::plugin::bin())
-        .args(args)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    Run {
-        code: out.status.code(),
-        stdout: out.stdout,
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    let bin = support::plugin::bin().display().to_string();
+    let mut wrapped = vec![
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        &script,
+        &bin,
+    ];
+    wrapped.extend(args.iter().map(String::as_str));
+    support::plugin::run_program(Path::new("unshare"), &wrapped, &[], stdin.as_bytes())
 }
 
 /// Every unusable metrics directory and audit log: the pull succeeds,

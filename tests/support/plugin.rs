@@ -179,7 +179,9 @@ pub fn run_as(name: &str, args: &[&str], env: &[(&str, &str)], stdin: &[u8]) -> 
     run_program(&link, args, env, stdin)
 }
 
-fn run_program(program: &Path, args: &[&str], env: &[(&str, &str)], stdin: &[u8]) -> Run {
+/// Runs `program` (the binary, or a wrapper that execs it: `unshare`,
+/// `strace`) as [`run`] runs the binary.
+pub fn run_program(program: &Path, args: &[&str], env: &[(&str, &str)], stdin: &[u8]) -> Run {
     let mut child = Command::new(program)
         .args(args)
         .env_clear()
