@@ -13,13 +13,13 @@ use crate::error::{Error, Result, quote};
 /// Below this much remaining lifetime a credential is handed out once but
 /// not cached by the kubelet (`"0s"`): a cache entry that dies within the
 /// next pull's latency only causes a failed pull.
-pub const MIN_CACHEABLE_LIFETIME: Duration = Duration::from_secs(60);
+const MIN_CACHEABLE_LIFETIME: Duration = Duration::from_secs(60);
 
 /// The kubelet may keep a credential for this fraction of the lifetime that
 /// remains when we answer, leaving the last fifth as a safety margin for
 /// clock skew between node and cloud and for pulls that start just before the
 /// cache entry ends.
-pub const CACHE_FRACTION_PERCENT: u64 = 80;
+const CACHE_FRACTION_PERCENT: u64 = 80;
 
 /// `cacheDuration` for a credential that expires at `expires_at` (Unix
 /// seconds), seen at `now`: 80 % of what remains, at most `max`, and zero when
@@ -56,7 +56,7 @@ pub fn format_go(d: Duration) -> String {
 /// refuses, including what overflows Go's `int64` nanoseconds (about 292
 /// years). The kubelet reads its config's durations with this function, so
 /// `check-config` judges them with it too.
-pub fn parse_go(text: &str) -> Option<f64> {
+pub(crate) fn parse_go(text: &str) -> Option<f64> {
     let (negative, mut rest) = match text.strip_prefix('-') {
         Some(rest) => (true, rest),
         None => (false, text.strip_prefix('+').unwrap_or(text)),
@@ -133,7 +133,7 @@ pub fn format_unix(secs: i64) -> String {
 /// range, the day must exist in its month, and the offset is required, so a
 /// garbled upstream expiry is refused instead of guessed. A leap second
 /// (`:60`) is refused, as Go's `time.Parse` does.
-pub fn parse_rfc3339(text: &str) -> Option<i64> {
+pub(crate) fn parse_rfc3339(text: &str) -> Option<i64> {
     let b = text.as_bytes();
     let digits = |from: usize, len: usize| -> Option<i64> {
         let part = b.get(from..from + len)?;
@@ -224,7 +224,7 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
 }
 
 /// Seconds since the Unix epoch, now.
-pub fn unix_now() -> i64 {
+pub(crate) fn unix_now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))

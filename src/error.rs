@@ -107,7 +107,7 @@ pub struct Error {
     fix: Option<String>,
 }
 
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     /// An error of `kind` saying what failed.
@@ -204,7 +204,7 @@ impl std::error::Error for Error {}
 /// Quotes a value we received from outside for an error message: escaped
 /// (no control characters reach the kubelet's log) and cut to a length that
 /// keeps the message one readable line.
-pub fn quote(value: &str) -> String {
+pub(crate) fn quote(value: &str) -> String {
     const MAX: usize = 120;
     let mut shown: String = value.chars().take(MAX).collect();
     if value.chars().count() > MAX {

@@ -14,7 +14,7 @@ use std::path::Path;
 
 /// Why a file was not read.
 #[derive(Debug)]
-pub enum Refused {
+pub(crate) enum Refused {
     /// Opening or reading failed, or the path is not a regular file: why,
     /// as a clause ("it is a FIFO, not a regular file").
     Unreadable(String),
@@ -23,7 +23,7 @@ pub enum Refused {
 }
 
 /// The bytes of the regular file at `path`, at most `max` of them.
-pub fn read_regular(path: &Path, max: u64) -> Result<Vec<u8>, Refused> {
+pub(crate) fn read_regular(path: &Path, max: u64) -> Result<Vec<u8>, Refused> {
     use std::os::unix::fs::OpenOptionsExt;
     let unreadable = |e: std::io::Error| Refused::Unreadable(e.to_string());
     let file = std::fs::OpenOptions::new()
@@ -48,7 +48,7 @@ pub fn read_regular(path: &Path, max: u64) -> Result<Vec<u8>, Refused> {
 
 /// Everything `reader` holds, unless that is more than `max` bytes
 /// (`Ok(None)`): at most `max` + 1 bytes are read to tell.
-pub fn read_at_most(reader: impl Read, max: u64) -> io::Result<Option<Vec<u8>>> {
+pub(crate) fn read_at_most(reader: impl Read, max: u64) -> io::Result<Option<Vec<u8>>> {
     let mut bytes = Vec::new();
     reader.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
     Ok((u64::try_from(bytes.len()).unwrap_or(u64::MAX) <= max).then_some(bytes))
@@ -57,7 +57,7 @@ pub fn read_at_most(reader: impl Read, max: u64) -> io::Result<Option<Vec<u8>>> 
 /// The effective user ID, which owns every file the plugin keeps (cache,
 /// locks, metrics state, audit log). `geteuid(2)` through rustix's safe
 /// wrapper: no file to read, unlike `/proc/self/status`.
-pub fn running_uid() -> io::Result<u32> {
+pub(crate) fn running_uid() -> io::Result<u32> {
     Ok(rustix::process::geteuid().as_raw())
 }
 

@@ -132,7 +132,7 @@ impl fmt::Display for ImageRef {
 }
 
 /// Splits `host[:port]`, keeping bracketed IPv6 literals whole.
-pub fn split_port(registry: &str) -> (&str, Option<&str>) {
+pub(crate) fn split_port(registry: &str) -> (&str, Option<&str>) {
     if registry.starts_with('[') {
         return match registry.find(']') {
             Some(end) => {

@@ -77,23 +77,19 @@ impl fmt::Debug for Env {
 /// Everything a provider may read besides its own flags.
 #[derive(Clone, Debug, Default)]
 pub struct Inputs {
-    pub env: Env,
-    /// `--ca-file`: extra CA certificates for every upstream call.
-    pub ca_file: Option<PathBuf>,
-    /// How upstreams are reached: the proxy and trust settings of `env`
-    /// and `ca_file`, and the trust store, loaded at the first client built
+    pub(crate) env: Env,
+    /// How upstreams are reached: the proxy settings of `env`, the extra
+    /// CA certificates of `--ca-file`, and the trust store, loaded at the first client built
     /// (never on a cache hit) and shared by every client after it.
-    pub net: Arc<net::Settings>,
+    pub(crate) net: Arc<net::Settings>,
 }
 
 impl Inputs {
     /// The inputs of a process whose environment is `env`.
     pub fn new(env: Env, ca_file: Option<PathBuf>) -> Self {
-        let net =
-            net::Settings::from_lookup(|name| env.get(name).map(str::to_string), ca_file.clone());
+        let net = net::Settings::from_lookup(|name| env.get(name).map(str::to_string), ca_file);
         Inputs {
             env,
-            ca_file,
             net: Arc::new(net),
         }
     }

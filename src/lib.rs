@@ -2,37 +2,120 @@
 //! images with each pod's own service account identity (KEP-4412).
 //!
 //! The data flows one way, and the modules say so:
-//! process inputs ([`options`], [`inputs`]) -> request ([`stdin`], [`protocol`]) ->
-//! token claims ([`token`]) -> route and plan ([`providers`]) -> cache
-//! ([`cache`]) -> response ([`protocol`]), driven by [`serve`]. The admin
-//! [`commands`] reuse those parts. Below them sit the shared pieces: the
-//! network ([`net`]), [`error`], [`secret`], [`redact`],
-//! [`log`], [`duration`], [`deadline`]. What an invocation did is recorded
-//! for the fleet by [`observe`] (metrics, audit log).
+//! process inputs (`options`, `inputs`) -> request (`stdin`, `protocol`) ->
+//! token claims (`token`) -> route and plan (`providers`) -> cache
+//! (`cache`) -> response (`protocol`), driven by `serve`. The admin
+//! `commands` reuse those parts. Below them sit the shared pieces: the
+//! network (`net`), `error`, `secret`, `redact`,
+//! `log`, `duration`, `deadline`. What an invocation did is recorded
+//! for the fleet by `observe` (metrics, audit log).
 
 #![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
+// The docs are read with `--document-private-items` (`make lint`): a public
+// item may link the private ones it explains.
+#![allow(rustdoc::private_intra_doc_links)]
 
-pub mod log;
+mod log;
 
-pub mod cache;
-pub mod commands;
-pub mod deadline;
-pub mod duration;
-pub mod error;
-pub mod file;
-pub mod image;
-pub mod inputs;
-pub mod lock;
-pub mod matching;
-pub mod net;
-pub mod observe;
-pub mod options;
-pub mod protocol;
-pub mod providers;
-pub mod redact;
-pub mod secret;
-pub mod serve;
-pub mod stdin;
-pub mod token;
-pub mod version;
-pub mod yaml;
+mod cache;
+mod commands;
+mod deadline;
+mod duration;
+mod error;
+mod file;
+mod image;
+mod inputs;
+mod invocation;
+mod lock;
+mod matching;
+mod net;
+mod observe;
+mod options;
+mod protocol;
+mod providers;
+mod redact;
+mod secret;
+mod serve;
+mod stdin;
+mod token;
+mod version;
+mod yaml;
+
+pub use invocation::run;
+
+/// What the fuzz targets and the integration tests reach inside the crate:
+/// the parsers they feed and the rules they check the binary against.
+/// Not an API: it changes with the code.
+#[doc(hidden)]
+pub mod internal {
+    pub use crate::image::ImageRef;
+    pub use crate::inputs::{Env, Inputs};
+    pub use crate::secret::Secret;
+    pub use crate::token::{ServiceAccountToken, decode_claims, unverified_expiry};
+
+    pub mod cache {
+        pub use crate::cache::key::Key;
+        pub use crate::cache::store::{Lookup, Store};
+    }
+    pub mod duration {
+        pub use crate::duration::{cache_duration, format_go, format_unix, parse};
+    }
+    pub mod matching {
+        pub use crate::matching::{is_valid_pattern, matches};
+    }
+    pub mod net {
+        pub mod http {
+            pub use crate::net::http::{
+                Reply, endpoint_host, endpoint_override, parse_http_date, parse_retry_after,
+            };
+        }
+        pub mod proxy {
+            pub use crate::net::proxy::{Proxies, hide_credentials};
+        }
+    }
+    pub mod options {
+        pub use crate::options::{BINARY, parse_as};
+        pub use clap::ArgMatches;
+    }
+    pub mod protocol {
+        pub use crate::protocol::{CacheKeyType, read_request};
+    }
+    pub mod redact {
+        pub use crate::redact::{body_shape, clean};
+    }
+    pub mod serve {
+        pub use crate::serve::prepare;
+    }
+    pub mod providers {
+        pub use crate::providers::ALL;
+        pub mod oauth {
+            pub use crate::providers::oauth::error_body;
+        }
+        pub mod route {
+            pub use crate::providers::route::{choose, require_served};
+        }
+        pub mod aws {
+            pub use crate::providers::aws::host;
+        }
+        pub mod azure {
+            pub use crate::providers::azure::host;
+        }
+        pub mod gcp {
+            pub use crate::providers::gcp::{iam, is_google_registry, sts};
+        }
+        pub mod chainguard {
+            pub use crate::providers::chainguard::{Describe, interpret, is_identity_id};
+        }
+        pub mod token_exchange {
+            pub use crate::providers::token_exchange::{Describe, Username, interpret};
+        }
+        pub mod vault {
+            pub use crate::providers::vault::wire;
+        }
+    }
+    pub mod commands {
+        pub use crate::commands::check_config::Rule;
+        pub use crate::commands::node::merge;
+    }
+}

@@ -66,7 +66,7 @@ pub enum Acquired {
 /// Locks `path`, waiting until `until` at the latest. `uid` is the owner the
 /// lock file must have. Errors are I/O problems (a read-only directory, a
 /// lock file that is not ours): the caller decides to go on without the lock.
-pub fn acquire(path: &Path, uid: u32, until: Instant) -> io::Result<Acquired> {
+pub(crate) fn acquire(path: &Path, uid: u32, until: Instant) -> io::Result<Acquired> {
     let mut backoff = FIRST_BACKOFF;
     'reopen: loop {
         let file = open(path, uid)?;
@@ -98,7 +98,7 @@ pub fn acquire(path: &Path, uid: u32, until: Instant) -> io::Result<Acquired> {
 }
 
 /// Locks `path` only if nobody holds it now.
-pub fn try_acquire(path: &Path, uid: u32) -> io::Result<Acquired> {
+pub(crate) fn try_acquire(path: &Path, uid: u32) -> io::Result<Acquired> {
     acquire(path, uid, Instant::now())
 }
 

@@ -22,7 +22,7 @@ use serde_json::{Map, Value, json};
 
 /// How stderr lines are written.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
+pub(crate) enum Format {
     /// `wi-credential-provider: <level>: <message>`, for people.
     #[default]
     Text,
@@ -32,12 +32,12 @@ pub enum Format {
 
 static FORMAT: AtomicU8 = AtomicU8::new(0);
 
-pub fn set_format(format: Format) {
+pub(crate) fn set_format(format: Format) {
     FORMAT.store(format as u8, Ordering::Relaxed);
 }
 
 /// Whether lines are written as JSON.
-pub fn is_json() -> bool {
+pub(crate) fn is_json() -> bool {
     format() == Format::Json
 }
 
@@ -52,16 +52,16 @@ fn format() -> Format {
 /// What every JSON line of this invocation says about its subject, as the
 /// serving path learns it.
 #[derive(Clone, Debug, Default)]
-pub struct Subject {
-    pub provider: Option<&'static str>,
-    pub registry: Option<String>,
-    pub service_account: Option<String>,
+pub(crate) struct Subject {
+    pub(crate) provider: Option<&'static str>,
+    pub(crate) registry: Option<String>,
+    pub(crate) service_account: Option<String>,
 }
 
 static SUBJECT: Mutex<Option<Subject>> = Mutex::new(None);
 
 /// Sets the subject the following JSON lines carry.
-pub fn set_subject(subject: Subject) {
+pub(crate) fn set_subject(subject: Subject) {
     *SUBJECT
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(subject);
@@ -70,17 +70,17 @@ pub fn set_subject(subject: Subject) {
 /// The fields of one line besides time, level and message; `None` fields
 /// are left out.
 #[derive(Clone, Debug, Default)]
-pub struct Fields<'a> {
-    pub outcome: Option<&'a str>,
-    pub kind: Option<&'a str>,
-    pub cache: Option<&'a str>,
-    pub duration: Option<std::time::Duration>,
-    pub upstream_status: Option<u16>,
-    pub fix: Option<&'a str>,
+pub(crate) struct Fields<'a> {
+    pub(crate) outcome: Option<&'a str>,
+    pub(crate) kind: Option<&'a str>,
+    pub(crate) cache: Option<&'a str>,
+    pub(crate) duration: Option<std::time::Duration>,
+    pub(crate) upstream_status: Option<u16>,
+    pub(crate) fix: Option<&'a str>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
-pub enum Level {
+pub(crate) enum Level {
     Error = 0,
     Warn = 1,
     Info = 2,
@@ -89,11 +89,11 @@ pub enum Level {
 
 static LEVEL: AtomicU8 = AtomicU8::new(Level::Info as u8);
 
-pub fn set_level(level: Level) {
+pub(crate) fn set_level(level: Level) {
     LEVEL.store(level as u8, Ordering::Relaxed);
 }
 
-pub fn enabled(level: Level) -> bool {
+pub(crate) fn enabled(level: Level) -> bool {
     level as u8 <= LEVEL.load(Ordering::Relaxed)
 }
 
@@ -110,7 +110,7 @@ impl Level {
 
 /// Writes one line. A closed or full stderr must not turn a successful pull
 /// into a failure, so write errors are ignored.
-pub fn write(level: Level, args: std::fmt::Arguments<'_>) {
+pub(crate) fn write(level: Level, args: std::fmt::Arguments<'_>) {
     if !enabled(level) {
         return;
     }
@@ -122,7 +122,7 @@ pub fn write(level: Level, args: std::fmt::Arguments<'_>) {
 
 /// Writes the line that ends an invocation: `text` in the text format
 /// (unchanged from what it always was), `message` with `fields` in JSON.
-pub fn write_event(level: Level, text: &str, message: &str, fields: &Fields<'_>) {
+pub(crate) fn write_event(level: Level, text: &str, message: &str, fields: &Fields<'_>) {
     if !enabled(level) {
         return;
     }
@@ -183,7 +183,7 @@ fn write_json(level: Level, message: &str, fields: &Fields<'_>) {
 /// serialised line is redacted again, which catches a secret in the
 /// escapes JSON adds. Should that second pass ever leave something that is
 /// not JSON, the line says so instead of carrying it.
-pub fn json_line(value: Value) -> String {
+pub(crate) fn json_line(value: Value) -> String {
     let cleaned = clean_strings(value);
     let text = serde_json::to_string(&cleaned).unwrap_or_default();
     let masked = crate::redact::redact(&text);
@@ -228,7 +228,7 @@ fn clean_strings(value: Value) -> Value {
 
 /// Sends panic messages through [`write()`] too, so a panic quoting a value
 /// is redacted like every other line.
-pub fn redact_panics() {
+pub(crate) fn redact_panics() {
     std::panic::set_hook(Box::new(|info| {
         write(
             Level::Error,

@@ -1,17 +1,7 @@
-//! The kubelet execs this binary once per image pull; an admin runs it with
-//! a command. This is the only dispatcher: it parses the command line,
-//! reads the process inputs once, and hands over to the serving pipeline
-//! or to a command. Everything else lives in the library.
+//! The binary: the allocator, and [`wi_credential_provider::run`], which
+//! does everything else.
 
-use std::ffi::OsString;
 use std::process::ExitCode;
-
-use clap::{FromArgMatches, Subcommand};
-
-use wi_credential_provider::commands::{self, Command};
-use wi_credential_provider::inputs::{Env, Inputs};
-use wi_credential_provider::options::{self, Options};
-use wi_credential_provider::{log, serve, version};
 
 /// x86_64 Linux builds allocate with dlmalloc: a hit's allocations share
 /// a few pages instead of one set per size class (see Cargo.toml).
@@ -20,67 +10,5 @@ use wi_credential_provider::{log, serve, version};
 static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
 
 fn main() -> ExitCode {
-    let args: Vec<OsString> = std::env::args_os().collect();
-    let variables: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-    log::set_format(options::log_format_asked(&args, &variables));
-    let (matches, options) = match options::parse_serving(&args, &variables) {
-        Some(parsed) => parsed,
-        None => {
-            let matches = match parse(&args) {
-                Ok(matches) => matches,
-                Err(e) => usage_error(&e),
-            };
-            match Options::from_matches(&matches) {
-                Ok(options) => (matches, options),
-                Err(e) => {
-                    log::write(log::Level::Error, format_args!("{e}"));
-                    return ExitCode::from(2);
-                }
-            }
-        }
-    };
-    log::set_level(options.log_level);
-    log::set_format(options.log_format);
-    log::redact_panics();
-    if matches.subcommand().is_some() {
-        return match Command::from_arg_matches(&matches) {
-            Ok(command) => commands::run(&command, &options),
-            Err(e) => usage_error(&e),
-        };
-    }
-    let inputs = Inputs::new(Env::from_os(variables), options.ca_file.clone());
-    let arg0 = args.first().cloned().unwrap_or_default();
-    let status = serve::run(&arg0, &matches, &options, &inputs);
-    // The kubelet starts a process per image pull, and what is left here
-    // (the parsed command line, the environment's copy) is only memory:
-    // exiting now flushes stdout and hands it all back at once, instead
-    // of freeing it piece by piece first (docs/performance.md).
-    std::process::exit(i32::from(status))
-}
-
-/// Ends the process for a command line clap refused (or `--help` and
-/// `--version`, which clap prints on stdout): as clap does, except that a
-/// usage error asked for in JSON is one JSON line like every other.
-fn usage_error(e: &clap::Error) -> ! {
-    if e.use_stderr() && log::is_json() {
-        log::write(log::Level::Error, format_args!("{}", e.render()));
-        std::process::exit(2);
-    }
-    e.exit()
-}
-
-/// Parses the command line that [`options::parse_serving`] left to the
-/// whole command line. The serving flags are tried alone first, so the
-/// admin commands' arguments (check-config, explain, cache) are not built
-/// for another provider's flag. The serving command has no positional
-/// argument, so it accepts exactly the command lines without a command,
-/// and reads them as the full command would. Anything else, a command,
-/// `--help`, `--version` or a mistake, is parsed again by the full command,
-/// so what it says is what it always said.
-fn parse(args: &[OsString]) -> Result<clap::ArgMatches, clap::Error> {
-    if let Ok(matches) = options::command().try_get_matches_from(args) {
-        return Ok(matches);
-    }
-    Command::augment_subcommands(options::command().version(version::line()))
-        .try_get_matches_from(args)
+    wi_credential_provider::run()
 }

@@ -49,7 +49,7 @@ pub fn is_valid_pattern(pattern: &str) -> bool {
 
 /// The path of a pattern, with its leading `/` (`/team-a` for
 /// `harbor.example.com/team-a`), or empty for a host-wide pattern.
-pub fn pattern_path(pattern: &str) -> &str {
+pub(crate) fn pattern_path(pattern: &str) -> &str {
     split_path(strip_scheme(pattern)).1
 }
 
@@ -93,7 +93,7 @@ fn split_host_port(s: &str) -> (&str, &str) {
 /// with both). Used to find a node-identity provider that the kubelet would
 /// also ask for an image one of our entries serves. A malformed pattern
 /// overlaps nothing, as it matches nothing.
-pub fn overlaps(a: &str, b: &str) -> bool {
+pub(crate) fn overlaps(a: &str, b: &str) -> bool {
     let (a_host, a_path) = split_path(strip_scheme(a));
     let (b_host, b_path) = split_path(strip_scheme(b));
     let (a_host, a_port) = split_host_port(a_host);

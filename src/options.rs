@@ -9,7 +9,8 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use clap::ArgMatches;
+pub(crate) use clap::ArgMatches;
+use clap::builder::PossibleValue;
 use clap::{CommandFactory, FromArgMatches, Parser};
 
 use crate::cache;
@@ -23,7 +24,7 @@ use crate::providers::{self, Provider};
 pub const BINARY: &str = "wi-credential-provider";
 
 /// The `--provider` value that routes by registry host.
-pub const AUTO: &str = "auto";
+pub(crate) const AUTO: &str = "auto";
 
 const ABOUT: &str = "Kubelet image credential provider: each pod pulls images with its own service account identity.";
 
@@ -45,36 +46,36 @@ line on stderr says why and how to fix it); 2 for bad command-line usage.";
 /// [`command`].
 #[derive(Parser, Debug, Clone)]
 #[command(name = BINARY, version, about = ABOUT, long_about = LONG_ABOUT)]
-pub struct Options {
+pub(crate) struct Options {
     /// Which provider turns the token into registry credentials. Without
     /// this flag the binary's own name decides (`wi-credential-provider-aws`
     /// means aws, and so on), else `auto`, which picks a cloud provider
     /// (aws, azure, gcp) from the registry host and never any other.
     #[arg(long, value_name = "PROVIDER", env = "WICP_PROVIDER", value_parser = clap::builder::PossibleValuesParser::new(choices()))]
-    pub provider: Option<String>,
+    pub(crate) provider: Option<String>,
 
     /// The audience the service account token must carry, replacing the
     /// provider's default. Must equal tokenAttributes.serviceAccountTokenAudience.
     #[arg(long, value_name = "AUDIENCE", env = "WICP_AUDIENCE")]
-    pub audience: Option<String>,
+    pub(crate) audience: Option<String>,
 
     /// Upper bound on the cacheDuration returned to the kubelet, which is
     /// otherwise 80% of the credential's remaining lifetime. It bounds how
     /// long a revoked permission keeps working on a node.
     #[arg(long, value_name = "DURATION", env = "WICP_MAX_CACHE_DURATION", default_value = "1h", value_parser = parse_duration)]
-    pub max_cache_duration: Duration,
+    pub(crate) max_cache_duration: Duration,
 
     /// Overall deadline for one invocation, shared by reading the request on
     /// stdin and every upstream call. Keep it below the kubelet's hard 60s
     /// kill.
     #[arg(long, value_name = "DURATION", env = "WICP_TIMEOUT", default_value = "45s", value_parser = parse_timeout)]
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
 
     /// A PEM bundle of extra CA certificates trusted by every upstream call,
     /// on top of the node's trust store (SSL_CERT_FILE replaces that store,
     /// as in OpenSSL): the CA of a TLS-inspecting proxy or a private endpoint.
     #[arg(long, value_name = "PATH", env = "WICP_CA_FILE")]
-    pub ca_file: Option<PathBuf>,
+    pub(crate) ca_file: Option<PathBuf>,
 
     /// Log level for stderr. `info` writes at most one line per successful
     /// invocation; no level ever logs a token or password.
@@ -85,7 +86,7 @@ pub struct Options {
         env = "WICP_LOG_LEVEL",
         default_value = "info"
     )]
-    pub log_level: Level,
+    pub(crate) log_level: Level,
 
     /// How stderr lines are written: `text` for people, `json` for one
     /// JSON object per line (time, level, message, provider, registry,
@@ -98,32 +99,38 @@ pub struct Options {
         env = "WICP_LOG_FORMAT",
         default_value = "text"
     )]
-    pub log_format: crate::log::Format,
+    pub(crate) log_format: crate::log::Format,
 
     #[command(flatten)]
-    pub observe: crate::observe::Options,
+    pub(crate) observe: crate::observe::Options,
 
     #[command(flatten)]
-    pub registries: providers::allowlist::Options,
+    pub(crate) registries: providers::allowlist::Options,
 
     #[command(flatten)]
-    pub fallback: providers::fallback::Options,
+    pub(crate) fallback: providers::fallback::Options,
 
     #[command(flatten)]
-    pub cache: cache::Options,
+    pub(crate) cache: cache::Options,
 }
 
-/// The `--provider` values: every provider, and `auto`.
-fn choices() -> Vec<&'static str> {
+/// The `--provider` values: every provider, with its declared summary and
+/// token audience for `--help`, and `auto`.
+fn choices() -> Vec<PossibleValue> {
+    let auto = PossibleValue::new(AUTO)
+        .help("the cloud provider (aws, azure, gcp) whose registry the image names");
     providers::ALL
         .iter()
-        .map(|p| p.name)
-        .chain(std::iter::once(AUTO))
+        .map(|p| {
+            PossibleValue::new(p.name)
+                .help(format!("{}; token audience: {}", p.summary, p.audience))
+        })
+        .chain(std::iter::once(auto))
         .collect()
 }
 
 /// The serving command line: [`Options`] and every provider's flags.
-pub fn command() -> clap::Command {
+pub(crate) fn command() -> clap::Command {
     command_with(providers::ALL)
 }
 
@@ -153,7 +160,7 @@ fn command_with(carried: &[&'static Provider]) -> clap::Command {
 /// was read exactly as the whole command line reads it, and what it leaves
 /// out (other providers' flags, at their defaults) is never read when
 /// serving: only the chosen provider is built.
-pub fn parse_serving(
+pub(crate) fn parse_serving(
     args: &[OsString],
     variables: &[(OsString, OsString)],
 ) -> Option<(ArgMatches, Options)> {
@@ -219,7 +226,7 @@ fn value_asked(args: &[OsString], flag: &str) -> Option<String> {
 /// The log format a command line asks for, read before clap parses it so
 /// that even a usage error is written in it: `--log-format`, else
 /// `WICP_LOG_FORMAT` from `variables`. Only `json` changes anything.
-pub fn log_format_asked(args: &[OsString], variables: &[(OsString, OsString)]) -> Format {
+pub(crate) fn log_format_asked(args: &[OsString], variables: &[(OsString, OsString)]) -> Format {
     let asked = value_asked(args, "--log-format").or_else(|| {
         let (_, value) = variables
             .iter()
@@ -241,7 +248,7 @@ fn is_unread_variable(name: &OsStr, reads: &[&OsStr]) -> bool {
 
 impl Options {
     /// Reads the shared flags out of matches of [`command`].
-    pub fn from_matches(matches: &clap::ArgMatches) -> Result<Self> {
+    pub(crate) fn from_matches(matches: &clap::ArgMatches) -> Result<Self> {
         Self::from_arg_matches(matches)
             .map_err(|e| Error::config(format!("invalid arguments: {e}")))
     }
@@ -249,7 +256,7 @@ impl Options {
     /// The provider the binary uses: `--provider` (or `WICP_PROVIDER`)
     /// wins, else `named`, the provider its own name implies; `None` means
     /// `auto`.
-    pub fn choice(&self, named: Option<&'static Provider>) -> Option<&'static Provider> {
+    pub(crate) fn choice(&self, named: Option<&'static Provider>) -> Option<&'static Provider> {
         // clap admits only the names of `choices()`: never unknown here.
         choose(self.provider.as_deref(), named).unwrap_or(None)
     }
@@ -288,14 +295,14 @@ fn parse_timeout(text: &str) -> std::result::Result<Duration, String> {
 /// The provider the binary's own name implies: `wi-credential-provider-gcp`
 /// means gcp. The kubelet allows one token audience per provider entry, so
 /// admins install the binary under several names, one per provider.
-pub fn provider_from_program_name(arg0: &OsStr) -> Option<&'static Provider> {
+pub(crate) fn provider_from_program_name(arg0: &OsStr) -> Option<&'static Provider> {
     let name = Path::new(arg0).file_name()?.to_str()?;
     let suffix = name.strip_prefix(BINARY)?.strip_prefix('-')?;
     Provider::find(suffix)
 }
 
 /// The `WICP_*` variables the serving command line reads.
-pub fn env_names() -> Vec<String> {
+pub(crate) fn env_names() -> Vec<String> {
     command()
         .get_arguments()
         .filter_map(|a| a.get_env())
@@ -349,11 +356,11 @@ mod tests {
 
     #[test]
     fn every_provider_is_a_choice() {
-        let names = choices();
+        let names: Vec<String> = choices().iter().map(|v| v.get_name().to_string()).collect();
         for p in providers::ALL {
-            assert!(names.contains(&p.name), "{}", p.name);
+            assert!(names.iter().any(|n| n == p.name), "{}", p.name);
         }
-        assert!(names.contains(&AUTO));
+        assert!(names.iter().any(|n| n == AUTO));
     }
 
     #[test]

@@ -22,7 +22,7 @@ use crate::secret::Secret;
 
 /// The kubelet never sends more than a few kilobytes (an image name, a token
 /// and a handful of annotations). Anything near this size is not a kubelet.
-pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;
+pub(crate) const MAX_REQUEST_BYTES: usize = 1024 * 1024;
 
 const GROUP: &str = "credentialprovider.kubelet.k8s.io";
 const REQUEST_KIND: &str = "CredentialProviderRequest";
@@ -32,14 +32,14 @@ const RESPONSE_KIND: &str = "CredentialProviderResponse";
 /// service account token and annotations; the older two still work for
 /// exchangers that need neither.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ApiVersion {
+pub(crate) enum ApiVersion {
     V1,
     V1Beta1,
     V1Alpha1,
 }
 
 impl ApiVersion {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ApiVersion::V1 => "credentialprovider.kubelet.k8s.io/v1",
             ApiVersion::V1Beta1 => "credentialprovider.kubelet.k8s.io/v1beta1",
@@ -57,15 +57,15 @@ impl ApiVersion {
 /// A request from the kubelet, after the envelope has been checked.
 #[derive(Debug)]
 pub struct Request {
-    pub api_version: ApiVersion,
+    pub(crate) api_version: ApiVersion,
     /// The image as the kubelet sent it: normally the normalized repository
     /// without tag (`docker.io/library/nginx`).
     pub image: String,
     /// The projected service account token, when the provider entry has
     /// `tokenAttributes` and the pod has a service account.
-    pub service_account_token: Option<Secret>,
+    pub(crate) service_account_token: Option<Secret>,
     /// The annotations the provider entry asked for, verbatim.
-    pub service_account_annotations: BTreeMap<String, String>,
+    pub(crate) service_account_annotations: BTreeMap<String, String>,
 }
 
 /// The request as it is on the wire. Every field optional, so that a missing
@@ -95,7 +95,7 @@ pub fn read_request(input: impl Read) -> Result<Request> {
 
 /// A request read whole, at most one byte past [`MAX_REQUEST_BYTES`]:
 /// refused when over the bound, else parsed and checked.
-pub fn request_from_bytes(bytes: &[u8]) -> Result<Request> {
+pub(crate) fn request_from_bytes(bytes: &[u8]) -> Result<Request> {
     if bytes.len() > MAX_REQUEST_BYTES {
         return Err(Error::request(format!(
             "the request on stdin is larger than {} bytes",
@@ -107,7 +107,7 @@ pub fn request_from_bytes(bytes: &[u8]) -> Result<Request> {
 }
 
 /// Parses and checks one request document.
-pub fn parse_request(bytes: &[u8]) -> Result<Request> {
+fn parse_request(bytes: &[u8]) -> Result<Request> {
     let kubelet_fix = "run this binary from the kubelet (--image-credential-provider-config), \
                        or pipe a CredentialProviderRequest JSON object into it";
     let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
@@ -196,26 +196,26 @@ impl CacheKeyType {
 
 /// One registry credential.
 #[derive(Serialize)]
-pub struct AuthConfig<'a> {
-    pub username: &'a str,
-    pub password: &'a str,
+pub(crate) struct AuthConfig<'a> {
+    pub(crate) username: &'a str,
+    pub(crate) password: &'a str,
 }
 
 /// The response, exactly as the kubelet's strict decoder expects it.
 #[derive(Serialize)]
-pub struct Response<'a> {
+pub(crate) struct Response<'a> {
     #[serde(rename = "apiVersion")]
-    pub api_version: &'static str,
-    pub kind: &'static str,
+    pub(crate) api_version: &'static str,
+    pub(crate) kind: &'static str,
     #[serde(rename = "cacheKeyType")]
-    pub cache_key_type: CacheKeyType,
+    pub(crate) cache_key_type: CacheKeyType,
     #[serde(rename = "cacheDuration")]
-    pub cache_duration: String,
-    pub auth: BTreeMap<&'a str, AuthConfig<'a>>,
+    pub(crate) cache_duration: String,
+    pub(crate) auth: BTreeMap<&'a str, AuthConfig<'a>>,
 }
 
 impl<'a> Response<'a> {
-    pub fn new(
+    pub(crate) fn new(
         api_version: ApiVersion,
         cache_key_type: CacheKeyType,
         cache_duration: Duration,
@@ -241,7 +241,7 @@ impl<'a> Response<'a> {
     }
 
     /// The one JSON document for stdout, compact, with a trailing newline.
-    pub fn to_json(&self) -> Result<Vec<u8>> {
+    pub(crate) fn to_json(&self) -> Result<Vec<u8>> {
         let mut out = serde_json::to_vec(self)
             .map_err(|e| Error::internal(format!("cannot encode the response: {e}")))?;
         out.push(b'\n');

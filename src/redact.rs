@@ -43,7 +43,7 @@ pub fn clean(text: &str, max: usize) -> String {
 /// and base64 runs mixing upper case, lower case and digits. Ordinary
 /// words, hosts, ARNs, UUIDs, paths and error codes stay readable. Runs on
 /// every line [`crate::log`] writes.
-pub fn redact(text: &str) -> String {
+pub(crate) fn redact(text: &str) -> String {
     // Shapes first, so a token is replaced whole by `<token>` before the
     // runs it shares with a registered secret (a JWT header) cut it up.
     crate::secret::mask_known(&mask_shapes(text, Shapes::Line))
@@ -56,7 +56,7 @@ pub fn redact(text: &str) -> String {
 /// ([`is_hidden`]). A value from an upstream or
 /// an annotation cannot end a line early, forge one, recolour the
 /// terminal or read backwards; runs on every line [`crate::log`] writes.
-pub fn escape_hidden(text: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn escape_hidden(text: &str) -> std::borrow::Cow<'_, str> {
     if !text.chars().any(is_hidden) {
         return std::borrow::Cow::Borrowed(text);
     }
@@ -76,7 +76,7 @@ pub fn escape_hidden(text: &str) -> std::borrow::Cow<'_, str> {
 /// Characters that never belong in a name and change how text reads:
 /// Unicode controls (C0, DEL, C1 such as U+0085), the line and paragraph
 /// separators, and the bidirectional formatting characters.
-pub fn is_hidden(c: char) -> bool {
+pub(crate) fn is_hidden(c: char) -> bool {
     c.is_control()
         || matches!(
             c,
@@ -189,7 +189,7 @@ fn looks_like_jwt(word: &str) -> bool {
 
 /// How to say an upstream did not give us what we asked for: a 4xx is a
 /// decision about our request, a 5xx (or anything else) is the service failing.
-pub fn verb(status: u16) -> &'static str {
+pub(crate) fn verb(status: u16) -> &'static str {
     if (400..500).contains(&status) {
         "refused"
     } else {

@@ -79,7 +79,7 @@ const MIN_REGISTERED: usize = 8;
 /// Any run of this many bytes of a registered secret is masked, so an
 /// upstream quoting part of a token (cut, or only a JWT's signature) does
 /// not get the part through either.
-pub const WINDOW: usize = 16;
+const WINDOW: usize = 16;
 
 /// The registry: for each registered secret, the hash of each of its
 /// windows (of [`WINDOW`] bytes, or the whole secret when shorter); the
@@ -157,7 +157,7 @@ fn mix(mut z: u64) -> u64 {
 }
 
 /// Registers `value` for redaction (see [`known_spans`]).
-pub fn register(value: &str) {
+pub(crate) fn register(value: &str) {
     if value.len() >= MIN_REGISTERED {
         register_at_any_length(value);
     }
@@ -190,7 +190,7 @@ fn register_at_any_length(value: &str) {
 /// line is written, rather than registering every encoding of every
 /// secret keeps the cost off a cache hit, which registers a token and
 /// writes one line.
-pub fn known_spans(text: &str) -> Vec<std::ops::Range<usize>> {
+fn known_spans(text: &str) -> Vec<std::ops::Range<usize>> {
     let registry = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
     if registry.hashes.is_empty() {
         return Vec::new();
@@ -446,7 +446,7 @@ fn base64_run(bytes: &[u8], start: usize, end: usize) -> View {
 }
 
 /// `text` with every run of a registered secret replaced by `<redacted>`.
-pub fn mask_known(text: &str) -> String {
+pub(crate) fn mask_known(text: &str) -> String {
     let spans = known_spans(text);
     if spans.is_empty() {
         return text.to_string();

@@ -75,7 +75,12 @@ fn log_subject(record: &Record) -> log::Subject {
 /// status: 0 with a response written to stdout, 1 without. With
 /// `--metrics-dir` or `--audit-log`, the invocation is recorded after the
 /// response is written ([`crate::observe`]).
-pub fn run(arg0: &OsStr, matches: &clap::ArgMatches, options: &Options, inputs: &Inputs) -> u8 {
+pub(crate) fn run(
+    arg0: &OsStr,
+    matches: &clap::ArgMatches,
+    options: &Options,
+    inputs: &Inputs,
+) -> u8 {
     let mut record = Record::new(Instant::now());
     let named = options::provider_from_program_name(arg0);
     let choice = options.choice(named);
@@ -124,7 +129,7 @@ pub fn run(arg0: &OsStr, matches: &clap::ArgMatches, options: &Options, inputs: 
 /// Everything decided for one request before any network call.
 pub struct Prepared<'a> {
     /// The audiences the token was admitted for; they key the cache.
-    pub audiences: Vec<String>,
+    pub(crate) audiences: Vec<String>,
     pub plan: Plan<'a>,
 }
 

@@ -23,7 +23,7 @@ use crate::deadline::Deadline;
 
 /// What became of reading stdin.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Everything up to end of file, or the first `limit + 1` bytes when
     /// there is more than `limit` (the caller reports the excess).
     Complete(Vec<u8>),
@@ -32,7 +32,7 @@ pub enum Outcome {
 }
 
 /// Reads stdin to its end, at most `limit + 1` bytes, by `deadline`.
-pub fn read_within(limit: usize, deadline: &Deadline) -> io::Result<Outcome> {
+pub(crate) fn read_within(limit: usize, deadline: &Deadline) -> io::Result<Outcome> {
     let fd = io::stdin().as_fd().try_clone_to_owned()?;
     read_fd_within(fd, limit, deadline)
 }

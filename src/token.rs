@@ -28,8 +28,8 @@ const TOKEN_FIX: &str = "the kubelet must pass a projected service account token
 /// Who the pod is, from the token's `kubernetes.io` claim.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServiceAccount {
-    pub namespace: String,
-    pub name: String,
+    pub(crate) namespace: String,
+    pub(crate) name: String,
     pub uid: String,
 }
 
@@ -41,21 +41,21 @@ impl std::fmt::Display for ServiceAccount {
 
 /// The pod a token is bound to.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Pod {
-    pub name: String,
-    pub uid: String,
+pub(crate) struct Pod {
+    pub(crate) name: String,
+    pub(crate) uid: String,
 }
 
 /// The claims we rely on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Claims {
-    pub issuer: String,
-    pub subject: String,
+    pub(crate) issuer: String,
+    pub(crate) subject: String,
     pub audiences: Vec<String>,
-    pub expires_at: i64,
-    pub issued_at: i64,
+    pub(crate) expires_at: i64,
+    pub(crate) issued_at: i64,
     pub service_account: ServiceAccount,
-    pub pod: Option<Pod>,
+    pub(crate) pod: Option<Pod>,
 }
 
 /// A decoded service account token: the raw token (secret) and its claims.
@@ -165,7 +165,7 @@ impl ServiceAccountToken {
 /// of `expected` is among them. Serving ([`ServiceAccountToken::require_audience`])
 /// and `check-config` (for the entry's `serviceAccountTokenAudience`) both
 /// read it.
-pub fn audience_accepted(expected: &[String], audiences: &[String]) -> bool {
+pub(crate) fn audience_accepted(expected: &[String], audiences: &[String]) -> bool {
     expected.is_empty() || expected.iter().any(|e| audiences.contains(e))
 }
 
@@ -198,7 +198,7 @@ pub fn unverified_expiry(token: &str) -> Option<i64> {
 /// One claim of a token an upstream issued, read without verifying it (see
 /// [`unverified_expiry`]): the Entra tenant (`tid`) of a managed identity's
 /// token, for ACR's exchange form.
-pub fn unverified_claim(token: &str, name: &str) -> Option<serde_json::Value> {
+pub(crate) fn unverified_claim(token: &str, name: &str) -> Option<serde_json::Value> {
     if token.len() > MAX_TOKEN_BYTES {
         return None;
     }

@@ -7,16 +7,16 @@ use std::sync::LazyLock;
 use crate::providers;
 
 /// The crate version.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+pub(crate) const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The git commit, or "unknown".
-pub const COMMIT: &str = match option_env!("WICP_GIT_COMMIT") {
+const COMMIT: &str = match option_env!("WICP_GIT_COMMIT") {
     Some(commit) => commit,
     None => "unknown",
 };
 
 /// The providers built into this binary, sorted by name.
-pub fn providers() -> Vec<&'static str> {
+pub(crate) fn providers() -> Vec<&'static str> {
     let mut names: Vec<&'static str> = providers::ALL.iter().map(|p| p.name).collect();
     names.sort_unstable();
     names
@@ -33,6 +33,6 @@ static VERSION_LINE: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// `0.1.0 (commit 5d9f861abcde, providers: aws, azure, gcp, passthrough)`.
-pub fn line() -> &'static str {
+pub(crate) fn line() -> &'static str {
     VERSION_LINE.as_str()
 }

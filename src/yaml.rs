@@ -15,17 +15,17 @@
 use std::path::Path;
 
 /// Largest file read.
-pub const MAX_BYTES: u64 = 1 << 20;
+pub(crate) const MAX_BYTES: u64 = 1 << 20;
 /// Rightmost column at which a line's content may start.
-pub const MAX_CONTENT_COLUMN: usize = 200;
+const MAX_CONTENT_COLUMN: usize = 200;
 /// Most `[` and `{` in a file.
-pub const MAX_FLOW_OPENERS: usize = 1_000;
+const MAX_FLOW_OPENERS: usize = 1_000;
 
 /// Reads `path`, refusing a file larger than [`MAX_BYTES`] without reading
 /// all of it, and anything but a regular file (a FIFO would block, a device
 /// such as `/dev/zero` would never end) without reading it at all. The
 /// error is a sentence about the file.
-pub fn read(path: &Path) -> Result<Vec<u8>, String> {
+pub(crate) fn read(path: &Path) -> Result<Vec<u8>, String> {
     crate::file::read_regular(path, MAX_BYTES).map_err(|refused| match refused {
         crate::file::Refused::Unreadable(why) => format!("cannot read the file: {why}"),
         crate::file::Refused::TooLarge => format!(
@@ -37,7 +37,7 @@ pub fn read(path: &Path) -> Result<Vec<u8>, String> {
 /// Parses bytes already read within [`MAX_BYTES`] as one YAML (or JSON)
 /// document, after [`check_depth`], with merge keys (`<<`) applied as the
 /// kubelet's YAML library (go-yaml, through sigs.k8s.io/yaml) applies them.
-pub fn parse(bytes: &[u8]) -> Result<yaml_serde::Value, String> {
+pub(crate) fn parse(bytes: &[u8]) -> Result<yaml_serde::Value, String> {
     let text = std::str::from_utf8(bytes).map_err(|_| "the file is not UTF-8".to_string())?;
     check_depth(text)?;
     let mut value: yaml_serde::Value =
@@ -49,7 +49,7 @@ pub fn parse(bytes: &[u8]) -> Result<yaml_serde::Value, String> {
 }
 
 /// Checks that `text` is shallow enough to parse quickly.
-pub fn check_depth(text: &str) -> Result<(), String> {
+pub(crate) fn check_depth(text: &str) -> Result<(), String> {
     let mut openers = 0usize;
     for (number, line) in text.lines().enumerate() {
         let mut column = 0;

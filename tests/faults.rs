@@ -460,7 +460,7 @@ impl Case {
 
 /// An IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`) for Unix seconds.
 fn http_date(unix: i64) -> String {
-    let rfc3339 = wi_credential_provider::duration::format_unix(unix);
+    let rfc3339 = wi_credential_provider::internal::duration::format_unix(unix);
     let (date, time) = rfc3339.trim_end_matches('Z').split_once('T').unwrap();
     let mut ymd = date.split('-');
     let (year, month, day) = (

@@ -41,7 +41,7 @@ use support::http_server::{Request, Response, TestServer};
 use support::plugin::{Run, request, run};
 use support::registry::{Registry, TokenPost};
 use support::token::{self, TokenSpec};
-use wi_credential_provider::duration::format_unix;
+use wi_credential_provider::internal::duration::format_unix;
 
 const PROVIDER: &str =
     "projects/123456789012/locations/global/workloadIdentityPools/k8s-pool/providers/prod-cluster";

@@ -908,7 +908,7 @@ fn bottlerocket_is_refused_with_the_supported_route() {
 /// WICP_UPDATE_GOLDEN=1 rewrites `after` (then review the diff).
 #[test]
 fn merge_golden_files() {
-    use wi_credential_provider::commands::node::merge::{self, Format, Replace};
+    use wi_credential_provider::internal::commands::merge::{self, Format, Replace};
     let dir = repo().join("tests/fixtures/node/merge");
     let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()

@@ -139,11 +139,11 @@ fn a_path_scoped_registry_gets_a_path_scoped_key() {
     assert_eq!(keys, ["harbor.example.com/team-a"], "{response}");
     // What the kubelet then does with the key: a literal path prefix.
     let key = "harbor.example.com/team-a";
-    assert!(!wi_credential_provider::matching::matches(
+    assert!(!wi_credential_provider::internal::matching::matches(
         key,
         "harbor.example.com/team-b/app"
     ));
-    assert!(wi_credential_provider::matching::matches(
+    assert!(wi_credential_provider::internal::matching::matches(
         key,
         "harbor.example.com/team-ab/app"
     ));

@@ -8,13 +8,13 @@ use std::sync::LazyLock;
 
 use base64::Engine as _;
 use libfuzzer_sys::fuzz_target;
-use wi_credential_provider::image::ImageRef;
-use wi_credential_provider::inputs::{Env, Inputs};
-use wi_credential_provider::options::{self, ArgMatches, BINARY};
-use wi_credential_provider::providers::{self, route};
-use wi_credential_provider::secret::Secret;
-use wi_credential_provider::serve;
-use wi_credential_provider::token::ServiceAccountToken;
+use wi_credential_provider::internal::ImageRef;
+use wi_credential_provider::internal::{Env, Inputs};
+use wi_credential_provider::internal::options::{self, ArgMatches, BINARY};
+use wi_credential_provider::internal::providers::{self, route};
+use wi_credential_provider::internal::Secret;
+use wi_credential_provider::internal::serve;
+use wi_credential_provider::internal::ServiceAccountToken;
 
 /// The command line of a node that configures every provider, parsed once
 /// by the binary's own parser.
@@ -102,7 +102,7 @@ fuzz_target!(|data: &[u8]| {
                 key == image.registry()
                     || (key == "zot.example.com/team"
                         && prepared.plan.cache_key_type
-                            == wi_credential_provider::protocol::CacheKeyType::Image),
+                            == wi_credential_provider::internal::protocol::CacheKeyType::Image),
                 "{key} for {image}"
             );
             assert!(!prepared.plan.inputs.is_empty());

@@ -4,8 +4,8 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(request) = wi_credential_provider::protocol::read_request(data) {
+    if let Ok(request) = wi_credential_provider::internal::protocol::read_request(data) {
         // Whatever parsed must be usable downstream without panicking.
-        let _ = wi_credential_provider::image::ImageRef::parse(&request.image);
+        let _ = wi_credential_provider::internal::ImageRef::parse(&request.image);
     }
 });

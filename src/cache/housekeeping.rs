@@ -26,28 +26,28 @@ use super::store::{Lookup, Store};
 use crate::lock::Acquired;
 
 /// Entries read and checked per invocation.
-pub const MAX_EXAMINED: usize = 64;
+const MAX_EXAMINED: usize = 64;
 /// Files removed per invocation.
-pub const MAX_REMOVALS: usize = 256;
+const MAX_REMOVALS: usize = 256;
 /// Age after which an unused lock file or a temporary file is stale: longer
 /// than any invocation can live (the kubelet kills plugins after 60 s).
-pub const STALE_AFTER: Duration = Duration::from_secs(120);
+const STALE_AFTER: Duration = Duration::from_secs(120);
 
 /// What one pass removed.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Report {
-    pub stale_entries: usize,
-    pub over_cap: usize,
-    pub locks: usize,
-    pub temps: usize,
+pub(crate) struct Report {
+    pub(crate) stale_entries: usize,
+    pub(crate) over_cap: usize,
+    pub(crate) locks: usize,
+    pub(crate) temps: usize,
     /// Entries that could not be removed, skipped.
-    pub unremovable: usize,
+    pub(crate) unremovable: usize,
     /// The first of them and why, for the one warning.
-    pub first_failure: Option<String>,
+    pub(crate) first_failure: Option<String>,
 }
 
 impl Report {
-    pub fn removed(&self) -> usize {
+    pub(crate) fn removed(&self) -> usize {
         self.stale_entries + self.over_cap + self.locks + self.temps
     }
 }
@@ -68,7 +68,7 @@ impl fmt::Display for Report {
 
 /// One pass over `store` at `now`; `keep` (the entry just written) is never
 /// removed.
-pub fn run(
+pub(crate) fn run(
     store: &Store,
     now: i64,
     max_age: Duration,

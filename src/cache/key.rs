@@ -36,27 +36,27 @@ use sha2::{Digest, Sha256};
 use crate::token::ServiceAccount;
 
 /// The version of the key text and of the entry layout.
-pub const FORMAT_VERSION: u32 = 1;
+pub(crate) const FORMAT_VERSION: u32 = 1;
 
 /// Everything the key is made of.
 #[derive(Clone, Debug)]
 pub struct KeyInputs<'a> {
-    pub provider: &'a str,
+    pub(crate) provider: &'a str,
     /// The audiences the token was checked against (`--audience` or the
     /// exchanger's own); order does not matter.
-    pub audiences: &'a [String],
+    pub(crate) audiences: &'a [String],
     /// The token's issuer, when there is a token.
-    pub issuer: Option<&'a str>,
-    pub service_account: Option<&'a ServiceAccount>,
+    pub(crate) issuer: Option<&'a str>,
+    pub(crate) service_account: Option<&'a ServiceAccount>,
     /// Every annotation the kubelet passed, not only those the exchanger
     /// reads: an exchanger that later reads one more must not see entries
     /// made without it.
-    pub annotations: &'a BTreeMap<String, String>,
-    pub auth_key: &'a str,
-    pub inputs: &'a [(&'static str, String)],
+    pub(crate) annotations: &'a BTreeMap<String, String>,
+    pub(crate) auth_key: &'a str,
+    pub(crate) inputs: &'a [(&'static str, String)],
     /// A node-identity credential: no service account, token or
     /// annotation shapes it.
-    pub node: bool,
+    pub(crate) node: bool,
 }
 
 /// The annotations of a node-identity key: none.
@@ -134,7 +134,7 @@ impl fmt::Debug for Key {
 
 /// The text the key hashes. Public so `--log-level debug` and tests can
 /// show exactly what went into a key; it holds no secret.
-pub fn canonical(inputs: &KeyInputs<'_>) -> String {
+pub(crate) fn canonical(inputs: &KeyInputs<'_>) -> String {
     let mut text = String::new();
     let mut line = |name: &str, value: &str| {
         text.push_str(&escape(name, true));

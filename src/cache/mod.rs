@@ -19,9 +19,9 @@
 //! A cache directory others could tamper with is refused with an error,
 //! because it would be an admin's mistake that must not go unnoticed.
 
-pub mod housekeeping;
-pub mod key;
-pub mod store;
+pub(crate) mod housekeeping;
+pub(crate) mod key;
+pub(crate) mod store;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -33,16 +33,16 @@ use crate::providers::Credential;
 use crate::token::ServiceAccount;
 
 use crate::lock::{self, Acquired};
-pub use key::{Key, KeyInputs};
+pub(crate) use key::{Key, KeyInputs};
 use store::{Entry, Lookup, OpenError, Store};
 
 /// An entry is refreshed when this share of its lifetime remains ...
-pub const REFRESH_MARGIN_PERCENT: i64 = 20;
+const REFRESH_MARGIN_PERCENT: i64 = 20;
 /// ... or this many seconds, whichever is larger.
-pub const MIN_REFRESH_MARGIN_SECS: i64 = 300;
+const MIN_REFRESH_MARGIN_SECS: i64 = 300;
 /// Entries read for the earliest expiry after a miss: bounds what a
 /// crowded cache costs the metrics (about 10 µs an entry).
-pub const STATS_READ: usize = 256;
+const STATS_READ: usize = 256;
 /// An entry claiming to be created further in the future than this was
 /// written under another clock and is not trusted.
 const CLOCK_SKEW_SECS: i64 = 60;
@@ -51,7 +51,7 @@ const CLOCK_SKEW_SECS: i64 = 60;
 #[command(next_help_heading = "Credential cache")]
 // Every flattened `Options` struct needs its own group id.
 #[group(id = "cache_options")]
-pub struct Options {
+pub(crate) struct Options {
     /// Keep exchanged credentials in DIR, shared by every plugin process on
     /// the node. Off when unset.
     ///
@@ -60,7 +60,7 @@ pub struct Options {
     /// be owned by the user running the plugin and writable by nobody else;
     /// entries are 0600 files. Passthrough tokens are never cached.
     #[arg(long, value_name = "DIR", env = "WICP_CACHE_DIR", global = true)]
-    pub cache_dir: Option<PathBuf>,
+    pub(crate) cache_dir: Option<PathBuf>,
 
     /// Most entries kept in --cache-dir; beyond that the oldest are removed.
     #[arg(
@@ -71,28 +71,28 @@ pub struct Options {
         value_parser = clap::value_parser!(u32).range(1..),
         global = true
     )]
-    pub cache_max_entries: u32,
+    pub(crate) cache_max_entries: u32,
 }
 
 /// What the cache needs to know about the credential it stores, besides
 /// the key: shown by `cache list` and matched by `cache purge`.
 #[derive(Clone, Copy, Debug)]
-pub struct Subject<'a> {
-    pub provider: &'a str,
-    pub service_account: Option<&'a ServiceAccount>,
-    pub registry: &'a str,
+pub(crate) struct Subject<'a> {
+    pub(crate) provider: &'a str,
+    pub(crate) service_account: Option<&'a ServiceAccount>,
+    pub(crate) registry: &'a str,
 }
 
 /// Where a credential came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Origin {
+pub(crate) enum Origin {
     Cache,
     Exchange,
 }
 
 /// What became of a freshly exchanged credential in the cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Stored {
+pub(crate) enum Stored {
     /// Written: the next pull is a hit.
     Written,
     /// The entry could not be written (a warning said why).
@@ -108,17 +108,17 @@ pub enum Stored {
 
 /// A credential to answer with, and when it was minted.
 #[derive(Debug)]
-pub struct Served {
-    pub credential: Credential,
+pub(crate) struct Served {
+    pub(crate) credential: Credential,
     /// Unix seconds.
-    pub created_at: i64,
-    pub origin: Origin,
-    pub stored: Stored,
+    pub(crate) created_at: i64,
+    pub(crate) origin: Origin,
+    pub(crate) stored: Stored,
 }
 
 /// An open cache.
 #[derive(Debug)]
-pub struct Cache {
+pub(crate) struct Cache {
     store: Store,
     max_entries: usize,
     max_age: Duration,
@@ -129,7 +129,7 @@ impl Cache {
     /// file system does not allow it (with a warning). `max_age` is
     /// `--max-cache-duration`: no entry is served longer than that after it
     /// was created.
-    pub fn open(options: &Options, max_age: Duration) -> Result<Option<Cache>> {
+    pub(crate) fn open(options: &Options, max_age: Duration) -> Result<Option<Cache>> {
         let Some(dir) = &options.cache_dir else {
             return Ok(None);
         };
@@ -152,7 +152,7 @@ impl Cache {
     /// expiry among the [`STATS_READ`] oldest (those written first expire
     /// first, all else equal), for the metrics after a miss. `None` when
     /// the directory cannot be listed.
-    pub fn stats(&self) -> Option<crate::observe::CacheStats> {
+    pub(crate) fn stats(&self) -> Option<crate::observe::CacheStats> {
         let mut scan = self.store.scan().ok()?;
         let mut stats = crate::observe::CacheStats::default();
         for (key, _) in &scan.entries {
@@ -188,7 +188,7 @@ impl Cache {
     /// with a message saying so. Only when the lock cannot be used at all
     /// (an I/O error) does a process exchange without it, after one more
     /// look at the entry.
-    pub fn serve(
+    pub(crate) fn serve(
         &self,
         key: &Key,
         subject: Subject<'_>,
@@ -382,14 +382,14 @@ fn hit(entry: Entry) -> Served {
 
 /// How long before expiry an entry stops being served: 20 % of its
 /// lifetime or 5 minutes, whichever is larger.
-pub fn refresh_margin(created_at: i64, expires_at: i64) -> i64 {
+fn refresh_margin(created_at: i64, expires_at: i64) -> i64 {
     let lifetime = expires_at.saturating_sub(created_at).max(0);
     (lifetime.saturating_mul(REFRESH_MARGIN_PERCENT) / 100).max(MIN_REFRESH_MARGIN_SECS)
 }
 
 /// When an entry stops being served: its refresh margin before expiry, or
 /// `max_age` after creation, whichever comes first.
-pub fn refresh_at(created_at: i64, expires_at: i64, max_age: Duration) -> i64 {
+pub(crate) fn refresh_at(created_at: i64, expires_at: i64, max_age: Duration) -> i64 {
     let max_age = i64::try_from(max_age.as_secs()).unwrap_or(i64::MAX);
     expires_at
         .saturating_sub(refresh_margin(created_at, expires_at))
@@ -397,7 +397,7 @@ pub fn refresh_at(created_at: i64, expires_at: i64, max_age: Duration) -> i64 {
 }
 
 /// Whether an entry may be served at `now`.
-pub fn is_fresh(created_at: i64, expires_at: i64, now: i64, max_age: Duration) -> bool {
+pub(crate) fn is_fresh(created_at: i64, expires_at: i64, now: i64, max_age: Duration) -> bool {
     created_at <= now.saturating_add(CLOCK_SKEW_SECS)
         && now < refresh_at(created_at, expires_at, max_age)
 }
@@ -408,7 +408,7 @@ pub fn is_fresh(created_at: i64, expires_at: i64, now: i64, max_age: Duration) -
 /// of a node: the disk cache stops serving a credential `max` after it was
 /// minted, and the kubelet is told to forget it by then too. For a fresh
 /// exchange (`created_at == now`) this is the plain rule.
-pub fn kubelet_cache_duration(
+pub(crate) fn kubelet_cache_duration(
     now: i64,
     created_at: i64,
     expires_at: i64,

@@ -42,14 +42,14 @@ const MAX_ENTRY_BYTES: u64 = 64 * 1024;
 
 /// At most this many directory entries are looked at per scan, which
 /// bounds the work a crowded directory can cause.
-pub const MAX_SCAN: usize = 20_000;
+const MAX_SCAN: usize = 20_000;
 
 /// One cached credential and what it is for.
 #[derive(Debug, Clone)]
 pub struct Entry {
     pub key: Key,
-    pub provider: String,
-    pub service_account: Option<ServiceAccount>,
+    pub(crate) provider: String,
+    pub(crate) service_account: Option<ServiceAccount>,
     /// The registry host the credential is for (the response's auth key).
     pub registry: String,
     pub username: String,
@@ -85,9 +85,9 @@ pub enum OpenError {
 /// (for an entry, when it was written).
 #[derive(Debug, Default)]
 pub struct Scan {
-    pub entries: Vec<(Key, SystemTime)>,
-    pub locks: Vec<(Key, SystemTime)>,
-    pub temps: Vec<(PathBuf, SystemTime)>,
+    pub(crate) entries: Vec<(Key, SystemTime)>,
+    pub(crate) locks: Vec<(Key, SystemTime)>,
+    pub(crate) temps: Vec<(PathBuf, SystemTime)>,
 }
 
 /// An opened, checked cache directory.

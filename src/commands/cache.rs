@@ -19,7 +19,7 @@ use crate::log::{self, Level};
 const PURGE_WAIT: Duration = Duration::from_secs(65);
 
 #[derive(clap::Subcommand, Debug, Clone)]
-pub enum Command {
+pub(crate) enum Command {
     /// List the cached credentials: key, provider, service account,
     /// registry, creation, expiry and state. Never the secrets.
     List,
@@ -36,22 +36,26 @@ pub enum Command {
         .multiple(true)
         .args(["namespace", "service_account", "all"])
 ))]
-pub struct PurgeArgs {
+pub(crate) struct PurgeArgs {
     /// Only entries of service accounts in this namespace.
     #[arg(long, value_name = "NS")]
-    pub namespace: Option<String>,
+    pub(crate) namespace: Option<String>,
     /// Only entries of service accounts with this name (in every namespace
     /// unless --namespace is given too).
     #[arg(long = "service-account", value_name = "NAME")]
-    pub service_account: Option<String>,
+    pub(crate) service_account: Option<String>,
     /// Every entry, including unreadable ones, with their lock and
     /// temporary files.
     #[arg(long, conflicts_with_all = ["namespace", "service_account"])]
-    pub all: bool,
+    pub(crate) all: bool,
 }
 
 /// Runs a `cache` subcommand; exit status 0, 1 on failure, 2 on usage.
-pub fn run(options: &crate::cache::Options, max_age: Duration, command: &Command) -> ExitCode {
+pub(crate) fn run(
+    options: &crate::cache::Options,
+    max_age: Duration,
+    command: &Command,
+) -> ExitCode {
     let Some(dir) = &options.cache_dir else {
         log::write(
             Level::Error,
@@ -105,7 +109,7 @@ fn scan_error(store: &Store, e: std::io::Error) -> Error {
 }
 
 /// The table `cache list` prints.
-pub fn list(store: &Store, now: i64, max_age: Duration) -> Result<String> {
+pub(crate) fn list(store: &Store, now: i64, max_age: Duration) -> Result<String> {
     let scan = store.scan().map_err(|e| scan_error(store, e))?;
     let mut rows = vec![
         [
@@ -194,14 +198,14 @@ fn row(entry: &Entry, now: i64, max_age: Duration) -> [String; 8] {
 
 /// What `purge` did: the report for stdout, and warnings for stderr.
 #[derive(Debug, Default)]
-pub struct Purged {
-    pub report: String,
-    pub warnings: Vec<String>,
+pub(crate) struct Purged {
+    pub(crate) report: String,
+    pub(crate) warnings: Vec<String>,
 }
 
 /// Removes the selected entries, after waiting (at most `wait`) for every
 /// exchange in flight, and says what it removed.
-pub fn purge(store: &Store, args: &PurgeArgs, wait: Duration) -> Result<Purged> {
+pub(crate) fn purge(store: &Store, args: &PurgeArgs, wait: Duration) -> Result<Purged> {
     let until = Instant::now() + wait;
     let scan = store.scan().map_err(|e| scan_error(store, e))?;
     let mut out = String::new();

@@ -35,21 +35,21 @@ use crate::serve;
 use crate::token::ServiceAccountToken;
 
 #[derive(clap::Args, Clone, Debug)]
-pub struct Args {
+pub(crate) struct Args {
     /// The image as written in the pod spec (nginx:1.25,
     /// 123456789012.dkr.ecr.eu-west-1.amazonaws.com/app:v1); it is
     /// normalized as the kubelet does before matching.
     #[arg(long, value_name = "IMAGE")]
-    pub image: String,
+    pub(crate) image: String,
 
     /// The pod's ServiceAccount manifest, e.g. from
     /// `kubectl get serviceaccount NAME -o yaml`.
     #[arg(long = "service-account", value_name = "FILE")]
-    pub service_account: PathBuf,
+    pub(crate) service_account: PathBuf,
 
     /// The kubelet's CredentialProviderConfig (file or directory).
     #[arg(long, value_name = "FILE|DIR")]
-    pub config: PathBuf,
+    pub(crate) config: PathBuf,
 
     /// The issuer written into the synthetic token (the cluster's
     /// --service-account-issuer), for exchangers that look at it.
@@ -58,23 +58,23 @@ pub struct Args {
         value_name = "URL",
         default_value = "https://kubernetes.default.svc"
     )]
-    pub issuer: String,
+    pub(crate) issuer: String,
 }
 
 /// The service account, as the kubelet would read it from the API server.
 #[derive(Debug)]
-pub struct Account {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
-    pub annotations: BTreeMap<String, String>,
+pub(crate) struct Account {
+    pub(crate) namespace: String,
+    pub(crate) name: String,
+    pub(crate) uid: String,
+    pub(crate) annotations: BTreeMap<String, String>,
     /// What the manifest did not say and explain filled in.
-    pub assumed: Vec<String>,
+    pub(crate) assumed: Vec<String>,
 }
 
 /// Reads the one ServiceAccount in `path` (a manifest, a multi-document
 /// file or a `kind: List`), with k8s-openapi's type.
-pub fn read_service_account(path: &Path) -> Result<Account> {
+fn read_service_account(path: &Path) -> Result<Account> {
     let manifest = || "pass the manifest from `kubectl get serviceaccount NAME -o yaml`";
     let bytes = crate::yaml::read(path)
         .map_err(|why| Error::config(format!("{}: {why}", path.display())).fix(manifest()))?;
@@ -154,7 +154,7 @@ pub fn read_service_account(path: &Path) -> Result<Account> {
 /// The stand-in for the kubelet's token: an unsigned JWT with the claims a
 /// projected token for `account` and `audience` would have. Its signature
 /// segment says what it is; nothing ever sends it anywhere.
-pub fn synthetic_token(
+fn synthetic_token(
     account: &Account,
     audience: &str,
     issuer: &str,
@@ -182,7 +182,7 @@ pub fn synthetic_token(
     ServiceAccountToken::decode(Secret::new(jwt), now)
 }
 
-pub fn run(args: &Args) -> ExitCode {
+pub(crate) fn run(args: &Args) -> ExitCode {
     let mut out = String::new();
     let ok = match explain(args, &mut out) {
         Ok(ok) => ok,
@@ -208,7 +208,7 @@ pub fn run(args: &Args) -> ExitCode {
 
 /// Writes the explanation to `out`. `Ok(true)` when some provider entry of
 /// this plugin would produce a plan for the image.
-pub fn explain(args: &Args, out: &mut String) -> Result<bool> {
+pub(crate) fn explain(args: &Args, out: &mut String) -> Result<bool> {
     let image = ImageRef::parse(&args.image)?;
     let target = image.to_string();
     let account = read_service_account(&args.service_account)?;

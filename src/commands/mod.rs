@@ -1,10 +1,10 @@
 //! What an admin runs the binary for, beside serving the kubelet. Each
 //! command reuses the serving pipeline's parts rather than copying them.
 
-pub mod cache;
-pub mod check_config;
-pub mod explain;
-pub mod node;
+pub(crate) mod cache;
+pub(crate) mod check_config;
+pub(crate) mod explain;
+pub(crate) mod node;
 
 use std::process::ExitCode;
 
@@ -12,7 +12,7 @@ use crate::options::Options;
 
 /// Commands for an admin. The kubelet runs the binary without one.
 #[derive(clap::Subcommand, Debug, Clone)]
-pub enum Command {
+pub(crate) enum Command {
     /// Inspect or clear the on-disk credential cache (--cache-dir).
     #[command(subcommand)]
     Cache(cache::Command),
@@ -29,7 +29,7 @@ pub enum Command {
 
 /// The names of the commands, which a provider entry's `args` must not
 /// start with.
-pub fn names() -> Vec<String> {
+pub(crate) fn names() -> Vec<String> {
     use clap::Subcommand;
     Command::augment_subcommands(clap::Command::new("x"))
         .get_subcommands()
@@ -38,7 +38,7 @@ pub fn names() -> Vec<String> {
 }
 
 /// Runs an admin command.
-pub fn run(command: &Command, options: &Options) -> ExitCode {
+pub(crate) fn run(command: &Command, options: &Options) -> ExitCode {
     match command {
         Command::Cache(command) => cache::run(&options.cache, options.max_cache_duration, command),
         Command::CheckConfig(args) => check_config::check::run(args),

@@ -32,24 +32,24 @@ use crate::error::{Error, Result};
 use crate::observe::Endpoint;
 
 /// Longest an upstream may take to accept a connection.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Longest one attempt (connect, request, whole reply) may take, so that a
 /// server that stalls mid-answer leaves time for another attempt.
-pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(20);
+pub(crate) const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Token endpoints answer with a few kilobytes; more is not a token endpoint.
-pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+pub(crate) const MAX_BODY_BYTES: usize = 1024 * 1024;
 
 /// Attempts per call, the first included.
-pub const MAX_ATTEMPTS: u32 = 4;
+const MAX_ATTEMPTS: u32 = 4;
 
 const BACKOFF_BASE: Duration = Duration::from_millis(250);
 const BACKOFF_CAP: Duration = Duration::from_secs(8);
 
 /// Runs `future` to completion on a fresh single-threaded runtime, giving up
 /// at the deadline with an error naming `call`.
-pub fn block_on<T>(
+pub(crate) fn block_on<T>(
     deadline: &Deadline,
     call: &str,
     future: impl Future<Output = Result<T>>,
@@ -66,7 +66,7 @@ pub fn block_on<T>(
     })
 }
 
-pub fn deadline_exceeded(deadline: &Deadline, call: &str) -> Error {
+pub(crate) fn deadline_exceeded(deadline: &Deadline, call: &str) -> Error {
     Error::network(format!(
         "the deadline of {} ran out while waiting for {call}",
         crate::duration::format_go(deadline.budget())
@@ -76,7 +76,7 @@ pub fn deadline_exceeded(deadline: &Deadline, call: &str) -> Error {
 
 /// The policy every client shares; proxies and TLS are added by
 /// [`crate::net::Settings`].
-pub fn builder(deadline: &Deadline) -> reqwest::ClientBuilder {
+pub(crate) fn builder(deadline: &Deadline) -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         .connect_timeout(CONNECT_TIMEOUT.min(deadline.remaining()))
         .redirect(reqwest::redirect::Policy::none())
@@ -151,7 +151,7 @@ impl Reply {
 /// A reply with `status` and `body` and no `Retry-After`, as an upstream
 /// would send it, for the tests of the code that reads replies.
 #[cfg(test)]
-pub fn reply(status: u16, body: &str) -> Reply {
+pub(crate) fn reply(status: u16, body: &str) -> Reply {
     Reply {
         status,
         retry_after: None,
@@ -171,7 +171,7 @@ async fn send_once(
 /// Sends one request within `timeout` and reads at most `limit` bytes of
 /// its reply's body. Every attempt of every hand-written upstream call
 /// goes through here and is counted for the metrics as `endpoint`.
-pub async fn send_bounded(
+pub(crate) async fn send_bounded(
     endpoint: Endpoint,
     request: reqwest::RequestBuilder,
     timeout: Duration,
@@ -210,21 +210,21 @@ async fn read_bounded(
 }
 
 /// Whether a reply is worth another attempt.
-pub fn is_retryable_status(status: u16) -> bool {
+pub(crate) fn is_retryable_status(status: u16) -> bool {
     status == 429 || (500..600).contains(&status)
 }
 
 /// Whether a transport failure is worth another attempt: the connection
 /// failed, stalled or was cut, but not because the server's certificate is
 /// untrusted, which no retry changes.
-pub fn is_retryable_error(e: &reqwest::Error) -> bool {
+pub(crate) fn is_retryable_error(e: &reqwest::Error) -> bool {
     (e.is_connect() || e.is_timeout() || e.is_request() || e.is_body() || e.is_decode())
         && certificate_error(e).is_none()
 }
 
 /// What one attempt's outcome calls for.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Done, successful or not: no retry changes it.
     Final,
     /// Transient: another attempt may succeed.
@@ -244,7 +244,7 @@ pub enum Verdict {
 /// beyond the deadline failing at once. `attempt` makes one attempt (with
 /// its own per-attempt cap, [`attempt_timeout`]); `verdict` classifies its
 /// outcome. Returns the last outcome and the number of attempts made.
-pub async fn with_retries<T, F, Fut>(
+pub(crate) async fn with_retries<T, F, Fut>(
     call: &str,
     deadline: &Deadline,
     mut attempt: F,
@@ -288,7 +288,7 @@ where
 
 /// The cap on one attempt (connect, request, whole reply), so that a server
 /// that stalls mid-answer leaves time for another attempt.
-pub fn attempt_timeout(deadline: &Deadline) -> Duration {
+pub(crate) fn attempt_timeout(deadline: &Deadline) -> Duration {
     ATTEMPT_TIMEOUT.min(deadline.remaining())
 }
 
@@ -297,7 +297,7 @@ pub fn attempt_timeout(deadline: &Deadline) -> Duration {
 /// request to login.microsoftonline.com"); `endpoint` is what kind of
 /// call it is, for the metrics. Returns the last reply,
 /// successful or not: the exchanger interprets provider error bodies.
-pub async fn send(
+pub(crate) async fn send(
     client: &Client,
     endpoint: Endpoint,
     build: impl Fn() -> reqwest::RequestBuilder,
@@ -359,7 +359,7 @@ fn transport_error(
 }
 
 /// The error for a server whose certificate no trusted CA vouches for.
-pub fn untrusted_certificate(call: &str, detail: &str) -> Error {
+pub(crate) fn untrusted_certificate(call: &str, detail: &str) -> Error {
     Error::network(format!(
         "{call} failed: the server's TLS certificate is not trusted ({detail})"
     ))
@@ -393,7 +393,7 @@ fn retry_after_beyond_deadline(
 /// was (for reqwest's errors and the AWS SDK's alike). rustls reports it inside I/O errors (nested: hyper-rustls wraps
 /// tokio-rustls's), whose `source` skips the wrapped error, so those are
 /// unwrapped by hand.
-pub fn certificate_error(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+pub(crate) fn certificate_error(e: &(dyn std::error::Error + 'static)) -> Option<String> {
     let mut next = Some(e);
     while let Some(current) = next {
         let mut inner: Option<&(dyn std::error::Error + 'static)> = Some(current);
@@ -416,7 +416,7 @@ pub fn certificate_error(e: &(dyn std::error::Error + 'static)) -> Option<String
 }
 
 /// A transport error in one line, with its cause chain.
-pub fn describe(e: &reqwest::Error) -> String {
+pub(crate) fn describe(e: &reqwest::Error) -> String {
     let mut text = e.to_string();
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
@@ -442,7 +442,7 @@ fn backoff(attempt: u32, retry_after: Option<Duration>) -> Option<Duration> {
 /// The longest `Retry-After` we take literally: anything longer is only
 /// "longer than any deadline", and printing it as is would give
 /// `5124095576030431h0m15s`.
-pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
 
 /// A `Retry-After` value (RFC 9110 section 10.2.3): delay seconds or an
 /// HTTP date, seen at `now`, at most [`MAX_RETRY_AFTER`]. A date in the

@@ -29,49 +29,49 @@ use crate::error::{Error, Result};
 use crate::net::http::{self, Reply, Verdict};
 
 /// Link-local services accept a connection at once or not at all.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// One request and its whole reply.
-pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Every attempt of one call together.
-pub const BUDGET: Duration = Duration::from_secs(5);
+const BUDGET: Duration = Duration::from_secs(5);
 
 /// A token answer is a few KiB; anything this large is not a metadata service.
-pub const MAX_BODY_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_BODY_BYTES: usize = 64 * 1024;
 
 /// One metadata service, as messages name it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Service {
+pub(crate) struct Service {
     /// "the EC2 instance metadata service (IMDSv2)".
-    pub name: &'static str,
+    pub(crate) name: &'static str,
     /// Scheme, host and port, no trailing slash.
-    pub base: String,
+    pub(crate) base: String,
     /// Where `base` came from: "default" or the variable that set it.
-    pub source: &'static str,
+    pub(crate) source: &'static str,
     /// What to do when nothing listens at `base`.
-    pub absent_fix: &'static str,
+    pub(crate) absent_fix: &'static str,
     /// What to do when a connection opens but no answer comes.
-    pub silent_fix: &'static str,
+    pub(crate) silent_fix: &'static str,
 }
 
 impl Service {
     /// `base` and where it came from, for plans and `explain`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self.source {
             "default" => self.base.clone(),
             source => format!("{} (from {source})", self.base),
         }
     }
 
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 }
 
 /// A client for metadata services: direct, short connect timeout, no
 /// redirects. `net` provides the trust store for an `https://` base only.
-pub fn client(service: &Service, net: &crate::net::Settings) -> Result<http::Client> {
+pub(crate) fn client(service: &Service, net: &crate::net::Settings) -> Result<http::Client> {
     let builder = reqwest::Client::builder()
         .no_proxy()
         .connect_timeout(CONNECT_TIMEOUT)
@@ -105,7 +105,7 @@ fn no_roots() -> Result<Arc<rustls::ClientConfig>> {
 /// session token"). `retry` says which statuses are worth another attempt
 /// (each service documents its own). Returns the last reply, successful
 /// or not; a call that never got one is explained here.
-pub async fn send(
+pub(crate) async fn send(
     service: &Service,
     what: &str,
     build: impl Fn() -> reqwest::RequestBuilder,
@@ -153,7 +153,7 @@ pub async fn send(
 
 /// Statuses worth another attempt at any metadata service: it is updating
 /// or overloaded.
-pub fn transient(status: u16) -> bool {
+pub(crate) fn transient(status: u16) -> bool {
     http::is_retryable_status(status)
 }
 
@@ -191,7 +191,7 @@ fn silent(service: &Service, call: &str, waited: Duration) -> Error {
 
 /// The start of a metadata service's error body, for messages: at most a
 /// line, redacted.
-pub fn said(reply: &Reply) -> String {
+pub(crate) fn said(reply: &Reply) -> String {
     let text = String::from_utf8_lossy(&reply.body);
     let line = crate::redact::clean(text.lines().next().unwrap_or(""), 200);
     if line.is_empty() {

@@ -13,15 +13,15 @@ use std::sync::{Arc, OnceLock};
 use crate::deadline::Deadline;
 use crate::error::Result;
 
-pub mod http;
-pub mod metadata;
-pub mod proxy;
-pub mod sdk_connector;
-pub mod trust;
+pub(crate) mod http;
+pub(crate) mod metadata;
+pub(crate) mod proxy;
+pub(crate) mod sdk_connector;
+pub(crate) mod trust;
 
 /// How this process reaches upstreams.
 #[derive(Debug, Default)]
-pub struct Settings {
+pub(crate) struct Settings {
     proxies: proxy::Proxies,
     trust: trust::Sources,
     /// The TLS configuration (trust store and verifier), built at most once.
@@ -32,7 +32,10 @@ impl Settings {
     /// Reads the proxy and trust variables through `env` (the process's
     /// environment in production, anything in tests) and takes `--ca-file`.
     /// No file is read here.
-    pub fn from_lookup(env: impl Fn(&str) -> Option<String>, ca_file: Option<PathBuf>) -> Self {
+    pub(crate) fn from_lookup(
+        env: impl Fn(&str) -> Option<String>,
+        ca_file: Option<PathBuf>,
+    ) -> Self {
         Settings {
             proxies: proxy::Proxies::from_lookup(&env),
             trust: trust::Sources::from_lookup(&env, ca_file),
@@ -40,22 +43,23 @@ impl Settings {
         }
     }
 
-    pub fn proxies(&self) -> &proxy::Proxies {
+    pub(crate) fn proxies(&self) -> &proxy::Proxies {
         &self.proxies
     }
 
     /// The one TLS configuration of the process, loaded at the first call.
-    pub fn tls(&self) -> Result<Arc<rustls::ClientConfig>> {
+    pub(crate) fn tls(&self) -> Result<Arc<rustls::ClientConfig>> {
         self.tls.get_or_init(|| self.trust.client_config()).clone()
     }
 
     /// Whether the trust store has been loaded (for tests of laziness).
-    pub fn tls_loaded(&self) -> bool {
+    #[cfg(test)]
+    fn tls_loaded(&self) -> bool {
         self.tls.get().is_some()
     }
 
     /// A client for upstream calls: through the proxy settings.
-    pub fn client(&self, deadline: &Deadline) -> Result<http::Client> {
+    pub(crate) fn client(&self, deadline: &Deadline) -> Result<http::Client> {
         match self.proxies.describe() {
             Some(proxies) => crate::debug!("proxy settings: {proxies}"),
             None => crate::debug!("no proxy variables set: connecting directly"),
@@ -67,7 +71,7 @@ impl Settings {
     /// A client that ignores the proxy settings, for node-local endpoints
     /// (the EKS Pod Identity Agent on a link-local address): a proxy cannot
     /// reach them, and must not see the token sent to them.
-    pub fn direct_client(&self, deadline: &Deadline) -> Result<http::Client> {
+    pub(crate) fn direct_client(&self, deadline: &Deadline) -> Result<http::Client> {
         crate::debug!("node-local endpoint: connecting directly, whatever the proxy settings");
         http::Client::build(http::builder(deadline).no_proxy(), self.tls()?, None)
     }

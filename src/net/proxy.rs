@@ -139,7 +139,7 @@ impl Route {
 /// its proxy through loopback servers). List them in `NO_PROXY` to get
 /// Go's behaviour.
 #[derive(Debug, Default)]
-pub struct Bypass {
+struct Bypass {
     everything: bool,
     ips: Vec<(std::net::IpAddr, Option<u16>)>,
     networks: Vec<(std::net::IpAddr, u8)>,
@@ -156,7 +156,7 @@ struct Domain {
 }
 
 impl Bypass {
-    pub fn parse(list: &str) -> Self {
+    pub(crate) fn parse(list: &str) -> Self {
         let mut bypass = Bypass::default();
         for entry in list.split(',') {
             let entry = entry.trim().to_ascii_lowercase();
@@ -195,7 +195,7 @@ impl Bypass {
     }
 
     /// Whether a request to `host` on `port` goes around the proxy.
-    pub fn bypasses(&self, host: &url::Host<&str>, port: u16) -> bool {
+    fn bypasses(&self, host: &url::Host<&str>, port: u16) -> bool {
         let ip = match host {
             url::Host::Ipv4(ip) => Some(std::net::IpAddr::V4(*ip)),
             url::Host::Ipv6(ip) => Some(std::net::IpAddr::V6(*ip)),

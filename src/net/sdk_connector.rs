@@ -34,8 +34,8 @@ use crate::deadline::Deadline;
 
 /// A reply longer than the bound every upstream call has.
 #[derive(Debug)]
-pub struct BodyTooLarge {
-    pub limit: usize,
+pub(crate) struct BodyTooLarge {
+    pub(crate) limit: usize,
 }
 
 impl std::fmt::Display for BodyTooLarge {
@@ -51,7 +51,7 @@ impl std::fmt::Display for BodyTooLarge {
 impl std::error::Error for BodyTooLarge {}
 
 /// The SDK's HTTP client for one invocation, on `client`.
-pub fn http_client(
+pub(crate) fn http_client(
     client: http::Client,
     deadline: Deadline,
     endpoint: Endpoint,

@@ -29,10 +29,10 @@ use rustls::pki_types::pem::PemObject;
 use crate::error::{Error, Result, quote};
 
 /// The standard variable naming a CA bundle that replaces the system's.
-pub const SSL_CERT_FILE: &str = "SSL_CERT_FILE";
+pub(crate) const SSL_CERT_FILE: &str = "SSL_CERT_FILE";
 /// The standard variable naming directories of CA certificates (separated
 /// by `:`) that replace the system's.
-pub const SSL_CERT_DIR: &str = "SSL_CERT_DIR";
+const SSL_CERT_DIR: &str = "SSL_CERT_DIR";
 
 /// A system bundle is a few hundred kilobytes; more is not a CA bundle.
 const MAX_BUNDLE_BYTES: u64 = 4 * 1024 * 1024;
@@ -55,17 +55,20 @@ const SYSTEM_DIRS: [&str; 2] = ["/etc/ssl/certs", "/etc/pki/tls/certs"];
 /// Where the trust store comes from, read from the environment once at
 /// start; nothing is read from disk until [`Sources::client_config`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Sources {
+pub(crate) struct Sources {
     /// `SSL_CERT_FILE`, when set and not empty.
-    pub ssl_cert_file: Option<PathBuf>,
+    pub(crate) ssl_cert_file: Option<PathBuf>,
     /// `SSL_CERT_DIR`, when set and not empty.
-    pub ssl_cert_dir: Option<String>,
+    pub(crate) ssl_cert_dir: Option<String>,
     /// `--ca-file` (`WICP_CA_FILE`).
-    pub ca_file: Option<PathBuf>,
+    pub(crate) ca_file: Option<PathBuf>,
 }
 
 impl Sources {
-    pub fn from_lookup(env: impl Fn(&str) -> Option<String>, ca_file: Option<PathBuf>) -> Self {
+    pub(crate) fn from_lookup(
+        env: impl Fn(&str) -> Option<String>,
+        ca_file: Option<PathBuf>,
+    ) -> Self {
         let set = |name: &str| env(name).filter(|v| !v.is_empty());
         Sources {
             ssl_cert_file: set(SSL_CERT_FILE).map(PathBuf::from),
@@ -76,7 +79,7 @@ impl Sources {
 
     /// Loads the roots (see the module's documentation) and builds the one
     /// TLS configuration every client of the process uses.
-    pub fn client_config(&self) -> Result<Arc<rustls::ClientConfig>> {
+    pub(crate) fn client_config(&self) -> Result<Arc<rustls::ClientConfig>> {
         let roots = self.roots_from(&SYSTEM_BUNDLES, &SYSTEM_DIRS)?;
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let config = rustls::ClientConfig::builder_with_provider(provider)
@@ -146,7 +149,7 @@ impl Sources {
 /// Trust anchors being collected, each certificate parsed once however
 /// many files hold it (a bundle, the directory it sits in, and that
 /// directory's hash links all hold the same certificates).
-pub struct Roots {
+struct Roots {
     store: RootCertStore,
     seen: HashSet<Vec<u8>>,
     /// The files read, by device and inode: a hash link, or the bundle
@@ -190,7 +193,7 @@ impl Roots {
 
 /// Adds the `--ca-file` bundle: at least one certificate, each usable as a
 /// trust anchor. Returns how many.
-pub fn add_ca_file(path: &Path, store: &mut Roots) -> Result<usize> {
+fn add_ca_file(path: &Path, store: &mut Roots) -> Result<usize> {
     let shown = quote(&path.display().to_string());
     let fix = "pass a PEM file of CA certificates (-----BEGIN CERTIFICATE-----) readable by the kubelet's user, \
                or unset --ca-file (WICP_CA_FILE)";

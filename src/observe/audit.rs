@@ -21,10 +21,10 @@ use serde_json::{Map, Value, json};
 use super::{Record, files};
 
 /// The largest tail `node doctor` reads back.
-pub const MAX_READ_BYTES: u64 = 1024 * 1024;
+pub(crate) const MAX_READ_BYTES: u64 = 1024 * 1024;
 
 /// The record of one invocation, as one JSON object.
-pub fn line(record: &Record, now: i64) -> Value {
+pub(crate) fn line(record: &Record, now: i64) -> Value {
     let mut fields = Map::new();
     fields.insert("time".into(), json!(crate::duration::format_unix(now)));
     fields.insert("provider".into(), json!(record.provider_label()));
@@ -77,7 +77,7 @@ pub fn line(record: &Record, now: i64) -> Value {
 
 /// Appends the record of `record` to `path`, rotating at `max_bytes`. The
 /// error is a clause for one warning.
-pub fn append(path: &Path, max_bytes: u64, record: &Record, now: i64) -> Result<(), String> {
+pub(crate) fn append(path: &Path, max_bytes: u64, record: &Record, now: i64) -> Result<(), String> {
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
@@ -110,7 +110,7 @@ pub fn append(path: &Path, max_bytes: u64, record: &Record, now: i64) -> Result<
 }
 
 /// `path` with `suffix` added to its file name.
-pub fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.as_os_str().to_os_string();
     name.push(suffix);
     PathBuf::from(name)
@@ -118,7 +118,7 @@ pub fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
 
 /// The records in the text of an audit log (a tail of it: a first line
 /// cut in the middle is skipped with every other line that is not one).
-pub fn parse(text: &str) -> Vec<Value> {
+pub(crate) fn parse(text: &str) -> Vec<Value> {
     text.lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(Value::is_object)

@@ -17,7 +17,7 @@ use crate::lock::{self, Acquired, KeyLock};
 /// Checks that `dir` may hold our files: it exists, is a directory and not
 /// a symbolic link to one, and is not writable by everyone (anyone could
 /// then plant the files we read back).
-pub fn check_dir(dir: &Path) -> Result<(), String> {
+pub(super) fn check_dir(dir: &Path) -> Result<(), String> {
     let meta = std::fs::symlink_metadata(dir).map_err(|e| match e.kind() {
         io::ErrorKind::NotFound => "the directory does not exist".to_string(),
         _ => format!("cannot inspect the directory: {e}"),
@@ -39,7 +39,7 @@ pub fn check_dir(dir: &Path) -> Result<(), String> {
 
 /// Takes the lock file `path` (created 0600, ours, never through a link),
 /// waiting at most [`super::LOCK_WAIT`].
-pub fn lock(path: &Path, uid: u32) -> Result<KeyLock, String> {
+pub(super) fn lock(path: &Path, uid: u32) -> Result<KeyLock, String> {
     match lock::acquire(path, uid, Instant::now() + super::LOCK_WAIT) {
         Ok(Acquired::Held(held)) => Ok(held),
         Ok(Acquired::Busy) => Err(format!(
@@ -54,7 +54,11 @@ pub fn lock(path: &Path, uid: u32) -> Result<KeyLock, String> {
 /// Opens our own file at `path` with `options` plus `O_NOFOLLOW` and
 /// `O_NONBLOCK`; refuses anything but a regular file owned by `uid` with
 /// no group or other write bit. `Ok(None)`: there is no such file.
-pub fn open_own(path: &Path, options: &mut OpenOptions, uid: u32) -> io::Result<Option<File>> {
+pub(super) fn open_own(
+    path: &Path,
+    options: &mut OpenOptions,
+    uid: u32,
+) -> io::Result<Option<File>> {
     let file = match options
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(path)
@@ -81,7 +85,7 @@ pub fn open_own(path: &Path, options: &mut OpenOptions, uid: u32) -> io::Result<
 
 /// Opens (creating it 0600) our state file at `path` for reading and
 /// rewriting in place.
-pub fn open_state(path: &Path, uid: u32) -> io::Result<File> {
+pub(super) fn open_state(path: &Path, uid: u32) -> io::Result<File> {
     open_own(
         path,
         OpenOptions::new()
@@ -96,7 +100,7 @@ pub fn open_state(path: &Path, uid: u32) -> io::Result<File> {
 }
 
 /// Reads `file` from its start, at most `max` bytes.
-pub fn read_to_end(file: &mut File, max: u64) -> io::Result<Vec<u8>> {
+pub(super) fn read_to_end(file: &mut File, max: u64) -> io::Result<Vec<u8>> {
     crate::file::read_at_most(file, max)?.ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::FileTooLarge,
@@ -106,7 +110,7 @@ pub fn read_to_end(file: &mut File, max: u64) -> io::Result<Vec<u8>> {
 }
 
 /// Writes `bytes` over `file` from its start and cuts it to their length.
-pub fn overwrite(file: &mut File, bytes: &[u8]) -> io::Result<()> {
+pub(super) fn overwrite(file: &mut File, bytes: &[u8]) -> io::Result<()> {
     use std::os::unix::fs::FileExt;
     file.write_all_at(bytes, 0)?;
     file.set_len(u64::try_from(bytes.len()).unwrap_or(u64::MAX))
@@ -123,7 +127,7 @@ pub fn overwrite(file: &mut File, bytes: &[u8]) -> io::Result<()> {
 /// file; a sync only orders the data against a power loss, after which the
 /// worst is an empty `.prom` (read as no metrics) until the next pull. It
 /// cost each pull 0.25 ms of wall time on ext4 (docs/observability.md).
-pub fn replace(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+pub(super) fn replace(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     let temp = temp_name(path);
     match std::fs::remove_file(&temp) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),

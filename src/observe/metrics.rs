@@ -26,23 +26,23 @@ use serde::{Deserialize, Serialize};
 use super::{Call, Record, files};
 
 /// The file node-exporter reads.
-pub const PROM_FILE: &str = "wi_credential_provider.prom";
+const PROM_FILE: &str = "wi_credential_provider.prom";
 /// Our counters.
-pub const STATE_FILE: &str = ".wi_credential_provider.state";
+pub(crate) const STATE_FILE: &str = ".wi_credential_provider.state";
 const LOCK_FILE: &str = ".wi_credential_provider.lock";
 
 /// Distinct registry hosts kept as label values; the rest are `other`.
-pub const MAX_REGISTRIES: usize = 64;
+const MAX_REGISTRIES: usize = 64;
 /// The registry label of hosts beyond [`MAX_REGISTRIES`].
-pub const OTHER_REGISTRY: &str = "other";
+const OTHER_REGISTRY: &str = "other";
 /// A state file larger than this is not ours (a full one is a few KiB).
-pub const MAX_STATE_BYTES: u64 = 1024 * 1024;
+pub(crate) const MAX_STATE_BYTES: u64 = 1024 * 1024;
 /// The state's format; another is reset.
 const FORMAT: u32 = 1;
 
 /// Upper bounds of the exchange duration histogram, in seconds: from a
 /// fast token endpoint to the 45 s default deadline.
-pub const BUCKETS: [f64; 11] = [0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 45.0];
+const BUCKETS: [f64; 11] = [0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 45.0];
 
 /// Label values are joined with this in the state's map keys; no label
 /// value can hold it ([`label_value`]).
@@ -51,36 +51,36 @@ const SEP: char = '\t';
 /// The counters, as kept between invocations.
 #[derive(Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct State {
-    pub format: u32,
+pub(crate) struct State {
+    pub(crate) format: u32,
     /// provider, registry, outcome, kind, identity.
-    pub invocations: BTreeMap<String, u64>,
+    pub(crate) invocations: BTreeMap<String, u64>,
     /// provider.
-    pub exchange: BTreeMap<String, Histogram>,
+    pub(crate) exchange: BTreeMap<String, Histogram>,
     /// provider, endpoint, status class.
-    pub upstream: BTreeMap<String, u64>,
+    pub(crate) upstream: BTreeMap<String, u64>,
     /// provider: Unix seconds.
-    pub last_success: BTreeMap<String, f64>,
-    pub last_failure: BTreeMap<String, f64>,
+    pub(crate) last_success: BTreeMap<String, f64>,
+    pub(crate) last_failure: BTreeMap<String, f64>,
     /// After the last miss that could look at the cache.
-    pub cache: Option<CacheGauges>,
+    pub(crate) cache: Option<CacheGauges>,
 }
 
 #[derive(Debug, Default, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct Histogram {
+pub(crate) struct Histogram {
     /// Cumulative counts per [`BUCKETS`] bound.
-    pub buckets: Vec<u64>,
-    pub count: u64,
-    pub sum: f64,
+    pub(crate) buckets: Vec<u64>,
+    pub(crate) count: u64,
+    pub(crate) sum: f64,
 }
 
 #[derive(Debug, Default, Clone, Copy, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct CacheGauges {
-    pub entries: u64,
-    pub bytes: u64,
-    pub earliest_expiry: Option<i64>,
+pub(crate) struct CacheGauges {
+    pub(crate) entries: u64,
+    pub(crate) bytes: u64,
+    pub(crate) earliest_expiry: Option<i64>,
 }
 
 /// A label value as the state and the exposition keep it: printable ASCII
@@ -101,7 +101,7 @@ fn label_value(value: &str) -> String {
 
 impl State {
     /// Adds `record` (and this process's upstream `calls`) at `now`.
-    pub fn add(&mut self, record: &Record, calls: &[Call], now: i64) {
+    pub(crate) fn add(&mut self, record: &Record, calls: &[Call], now: i64) {
         self.format = FORMAT;
         let provider = record.provider_label();
         let registry = self.registry_label(record.registry.as_deref().unwrap_or(""));
@@ -186,7 +186,7 @@ impl State {
     /// The state in the Prometheus text exposition format (0.0.4), one
     /// family after another, each with its HELP and TYPE, no timestamps
     /// (node-exporter refuses files with them).
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut out = String::with_capacity(4096);
         family(
             &mut out,
@@ -332,7 +332,7 @@ fn float(value: f64) -> String {
 /// Parses a state file: `None` when it is not one of ours (corrupt, another
 /// format), for a reset. `node doctor` reads it too, without the lock: a
 /// state caught mid-write does not parse, and doctor says so.
-pub fn parse_state(bytes: &[u8]) -> Option<State> {
+pub(crate) fn parse_state(bytes: &[u8]) -> Option<State> {
     let state: State = serde_json::from_slice(bytes).ok()?;
     let buckets_ok = state
         .exchange
@@ -343,7 +343,7 @@ pub fn parse_state(bytes: &[u8]) -> Option<State> {
 
 /// Adds `record` to the counters in `dir` and rewrites the `.prom` file.
 /// The error is a clause for one warning.
-pub fn update(dir: &Path, record: &Record, calls: &[Call], now: i64) -> Result<(), String> {
+pub(crate) fn update(dir: &Path, record: &Record, calls: &[Call], now: i64) -> Result<(), String> {
     files::check_dir(dir)?;
     let uid = crate::file::running_uid()
         .map_err(|e| format!("cannot tell which user runs the plugin: {e}"))?;

@@ -14,9 +14,9 @@
 //! missing, full, read-only, a symbolic link or writable by everyone costs
 //! one warning, and the kubelet gets its credential.
 
-pub mod audit;
+pub(crate) mod audit;
 mod files;
-pub mod metrics;
+pub(crate) mod metrics;
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -27,12 +27,12 @@ use crate::token::ServiceAccount;
 
 /// Longest the metrics or audit lock is waited for: far longer than any
 /// holder keeps it (a few hundred microseconds), far shorter than a pull.
-pub const LOCK_WAIT: Duration = Duration::from_secs(1);
+pub(crate) const LOCK_WAIT: Duration = Duration::from_secs(1);
 
 #[derive(clap::Args, Clone, Debug, Default)]
 #[command(next_help_heading = "Observability")]
 #[group(id = "observe_options")]
-pub struct Options {
+pub(crate) struct Options {
     /// Keep Prometheus metrics in DIR/wi_credential_provider.prom for
     /// node-exporter's textfile collector (--collector.textfile.directory).
     /// Off when unset.
@@ -43,7 +43,7 @@ pub struct Options {
     /// service account, image or token. A missing, read-only, full,
     /// symlinked or world-writable DIR costs a warning, never a pull.
     #[arg(long, value_name = "DIR", env = "WICP_METRICS_DIR")]
-    pub metrics_dir: Option<PathBuf>,
+    pub(crate) metrics_dir: Option<PathBuf>,
 
     /// Append one JSON line per invocation to FILE: which service account
     /// pulled from which registry with which identity, and the outcome.
@@ -54,7 +54,7 @@ pub struct Options {
     /// renamed to FILE.1 (replacing the previous one) and a new FILE is
     /// started. A file that cannot be written costs a warning, never a pull.
     #[arg(long, value_name = "FILE", env = "WICP_AUDIT_LOG")]
-    pub audit_log: Option<PathBuf>,
+    pub(crate) audit_log: Option<PathBuf>,
 
     /// Size at which --audit-log is rotated to FILE.1, in bytes; at most
     /// twice this is kept.
@@ -65,13 +65,13 @@ pub struct Options {
         default_value_t = 10 * 1024 * 1024,
         value_parser = clap::value_parser!(u64).range(4096..)
     )]
-    pub audit_log_max_bytes: u64,
+    pub(crate) audit_log_max_bytes: u64,
 }
 
 impl Options {
     /// Whether anything is recorded at all: when not, serving does none
     /// of the work below.
-    pub fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         self.metrics_dir.is_some() || self.audit_log.is_some()
     }
 }
@@ -79,7 +79,7 @@ impl Options {
 /// The kinds of upstream endpoint, for the `endpoint` label: a small fixed
 /// set, whatever hosts an admin points the providers at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Endpoint {
+pub(crate) enum Endpoint {
     /// An identity exchange: AWS STS, Entra ID, Google STS, JFrog, Quay,
     /// Cloudsmith, Chainguard, an RFC 8693 server, a Vault login.
     TokenExchange,
@@ -99,8 +99,9 @@ pub enum Endpoint {
 }
 
 impl Endpoint {
-    /// Every endpoint kind, for documentation and tests.
-    pub const ALL: [Endpoint; 7] = [
+    /// Every endpoint kind, for the tests that check their names.
+    #[cfg(test)]
+    pub(crate) const ALL: [Endpoint; 7] = [
         Endpoint::TokenExchange,
         Endpoint::Impersonation,
         Endpoint::RegistryToken,
@@ -111,7 +112,7 @@ impl Endpoint {
     ];
 
     /// The label value.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Endpoint::TokenExchange => "token_exchange",
             Endpoint::Impersonation => "impersonation",
@@ -127,14 +128,14 @@ impl Endpoint {
 /// One upstream attempt: where, and the HTTP status (`None`: no reply, the
 /// connection failed or timed out).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Call {
-    pub endpoint: Endpoint,
-    pub status: Option<u16>,
+pub(crate) struct Call {
+    pub(crate) endpoint: Endpoint,
+    pub(crate) status: Option<u16>,
 }
 
 impl Call {
     /// The `status` label: the status class, or `error` without a reply.
-    pub fn status_class(&self) -> &'static str {
+    pub(crate) fn status_class(&self) -> &'static str {
         match self.status {
             Some(100..=199) => "1xx",
             Some(200..=299) => "2xx",
@@ -155,7 +156,7 @@ const MAX_CALLS: usize = 256;
 
 /// Counts one upstream attempt; every HTTP client of the plugin calls it
 /// once per attempt, successful or not.
-pub fn upstream(endpoint: Endpoint, status: Option<u16>) {
+pub(crate) fn upstream(endpoint: Endpoint, status: Option<u16>) {
     let mut calls = CALLS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -165,7 +166,7 @@ pub fn upstream(endpoint: Endpoint, status: Option<u16>) {
 }
 
 /// The upstream attempts this process made so far.
-pub fn calls() -> Vec<Call> {
+pub(crate) fn calls() -> Vec<Call> {
     CALLS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -173,13 +174,13 @@ pub fn calls() -> Vec<Call> {
 }
 
 /// The status of the last upstream reply, for the log line.
-pub fn last_status() -> Option<u16> {
+pub(crate) fn last_status() -> Option<u16> {
     calls().iter().rev().find_map(|c| c.status)
 }
 
 /// How an invocation ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Served from the on-disk cache.
     Hit,
     /// Exchanged upstream (with or without a cache).
@@ -189,7 +190,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Outcome::Hit => "hit",
             Outcome::Miss => "miss",
@@ -200,7 +201,7 @@ impl Outcome {
 
 /// Whose identity a credential carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Identity {
+pub(crate) enum Identity {
     /// The pod's service account's own.
     ServiceAccount,
     /// The node's (`--fallback node`).
@@ -208,7 +209,7 @@ pub enum Identity {
 }
 
 impl Identity {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Identity::ServiceAccount => "service_account",
             Identity::Node => "node",
@@ -218,46 +219,46 @@ impl Identity {
 
 /// What the on-disk cache held after a miss, for the cache gauges.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CacheStats {
-    pub entries: u64,
-    pub bytes: u64,
+pub(crate) struct CacheStats {
+    pub(crate) entries: u64,
+    pub(crate) bytes: u64,
     /// Unix seconds; `None` without a readable entry.
-    pub earliest_expiry: Option<i64>,
+    pub(crate) earliest_expiry: Option<i64>,
 }
 
 /// Everything one invocation learned, filled in by [`crate::serve`] as it
 /// goes; what is unknown when it fails stays `None`.
 #[derive(Debug)]
-pub struct Record {
-    pub started: Instant,
+pub(crate) struct Record {
+    pub(crate) started: Instant,
     /// The provider the command line chose (`--provider` or the binary's
     /// name), or `auto`: the label until a provider is routed to.
-    pub chosen: &'static str,
+    pub(crate) chosen: &'static str,
     /// The provider the request was routed to.
-    pub provider: Option<&'static str>,
+    pub(crate) provider: Option<&'static str>,
     /// The image's registry host.
-    pub registry: Option<String>,
-    pub image: Option<String>,
-    pub service_account: Option<ServiceAccount>,
+    pub(crate) registry: Option<String>,
+    pub(crate) image: Option<String>,
+    pub(crate) service_account: Option<ServiceAccount>,
     /// The pod the token is bound to.
-    pub pod: Option<String>,
-    pub identity: Option<Identity>,
+    pub(crate) pod: Option<String>,
+    pub(crate) identity: Option<Identity>,
     /// The plan's inputs that name the identity used (a role ARN, a client
     /// ID, a robot, a Vault path), as the provider declares them.
-    pub principal: Vec<(&'static str, String)>,
+    pub(crate) principal: Vec<(&'static str, String)>,
     /// What the cache did, in words ("from the on-disk cache").
-    pub cache: Option<&'static str>,
+    pub(crate) cache: Option<&'static str>,
     /// How long the upstream exchange took, when one ran.
-    pub exchange: Option<Duration>,
-    pub cache_stats: Option<CacheStats>,
+    pub(crate) exchange: Option<Duration>,
+    pub(crate) cache_stats: Option<CacheStats>,
     /// `None` until the invocation ends.
-    pub outcome: Option<Outcome>,
+    pub(crate) outcome: Option<Outcome>,
     /// What failed and the fix, already redacted.
-    pub error: Option<(String, Option<String>)>,
+    pub(crate) error: Option<(String, Option<String>)>,
 }
 
 impl Record {
-    pub fn new(started: Instant) -> Self {
+    pub(crate) fn new(started: Instant) -> Self {
         Record {
             started,
             chosen: "",
@@ -278,7 +279,7 @@ impl Record {
 
     /// Notes how the invocation failed: the kind, and the message and fix
     /// masked as a log line would be.
-    pub fn failed(&mut self, error: &crate::error::Error) {
+    pub(crate) fn failed(&mut self, error: &crate::error::Error) {
         self.outcome = Some(Outcome::Error(error.kind()));
         self.error = Some((
             crate::redact::redact(error.what()),
@@ -288,14 +289,14 @@ impl Record {
 
     /// The `provider` label: the provider routed to, else the one chosen
     /// (`auto` when `auto` failed before picking one).
-    pub fn provider_label(&self) -> &'static str {
+    pub(crate) fn provider_label(&self) -> &'static str {
         self.provider.unwrap_or(self.chosen)
     }
 }
 
 /// Records the finished invocation in the metrics and the audit log that
 /// `options` turn on. Never fails: each problem is one warning.
-pub fn finish(options: &Options, record: &Record, now: i64) {
+pub(crate) fn finish(options: &Options, record: &Record, now: i64) {
     if let Some(dir) = &options.metrics_dir
         && let Err(why) = metrics::update(dir, record, &calls(), now)
     {

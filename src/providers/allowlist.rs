@@ -22,7 +22,7 @@ pub struct Options {
         env = "WICP_REGISTRY",
         value_delimiter = ','
     )]
-    pub registries: Vec<String>,
+    pub(crate) registries: Vec<String>,
 }
 
 /// The checked `--registry` patterns.

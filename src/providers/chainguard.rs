@@ -47,17 +47,17 @@ use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
 use crate::secret::Secret;
 
 /// Our annotation: the assumable identity's ID.
-pub const IDENTITY_ANNOTATION: &str = "wi-credential-provider.io/chainguard-identity";
+const IDENTITY_ANNOTATION: &str = "wi-credential-provider.io/chainguard-identity";
 /// The same, as the Chainguard cookbook's kubelet plugin names it.
-pub const COOKBOOK_IDENTITY_ANNOTATION: &str = "credentials.chainguard.dev/identity";
+const COOKBOOK_IDENTITY_ANNOTATION: &str = "credentials.chainguard.dev/identity";
 
-pub const DEFAULT_ISSUER: &str = "https://issuer.enforce.dev";
-pub const REGISTRY: &str = "cgr.dev";
+const DEFAULT_ISSUER: &str = "https://issuer.enforce.dev";
+pub(crate) const REGISTRY: &str = "cgr.dev";
 /// The username cgr.dev expects with a token as the password.
-pub const USERNAME: &str = "_token";
+pub(crate) const USERNAME: &str = "_token";
 /// The service account token audiences Chainguard's guides use for the
 /// exchange (with and without the scheme).
-pub const TOKEN_AUDIENCES: [&str; 2] = ["issuer.enforce.dev", "https://issuer.enforce.dev"];
+const TOKEN_AUDIENCES: [&str; 2] = ["issuer.enforce.dev", "https://issuer.enforce.dev"];
 
 /// An identity is at most a few groups deep; this bounds the pattern.
 const MAX_IDENTITY_LEVELS: usize = 16;
@@ -65,22 +65,22 @@ const MAX_IDENTITY_LEVELS: usize = 16;
 #[derive(clap::Args, Clone, Debug, Default)]
 #[command(next_help_heading = "Chainguard")]
 #[group(id = "chainguard_options")]
-pub struct Options {
+pub(crate) struct Options {
     /// Chainguard's STS; /sts/exchange is appended.
     #[arg(long, value_name = "URL", env = "WICP_CHAINGUARD_ISSUER_URL", default_value = DEFAULT_ISSUER)]
-    pub chainguard_issuer_url: String,
+    pub(crate) chainguard_issuer_url: String,
 
     /// The `aud` asked of the STS: the registry the token is for.
     #[arg(long, value_name = "AUDIENCE", env = "WICP_CHAINGUARD_REGISTRY_AUDIENCE", default_value = REGISTRY)]
-    pub chainguard_registry_audience: String,
+    pub(crate) chainguard_registry_audience: String,
 
     /// The assumable identity used when the service account names none
     /// (an identity ID such as 0123...cdef/0123456789abcdef).
     #[arg(long, value_name = "ID", env = "WICP_CHAINGUARD_IDENTITY")]
-    pub chainguard_identity: Option<String>,
+    pub(crate) chainguard_identity: Option<String>,
 }
 
-pub static PROVIDER: Provider = Provider {
+pub(crate) static PROVIDER: Provider = Provider {
     name: "chainguard",
     summary: "Chainguard STS (issuer.enforce.dev): an assumable identity's cgr.dev token",
     audience: "issuer.enforce.dev or https://issuer.enforce.dev (--audience to change)",
@@ -96,7 +96,7 @@ fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchange
     providers::build_allowlisted(matches, inputs, Chainguard::new)
 }
 
-pub struct Chainguard {
+pub(crate) struct Chainguard {
     /// Proxy and trust settings, for the client built on a cache miss.
     net: Arc<net::Settings>,
     allowlist: Allowlist,
@@ -120,7 +120,7 @@ pub fn is_identity_id(id: &str) -> bool {
 }
 
 impl Chainguard {
-    pub fn new(
+    pub(crate) fn new(
         registries: &allowlist::Options,
         options: &Options,
         net: Arc<net::Settings>,

@@ -40,21 +40,21 @@ use crate::providers::allowlist::{self, Allowlist};
 use crate::providers::token_service::{self, Pattern, Service};
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
 
-pub const DEFAULT_URL: &str = "https://api.cloudsmith.io";
+pub(crate) const DEFAULT_URL: &str = "https://api.cloudsmith.io";
 
 /// The username Cloudsmith expects with an API token as the password.
-pub const USERNAME: &str = "token";
+pub(crate) const USERNAME: &str = "token";
 
 /// The annotations naming the Cloudsmith service account, in order: ours,
 /// then cloudsmith-kubernetes-credential-provider's.
-pub const SERVICE_ANNOTATIONS: [&str; 2] = [
+const SERVICE_ANNOTATIONS: [&str; 2] = [
     "wi-credential-provider.io/cloudsmith-service",
     "cloudsmith.io/service-slug",
 ];
 
 /// Assumed when the returned token carries no readable `exp`: below both
 /// lifetimes Cloudsmith documents.
-pub const DEFAULT_LIFETIME_SECS: i64 = 3600;
+pub(crate) const DEFAULT_LIFETIME_SECS: i64 = 3600;
 
 /// A Cloudsmith slug (organisation or service account): letters, digits,
 /// `-` and `_`, starting with a letter or digit. It becomes a URL path
@@ -68,19 +68,19 @@ static SLUG: Pattern = Pattern::new(
 #[derive(clap::Args, Clone, Debug)]
 #[command(next_help_heading = "Cloudsmith")]
 #[group(id = "cloudsmith_options")]
-pub struct Options {
+pub(crate) struct Options {
     /// The Cloudsmith API base URL; the exchange goes to its
     /// /openid/ORG/, and nowhere else.
     #[arg(long, value_name = "URL", env = "WICP_CLOUDSMITH_URL", default_value = DEFAULT_URL)]
-    pub cloudsmith_url: String,
+    pub(crate) cloudsmith_url: String,
 
     /// The Cloudsmith organisation (its slug) whose OpenID Connect provider
     /// trusts the cluster's service account issuer.
     #[arg(long, value_name = "SLUG", env = "WICP_CLOUDSMITH_ORG")]
-    pub cloudsmith_org: Option<String>,
+    pub(crate) cloudsmith_org: Option<String>,
 }
 
-pub static PROVIDER: Provider = Provider {
+pub(crate) static PROVIDER: Provider = Provider {
     name: "cloudsmith",
     summary: "Cloudsmith OpenID Connect: a service account's API token for the --registry hosts",
     audience: "the audience the Cloudsmith OIDC provider's claims require (--audience; Cloudsmith suggests https://api.cloudsmith.io)",
@@ -96,14 +96,14 @@ fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchange
     providers::build_allowlisted(matches, inputs, Cloudsmith::new)
 }
 
-pub struct Cloudsmith {
+pub(crate) struct Cloudsmith {
     allowlist: Allowlist,
     service: Service,
     org: String,
 }
 
 impl Cloudsmith {
-    pub fn new(
+    pub(crate) fn new(
         registries: &allowlist::Options,
         options: &Options,
         net: Arc<net::Settings>,
@@ -155,7 +155,7 @@ impl Cloudsmith {
     }
 
     /// Reads Cloudsmith's answer, seen at `now`.
-    pub fn interpret(
+    pub(crate) fn interpret(
         &self,
         reply: &crate::net::http::Reply,
         now: i64,

@@ -26,7 +26,7 @@ use crate::token::ServiceAccountToken;
 
 /// `--fallback`: what a pod without an identity of its own gets.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum Fallback {
+pub(crate) enum Fallback {
     /// Refuse it, naming the annotation to add (the default).
     #[default]
     None,
@@ -36,7 +36,7 @@ pub enum Fallback {
 }
 
 impl Fallback {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Fallback::None => "none",
             Fallback::Node => "node",
@@ -46,7 +46,7 @@ impl Fallback {
 
 #[derive(clap::Args, Clone, Debug, Default)]
 #[group(id = "fallback_options")]
-pub struct Options {
+pub(crate) struct Options {
     /// What a pod whose service account did not opt in (or a static pod,
     /// with no token) gets from aws, azure or gcp: `none` refuses it;
     /// `node` pulls with the node's identity (instance profile, kubelet
@@ -59,12 +59,12 @@ pub struct Options {
         env = "WICP_FALLBACK",
         default_value = "none"
     )]
-    pub fallback: Fallback,
+    pub(crate) fallback: Fallback,
 }
 
 /// Whose identity a plan pulls with.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Whose {
+pub(crate) enum Whose {
     /// The service account's own (the default, and always for one that
     /// opted in).
     ServiceAccount,
@@ -73,7 +73,7 @@ pub enum Whose {
 }
 
 impl Whose {
-    pub fn is_node(&self) -> bool {
+    pub(crate) fn is_node(&self) -> bool {
         matches!(self, Whose::Node { .. })
     }
 }
@@ -81,7 +81,7 @@ impl Whose {
 /// The one rule. `opted_in` is the exchanger's reading of the request's
 /// annotations (and token), `opt_in` says in words what would count, for
 /// the reason.
-pub fn whose(
+pub(crate) fn whose(
     fallback: Fallback,
     token: Option<&ServiceAccountToken>,
     opted_in: bool,

@@ -44,20 +44,20 @@ use crate::providers::token_service::{self, Pattern, Service};
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
 use crate::secret::Secret;
 
-pub const TOKEN_PATH: &str = "/access/api/v1/oidc/token";
-pub const GRANT_TYPE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
+pub(crate) const TOKEN_PATH: &str = "/access/api/v1/oidc/token";
+pub(crate) const GRANT_TYPE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
 /// What JFrog documents for `subject_token_type`; a Kubernetes service
 /// account token is an OIDC ID token in all but name.
-pub const SUBJECT_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:id_token";
+pub(crate) const SUBJECT_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:id_token";
 
 /// Our annotation naming a JFrog identity mapping. No established plugin
 /// has one (jfrog-credentials-provider's `JFrogExchange` is a switch, not
 /// an identity).
-pub const IDENTITY_MAPPING_ANNOTATION: &str = "wi-credential-provider.io/jfrog-identity-mapping";
+const IDENTITY_MAPPING_ANNOTATION: &str = "wi-credential-provider.io/jfrog-identity-mapping";
 
 /// The identity mapping's default token lifetime per JFrog's docs: the
 /// assumed lifetime when JFrog gives none.
-pub const DEFAULT_LIFETIME_SECS: i64 = 60;
+pub(crate) const DEFAULT_LIFETIME_SECS: i64 = 60;
 
 /// Below this the kubelet asks again for nearly every pull.
 const SHORT_LIFETIME_SECS: i64 = 300;
@@ -75,24 +75,24 @@ static MAPPING: Pattern = Pattern::new(
 #[derive(clap::Args, Clone, Debug, Default)]
 #[command(next_help_heading = "JFrog")]
 #[group(id = "jfrog_options")]
-pub struct Options {
+pub(crate) struct Options {
     /// The JFrog Platform base URL (https://example.jfrog.io); the token
     /// exchange is sent to its /access/api/v1/oidc/token, and nowhere else.
     #[arg(long, value_name = "URL", env = "WICP_JFROG_URL")]
-    pub jfrog_url: Option<String>,
+    pub(crate) jfrog_url: Option<String>,
 
     /// The name of the OIDC integration configured in JFrog for the
     /// cluster's service account issuer (`provider_name` in the exchange).
     #[arg(long, value_name = "NAME", env = "WICP_JFROG_PROVIDER_NAME")]
-    pub jfrog_provider_name: Option<String>,
+    pub(crate) jfrog_provider_name: Option<String>,
 
     /// A JFrog project key, when the integration and its identity mappings
     /// belong to a project (`project_key` in the exchange).
     #[arg(long, value_name = "KEY", env = "WICP_JFROG_PROJECT_KEY")]
-    pub jfrog_project_key: Option<String>,
+    pub(crate) jfrog_project_key: Option<String>,
 }
 
-pub static PROVIDER: Provider = Provider {
+pub(crate) static PROVIDER: Provider = Provider {
     name: "jfrog",
     summary: "JFrog Platform OIDC token exchange: a JFrog access token for the --registry hosts",
     audience: "the audience you pin in the JFrog OIDC integration (--audience; JFrog itself treats it as informational)",
@@ -108,7 +108,7 @@ fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchange
     providers::build_allowlisted(matches, inputs, Jfrog::new)
 }
 
-pub struct Jfrog {
+struct Jfrog {
     allowlist: Allowlist,
     service: Service,
     provider_name: String,
@@ -116,7 +116,7 @@ pub struct Jfrog {
 }
 
 impl Jfrog {
-    pub fn new(
+    pub(crate) fn new(
         registries: &allowlist::Options,
         options: &Options,
         net: Arc<net::Settings>,
@@ -258,7 +258,7 @@ impl Exchanger for Jfrog {
 
 impl Jfrog {
     /// Reads JFrog's answer, seen at `now`.
-    pub fn interpret(
+    pub(crate) fn interpret(
         &self,
         reply: &crate::net::http::Reply,
         now: i64,

@@ -11,11 +11,11 @@
 //! the cache keys on those inputs, `explain` prints them, and only a miss
 //! runs [`Plan::exchange`], which does the network calls.
 
-pub mod allowlist;
-pub mod fallback;
-pub mod oauth;
-pub mod route;
-pub mod token_service;
+pub(crate) mod allowlist;
+pub(crate) mod fallback;
+pub(crate) mod oauth;
+pub(crate) mod route;
+pub(crate) mod token_service;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -38,13 +38,13 @@ use crate::token::ServiceAccountToken;
 pub struct Provider {
     /// `--provider` value, binary-name suffix (`wi-credential-provider-aws`),
     /// log and cache-key name.
-    pub name: &'static str,
+    pub(crate) name: &'static str,
     /// One line for `--help` and the docs.
-    pub summary: &'static str,
+    pub(crate) summary: &'static str,
     /// The audience the service account token needs when `--audience` is
     /// not given, in words (the built exchanger's [`Exchanger::audiences`]
     /// is authoritative: some depend on flags).
-    pub audience: &'static str,
+    pub(crate) audience: &'static str,
     /// The registry test `auto` uses, for providers whose registries are
     /// recognisable by host alone (the clouds). `None`: `auto` never picks
     /// this provider, so sending a token to it is always an explicit choice.
@@ -52,18 +52,18 @@ pub struct Provider {
     /// The registry password is the service account token itself: the
     /// kubelet's `cacheType` must be `Token`, and the credential lives no
     /// longer than the token.
-    pub password_is_token: bool,
+    pub(crate) password_is_token: bool,
     /// The node identity `--fallback node` pulls with, in words; `None`:
     /// the provider has none, and refuses `--fallback node`.
-    pub node_identity: Option<&'static str>,
+    pub(crate) node_identity: Option<&'static str>,
     /// The names of the plan inputs ([`Plan::inputs`]) that say which
     /// identity pulled (a role ARN, a client ID, a robot, a Vault path, the
     /// node's metadata service): the audit log records those. A test plans
     /// with every provider and checks each name is one its plans use.
-    pub identity_inputs: &'static [&'static str],
+    pub(crate) identity_inputs: &'static [&'static str],
     /// Adds the provider's flags to the command line (a `clap::Args`
     /// struct's `augment_args`).
-    pub flags: fn(clap::Command) -> clap::Command,
+    pub(crate) flags: fn(clap::Command) -> clap::Command,
     /// Builds the exchanger from the parsed command line and the process
     /// inputs. Only the provider a request is routed to is built, so a
     /// provider's configuration errors surface on its own requests only.
@@ -86,7 +86,7 @@ impl Provider {
 /// listed (or listed without being carried).
 macro_rules! providers {
     ($($module:ident),+ $(,)?) => {
-        $(pub mod $module;)+
+        $(pub(crate) mod $module;)+
 
         /// Every provider this binary carries, in `auto`'s order of preference.
         pub static ALL: &[&Provider] = &[$(&$module::PROVIDER),+];
@@ -130,7 +130,7 @@ impl fmt::Display for Provider {
 }
 
 /// Parses a provider's flags out of the command line, for its `build`.
-pub fn flags<T: clap::FromArgMatches>(matches: &clap::ArgMatches) -> Result<T> {
+pub(crate) fn flags<T: clap::FromArgMatches>(matches: &clap::ArgMatches) -> Result<T> {
     T::from_arg_matches(matches).map_err(|e| {
         Error::config(format!("cannot read the provider's flags: {e}"))
             .fix("run `wi-credential-provider --help` for the flags")
@@ -140,7 +140,7 @@ pub fn flags<T: clap::FromArgMatches>(matches: &clap::ArgMatches) -> Result<T> {
 /// The `build` of a provider whose registries are the admin's choice:
 /// its constructor takes the `--registry` allowlist, its own flags and the
 /// process's network settings (proxies, `--ca-file`).
-pub fn build_allowlisted<O, E>(
+pub(crate) fn build_allowlisted<O, E>(
     matches: &clap::ArgMatches,
     inputs: &Inputs,
     new: fn(&allowlist::Options, &O, std::sync::Arc<crate::net::Settings>) -> Result<E>,
@@ -158,13 +158,13 @@ where
 
 /// Owned copies of a provider's fixed names (annotation keys, audiences),
 /// as [`Exchanger`] returns them.
-pub fn names(list: &[&str]) -> Vec<String> {
+pub(crate) fn names(list: &[&str]) -> Vec<String> {
     list.iter().map(|name| name.to_string()).collect()
 }
 
 /// Annotations as the kubelet passes them, for the tests of exchangers.
 #[cfg(test)]
-pub fn annotations(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+pub(crate) fn annotations(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -191,12 +191,12 @@ impl fmt::Debug for Credential {
 
 /// What an exchanger is asked to serve.
 pub struct Context<'a> {
-    pub image: &'a ImageRef,
+    pub(crate) image: &'a ImageRef,
     /// The annotations the kubelet passed (only those the provider entry
     /// lists in `tokenAttributes`).
-    pub annotations: &'a BTreeMap<String, String>,
+    pub(crate) annotations: &'a BTreeMap<String, String>,
     /// Present whenever the exchanger requires a token: the caller checks.
-    pub token: Option<&'a ServiceAccountToken>,
+    pub(crate) token: Option<&'a ServiceAccountToken>,
 }
 
 impl<'a> Context<'a> {
@@ -222,19 +222,19 @@ impl<'a> Context<'a> {
 }
 
 /// The network step of a plan.
-pub type Exchange<'a> = Box<dyn FnOnce(&Deadline) -> Result<Credential> + 'a>;
+pub(crate) type Exchange<'a> = Box<dyn FnOnce(&Deadline) -> Result<Credential> + 'a>;
 
 /// Everything decided before the network: where the credential goes, how
 /// widely it may be cached, and the inputs that shape it.
 pub struct Plan<'a> {
-    pub provider: &'static Provider,
+    pub(crate) provider: &'static Provider,
     /// The key of the response's `auth` map: the registry host, which the
     /// kubelet matches against the image with its own rules.
     pub auth_key: String,
     pub cache_key_type: CacheKeyType,
     /// Whether the on-disk cache may keep the credential. Never for the
     /// passthrough token.
-    pub cacheable: bool,
+    pub(crate) cacheable: bool,
     /// Every input besides the service account that changes the credential
     /// (identity, registry scope, endpoints, lifetimes), as ordered name and
     /// value pairs. None of them is secret.
@@ -242,8 +242,8 @@ pub struct Plan<'a> {
     /// Whose identity the credential is: the service account's, or the
     /// node's under `--fallback node`. A node credential is cached once for
     /// every pod ([`crate::cache::key`]).
-    pub identity: fallback::Whose,
-    pub exchange: Exchange<'a>,
+    pub(crate) identity: fallback::Whose,
+    pub(crate) exchange: Exchange<'a>,
 }
 
 impl<'a> Plan<'a> {

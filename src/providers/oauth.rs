@@ -16,22 +16,22 @@ use serde::Deserialize;
 
 /// Upstream messages longer than this are cut; Google's and Entra's run to
 /// about 200 characters.
-pub const MAX_MESSAGE_CHARS: usize = 300;
+pub(crate) const MAX_MESSAGE_CHARS: usize = 300;
 
 /// The raw fields of an RFC 6749 §5.2 error response, for services whose
 /// own error body extends it (ACR, Entra ID: `#[serde(flatten)]`).
 #[derive(Deserialize, Default)]
-pub struct ErrorResponse {
-    pub error: Option<String>,
-    pub error_description: Option<String>,
+pub(crate) struct ErrorResponse {
+    pub(crate) error: Option<String>,
+    pub(crate) error_description: Option<String>,
 }
 
 /// The parts of an upstream error body we repeat: an error code and its
 /// description, never the rest of the body.
 #[derive(Debug, PartialEq, Eq)]
 pub struct ErrorBody {
-    pub code: String,
-    pub description: Option<String>,
+    pub(crate) code: String,
+    pub(crate) description: Option<String>,
 }
 
 impl ErrorBody {
@@ -67,7 +67,7 @@ pub fn error_body(body: &[u8]) -> Option<ErrorBody> {
 
 /// Whether `text` is an identifier-like error code (`invalid_grant`,
 /// `PERMISSION_DENIED`, `403`): anything else is not one we repeat.
-pub fn is_code(text: &str) -> bool {
+pub(crate) fn is_code(text: &str) -> bool {
     !text.is_empty()
         && text.len() <= 64
         && text
@@ -78,7 +78,7 @@ pub fn is_code(text: &str) -> bool {
 /// The one form in which an upstream's error code and message are
 /// repeated: `HTTP 401`, then the code, then the message cleaned by
 /// [`crate::redact::clean`] and quoted (`HTTP 401 UNAUTHORIZED: "..."`).
-pub fn summary(status: u16, code: Option<&str>, message: Option<&str>) -> String {
+pub(crate) fn summary(status: u16, code: Option<&str>, message: Option<&str>) -> String {
     let mut text = format!("HTTP {status}");
     if let Some(code) = code {
         text.push(' ');
@@ -94,7 +94,7 @@ pub fn summary(status: u16, code: Option<&str>, message: Option<&str>) -> String
 /// The `expires_in` field (§5.1) as a number or, from services that bend
 /// RFC 6749, a string of digits (Google's libraries accept both); `None`
 /// when absent or neither. Zero and negative are the caller's to judge.
-pub fn expires_in(field: Option<&serde_json::Value>) -> Option<i64> {
+pub(crate) fn expires_in(field: Option<&serde_json::Value>) -> Option<i64> {
     match field? {
         serde_json::Value::Number(n) => n.as_i64(),
         serde_json::Value::String(s) => s.trim().parse::<i64>().ok(),
@@ -105,7 +105,7 @@ pub fn expires_in(field: Option<&serde_json::Value>) -> Option<i64> {
 /// RFC 6749 Appendix B: client ID and secret are form-urlencoded before
 /// they go into HTTP Basic (§2.3.1); query parameters are written the same
 /// way.
-pub fn form_urlencode(text: &str) -> String {
+pub(crate) fn form_urlencode(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for b in text.bytes() {
         match b {

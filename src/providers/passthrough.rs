@@ -26,18 +26,18 @@ use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
 
 /// The username sent with the token when none is configured. Harbor and Zot
 /// ignore it on their OIDC token path; it shows up in registry audit logs.
-pub const DEFAULT_USERNAME: &str = "serviceaccount";
+const DEFAULT_USERNAME: &str = "serviceaccount";
 
 #[derive(clap::Args, Clone, Debug)]
 #[command(next_help_heading = "Passthrough")]
 #[group(id = "passthrough_options")]
-pub struct Options {
+pub(crate) struct Options {
     /// Username sent with the token (passthrough only).
     #[arg(long, value_name = "NAME", env = "WICP_PASSTHROUGH_USERNAME", default_value = DEFAULT_USERNAME)]
-    pub passthrough_username: String,
+    pub(crate) passthrough_username: String,
 }
 
-pub static PROVIDER: Provider = Provider {
+pub(crate) static PROVIDER: Provider = Provider {
     name: "passthrough",
     summary: "the service account token itself, for registries that verify it (--registry only)",
     audience: "whatever the registry trusts (--audience)",
@@ -56,13 +56,13 @@ fn build(matches: &clap::ArgMatches, _inputs: &Inputs) -> Result<Box<dyn Exchang
     )?))
 }
 
-pub struct Passthrough {
+pub(crate) struct Passthrough {
     allowlist: Allowlist,
     username: String,
 }
 
 impl Passthrough {
-    pub fn new(registries: &allowlist::Options, options: &Options) -> Result<Self> {
+    pub(crate) fn new(registries: &allowlist::Options, options: &Options) -> Result<Self> {
         let allowlist = Allowlist::new(registries)?;
         if options.passthrough_username.is_empty() {
             return Err(Error::config("--passthrough-username is empty")

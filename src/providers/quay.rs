@@ -41,21 +41,21 @@ use crate::providers::allowlist::{self, Allowlist};
 use crate::providers::token_service::{self, Pattern, Service};
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
 
-pub const TOKEN_PATH: &str = "/oauth2/federation/robot/token";
-pub const DEFAULT_URL: &str = "https://quay.io";
+pub(crate) const TOKEN_PATH: &str = "/oauth2/federation/robot/token";
+pub(crate) const DEFAULT_URL: &str = "https://quay.io";
 
 /// The annotations naming the robot, in order: ours, then
 /// sabre1041/quay-credential-provider's. That plugin's other keys
 /// (`quay.io/host-override`, `quay.io/plain-http`, ...) move the token to
 /// another host or scheme and are never read.
-pub const ROBOT_ANNOTATIONS: [&str; 2] = [
+const ROBOT_ANNOTATIONS: [&str; 2] = [
     "wi-credential-provider.io/quay-robot",
     "quay.io/federated-robot-account",
 ];
 
 /// Quay's temporary robot token lifetime, assumed when the token carries no
 /// readable `exp`.
-pub const DEFAULT_LIFETIME_SECS: i64 = 3600;
+pub(crate) const DEFAULT_LIFETIME_SECS: i64 = 3600;
 
 /// `<org>+<robot>`: an organisation and a robot short name, each as
 /// Quay's `validate_username` checks names (`util/validation.py`,
@@ -84,11 +84,11 @@ static ORGANISATION: Pattern = Pattern::new(
 #[derive(clap::Args, Clone, Debug)]
 #[command(next_help_heading = "Quay")]
 #[group(id = "quay_options")]
-pub struct Options {
+pub(crate) struct Options {
     /// The Quay server's base URL; the federation call goes to its
     /// /oauth2/federation/robot/token, and nowhere else.
     #[arg(long, value_name = "URL", env = "WICP_QUAY_URL", default_value = DEFAULT_URL)]
-    pub quay_url: String,
+    pub(crate) quay_url: String,
 
     /// An organisation whose robots service accounts may name (repeatable,
     /// or comma-separated). A robot of any other organisation is refused
@@ -99,10 +99,10 @@ pub struct Options {
         env = "WICP_QUAY_ORGANIZATION",
         value_delimiter = ','
     )]
-    pub quay_organization: Vec<String>,
+    pub(crate) quay_organization: Vec<String>,
 }
 
-pub static PROVIDER: Provider = Provider {
+pub(crate) static PROVIDER: Provider = Provider {
     name: "quay",
     summary: "Quay robot account federation: a robot's token for the --registry hosts",
     audience: "the audience the robot's federation trusts (--audience)",
@@ -118,14 +118,14 @@ fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchange
     providers::build_allowlisted(matches, inputs, Quay::new)
 }
 
-pub struct Quay {
+pub(crate) struct Quay {
     allowlist: Allowlist,
     service: Service,
     organisations: BTreeSet<String>,
 }
 
 impl Quay {
-    pub fn new(
+    pub(crate) fn new(
         registries: &allowlist::Options,
         options: &Options,
         net: Arc<net::Settings>,
@@ -194,7 +194,7 @@ impl Quay {
     }
 
     /// Reads Quay's answer, seen at `now`.
-    pub fn interpret(
+    pub(crate) fn interpret(
         &self,
         reply: &crate::net::http::Reply,
         now: i64,

@@ -38,7 +38,7 @@ pub fn choose(choice: Option<&'static Provider>, image: &ImageRef) -> Result<&'s
 
 /// Refuses `--fallback node` for a provider without a node identity, so
 /// the flag never silently means nothing.
-pub fn require_node_identity(provider: &Provider, fallback: Fallback) -> Result<()> {
+pub(crate) fn require_node_identity(provider: &Provider, fallback: Fallback) -> Result<()> {
     if fallback == Fallback::None || provider.node_identity.is_some() {
         return Ok(());
     }
@@ -69,7 +69,7 @@ pub fn require_served(exchanger: &dyn Exchanger, image: &ImageRef) -> Result<()>
 
 /// The audiences a token must carry one of for `exchanger`: `--audience`
 /// (`audience_override`) when given, else the exchanger's own; empty: any.
-pub fn expected_audiences(
+pub(crate) fn expected_audiences(
     exchanger: &dyn Exchanger,
     audience_override: Option<&str>,
 ) -> Vec<String> {
@@ -83,7 +83,7 @@ pub fn expected_audiences(
 /// anything is planned: present when it is required, and minted for one of
 /// the audiences it will be presented to (`audience_override` is
 /// `--audience`). Returns those audiences, which also key the cache.
-pub fn admit_token(
+pub(crate) fn admit_token(
     exchanger: &dyn Exchanger,
     audience_override: Option<&str>,
     token: Option<&ServiceAccountToken>,
@@ -108,7 +108,7 @@ pub fn admit_token(
 /// longest identity any provider takes, is under 700 characters (a 64-
 /// character name under a 512-character path); anything longer is not a
 /// name.
-pub const MAX_ANNOTATION_VALUE: usize = 1024;
+pub(crate) const MAX_ANNOTATION_VALUE: usize = 1024;
 
 /// Checks every annotation `exchanger` reads, before any plan or network
 /// call, with one rule for every provider: a tenant writes these values,
@@ -119,7 +119,7 @@ pub const MAX_ANNOTATION_VALUE: usize = 1024;
 /// [`MAX_ANNOTATION_VALUE`] is refused, naming the annotation. Leading and
 /// trailing spaces stay the providers' to trim. Each provider then checks
 /// the form of its own identity (an anchored pattern).
-pub fn check_annotations(
+pub(crate) fn check_annotations(
     exchanger: &dyn Exchanger,
     annotations: &std::collections::BTreeMap<String, String>,
 ) -> Result<()> {

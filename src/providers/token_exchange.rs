@@ -50,8 +50,8 @@ use crate::providers::oauth::{self, form_urlencode};
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
 use crate::secret::Secret;
 
-pub const GRANT_TYPE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
-pub const JWT_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:jwt";
+pub(crate) const GRANT_TYPE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
+const JWT_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:jwt";
 
 /// A username is a registry account name: short, printable, no `:`.
 const MAX_USERNAME_CHARS: usize = 256;
@@ -62,16 +62,16 @@ const MAX_USERNAME_CHARS: usize = 256;
 #[derive(clap::Args, Clone, Debug, Default)]
 #[command(next_help_heading = "Token exchange (RFC 8693)")]
 #[group(id = "token_exchange_options")]
-pub struct Options {
+pub(crate) struct Options {
     /// The token server's token endpoint, as a full URL
     /// (https://sts.example.com/oauth2/token). Only this flag says where
     /// the service account token is sent.
     #[arg(long, value_name = "URL", env = "WICP_TOKEN_EXCHANGE_URL")]
-    pub token_exchange_url: Option<String>,
+    pub(crate) token_exchange_url: Option<String>,
 
     /// `subject_token_type` sent with the service account token.
     #[arg(long, value_name = "URI", env = "WICP_TOKEN_EXCHANGE_SUBJECT_TOKEN_TYPE", default_value = JWT_TOKEN_TYPE)]
-    pub token_exchange_subject_token_type: String,
+    pub(crate) token_exchange_subject_token_type: String,
 
     /// `audience` parameter: the logical name of the service the issued
     /// token is for. Repeatable (or comma-separated in the variable).
@@ -81,7 +81,7 @@ pub struct Options {
         env = "WICP_TOKEN_EXCHANGE_AUDIENCE",
         value_delimiter = ','
     )]
-    pub token_exchange_audience: Vec<String>,
+    pub(crate) token_exchange_audience: Vec<String>,
 
     /// `resource` parameter: the absolute URI of the service the issued
     /// token is for. Repeatable (or comma-separated in the variable).
@@ -91,11 +91,11 @@ pub struct Options {
         env = "WICP_TOKEN_EXCHANGE_RESOURCE",
         value_delimiter = ','
     )]
-    pub token_exchange_resource: Vec<String>,
+    pub(crate) token_exchange_resource: Vec<String>,
 
     /// `scope` parameter (space-separated scopes, as RFC 6749 writes them).
     #[arg(long, value_name = "SCOPE", env = "WICP_TOKEN_EXCHANGE_SCOPE")]
-    pub token_exchange_scope: Option<String>,
+    pub(crate) token_exchange_scope: Option<String>,
 
     /// `requested_token_type` parameter; the answer's `issued_token_type`
     /// must then match it.
@@ -104,24 +104,24 @@ pub struct Options {
         value_name = "URI",
         env = "WICP_TOKEN_EXCHANGE_REQUESTED_TOKEN_TYPE"
     )]
-    pub token_exchange_requested_token_type: Option<String>,
+    pub(crate) token_exchange_requested_token_type: Option<String>,
 
     /// The registry username returned with the issued token (one of this
     /// and --token-exchange-username-field is required).
     #[arg(long, value_name = "NAME", env = "WICP_TOKEN_EXCHANGE_USERNAME")]
-    pub token_exchange_username: Option<String>,
+    pub(crate) token_exchange_username: Option<String>,
 
     /// A top-level string field of the token server's answer that holds
     /// the registry username (instead of a fixed --token-exchange-username).
     #[arg(long, value_name = "FIELD", env = "WICP_TOKEN_EXCHANGE_USERNAME_FIELD")]
-    pub token_exchange_username_field: Option<String>,
+    pub(crate) token_exchange_username_field: Option<String>,
 
     /// OAuth client ID, for token servers that want a registered client:
     /// sent as HTTP Basic with the secret from
     /// --token-exchange-client-secret-file, or alone as the `client_id`
     /// form field (a public client).
     #[arg(long, value_name = "ID", env = "WICP_TOKEN_EXCHANGE_CLIENT_ID")]
-    pub token_exchange_client_id: Option<String>,
+    pub(crate) token_exchange_client_id: Option<String>,
 
     /// File holding the OAuth client secret (one line; read at start, never
     /// logged).
@@ -130,13 +130,13 @@ pub struct Options {
         value_name = "PATH",
         env = "WICP_TOKEN_EXCHANGE_CLIENT_SECRET_FILE"
     )]
-    pub token_exchange_client_secret_file: Option<PathBuf>,
+    pub(crate) token_exchange_client_secret_file: Option<PathBuf>,
 }
 
 /// A client secret file is one line; anything this large is not one.
 const MAX_CLIENT_SECRET_FILE_BYTES: u64 = 4096;
 
-pub static PROVIDER: Provider = Provider {
+pub(crate) static PROVIDER: Provider = Provider {
     name: "token-exchange",
     summary: "OAuth 2.0 Token Exchange (RFC 8693) at the admin's token server (--registry only)",
     audience: "whatever the token server trusts (--audience)",
@@ -166,7 +166,7 @@ enum Client {
     Basic { id: String, secret: Secret },
 }
 
-pub struct TokenExchange {
+pub(crate) struct TokenExchange {
     /// Proxy and trust settings, for the client built on a cache miss.
     net: Arc<net::Settings>,
     allowlist: Allowlist,
@@ -181,7 +181,7 @@ pub struct TokenExchange {
 }
 
 impl TokenExchange {
-    pub fn new(
+    pub(crate) fn new(
         registries: &allowlist::Options,
         options: &Options,
         net: Arc<net::Settings>,

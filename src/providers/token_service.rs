@@ -31,28 +31,28 @@ use crate::secret::Secret;
 
 /// One vendor token service as configured by the admin, for messages.
 #[derive(Clone, Debug)]
-pub struct Service {
+pub(crate) struct Service {
     /// The vendor, as admins know it ("JFrog").
-    pub vendor: &'static str,
+    pub(crate) vendor: &'static str,
     /// The flag that sets the endpoint, for fixes.
-    pub endpoint_flag: &'static str,
+    pub(crate) endpoint_flag: &'static str,
     /// The full URL the token is sent to.
-    pub url: String,
+    pub(crate) url: String,
     /// How the process reaches upstreams (proxies, trust store).
-    pub net: Arc<net::Settings>,
+    pub(crate) net: Arc<net::Settings>,
 }
 
 impl Service {
     /// `the JFrog token exchange at https://...`, naming the call in
     /// transport and deadline errors.
-    pub fn call(&self) -> String {
+    pub(crate) fn call(&self) -> String {
         format!("the {} token exchange at {}", self.vendor, self.url)
     }
 }
 
 /// Sends `body` as JSON with `POST`, with no `Authorization` header: the
 /// service account token in the body is the only credential.
-pub async fn post_json(
+pub(crate) async fn post_json(
     client: &http::Client,
     service: &Service,
     body: &serde_json::Value,
@@ -79,9 +79,9 @@ pub async fn post_json(
 /// The parts of a vendor error body we repeat: an identifier-like code and
 /// a message, never the rest of the body.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct VendorError {
-    pub code: Option<String>,
-    pub message: Option<String>,
+struct VendorError {
+    pub(crate) code: Option<String>,
+    pub(crate) message: Option<String>,
 }
 
 /// Reads the error shapes these services use:
@@ -89,7 +89,7 @@ pub struct VendorError {
 /// - OAuth (RFC 6749 §5.2): `{"error":"invalid_grant","error_description":"..."}`;
 /// - Quay: `{"error":"<reason in words>"}`;
 /// - Cloudsmith (Django REST framework): `{"detail":"...","code":"..."}`.
-pub fn vendor_error(body: &[u8]) -> Option<VendorError> {
+fn vendor_error(body: &[u8]) -> Option<VendorError> {
     let value: serde_json::Value = serde_json::from_slice(body).ok()?;
     let text = |v: Option<&serde_json::Value>| {
         v.and_then(serde_json::Value::as_str)
@@ -141,7 +141,7 @@ pub fn vendor_error(body: &[u8]) -> Option<VendorError> {
 
 /// `HTTP 401 UNAUTHORIZED: "message"`, or the body's shape when it is not a
 /// vendor error.
-pub fn describe(reply: &Reply) -> String {
+pub(crate) fn describe(reply: &Reply) -> String {
     match vendor_error(&reply.body) {
         Some(VendorError { code, message }) => {
             oauth::summary(reply.status, code.as_deref(), message.as_deref())
@@ -157,7 +157,7 @@ pub fn describe(reply: &Reply) -> String {
 /// The error for a reply that is not a success. `fix` is the vendor's
 /// advice for a refusal of this request (401, 403, 404, 400); throttling
 /// and outages get the same advice everywhere.
-pub fn refused(service: &Service, reply: &Reply, fix: impl FnOnce(u16) -> String) -> Error {
+pub(crate) fn refused(service: &Service, reply: &Reply, fix: impl FnOnce(u16) -> String) -> Error {
     let fix = if http::is_retryable_status(reply.status) {
         format!(
             "{} was throttling or unavailable through every retry; the kubelet retries the pull, check the service's status if it persists",
@@ -177,7 +177,7 @@ pub fn refused(service: &Service, reply: &Reply, fix: impl FnOnce(u16) -> String
 }
 
 /// The error for a success whose body is not what the service documents.
-pub fn malformed(service: &Service, reply: &Reply, why: &str) -> Error {
+pub(crate) fn malformed(service: &Service, reply: &Reply, why: &str) -> Error {
     Error::upstream(format!(
         "{} answered HTTP {} with {why} ({})",
         service.call(),
@@ -192,7 +192,7 @@ pub fn malformed(service: &Service, reply: &Reply, why: &str) -> Error {
 
 /// Runs one exchange on the shared HTTP client within the deadline:
 /// `send` gets the client and returns the reply.
-pub fn call<F>(
+pub(crate) fn call<F>(
     service: &Service,
     deadline: &Deadline,
     send: impl FnOnce(http::Client) -> F,
@@ -210,7 +210,7 @@ where
 /// `name`: a refusal (with `fix` for the vendor's 4xx), a body that is not
 /// JSON, or one without the field is an error. Returns the body, for the
 /// other fields, and the credential.
-pub fn read_token(
+pub(crate) fn read_token(
     service: &Service,
     reply: &Reply,
     name: &str,
@@ -229,7 +229,7 @@ pub fn read_token(
 }
 
 /// A non-empty string field of a success body.
-pub fn field(value: &serde_json::Value, name: &str) -> Option<String> {
+pub(crate) fn field(value: &serde_json::Value, name: &str) -> Option<String> {
     value
         .get(name)
         .and_then(serde_json::Value::as_str)
@@ -239,7 +239,7 @@ pub fn field(value: &serde_json::Value, name: &str) -> Option<String> {
 
 /// The registry credential a service returned: `username` with the
 /// `password` it issued, until [`expiry`] says.
-pub fn credential(
+pub(crate) fn credential(
     service: &Service,
     now: i64,
     username: String,
@@ -261,7 +261,7 @@ pub fn credential(
 /// it). With neither, `fallback_secs`, the service's documented lifetime.
 /// A credential already expired is an error: the clocks disagree, or the
 /// service is misconfigured, and a pull with it would fail anyway.
-pub fn expiry(
+pub(crate) fn expiry(
     service: &Service,
     now: i64,
     expires_in: Option<i64>,
@@ -296,14 +296,14 @@ pub fn expiry(
 }
 
 /// An anchored pattern for one kind of identity.
-pub struct Pattern {
+pub(crate) struct Pattern {
     regex: LazyLock<Option<Regex>>,
     /// The form in words, for messages.
-    pub form: &'static str,
+    pub(crate) form: &'static str,
 }
 
 impl Pattern {
-    pub const fn new(form: &'static str, build: fn() -> Option<Regex>) -> Self {
+    pub(crate) const fn new(form: &'static str, build: fn() -> Option<Regex>) -> Self {
         Pattern {
             regex: LazyLock::new(build),
             form,
@@ -312,7 +312,7 @@ impl Pattern {
 
     /// Whether the whole of `value` has the form (the regexes are written
     /// with `^...$`).
-    pub fn matches(&self, value: &str) -> bool {
+    pub(crate) fn matches(&self, value: &str) -> bool {
         self.regex.as_ref().is_some_and(|re| re.is_match(value))
     }
 }
@@ -321,7 +321,7 @@ impl Pattern {
 /// then an established plugin's) with a non-empty value, which must have
 /// the pattern's form. A malformed value is an error naming its key, never
 /// a reason to try the next key. `None` when no key is set.
-pub fn identity(
+pub(crate) fn identity(
     cx: &Context<'_>,
     keys: &[&'static str],
     pattern: &Pattern,

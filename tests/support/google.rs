@@ -232,7 +232,7 @@ fn iam(state: &Mutex<IamState>, sts: &Mutex<StsState>, req: &Request) -> Respons
         state.issued.len()
     );
     state.issued.push(access_token.clone());
-    let expire = wi_credential_provider::duration::format_unix(token::now() + 3600);
+    let expire = wi_credential_provider::internal::duration::format_unix(token::now() + 3600);
     Response::json(
         200,
         json!({"accessToken": access_token, "expireTime": expire}),

@@ -18,68 +18,64 @@ fn parse_version(text: &str) -> Result<Version, String> {
 }
 
 #[derive(clap::Args, Clone, Debug)]
-pub struct Args {
+pub(crate) struct Args {
     /// The kubelet's --image-credential-provider-config: a file, or a
     /// directory whose *.json, *.yaml and *.yml files are merged in
     /// lexicographic order.
     #[arg(value_name = "FILE|DIR")]
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
 
     /// The kubelet's --image-credential-provider-bin-dir: check that every
     /// provider name has an executable (or a symlink to one) there.
     #[arg(long, value_name = "DIR")]
-    pub bin_dir: Option<PathBuf>,
+    pub(crate) bin_dir: Option<PathBuf>,
 
     /// The kubelet's KubeletConfiguration (its --config): checks whether
     /// another service account could start an image pulled with a pod's
     /// identity (KEP-2535 verification).
     #[arg(long, value_name = "PATH")]
-    pub kubelet_config: Option<PathBuf>,
+    pub(crate) kubelet_config: Option<PathBuf>,
 
     /// The kubelet's --config-dir, laid over --kubelet-config.
     #[arg(long, value_name = "DIR", requires = "kubelet_config")]
-    pub kubelet_config_dir: Option<PathBuf>,
+    pub(crate) kubelet_config_dir: Option<PathBuf>,
 
     /// The kubelet's version (`kubelet --version`, e.g. v1.34.2): directory
     /// configs need 1.34, present-image verification is on from 1.35.
     #[arg(long, value_name = "VERSION", value_parser = parse_version)]
-    pub kubelet_version: Option<Version>,
+    pub(crate) kubelet_version: Option<Version>,
 
     /// Report format.
     #[arg(long, value_enum, value_name = "FORMAT", default_value = "text")]
-    pub output: Output,
+    pub(crate) output: Output,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Output {
+pub(crate) enum Output {
     Text,
     Json,
 }
 
 /// The whole result, as `--output json` prints it.
 #[derive(Debug, Serialize)]
-pub struct Report {
-    pub path: String,
-    pub files: Vec<String>,
-    pub providers: Vec<String>,
-    pub errors: usize,
-    pub warnings: usize,
-    pub findings: Vec<Finding>,
+pub(crate) struct Report {
+    pub(crate) path: String,
+    pub(crate) files: Vec<String>,
+    pub(crate) providers: Vec<String>,
+    pub(crate) errors: usize,
+    pub(crate) warnings: usize,
+    pub(crate) findings: Vec<Finding>,
 }
 
 impl Report {
-    pub fn ok(&self) -> bool {
+    pub(crate) fn ok(&self) -> bool {
         self.errors == 0
     }
 }
 
-/// Every finding for the config at `path`, in file and provider order.
-pub fn check(path: &Path, bin_dir: Option<&Path>) -> Report {
-    check_with(path, bin_dir, &KubeletFacts::default())
-}
-
-/// [`check`] knowing the kubelet's version and KubeletConfiguration.
-pub fn check_with(path: &Path, bin_dir: Option<&Path>, facts: &KubeletFacts) -> Report {
+/// Every finding for the config at `path`, in file and provider order,
+/// knowing the kubelet's version and KubeletConfiguration (`facts`).
+pub(crate) fn check_with(path: &Path, bin_dir: Option<&Path>, facts: &KubeletFacts) -> Report {
     let loaded = load(path);
     let mut findings = loaded.findings.clone();
     findings.extend(validate::validate(&loaded));
@@ -126,7 +122,7 @@ pub fn check_with(path: &Path, bin_dir: Option<&Path>, facts: &KubeletFacts) -> 
 }
 
 /// Runs the subcommand; the report goes to stdout.
-pub fn run(args: &Args) -> ExitCode {
+pub(crate) fn run(args: &Args) -> ExitCode {
     let config = match &args.kubelet_config {
         Some(file) => match KubeletConfig::read(file, args.kubelet_config_dir.as_deref()) {
             Ok(config) => Some(config),

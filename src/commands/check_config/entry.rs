@@ -21,20 +21,20 @@ use crate::options::{self, Options};
 use crate::providers::{Exchanger, Provider};
 
 /// A provider entry as the binary would see it.
-pub struct Routing {
-    pub options: Options,
+pub(crate) struct Routing {
+    pub(crate) options: Options,
     matches: clap::ArgMatches,
     inputs: Inputs,
     /// The provider the entry's name implies (`wi-credential-provider-aws`).
-    pub named: Option<&'static Provider>,
+    pub(crate) named: Option<&'static Provider>,
     /// The provider the binary uses: `--provider`/`WICP_PROVIDER`, else the
     /// name's; `None` is `auto` (by registry host, clouds only).
-    pub choice: Option<&'static Provider>,
+    pub(crate) choice: Option<&'static Provider>,
 }
 
 impl Routing {
     /// Builds `provider` as the binary run by this entry would.
-    pub fn build(&self, provider: &'static Provider) -> Result<Box<dyn Exchanger>> {
+    pub(crate) fn build(&self, provider: &'static Provider) -> Result<Box<dyn Exchanger>> {
         (provider.build)(&self.matches, &self.inputs).map_err(|e| {
             e.context(format!(
                 "the {provider} provider would refuse these args/env"
@@ -44,13 +44,13 @@ impl Routing {
 }
 
 /// The `WICP_*` variables the binary reads.
-pub fn known_env_names() -> BTreeSet<String> {
+pub(crate) fn known_env_names() -> BTreeSet<String> {
     options::env_names().into_iter().collect()
 }
 
 /// Parses `args` and `env` with the binary's command line, as if it were
 /// run as `name`.
-pub fn route(name: &str, args: &[String], env: &[(String, String)]) -> Result<Routing> {
+pub(crate) fn route(name: &str, args: &[String], env: &[(String, String)]) -> Result<Routing> {
     let fix = "fix the entry's args and env; run `wi-credential-provider --help` for the flags";
     if let Some(first) = args.first()
         && commands::names().iter().any(|c| c == first)

@@ -32,13 +32,13 @@ use std::path::Path;
 
 /// What is known about the kubelet that reads the config.
 #[derive(Clone, Debug, Default)]
-pub struct KubeletFacts {
-    pub config: Option<KubeletConfig>,
-    pub version: Option<Version>,
+pub(crate) struct KubeletFacts {
+    pub(crate) config: Option<KubeletConfig>,
+    pub(crate) version: Option<Version>,
 }
 
 /// The lints of this module over `loaded`.
-pub fn lint(loaded: &Loaded, bin_dir: Option<&Path>, facts: &KubeletFacts) -> Vec<Finding> {
+pub(crate) fn lint(loaded: &Loaded, bin_dir: Option<&Path>, facts: &KubeletFacts) -> Vec<Finding> {
     let mut findings = Vec::new();
     let ours: Vec<&Entry> = loaded
         .entries
@@ -87,7 +87,7 @@ fn has_host_glob(pattern: &str) -> bool {
 }
 
 /// Whether `entry` (one of ours) serves the node identity itself.
-pub fn falls_back_to_node(entry: &Entry) -> bool {
+fn falls_back_to_node(entry: &Entry) -> bool {
     super::entry::route(entry.name(), entry.provider.args(), &entry.provider.env())
         .is_ok_and(|r| r.options.fallback.fallback == Fallback::Node)
 }

@@ -17,27 +17,27 @@ use crate::error::{Error, Result};
 
 /// The kubelet's defaults (v1beta1 `SetDefaults_KubeletConfiguration`;
 /// `pkg/cluster/ports` `KubeletHealthzPort`).
-pub const DEFAULT_HEALTHZ_ADDRESS: &str = "127.0.0.1";
-pub const DEFAULT_HEALTHZ_PORT: u16 = 10248;
+const DEFAULT_HEALTHZ_ADDRESS: &str = "127.0.0.1";
+const DEFAULT_HEALTHZ_PORT: u16 = 10248;
 
 /// The KEP-2535 feature gate (alpha 1.33, beta and on by default 1.35).
-pub const ENSURE_SECRET_PULLED_IMAGES: &str = "KubeletEnsureSecretPulledImages";
+pub(crate) const ENSURE_SECRET_PULLED_IMAGES: &str = "KubeletEnsureSecretPulledImages";
 
 /// A kubelet version, major and minor (`v1.34.2` is 1.34).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Version {
-    pub major: u32,
-    pub minor: u32,
+pub(crate) struct Version {
+    pub(crate) major: u32,
+    pub(crate) minor: u32,
 }
 
 impl Version {
-    pub const fn new(major: u32, minor: u32) -> Self {
+    pub(crate) const fn new(major: u32, minor: u32) -> Self {
         Version { major, minor }
     }
 
     /// Reads `v1.34.2`, `1.34`, `Kubernetes v1.34.2-eks-113cf36` (the
     /// output of `kubelet --version`).
-    pub fn parse(text: &str) -> Option<Version> {
+    pub(crate) fn parse(text: &str) -> Option<Version> {
         let word = text.split_whitespace().find(|w| {
             w.trim_start_matches('v')
                 .starts_with(|c: char| c.is_ascii_digit())
@@ -56,28 +56,28 @@ impl fmt::Display for Version {
 }
 
 /// Directory configs for `--image-credential-provider-config` (PR #131658).
-pub const DIRECTORY_CONFIG_SINCE: Version = Version::new(1, 34);
+pub(crate) const DIRECTORY_CONFIG_SINCE: Version = Version::new(1, 34);
 /// `KubeletEnsureSecretPulledImages` exists from 1.33 and is on from 1.35.
-pub const ENSURE_GATE_SINCE: Version = Version::new(1, 33);
-pub const ENSURE_GATE_ON_SINCE: Version = Version::new(1, 35);
+pub(crate) const ENSURE_GATE_SINCE: Version = Version::new(1, 33);
+pub(crate) const ENSURE_GATE_ON_SINCE: Version = Version::new(1, 35);
 
 /// What was read from the KubeletConfiguration.
 #[derive(Clone, Debug, Default)]
-pub struct KubeletConfig {
+pub(crate) struct KubeletConfig {
     /// The files read, in order.
-    pub files: Vec<PathBuf>,
+    pub(crate) files: Vec<PathBuf>,
     /// `featureGates.KubeletEnsureSecretPulledImages`, when set.
-    pub ensure_secret_pulled_images: Option<bool>,
-    pub image_pull_credentials_verification_policy: Option<String>,
-    pub preloaded_images_verification_allowlist: Vec<String>,
-    pub healthz_bind_address: Option<String>,
-    pub healthz_port: Option<u16>,
+    pub(crate) ensure_secret_pulled_images: Option<bool>,
+    pub(crate) image_pull_credentials_verification_policy: Option<String>,
+    pub(crate) preloaded_images_verification_allowlist: Vec<String>,
+    pub(crate) healthz_bind_address: Option<String>,
+    pub(crate) healthz_port: Option<u16>,
 }
 
 impl KubeletConfig {
     /// Reads `file` and the `*.conf` files of `drop_in_dir` over it, each
     /// through the bounded reader ([`crate::yaml`]).
-    pub fn read(file: &Path, drop_in_dir: Option<&Path>) -> Result<KubeletConfig> {
+    pub(crate) fn read(file: &Path, drop_in_dir: Option<&Path>) -> Result<KubeletConfig> {
         let mut files = vec![file.to_path_buf()];
         if let Some(dir) = drop_in_dir {
             let mut extra: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -106,7 +106,7 @@ impl KubeletConfig {
 
     /// The facts of a KubeletConfiguration and its drop-ins, already read
     /// (bounded), in the order the kubelet applies them.
-    pub fn from_documents(documents: Vec<(PathBuf, Vec<u8>)>) -> Result<KubeletConfig> {
+    pub(crate) fn from_documents(documents: Vec<(PathBuf, Vec<u8>)>) -> Result<KubeletConfig> {
         let mut merged = yaml_serde::Mapping::new();
         let mut files = Vec::new();
         for (path, bytes) in documents {
@@ -154,7 +154,7 @@ impl KubeletConfig {
     }
 
     /// The kubelet's health endpoint, `None` when `healthzPort: 0` turns it off.
-    pub fn healthz(&self) -> Option<(String, u16)> {
+    pub(crate) fn healthz(&self) -> Option<(String, u16)> {
         let port = self.healthz_port.unwrap_or(DEFAULT_HEALTHZ_PORT);
         if port == 0 {
             return None;
@@ -169,7 +169,7 @@ impl KubeletConfig {
 
     /// Whether the kubelet verifies that a pod may use an image already on
     /// the node, given its version when known; `None` when it cannot be told.
-    pub fn verifies_present_images(&self, version: Option<Version>) -> Option<bool> {
+    pub(crate) fn verifies_present_images(&self, version: Option<Version>) -> Option<bool> {
         if self.image_pull_credentials_verification_policy.as_deref() == Some("NeverVerify") {
             return Some(false);
         }

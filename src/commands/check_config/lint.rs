@@ -24,11 +24,11 @@ use super::{Finding, Rule};
 
 /// The lifetime of the token the kubelet requests for a provider: it sets no
 /// `expirationSeconds`, so the API server's default of one hour applies.
-pub const KUBELET_TOKEN_LIFETIME: Duration = Duration::from_secs(3600);
+const KUBELET_TOKEN_LIFETIME: Duration = Duration::from_secs(3600);
 
 /// Lints every entry of `loaded`. `bin_dir` is the kubelet's
 /// `--image-credential-provider-bin-dir`, when known.
-pub fn lint(loaded: &Loaded, bin_dir: Option<&Path>) -> Vec<Finding> {
+pub(crate) fn lint(loaded: &Loaded, bin_dir: Option<&Path>) -> Vec<Finding> {
     let mut findings = Vec::new();
     for entry in &loaded.entries {
         match_images(entry, &mut findings);
@@ -44,7 +44,7 @@ pub fn lint(loaded: &Loaded, bin_dir: Option<&Path>) -> Vec<Finding> {
 
 /// Whether the kubelet runs this binary for `entry`: by its name, by a
 /// symlink to it in the bin dir, or because the entry sets our variables.
-pub fn runs_this_binary(entry: &Entry, bin_dir: Option<&Path>) -> bool {
+pub(crate) fn runs_this_binary(entry: &Entry, bin_dir: Option<&Path>) -> bool {
     let name = entry.name();
     if name == BINARY || name.starts_with(&format!("{BINARY}-")) {
         return true;

@@ -24,7 +24,7 @@ use serde::{Deserialize, Deserializer};
 use super::{Finding, Rule};
 
 /// The config API version that has `tokenAttributes`.
-pub const CONFIG_V1: &str = "kubelet.config.k8s.io/v1";
+const CONFIG_V1: &str = "kubelet.config.k8s.io/v1";
 const CONFIG_VERSIONS: [&str; 3] = [
     CONFIG_V1,
     "kubelet.config.k8s.io/v1beta1",
@@ -33,7 +33,7 @@ const CONFIG_VERSIONS: [&str; 3] = [
 const CONFIG_KIND: &str = "CredentialProviderConfig";
 
 /// The exec protocol version that carries the service account token.
-pub const PROVIDER_V1: &str = "credentialprovider.kubelet.k8s.io/v1";
+pub(crate) const PROVIDER_V1: &str = "credentialprovider.kubelet.k8s.io/v1";
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -85,72 +85,72 @@ fn texts<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Vec<String
 /// `null` both read as absent.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct CredentialProvider {
+pub(crate) struct CredentialProvider {
     #[serde(default, deserialize_with = "text")]
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     #[serde(rename = "matchImages")]
     #[serde(default, deserialize_with = "texts")]
-    pub match_images: Option<Vec<String>>,
+    pub(crate) match_images: Option<Vec<String>>,
     #[serde(rename = "defaultCacheDuration")]
     #[serde(default, deserialize_with = "text")]
-    pub default_cache_duration: Option<String>,
+    pub(crate) default_cache_duration: Option<String>,
     #[serde(rename = "apiVersion")]
     #[serde(default, deserialize_with = "text")]
-    pub api_version: Option<String>,
+    pub(crate) api_version: Option<String>,
     #[serde(default, deserialize_with = "texts")]
-    pub args: Option<Vec<String>>,
-    pub env: Option<Vec<EnvVar>>,
+    pub(crate) args: Option<Vec<String>>,
+    pub(crate) env: Option<Vec<EnvVar>>,
     #[serde(rename = "tokenAttributes")]
-    pub token_attributes: Option<TokenAttributes>,
+    pub(crate) token_attributes: Option<TokenAttributes>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct EnvVar {
+pub(crate) struct EnvVar {
     #[serde(default, deserialize_with = "text")]
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     #[serde(default, deserialize_with = "text")]
-    pub value: Option<String>,
+    pub(crate) value: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct TokenAttributes {
+pub(crate) struct TokenAttributes {
     #[serde(rename = "serviceAccountTokenAudience")]
     #[serde(default, deserialize_with = "text")]
-    pub service_account_token_audience: Option<String>,
+    pub(crate) service_account_token_audience: Option<String>,
     #[serde(rename = "cacheType")]
     #[serde(default, deserialize_with = "text")]
-    pub cache_type: Option<String>,
+    pub(crate) cache_type: Option<String>,
     #[serde(rename = "requireServiceAccount")]
-    pub require_service_account: Option<bool>,
+    pub(crate) require_service_account: Option<bool>,
     #[serde(rename = "requiredServiceAccountAnnotationKeys")]
     #[serde(default, deserialize_with = "texts")]
-    pub required_service_account_annotation_keys: Option<Vec<String>>,
+    pub(crate) required_service_account_annotation_keys: Option<Vec<String>>,
     #[serde(rename = "optionalServiceAccountAnnotationKeys")]
     #[serde(default, deserialize_with = "texts")]
-    pub optional_service_account_annotation_keys: Option<Vec<String>>,
+    pub(crate) optional_service_account_annotation_keys: Option<Vec<String>>,
 }
 
 impl TokenAttributes {
-    pub fn audience(&self) -> &str {
+    pub(crate) fn audience(&self) -> &str {
         self.service_account_token_audience.as_deref().unwrap_or("")
     }
 
-    pub fn required_keys(&self) -> &[String] {
+    pub(crate) fn required_keys(&self) -> &[String] {
         self.required_service_account_annotation_keys
             .as_deref()
             .unwrap_or(&[])
     }
 
-    pub fn optional_keys(&self) -> &[String] {
+    pub(crate) fn optional_keys(&self) -> &[String] {
         self.optional_service_account_annotation_keys
             .as_deref()
             .unwrap_or(&[])
     }
 
     /// Whether the kubelet passes this annotation key to the plugin.
-    pub fn lists(&self, key: &str) -> bool {
+    pub(crate) fn lists(&self, key: &str) -> bool {
         self.required_keys()
             .iter()
             .chain(self.optional_keys())
@@ -159,24 +159,24 @@ impl TokenAttributes {
 }
 
 impl CredentialProvider {
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         self.name.as_deref().unwrap_or("")
     }
 
-    pub fn match_images(&self) -> &[String] {
+    pub(crate) fn match_images(&self) -> &[String] {
         self.match_images.as_deref().unwrap_or(&[])
     }
 
-    pub fn api_version(&self) -> &str {
+    pub(crate) fn api_version(&self) -> &str {
         self.api_version.as_deref().unwrap_or("")
     }
 
-    pub fn args(&self) -> &[String] {
+    pub(crate) fn args(&self) -> &[String] {
         self.args.as_deref().unwrap_or(&[])
     }
 
     /// The `env` entries as name and value pairs (absent parts read as "").
-    pub fn env(&self) -> Vec<(String, String)> {
+    pub(crate) fn env(&self) -> Vec<(String, String)> {
         self.env
             .iter()
             .flatten()
@@ -192,20 +192,20 @@ impl CredentialProvider {
 
 /// A provider entry and where it came from.
 #[derive(Clone, Debug)]
-pub struct Entry {
-    pub file: PathBuf,
+pub(crate) struct Entry {
+    pub(crate) file: PathBuf,
     /// Its index in its file's `providers` list.
-    pub index: usize,
-    pub provider: CredentialProvider,
+    pub(crate) index: usize,
+    pub(crate) provider: CredentialProvider,
 }
 
 impl Entry {
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         self.provider.name()
     }
 
     /// `providers[3].tokenAttributes`, for a finding's field.
-    pub fn field(&self, field: &str) -> String {
+    pub(crate) fn field(&self, field: &str) -> String {
         if field.is_empty() {
             format!("providers[{}]", self.index)
         } else {
@@ -213,11 +213,11 @@ impl Entry {
         }
     }
 
-    pub fn error(&self, rule: Rule, field: &str, message: impl Into<String>) -> Finding {
+    pub(crate) fn error(&self, rule: Rule, field: &str, message: impl Into<String>) -> Finding {
         Finding::error(rule, &self.file, self.field(field), message).provider(self.name())
     }
 
-    pub fn warning(&self, rule: Rule, field: &str, message: impl Into<String>) -> Finding {
+    pub(crate) fn warning(&self, rule: Rule, field: &str, message: impl Into<String>) -> Finding {
         Finding::warning(rule, &self.file, self.field(field), message).provider(self.name())
     }
 }
@@ -225,18 +225,18 @@ impl Entry {
 /// What was read: every provider entry of every file that decoded, in the
 /// kubelet's order, and the findings made while reading.
 #[derive(Debug, Default)]
-pub struct Loaded {
+pub(crate) struct Loaded {
     /// The path given: a file or a directory.
-    pub path: PathBuf,
-    pub files: Vec<PathBuf>,
-    pub entries: Vec<Entry>,
-    pub findings: Vec<Finding>,
+    pub(crate) path: PathBuf,
+    pub(crate) files: Vec<PathBuf>,
+    pub(crate) entries: Vec<Entry>,
+    pub(crate) findings: Vec<Finding>,
 }
 
 impl Loaded {
     /// Whether some file could not be read or decoded. The kubelet would not
     /// start, so there is no merged config to validate as a whole.
-    pub fn has_decode_errors(&self) -> bool {
+    pub(crate) fn has_decode_errors(&self) -> bool {
         self.findings
             .iter()
             .any(|f| f.severity == super::Severity::Error)
@@ -245,7 +245,7 @@ impl Loaded {
 
 /// Reads `path` (a file or a directory) as the kubelet's
 /// `--image-credential-provider-config`.
-pub fn load(path: &Path) -> Loaded {
+pub(crate) fn load(path: &Path) -> Loaded {
     let mut loaded = Loaded {
         path: path.to_path_buf(),
         ..Loaded::default()

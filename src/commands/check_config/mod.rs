@@ -10,20 +10,20 @@
 //! with each entry, which [`entry`] finds out by parsing the entry's `args`
 //! and `env` with the binary's own command line.
 
-pub mod check;
-pub mod entry;
-pub mod isolation;
-pub mod kubelet_config;
-pub mod lint;
-pub mod load;
-pub mod validate;
+pub(crate) mod check;
+pub(crate) mod entry;
+pub(crate) mod isolation;
+pub(crate) mod kubelet_config;
+pub(crate) mod lint;
+pub(crate) mod load;
+pub(crate) mod validate;
 
 use std::fmt;
 use std::path::Path;
 
 use serde::Serialize;
 
-pub use load::{Entry, Loaded, load};
+pub(crate) use load::{Entry, load};
 
 /// Defines [`Rule`] with its names and the list of all rules from one table,
 /// so the fixture test can require a failing and a passing case for each.
@@ -128,7 +128,7 @@ impl Serialize for Rule {
 /// How bad a finding is. Errors make `check-config` exit 1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Severity {
+pub(crate) enum Severity {
     /// The kubelet refuses the config, or the entry can never yield a credential.
     Error,
     /// Probably a mistake, but there is a case where it works.
@@ -146,23 +146,23 @@ impl fmt::Display for Severity {
 
 /// One problem, located by file, provider entry and field.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Finding {
-    pub severity: Severity,
+pub(crate) struct Finding {
+    pub(crate) severity: Severity,
     /// Which check, by a stable name for scripts and tests.
-    pub rule: Rule,
-    pub file: String,
+    pub(crate) rule: Rule,
+    pub(crate) file: String,
     /// The provider entry's name, when the finding is about one.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub provider: Option<String>,
+    pub(crate) provider: Option<String>,
     /// Where in the file: `providers[0].tokenAttributes.cacheType`.
-    pub field: String,
-    pub message: String,
+    pub(crate) field: String,
+    pub(crate) message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub fix: Option<String>,
+    pub(crate) fix: Option<String>,
 }
 
 impl Finding {
-    pub fn error(
+    pub(crate) fn error(
         rule: Rule,
         file: &Path,
         field: impl Into<String>,
@@ -179,7 +179,7 @@ impl Finding {
         }
     }
 
-    pub fn warning(
+    pub(crate) fn warning(
         rule: Rule,
         file: &Path,
         field: impl Into<String>,
@@ -191,12 +191,12 @@ impl Finding {
         }
     }
 
-    pub fn provider(mut self, name: &str) -> Self {
+    pub(crate) fn provider(mut self, name: &str) -> Self {
         self.provider = Some(name.to_string());
         self
     }
 
-    pub fn fix(mut self, fix: impl Into<String>) -> Self {
+    pub(crate) fn fix(mut self, fix: impl Into<String>) -> Self {
         self.fix = Some(fix.into());
         self
     }

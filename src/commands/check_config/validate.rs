@@ -22,7 +22,7 @@ const KUBELET_FIX: &str = "the kubelet refuses to start with this config";
 
 /// Validates every entry of `loaded`, across files as the kubelet does after
 /// merging a config directory.
-pub fn validate(loaded: &Loaded) -> Vec<Finding> {
+pub(crate) fn validate(loaded: &Loaded) -> Vec<Finding> {
     let mut findings = Vec::new();
     if loaded.entries.is_empty() && !loaded.has_decode_errors() {
         findings.push(
@@ -234,27 +234,27 @@ fn validate_entry(entry: &Entry, findings: &mut Vec<Finding>) {
 }
 
 /// Whether `findings` has an error.
-pub fn has_errors(findings: &[Finding]) -> bool {
+pub(crate) fn has_errors(findings: &[Finding]) -> bool {
     findings.iter().any(|f| f.severity == Severity::Error)
 }
 
 /// A `matchImages` entry as the kubelet parses it: Go's
 /// `url.Parse("https://" + entry)` with the scheme dropped.
 #[derive(Debug, PartialEq, Eq)]
-pub struct SchemelessUrl<'a> {
+pub(crate) struct SchemelessUrl<'a> {
     /// `host[:port]`, as Go's `URL.Host`.
-    pub host: &'a str,
+    pub(crate) host: &'a str,
     /// The path, with its leading `/`, or empty.
-    pub path: &'a str,
+    pub(crate) path: &'a str,
     /// What followed a `?`: Go reads it as a query, not part of the pattern.
-    pub query: Option<&'a str>,
+    pub(crate) query: Option<&'a str>,
     /// What followed a `#`.
-    pub fragment: Option<&'a str>,
+    pub(crate) fragment: Option<&'a str>,
 }
 
 /// Go's `net/url` parsing of `https://<s>`, far enough to accept and refuse
 /// what the kubelet does and to split host, path, query and fragment.
-pub fn parse_schemeless_url(s: &str) -> Result<SchemelessUrl<'_>, String> {
+pub(crate) fn parse_schemeless_url(s: &str) -> Result<SchemelessUrl<'_>, String> {
     if s.bytes().any(|b| b < 0x20 || b == 0x7f) {
         return Err("net/url: invalid control character in URL".into());
     }
@@ -371,7 +371,7 @@ fn check_escapes(s: &str) -> Result<(), String> {
 /// The messages of apimachinery's `validation.IsQualifiedName`: an optional
 /// DNS subdomain prefix and `/`, then a name of at most 63 alphanumerics,
 /// `-`, `_` or `.`, starting and ending alphanumeric.
-pub fn qualified_name_errors(value: &str) -> Vec<String> {
+fn qualified_name_errors(value: &str) -> Vec<String> {
     let mut errors = Vec::new();
     let parts: Vec<&str> = value.split('/').collect();
     let name = match parts.as_slice() {

@@ -13,33 +13,33 @@ use crate::options::BINARY;
 
 /// One file a run writes.
 #[derive(Clone, Debug)]
-pub struct Change {
-    pub path: PathBuf,
-    pub kind: Kind,
-    pub bytes: Vec<u8>,
-    pub mode: u32,
+pub(crate) struct Change {
+    pub(crate) path: PathBuf,
+    pub(crate) kind: Kind,
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) mode: u32,
     /// What the file held when it was read for validation.
-    pub before: Snapshot,
+    pub(crate) before: Snapshot,
     /// Our provider names (configs).
-    pub entries: Vec<String>,
+    pub(crate) entries: Vec<String>,
     /// The text inserted (environment files).
-    pub inserted: String,
+    pub(crate) inserted: String,
     /// What the change does, for the report.
-    pub said: Vec<String>,
+    pub(crate) said: Vec<String>,
 }
 
 /// What a run did, for its rollback.
-pub struct Applied {
-    pub before: Manifest,
-    pub after: Manifest,
-    pub changes: Vec<Change>,
-    pub links_added: Vec<PathBuf>,
+pub(crate) struct Applied {
+    pub(crate) before: Manifest,
+    pub(crate) after: Manifest,
+    pub(crate) changes: Vec<Change>,
+    pub(crate) links_added: Vec<PathBuf>,
 }
 
 /// Runs `binary --version` on a private copy of `bytes`: a binary for
 /// another architecture, or a corrupt copy, is not installed, and the
 /// bytes checked are the bytes installed.
-pub fn answers_version(bytes: &[u8], shown: &Path) -> Result<()> {
+pub(crate) fn answers_version(bytes: &[u8], shown: &Path) -> Result<()> {
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let dir = tempfile_dir()?;
     let copy = dir.join(BINARY);
@@ -89,7 +89,7 @@ fn tempfile_dir() -> Result<PathBuf> {
 
 /// Refuses to put a provider-name link where another provider's
 /// executable is.
-pub fn check_links(host: &Host, manifest: &Manifest, links: &[PathBuf]) -> Result<()> {
+pub(crate) fn check_links(host: &Host, manifest: &Manifest, links: &[PathBuf]) -> Result<()> {
     for link in links {
         match host.read_link(link) {
             Some(target) if target == Path::new(BINARY) => {}
@@ -108,7 +108,7 @@ pub fn check_links(host: &Host, manifest: &Manifest, links: &[PathBuf]) -> Resul
 
 /// Writes `changes` and `links` (names linked to our binary) with the
 /// manifest written first. Holds no lock itself: the caller does.
-pub fn apply(host: &Host, mut changes: Vec<Change>, links: &[PathBuf]) -> Result<Applied> {
+pub(crate) fn apply(host: &Host, mut changes: Vec<Change>, links: &[PathBuf]) -> Result<Applied> {
     let before = Manifest::read(host)?.unwrap_or_default();
     let mut after = before.clone();
     files::sweep_temporaries(host, Path::new(files::MANIFEST));
@@ -174,7 +174,7 @@ pub fn apply(host: &Host, mut changes: Vec<Change>, links: &[PathBuf]) -> Result
 
 /// Puts back every file this run changed, byte for byte, removes what it
 /// created, and restores the manifest. Returns what it did.
-pub fn roll_back(host: &Host, run: &Applied) -> String {
+pub(crate) fn roll_back(host: &Host, run: &Applied) -> String {
     let mut done = Vec::new();
     for change in run.changes.iter().rev() {
         let now = Snapshot::take(host, &change.path).ok();

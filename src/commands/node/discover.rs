@@ -18,14 +18,14 @@ use super::identify;
 use super::systemd::Unit;
 use crate::commands::check_config::kubelet_config::{KubeletConfig, Version};
 
-pub const CONFIG_FLAG: &str = "image-credential-provider-config";
-pub const BIN_DIR_FLAG: &str = "image-credential-provider-bin-dir";
+pub(crate) const CONFIG_FLAG: &str = "image-credential-provider-config";
+pub(crate) const BIN_DIR_FLAG: &str = "image-credential-provider-bin-dir";
 
 /// A value and how it was learned.
 #[derive(Clone, Debug, Serialize)]
-pub struct Found<T> {
-    pub value: T,
-    pub source: String,
+pub(crate) struct Found<T> {
+    pub(crate) value: T,
+    pub(crate) source: String,
 }
 
 impl<T> Found<T> {
@@ -39,63 +39,63 @@ impl<T> Found<T> {
 
 /// What the caller told us, overriding discovery.
 #[derive(Clone, Debug, Default)]
-pub struct Explicit {
-    pub credential_config: Option<PathBuf>,
-    pub bin_dir: Option<PathBuf>,
-    pub kubelet_config: Option<PathBuf>,
-    pub kubelet_version: Option<Version>,
+pub(crate) struct Explicit {
+    pub(crate) credential_config: Option<PathBuf>,
+    pub(crate) bin_dir: Option<PathBuf>,
+    pub(crate) kubelet_config: Option<PathBuf>,
+    pub(crate) kubelet_version: Option<Version>,
     /// The proc file system to read; `None` skips process discovery.
-    pub proc: Option<PathBuf>,
+    pub(crate) proc: Option<PathBuf>,
 }
 
 /// Where the kubelet's flags were read.
 #[derive(Clone, Debug, Serialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum FlagSource {
+pub(crate) enum FlagSource {
     Process { pid: u32, name: String },
     Unit { unit: String, files: Vec<PathBuf> },
     None,
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct Discovery {
-    pub root: PathBuf,
-    pub distro: Distro,
-    pub distro_evidence: String,
-    pub flags_from: FlagSource,
-    pub credential_config: Option<Found<PathBuf>>,
-    pub bin_dir: Option<Found<PathBuf>>,
-    pub kubelet_config: Option<Found<PathBuf>>,
-    pub kubelet_config_dir: Option<Found<PathBuf>>,
-    pub kubelet_binary: Option<PathBuf>,
-    pub kubelet_version: Option<Found<String>>,
+pub(crate) struct Discovery {
+    pub(crate) root: PathBuf,
+    pub(crate) distro: Distro,
+    pub(crate) distro_evidence: String,
+    pub(crate) flags_from: FlagSource,
+    pub(crate) credential_config: Option<Found<PathBuf>>,
+    pub(crate) bin_dir: Option<Found<PathBuf>>,
+    pub(crate) kubelet_config: Option<Found<PathBuf>>,
+    pub(crate) kubelet_config_dir: Option<Found<PathBuf>>,
+    pub(crate) kubelet_binary: Option<PathBuf>,
+    pub(crate) kubelet_version: Option<Found<String>>,
     /// For each credential-provider flag found in the systemd set-up, the
     /// variable and file that carry it.
-    pub flag_files: BTreeMap<String, (String, PathBuf)>,
+    pub(crate) flag_files: BTreeMap<String, (String, PathBuf)>,
     /// Processes named like the kubelet that were not taken, and why.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub ignored_processes: Vec<String>,
+    pub(crate) ignored_processes: Vec<String>,
     /// Why the node's process table cannot be trusted, when it cannot.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub refusal: Option<String>,
+    pub(crate) refusal: Option<String>,
     /// The kubelet flags the unit (and k3s's config files) give now: they
     /// differ from the running process's when a restart is pending.
     #[serde(skip)]
-    pub unit_flags: BTreeMap<String, String>,
+    pub(crate) unit_flags: BTreeMap<String, String>,
     /// k3s/RKE2 configuration files read.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub rancher_config_files: Vec<PathBuf>,
+    pub(crate) rancher_config_files: Vec<PathBuf>,
     #[serde(skip)]
-    pub unit: Option<Unit>,
+    pub(crate) unit: Option<Unit>,
     #[serde(skip)]
-    pub kubelet: Option<KubeletConfig>,
+    pub(crate) kubelet: Option<KubeletConfig>,
     #[serde(skip)]
-    pub version: Option<Version>,
+    pub(crate) version: Option<Version>,
 }
 
 impl Discovery {
     /// A discovery that found nothing (the root could not be opened).
-    pub fn nothing(root: &Path) -> Discovery {
+    pub(crate) fn nothing(root: &Path) -> Discovery {
         Discovery {
             root: root.to_path_buf(),
             distro: Distro::Unknown,
@@ -118,7 +118,7 @@ impl Discovery {
         }
     }
 
-    pub fn health_endpoint(&self) -> Option<(String, u16)> {
+    pub(crate) fn health_endpoint(&self) -> Option<(String, u16)> {
         match &self.kubelet {
             Some(k) => k.healthz(),
             None => KubeletConfig::default().healthz(),
@@ -129,7 +129,7 @@ impl Discovery {
 /// Parses kubelet-style flags: `--name=value` or `--name value`; the last
 /// of a repeated flag wins. k3s's `--kubelet-arg=name=value` counts as the
 /// kubelet flag `name`.
-pub fn parse_flags(args: &[String]) -> BTreeMap<String, String> {
+pub(crate) fn parse_flags(args: &[String]) -> BTreeMap<String, String> {
     let mut flags = BTreeMap::new();
     for (name, value) in flag_pairs(args) {
         if name == "kubelet-arg" {
@@ -178,7 +178,7 @@ fn kubelet_arg(value: &str) -> Option<(String, String)> {
 /// `config.yaml.d/*.yaml|*.yml` in name order; a later key replaces an
 /// earlier one, `key+:` appends to it; the result is a list of flags put
 /// before the command line's own, so the command line wins.
-pub fn rancher_config_flags(host: &Host, file: &Path) -> (Vec<String>, Vec<PathBuf>) {
+fn rancher_config_flags(host: &Host, file: &Path) -> (Vec<String>, Vec<PathBuf>) {
     let mut files = Vec::new();
     if host.is_file(file) {
         files.push(file.to_path_buf());
@@ -244,7 +244,7 @@ fn scalar(v: &yaml_serde::Value) -> String {
 /// The kubelet flags of a k3s/RKE2 command line: its own
 /// `--image-credential-provider-*` flags, overridden by `--kubelet-arg`
 /// values whatever their order (k3s applies extra kubelet args last).
-pub fn rancher_kubelet_flags(args: &[String]) -> BTreeMap<String, String> {
+fn rancher_kubelet_flags(args: &[String]) -> BTreeMap<String, String> {
     let mut own = parse_flags_plain(args);
     own.remove("kubelet-arg");
     let mut out: BTreeMap<String, String> = BTreeMap::new();
@@ -272,7 +272,7 @@ fn parse_flags_plain(args: &[String]) -> BTreeMap<String, String> {
 }
 
 /// Runs discovery under `host`.
-pub fn discover(host: &Host, explicit: &Explicit) -> Discovery {
+pub(crate) fn discover(host: &Host, explicit: &Explicit) -> Discovery {
     let (distro, distro_evidence) = Distro::detect(host);
     let unit = distro.units().iter().find_map(|u| Unit::load(host, u));
     let mut d = Discovery {
@@ -432,7 +432,7 @@ pub fn discover(host: &Host, explicit: &Explicit) -> Discovery {
 
 /// The KubeletConfiguration and its drop-ins (`*.conf` of `--config-dir`),
 /// read inside the root with the bounded reader.
-pub fn read_kubelet_config(
+fn read_kubelet_config(
     host: &Host,
     file: &Path,
     drop_in_dir: Option<&Path>,
@@ -469,7 +469,7 @@ pub fn read_kubelet_config(
 }
 
 /// The discovery part of a text report (install and doctor).
-pub fn render(d: &Discovery) -> String {
+pub(crate) fn render(d: &Discovery) -> String {
     let mut t = format!("distribution: {} ({})\n", d.distro, d.distro_evidence);
     let line = |label: &str, f: &Option<Found<PathBuf>>| match f {
         Some(f) => format!("{label}: {} (from {})\n", f.value.display(), f.source),

@@ -26,7 +26,7 @@ use super::host::Host;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Distro {
+pub(crate) enum Distro {
     EksAl2023,
     Aks,
     GkeCos,
@@ -57,27 +57,27 @@ impl fmt::Display for Distro {
 }
 
 /// EKS paths (amazon-eks-ami nodeadm).
-pub const EKS_ENV_FILE: &str = "/etc/eks/kubelet/environment";
-pub const EKS_ENV_VAR: &str = "NODEADM_KUBELET_ARGS";
-pub const EKS_PROVIDER_DIR: &str = "/etc/eks/image-credential-provider";
-pub const EKS_CONFIG: &str = "/etc/eks/image-credential-provider/config.json";
-pub const EKS_NODEADM_DROP_INS: &str = "/etc/eks/nodeadm.d";
+pub(crate) const EKS_ENV_FILE: &str = "/etc/eks/kubelet/environment";
+pub(crate) const EKS_ENV_VAR: &str = "NODEADM_KUBELET_ARGS";
+pub(crate) const EKS_PROVIDER_DIR: &str = "/etc/eks/image-credential-provider";
+pub(crate) const EKS_CONFIG: &str = "/etc/eks/image-credential-provider/config.json";
 /// Our own complete config on EKS below kubelet 1.34 (or with --replace):
 /// outside nodeadm's directory, so nodeadm never rewrites it.
-pub const EKS_OWN_CONFIG: &str = "/etc/eks/wi-credential-provider/config.json";
+pub(crate) const EKS_OWN_CONFIG: &str = "/etc/eks/wi-credential-provider/config.json";
 
 /// k3s and RKE2 built-in defaults (k3s `pkg/cli/cmds/agent.go`).
-pub const RANCHER_CONFIG: &str = "/var/lib/rancher/credentialprovider/config.yaml";
-pub const RANCHER_BIN_DIR: &str = "/var/lib/rancher/credentialprovider/bin";
+pub(crate) const RANCHER_CONFIG: &str = "/var/lib/rancher/credentialprovider/config.yaml";
+pub(crate) const RANCHER_BIN_DIR: &str = "/var/lib/rancher/credentialprovider/bin";
 
 /// Our choice where the distribution has none (kubeadm): the paths
 /// node-install/install.sh has always used.
-pub const OWN_CONFIG: &str = "/etc/kubernetes/credential-provider.yaml";
-pub const OWN_BIN_DIR: &str = "/usr/libexec/kubernetes/kubelet-plugins/credential-provider/exec";
+pub(crate) const OWN_CONFIG: &str = "/etc/kubernetes/credential-provider.yaml";
+pub(crate) const OWN_BIN_DIR: &str =
+    "/usr/libexec/kubernetes/kubelet-plugins/credential-provider/exec";
 
 impl Distro {
     /// Recognises the distribution under `host`, with the evidence.
-    pub fn detect(host: &Host) -> (Distro, String) {
+    pub(crate) fn detect(host: &Host) -> (Distro, String) {
         let read = |p: &str| {
             host.read_bytes(Path::new(p), 64 * 1024)
                 .ok()
@@ -151,7 +151,7 @@ impl Distro {
     }
 
     /// k3s's or RKE2's own configuration file (its `--config` default).
-    pub fn rancher_config_file(self) -> &'static str {
+    pub(crate) fn rancher_config_file(self) -> &'static str {
         match self {
             Distro::Rke2 => "/etc/rancher/rke2/config.yaml",
             _ => "/etc/rancher/k3s/config.yaml",
@@ -159,7 +159,7 @@ impl Distro {
     }
 
     /// The systemd unit to restart so the kubelet rereads its flags.
-    pub fn units(self) -> &'static [&'static str] {
+    pub(crate) fn units(self) -> &'static [&'static str] {
         match self {
             Distro::K3s => &["k3s.service", "k3s-agent.service"],
             Distro::Rke2 => &["rke2-server.service", "rke2-agent.service"],
@@ -168,7 +168,7 @@ impl Distro {
     }
 
     /// Where installing cannot work, the supported route instead.
-    pub fn refusal(self) -> Option<&'static str> {
+    pub(crate) fn refusal(self) -> Option<&'static str> {
         match self {
             Distro::Bottlerocket => Some(
                 "Bottlerocket renders the kubelet's credential-provider config from settings at every boot, without tokenAttributes, \
@@ -191,7 +191,7 @@ impl Distro {
     }
 
     /// What rewrites the credential-provider files on this distribution.
-    pub fn rewritten_by(self) -> Option<&'static str> {
+    pub(crate) fn rewritten_by(self) -> Option<&'static str> {
         match self {
             Distro::EksAl2023 => Some(
                 "nodeadm rewrites /etc/eks/image-credential-provider/config.json and /etc/eks/kubelet/environment at every boot; \

@@ -23,26 +23,26 @@ use crate::matching;
 use crate::options::BINARY;
 
 #[derive(clap::Args, Clone, Debug)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(flatten)]
-    pub target: Target,
+    pub(crate) target: Target,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Ok,
     Warn,
     Fail,
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct Check {
-    pub verdict: Verdict,
-    pub check: String,
-    pub message: String,
+pub(crate) struct Check {
+    pub(crate) verdict: Verdict,
+    pub(crate) check: String,
+    pub(crate) message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub fix: Option<String>,
+    pub(crate) fix: Option<String>,
 }
 
 pub(super) fn check(
@@ -60,14 +60,14 @@ pub(super) fn check(
 }
 
 #[derive(Debug, Serialize)]
-pub struct Report {
-    pub discovery: Discovery,
-    pub checks: Vec<Check>,
-    pub rbac: String,
-    pub ok: bool,
+pub(crate) struct Report {
+    pub(crate) discovery: Discovery,
+    pub(crate) checks: Vec<Check>,
+    pub(crate) rbac: String,
+    pub(crate) ok: bool,
 }
 
-pub fn run(args: &Args) -> ExitCode {
+pub(crate) fn run(args: &Args) -> ExitCode {
     let report = diagnose(&args.target);
     let text = match args.target.output {
         Output::Json => serde_json::to_string_pretty(&report).unwrap_or_default() + "\n",
@@ -102,7 +102,7 @@ pub fn run(args: &Args) -> ExitCode {
     }
 }
 
-pub fn diagnose(target: &Target) -> Report {
+pub(crate) fn diagnose(target: &Target) -> Report {
     let host = match target.host() {
         Ok(h) => h,
         Err(e) => {

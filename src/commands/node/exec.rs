@@ -12,14 +12,14 @@ const MAX_OUTPUT: u64 = 64 * 1024;
 
 /// What a finished child said.
 #[derive(Debug)]
-pub struct Finished {
-    pub status: ExitStatus,
-    pub stdout: Vec<u8>,
-    pub stderr: Vec<u8>,
+pub(crate) struct Finished {
+    pub(crate) status: ExitStatus,
+    pub(crate) stdout: Vec<u8>,
+    pub(crate) stderr: Vec<u8>,
 }
 
 /// Runs `program ARGS`, killed after `timeout`. The error is a sentence.
-pub fn run(program: &Path, args: &[&str], timeout: Duration) -> Result<Finished, String> {
+pub(crate) fn run(program: &Path, args: &[&str], timeout: Duration) -> Result<Finished, String> {
     let shown = program.display().to_string();
     let mut command = Command::new(program);
     command

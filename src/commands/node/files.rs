@@ -26,35 +26,34 @@ use sha2::{Digest, Sha256};
 use super::host::{Host, Kind as FileKind};
 use crate::error::{Error, Result};
 
-pub const BACKUP_SUFFIX: &str = ".wi-credential-provider.bak";
-pub const STATE_DIR: &str = "/var/lib/wi-credential-provider";
-pub const MANIFEST: &str = "/var/lib/wi-credential-provider/node-install.json";
-pub const LOCK: &str = "/var/lib/wi-credential-provider/node-install.lock";
+const BACKUP_SUFFIX: &str = ".wi-credential-provider.bak";
+pub(crate) const MANIFEST: &str = "/var/lib/wi-credential-provider/node-install.json";
+pub(crate) const LOCK: &str = "/var/lib/wi-credential-provider/node-install.lock";
 
 /// How long a run waits for another to release the lock.
-pub const LOCK_WAIT: Duration = Duration::from_secs(60);
+pub(crate) const LOCK_WAIT: Duration = Duration::from_secs(60);
 
 /// Largest file the installer reads or backs up: configs and environment
 /// files are kilobytes, our binary some 10 MB.
-pub const MAX_FILE: u64 = 256 << 20;
+pub(crate) const MAX_FILE: u64 = 256 << 20;
 
 /// How many earlier writes a record remembers.
 const WRITTEN_HISTORY: usize = 16;
 
-pub fn sha256(bytes: &[u8]) -> String {
+pub(crate) fn sha256(bytes: &[u8]) -> String {
     Sha256::digest(bytes)
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
 }
 
-pub fn backup_path(path: &Path) -> PathBuf {
+pub(crate) fn backup_path(path: &Path) -> PathBuf {
     let mut s = path.as_os_str().to_os_string();
     s.push(BACKUP_SUFFIX);
     PathBuf::from(s)
 }
 
-pub fn io_error(what: &str, path: &Path, e: std::io::Error) -> Error {
+pub(crate) fn io_error(what: &str, path: &Path, e: std::io::Error) -> Error {
     let fix = if e.kind() == std::io::ErrorKind::PermissionDenied
         || e.raw_os_error() == Some(libc::EROFS)
     {
@@ -68,7 +67,7 @@ pub fn io_error(what: &str, path: &Path, e: std::io::Error) -> Error {
 /// What a path held at some moment.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum State {
+pub(crate) enum State {
     Absent,
     File { sha256: String, mode: u32 },
     Symlink { target: PathBuf },
@@ -77,15 +76,15 @@ pub enum State {
 /// A path's state with the bytes, read once and used for validation,
 /// the backup and the rollback alike.
 #[derive(Clone, Debug)]
-pub struct Snapshot {
-    pub state: State,
-    pub bytes: Option<Vec<u8>>,
+pub(crate) struct Snapshot {
+    pub(crate) state: State,
+    pub(crate) bytes: Option<Vec<u8>>,
 }
 
 impl Snapshot {
     /// Reads what `path` holds now, without following a link in its last
     /// component. A FIFO, device or directory there is an error.
-    pub fn take(host: &Host, path: &Path) -> Result<Snapshot> {
+    pub(crate) fn take(host: &Host, path: &Path) -> Result<Snapshot> {
         match host.kind_no_follow(path) {
             None => Ok(Snapshot {
                 state: State::Absent,
@@ -125,7 +124,7 @@ impl Snapshot {
     }
 
     /// The sha256 of a file's bytes, `None` for a link or nothing.
-    pub fn sha(&self) -> Option<&str> {
+    pub(crate) fn sha(&self) -> Option<&str> {
         match &self.state {
             State::File { sha256, .. } => Some(sha256),
             _ => None,
@@ -133,7 +132,7 @@ impl Snapshot {
     }
 
     /// Puts exactly this state back at `path`.
-    pub fn restore(&self, host: &Host, path: &Path) -> Result<()> {
+    pub(crate) fn restore(&self, host: &Host, path: &Path) -> Result<()> {
         match (&self.state, &self.bytes) {
             (State::Absent, _) => host
                 .remove(path)
@@ -156,7 +155,7 @@ impl Snapshot {
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
-pub enum Kind {
+pub(crate) enum Kind {
     /// A CredentialProviderConfig file; `entries` are ours.
     Config,
     /// An environment file whose variable got our flags appended.
@@ -167,43 +166,43 @@ pub enum Kind {
 
 /// One file changed by install.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Record {
+pub(crate) struct Record {
     /// The host path.
-    pub path: PathBuf,
-    pub kind: Kind,
+    pub(crate) path: PathBuf,
+    pub(crate) kind: Kind,
     /// What was there before the first install. Absent in manifests of
     /// earlier versions, which kept only the backup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub original: Option<State>,
+    pub(crate) original: Option<State>,
     /// Where the original bytes are kept (a host path), for a file.
-    pub backup: Option<PathBuf>,
+    pub(crate) backup: Option<PathBuf>,
     /// sha256 of what install last wrote (or is about to write).
-    pub written: String,
+    pub(crate) written: String,
     /// sha256 of what earlier installs wrote: a file may still hold one
     /// after a run was killed before its write.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub also_written: Vec<String>,
+    pub(crate) also_written: Vec<String>,
     /// Our provider names (config files).
     #[serde(default)]
-    pub entries: Vec<String>,
+    pub(crate) entries: Vec<String>,
     /// The text appended (environment files).
     #[serde(default)]
-    pub appended: String,
+    pub(crate) appended: String,
 }
 
 impl Record {
     /// Whether `sha` is something an install wrote.
-    pub fn ours(&self, sha: &str) -> bool {
+    pub(crate) fn ours(&self, sha: &str) -> bool {
         self.written == sha || self.also_written.iter().any(|w| w == sha)
     }
 
     /// Whether `now` is what was there before the first install.
-    pub fn is_original(&self, now: &State) -> bool {
+    pub(crate) fn is_original(&self, now: &State) -> bool {
         self.original.as_ref() == Some(now)
     }
 
     /// Records that `sha` is about to be written.
-    pub fn will_write(&mut self, sha: String) {
+    pub(crate) fn will_write(&mut self, sha: String) {
         if self.written != sha {
             let old = std::mem::replace(&mut self.written, sha);
             if !self.also_written.contains(&old) {
@@ -218,14 +217,14 @@ impl Record {
 
 /// What `node install` put on the node.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Manifest {
-    pub files: Vec<Record>,
+pub(crate) struct Manifest {
+    pub(crate) files: Vec<Record>,
     /// Our provider-name symlinks (host paths).
-    pub binaries: Vec<PathBuf>,
+    pub(crate) binaries: Vec<PathBuf>,
 }
 
 impl Manifest {
-    pub fn read(host: &Host) -> Result<Option<Manifest>> {
+    pub(crate) fn read(host: &Host) -> Result<Option<Manifest>> {
         let path = Path::new(MANIFEST);
         match host.read_bytes(path, MAX_FILE) {
             Ok(Some(bytes)) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
@@ -240,28 +239,28 @@ impl Manifest {
     }
 
     /// Writes the manifest atomically and synced (0600).
-    pub fn write(&self, host: &Host) -> Result<()> {
+    pub(crate) fn write(&self, host: &Host) -> Result<()> {
         let bytes = serde_json::to_vec_pretty(self)
             .map_err(|e| Error::config(format!("cannot encode the manifest: {e}")))?;
         host.write(Path::new(MANIFEST), &bytes, 0o600)
             .map_err(|e| io_error("write", Path::new(MANIFEST), e))
     }
 
-    pub fn remove(host: &Host) -> Result<()> {
+    pub(crate) fn remove(host: &Host) -> Result<()> {
         host.remove(Path::new(MANIFEST))
             .map(|_| ())
             .map_err(|e| io_error("remove", Path::new(MANIFEST), e))
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.files.is_empty() && self.binaries.is_empty()
     }
 
-    pub fn record(&self, path: &Path) -> Option<&Record> {
+    pub(crate) fn record(&self, path: &Path) -> Option<&Record> {
         self.files.iter().find(|r| r.path == path)
     }
 
-    pub fn record_mut(&mut self, path: &Path) -> Option<&mut Record> {
+    pub(crate) fn record_mut(&mut self, path: &Path) -> Option<&mut Record> {
         self.files.iter_mut().find(|r| r.path == path)
     }
 }
@@ -270,7 +269,7 @@ impl Manifest {
 /// go and no manifest is left (nothing installed, or all undone), the
 /// lock file goes too, so that a node without our installation holds no
 /// file of ours.
-pub struct Lock {
+pub(crate) struct Lock {
     host: Host,
     _fd: rustix::fd::OwnedFd,
 }
@@ -283,7 +282,7 @@ impl Drop for Lock {
     }
 }
 
-pub fn lock(host: &Host) -> Result<Lock> {
+pub(crate) fn lock(host: &Host) -> Result<Lock> {
     let fd = host.lock(Path::new(LOCK), LOCK_WAIT).map_err(|e| {
         Error::config(format!("cannot lock {LOCK}: {e}"))
             .fix("wait for the other node install or uninstall to finish, then run again")
@@ -296,7 +295,7 @@ pub fn lock(host: &Host) -> Result<Lock> {
 
 /// Removes what a killed run may have left: temporary files of ours
 /// (`.NAME.wicp-<hex>`) beside `path`.
-pub fn sweep_temporaries(host: &Host, path: &Path) {
+pub(crate) fn sweep_temporaries(host: &Host, path: &Path) {
     let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
         return;
     };
@@ -318,7 +317,7 @@ pub fn sweep_temporaries(host: &Host, path: &Path) {
 /// Makes sure the backup of a record holds the original when the file
 /// still does: a run killed after the manifest but before the backup left
 /// none.
-pub fn ensure_backup(host: &Host, record: &Record, now: &Snapshot) -> Result<()> {
+pub(crate) fn ensure_backup(host: &Host, record: &Record, now: &Snapshot) -> Result<()> {
     let (Some(backup), Some(bytes)) = (&record.backup, &now.bytes) else {
         return Ok(());
     };
@@ -344,7 +343,7 @@ pub fn ensure_backup(host: &Host, record: &Record, now: &Snapshot) -> Result<()>
 
 /// Puts the original of `record` back. `Ok(false)` when it cannot be had
 /// (no backup, or one that does not hold the original).
-pub fn restore_original(host: &Host, record: &Record) -> Result<bool> {
+pub(crate) fn restore_original(host: &Host, record: &Record) -> Result<bool> {
     let Some(original) = &record.original else {
         // A manifest of an earlier version: the backup holds the bytes
         // and the mode.

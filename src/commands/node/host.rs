@@ -35,17 +35,17 @@ use rustix::io::Errno;
 const MAX_LINKS: u32 = 40;
 
 /// A file's identity: device and inode.
-pub type Identity = (u64, u64);
+pub(crate) type Identity = (u64, u64);
 
 #[derive(Debug)]
-pub struct Host {
+pub(crate) struct Host {
     root: PathBuf,
     dir: OwnedFd,
 }
 
 /// What a path names, after the walk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Kind {
+pub(crate) enum Kind {
     File,
     Dir,
     Symlink,
@@ -79,11 +79,9 @@ impl Kind {
 
 /// A regular file read through [`Host::read_file`].
 #[derive(Clone, Debug)]
-pub struct FileData {
-    pub bytes: Vec<u8>,
-    pub mode: u32,
-    pub uid: u32,
-    pub identity: Identity,
+pub(crate) struct FileData {
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) mode: u32,
 }
 
 /// The end of a walk: the directory holding the last component, its name,
@@ -128,7 +126,7 @@ fn random_suffix() -> String {
 
 impl Host {
     /// Opens `root` (a directory) as the node's `/`.
-    pub fn open(root: &Path) -> std::io::Result<Host> {
+    pub(crate) fn open(root: &Path) -> std::io::Result<Host> {
         let dir = rustix::fs::open(
             root,
             OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
@@ -141,12 +139,12 @@ impl Host {
         })
     }
 
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         &self.root
     }
 
     /// Another handle on the same root.
-    pub fn try_clone(&self) -> std::io::Result<Host> {
+    pub(crate) fn try_clone(&self) -> std::io::Result<Host> {
         Ok(Host {
             root: self.root.clone(),
             dir: self.dir.try_clone()?,
@@ -154,7 +152,7 @@ impl Host {
     }
 
     /// Whether the root is this machine's own `/`.
-    pub fn is_local(&self) -> bool {
+    pub(crate) fn is_local(&self) -> bool {
         self.root == Path::new("/")
     }
 
@@ -259,37 +257,37 @@ impl Host {
     }
 
     /// What `path` names, following links. `None`: nothing there.
-    pub fn kind(&self, path: &Path) -> Option<Kind> {
+    pub(crate) fn kind(&self, path: &Path) -> Option<Kind> {
         let w = self.walk(path, true).ok()?;
         w.found.map(|(_, s)| Kind::of(&s))
     }
 
     /// What `path` names itself (a link is a link).
-    pub fn kind_no_follow(&self, path: &Path) -> Option<Kind> {
+    pub(crate) fn kind_no_follow(&self, path: &Path) -> Option<Kind> {
         let w = self.walk(path, false).ok()?;
         w.found.map(|(_, s)| Kind::of(&s))
     }
 
-    pub fn exists(&self, path: &Path) -> bool {
+    pub(crate) fn exists(&self, path: &Path) -> bool {
         self.kind(path).is_some()
     }
 
-    pub fn is_file(&self, path: &Path) -> bool {
+    pub(crate) fn is_file(&self, path: &Path) -> bool {
         self.kind(path) == Some(Kind::File)
     }
 
-    pub fn is_dir(&self, path: &Path) -> bool {
+    pub(crate) fn is_dir(&self, path: &Path) -> bool {
         self.kind(path) == Some(Kind::Dir)
     }
 
     /// Device and inode of what `path` names, following links.
-    pub fn identity(&self, path: &Path) -> Option<Identity> {
+    pub(crate) fn identity(&self, path: &Path) -> Option<Identity> {
         let w = self.walk(path, true).ok()?;
         w.found.map(|(_, s)| (s.st_dev, s.st_ino))
     }
 
     /// The real host path `path` resolves to (no link left in it).
-    pub fn resolve(&self, path: &Path) -> std::io::Result<PathBuf> {
+    pub(crate) fn resolve(&self, path: &Path) -> std::io::Result<PathBuf> {
         let w = self.walk(path, true)?;
         Ok(w.parent_path.join(w.name))
     }
@@ -297,7 +295,7 @@ impl Host {
     /// A path in this process's own mount namespace that names the same
     /// file as host path `path` (links resolved inside the root), for tools
     /// that take a path: check-config's staged copy, an exec.
-    pub fn local(&self, path: &Path) -> std::io::Result<PathBuf> {
+    pub(crate) fn local(&self, path: &Path) -> std::io::Result<PathBuf> {
         let real = self.resolve(path)?;
         Ok(self
             .root
@@ -305,7 +303,7 @@ impl Host {
     }
 
     /// The target of the link `path` (its last component not followed).
-    pub fn read_link(&self, path: &Path) -> Option<PathBuf> {
+    pub(crate) fn read_link(&self, path: &Path) -> Option<PathBuf> {
         let w = self.walk(path, false).ok()?;
         let (fd, stat) = w.found?;
         if Kind::of(&stat) != Kind::Symlink {
@@ -319,7 +317,7 @@ impl Host {
     /// `limit` bytes. `Ok(None)`: it does not exist. A FIFO, device, socket
     /// or directory is an error without being opened for reading, so it
     /// can neither block nor be read for ever.
-    pub fn read_file(&self, path: &Path, limit: u64) -> std::io::Result<Option<FileData>> {
+    pub(crate) fn read_file(&self, path: &Path, limit: u64) -> std::io::Result<Option<FileData>> {
         let Some((file, opened)) = self.open_regular(path)? else {
             return Ok(None);
         };
@@ -334,15 +332,13 @@ impl Host {
         Ok(Some(FileData {
             bytes,
             mode: opened.st_mode & 0o7777,
-            uid: opened.st_uid,
-            identity: (opened.st_dev, opened.st_ino),
         }))
     }
 
     /// The last `limit` bytes of regular file `path` (a log that may be
     /// larger than anyone should read whole), opened as [`Host::read_file`]
     /// opens it. `Ok(None)`: it does not exist.
-    pub fn read_tail(&self, path: &Path, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
+    pub(crate) fn read_tail(&self, path: &Path, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
         use std::io::{Seek, SeekFrom};
         let Some((mut file, opened)) = self.open_regular(path)? else {
             return Ok(None);
@@ -391,13 +387,13 @@ impl Host {
     }
 
     /// [`Host::read_file`] as text; `Ok(None)` when missing.
-    pub fn read_bytes(&self, path: &Path, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
+    pub(crate) fn read_bytes(&self, path: &Path, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
         Ok(self.read_file(path, limit)?.map(|d| d.bytes))
     }
 
     /// The entries of directory `path` (links followed inside the root),
     /// each with what it is itself (a link is a link), sorted by name.
-    pub fn read_dir(&self, path: &Path) -> std::io::Result<Vec<(OsString, Kind)>> {
+    pub(crate) fn read_dir(&self, path: &Path) -> std::io::Result<Vec<(OsString, Kind)>> {
         let w = self.walk(path, true)?;
         let Some((fd, stat)) = w.found else {
             return Err(io(Errno::NOENT));
@@ -431,7 +427,7 @@ impl Host {
 
     /// Creates directory `path` and its missing parents, each 0755
     /// whatever the umask; existing ones are left as they are.
-    pub fn create_dir_all(&self, path: &Path) -> std::io::Result<()> {
+    pub(crate) fn create_dir_all(&self, path: &Path) -> std::io::Result<()> {
         let mut done = PathBuf::from("/");
         for name in components(path) {
             done.push(&name);
@@ -566,19 +562,24 @@ impl Host {
 
     /// Writes `bytes` to `path` atomically with `mode`, replacing what is
     /// there (a link is replaced, never followed).
-    pub fn write(&self, path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    pub(crate) fn write(&self, path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
         self.put(path, bytes, mode, true).map(|_| ())
     }
 
     /// Writes `bytes` to `path` only if nothing is there: `Ok(false)`
     /// when something is. Never overwrites.
-    pub fn write_new(&self, path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<bool> {
+    pub(crate) fn write_new(&self, path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<bool> {
         self.put(path, bytes, mode, false)
     }
 
     /// Makes `path` a symbolic link to `target`, atomically (replacing
     /// what is there, or only if nothing is, with `replace` false).
-    pub fn symlink(&self, path: &Path, target: &Path, replace: bool) -> std::io::Result<bool> {
+    pub(crate) fn symlink(
+        &self,
+        path: &Path,
+        target: &Path,
+        replace: bool,
+    ) -> std::io::Result<bool> {
         let (dir, name) = self.parent_of(path)?;
         let mut tmp = OsString::from(".");
         tmp.push(&name);
@@ -589,7 +590,7 @@ impl Host {
 
     /// Removes file or link `path` (never what a link points to).
     /// `Ok(false)`: nothing was there.
-    pub fn remove(&self, path: &Path) -> std::io::Result<bool> {
+    pub(crate) fn remove(&self, path: &Path) -> std::io::Result<bool> {
         let w = match self.walk(path, false) {
             Ok(w) => w,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
@@ -603,22 +604,9 @@ impl Host {
         Ok(true)
     }
 
-    /// Renames `from` over `to` (both inside the root; `from` itself, not
-    /// what it may link to).
-    pub fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
-        let a = self.walk(from, false)?;
-        if a.found.is_none() {
-            return Err(io(Errno::NOENT));
-        }
-        let (dir, name) = self.parent_of(to)?;
-        rustix::fs::renameat(&a.parent, a.name.as_os_str(), &dir, name.as_os_str()).map_err(io)?;
-        Self::sync_dir(&dir);
-        Ok(())
-    }
-
     /// Takes an exclusive lock on `path` (created 0600), waiting at most
     /// `wait`. The lock lasts as long as the returned descriptor.
-    pub fn lock(&self, path: &Path, wait: Duration) -> std::io::Result<OwnedFd> {
+    pub(crate) fn lock(&self, path: &Path, wait: Duration) -> std::io::Result<OwnedFd> {
         let (dir, name) = self.parent_of(path)?;
         let fd = rustix::fs::openat(
             &dir,

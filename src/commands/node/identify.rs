@@ -31,26 +31,26 @@ use super::restart;
 
 /// The kubelet (or the k3s/RKE2 process that embeds it), verified.
 #[derive(Clone, Debug, Serialize)]
-pub struct Kubelet {
-    pub pid: u32,
+pub(crate) struct Kubelet {
+    pub(crate) pid: u32,
     /// `kubelet`, `k3s` or `rke2`.
-    pub name: String,
+    pub(crate) name: String,
     /// The command line after the program.
-    pub args: Vec<String>,
+    pub(crate) args: Vec<String>,
     /// The host path of its executable, checked as above.
-    pub exe: PathBuf,
+    pub(crate) exe: PathBuf,
     /// How it was identified.
-    pub evidence: String,
+    pub(crate) evidence: String,
 }
 
 /// The outcome of identification.
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct Identified {
-    pub kubelet: Option<Kubelet>,
+pub(crate) struct Identified {
+    pub(crate) kubelet: Option<Kubelet>,
     /// Processes named like the kubelet that were not taken, with why.
-    pub ignored: Vec<String>,
+    pub(crate) ignored: Vec<String>,
     /// Set when the facts disagree: install and doctor stop here.
-    pub refusal: Option<String>,
+    pub(crate) refusal: Option<String>,
 }
 
 /// What systemd says of a unit.
@@ -85,7 +85,7 @@ fn unit_state(host: &Host, proc: &Path, unit: &str) -> Option<UnitState> {
 /// The process's cgroup path as the kernel shows it to us: the unified
 /// (`0::`) line, else the `name=systemd` one; a leading `/..` (we are in a
 /// cgroup namespace of our own) is dropped.
-pub fn cgroup_of(text: &str) -> Option<String> {
+fn cgroup_of(text: &str) -> Option<String> {
     let pick = |prefix: &str| {
         text.lines()
             .find_map(|l| l.strip_prefix(prefix).map(str::to_string))
@@ -231,7 +231,12 @@ fn named_like_kubelet(proc: &Path) -> Vec<u32> {
 }
 
 /// Finds the kubelet among `proc`'s processes (the host's with hostPID).
-pub fn identify(host: &Host, proc: &Path, units: &[&str], unit_exe: Option<&Path>) -> Identified {
+pub(crate) fn identify(
+    host: &Host,
+    proc: &Path,
+    units: &[&str],
+    unit_exe: Option<&Path>,
+) -> Identified {
     let mut out = Identified::default();
     for unit in units {
         let Some(state) = unit_state(host, proc, unit) else {
@@ -306,7 +311,7 @@ pub fn identify(host: &Host, proc: &Path, units: &[&str], unit_exe: Option<&Path
 /// `--version` of a verified kubelet executable, bounded: the answer
 /// decides the route on EKS (directory configs from 1.34). The file is
 /// checked again (root-owned, not writable by others) right before.
-pub fn version_of(host: &Host, exe: &Path) -> Option<String> {
+pub(crate) fn version_of(host: &Host, exe: &Path) -> Option<String> {
     let local = host.local(exe).ok()?;
     let meta = std::fs::metadata(&local).ok()?;
     if !meta.is_file() || meta.uid() != 0 || meta.mode() & 0o022 != 0 || meta.mode() & 0o111 == 0 {

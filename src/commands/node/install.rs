@@ -29,26 +29,26 @@ use crate::providers::fallback::Fallback;
 
 /// Where a failed attempt is remembered, so that the DaemonSet's retries
 /// do not restart the kubelet again and again with the same change.
-pub const FAILED: &str = "/var/lib/wi-credential-provider/node-install.failed";
+pub(crate) const FAILED: &str = "/var/lib/wi-credential-provider/node-install.failed";
 
 #[derive(clap::Args, Clone, Debug)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(flatten)]
-    pub target: Target,
+    pub(crate) target: Target,
 
     /// Add the ready entry for this provider (the one in config-examples).
     /// Passthrough needs your registries: use --config.
     #[arg(long, value_enum, value_name = "PROVIDER")]
-    pub provider: Vec<ReadyProvider>,
+    pub(crate) provider: Vec<ReadyProvider>,
 
     /// Add the provider entries of this CredentialProviderConfig.
     #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
 
     /// Remove another provider (NAME), or narrow its matchImages
     /// (NAME=PATTERN,PATTERN...), e.g. EKS's node-role ecr-credential-provider.
     #[arg(long, value_name = "NAME[=PATTERNS]")]
-    pub replace: Vec<Replace>,
+    pub(crate) replace: Vec<Replace>,
 
     /// With `node`, each --provider entry also serves the node's identity
     /// to pods that did not opt in (the plugin's --fallback node, and
@@ -56,31 +56,31 @@ pub struct Args {
     /// pair it with --replace ecr-credential-provider (acr-credential-provider,
     /// auth-provider-gcp).
     #[arg(long, value_enum, value_name = "none|node", default_value = "none")]
-    pub fallback: Fallback,
+    pub(crate) fallback: Fallback,
 
     /// The binary to install (default: this executable).
     #[arg(long, value_name = "PATH")]
-    pub binary: Option<PathBuf>,
+    pub(crate) binary: Option<PathBuf>,
 
     /// Restart the kubelet if anything changed, wait for its health
     /// endpoint (from the host's network namespace), and restore
     /// everything, once, if it does not come back healthy.
     #[arg(long)]
-    pub restart_kubelet: bool,
+    pub(crate) restart_kubelet: bool,
 
     /// How long to wait for the kubelet to be healthy after a restart.
     #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = parse_duration)]
-    pub health_timeout: Duration,
+    pub(crate) health_timeout: Duration,
 
     /// Try again a change that made the kubelet unhealthy before (install
     /// remembers such a change and refuses to restart the kubelet with it
     /// again, so a retrying DaemonSet cannot restart-loop a node).
     #[arg(long)]
-    pub retry: bool,
+    pub(crate) retry: bool,
 
     /// Show what would change; write nothing.
     #[arg(long)]
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
 }
 
 fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
@@ -88,16 +88,16 @@ fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
 }
 
 #[derive(Debug, Default, Serialize)]
-pub struct Report {
-    pub discovery: Option<Discovery>,
-    pub plan: Option<Plan>,
-    pub changes: Vec<String>,
-    pub changed: bool,
-    pub findings: Vec<Finding>,
-    pub rbac: String,
-    pub restart: Option<String>,
-    pub error: Option<String>,
-    pub dry_run: bool,
+pub(crate) struct Report {
+    pub(crate) discovery: Option<Discovery>,
+    pub(crate) plan: Option<Plan>,
+    pub(crate) changes: Vec<String>,
+    pub(crate) changed: bool,
+    pub(crate) findings: Vec<Finding>,
+    pub(crate) rbac: String,
+    pub(crate) restart: Option<String>,
+    pub(crate) error: Option<String>,
+    pub(crate) dry_run: bool,
 }
 
 /// A change that made the kubelet unhealthy.
@@ -108,7 +108,7 @@ struct Failed {
     why: String,
 }
 
-pub fn run(args: &Args) -> ExitCode {
+pub(crate) fn run(args: &Args) -> ExitCode {
     let mut report = Report {
         dry_run: args.dry_run,
         ..Report::default()

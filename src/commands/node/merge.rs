@@ -34,9 +34,9 @@ impl Format {
 /// What `--replace` does to another provider.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Replace {
-    pub name: String,
+    pub(crate) name: String,
     /// `None` removes the entry; `Some` narrows its `matchImages` to these.
-    pub narrow_to: Option<Vec<String>>,
+    pub(crate) narrow_to: Option<Vec<String>>,
 }
 
 impl std::str::FromStr for Replace {
@@ -74,9 +74,9 @@ impl std::str::FromStr for Replace {
 pub struct Merged {
     /// The bytes to write, or `None` when the file already says this.
     pub bytes: Option<Vec<u8>>,
-    pub value: Value,
+    pub(crate) value: Value,
     /// What changed, one line each (`added wi-credential-provider-aws`).
-    pub changes: Vec<String>,
+    pub(crate) changes: Vec<String>,
 }
 
 /// Parses a config with the bounded reader's rules (depth, merge keys),

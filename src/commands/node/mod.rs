@@ -18,23 +18,23 @@
 //! does not come back healthy, [`rbac`] prints what the audiences need.
 //! [`install`], [`uninstall`] and [`doctor`] are the commands.
 
-pub mod apply;
-pub mod discover;
-pub mod distro;
-pub mod doctor;
-pub mod exec;
-pub mod files;
-pub mod host;
-pub mod identify;
-pub mod install;
+pub(crate) mod apply;
+pub(crate) mod discover;
+pub(crate) mod distro;
+pub(crate) mod doctor;
+pub(crate) mod exec;
+pub(crate) mod files;
+pub(crate) mod host;
+pub(crate) mod identify;
+pub(crate) mod install;
 pub mod merge;
 mod observed;
-pub mod plan;
-pub mod rbac;
-pub mod restart;
-pub mod stage;
-pub mod systemd;
-pub mod uninstall;
+pub(crate) mod plan;
+pub(crate) mod rbac;
+pub(crate) mod restart;
+pub(crate) mod stage;
+pub(crate) mod systemd;
+pub(crate) mod uninstall;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -44,37 +44,37 @@ use crate::commands::check_config::kubelet_config::Version;
 
 /// Where the node is and what is known about its kubelet.
 #[derive(clap::Args, Clone, Debug)]
-pub struct Target {
+pub(crate) struct Target {
     /// The node's root: `/` on the node, the mounted host root in a
     /// privileged pod (`/host`), or an image being built.
     #[arg(long, value_name = "DIR", default_value = "/")]
-    pub root: PathBuf,
+    pub(crate) root: PathBuf,
 
     /// The proc file system to find the running kubelet in (the host's own
     /// from a pod with hostPID); `none` skips it.
     #[arg(long, value_name = "DIR", default_value = "/proc")]
-    pub proc: PathBuf,
+    pub(crate) proc: PathBuf,
 
     /// The kubelet's --image-credential-provider-config, when discovery
     /// should not look for it.
     #[arg(long, value_name = "PATH")]
-    pub kubelet_credential_config: Option<PathBuf>,
+    pub(crate) kubelet_credential_config: Option<PathBuf>,
 
     /// The kubelet's --image-credential-provider-bin-dir.
     #[arg(long, value_name = "DIR")]
-    pub kubelet_bin_dir: Option<PathBuf>,
+    pub(crate) kubelet_bin_dir: Option<PathBuf>,
 
     /// The kubelet's KubeletConfiguration (its --config).
     #[arg(long, value_name = "PATH")]
-    pub kubelet_config: Option<PathBuf>,
+    pub(crate) kubelet_config: Option<PathBuf>,
 
     /// The kubelet's version, when `kubelet --version` cannot be run.
     #[arg(long, value_name = "VERSION", value_parser = parse_version)]
-    pub kubelet_version: Option<Version>,
+    pub(crate) kubelet_version: Option<Version>,
 
     /// Report format.
     #[arg(long, value_enum, value_name = "FORMAT", default_value = "text")]
-    pub output: crate::commands::check_config::check::Output,
+    pub(crate) output: crate::commands::check_config::check::Output,
 }
 
 fn parse_version(text: &str) -> Result<Version, String> {
@@ -83,7 +83,7 @@ fn parse_version(text: &str) -> Result<Version, String> {
 
 impl Target {
     /// The node's root, opened; every path is resolved inside it.
-    pub fn host(&self) -> crate::error::Result<host::Host> {
+    pub(crate) fn host(&self) -> crate::error::Result<host::Host> {
         host::Host::open(&self.root).map_err(|e| {
             crate::error::Error::config(format!(
                 "cannot open the node's root {}: {e}",
@@ -94,11 +94,11 @@ impl Target {
     }
 
     /// The host's proc file system, `None` with `--proc none`.
-    pub fn proc_dir(&self) -> Option<&std::path::Path> {
+    pub(crate) fn proc_dir(&self) -> Option<&std::path::Path> {
         (self.proc.as_os_str() != "none").then_some(self.proc.as_path())
     }
 
-    pub fn explicit(&self) -> discover::Explicit {
+    pub(crate) fn explicit(&self) -> discover::Explicit {
         discover::Explicit {
             credential_config: self.kubelet_credential_config.clone(),
             bin_dir: self.kubelet_bin_dir.clone(),
@@ -110,7 +110,7 @@ impl Target {
 }
 
 #[derive(clap::Subcommand, Debug, Clone)]
-pub enum Command {
+pub(crate) enum Command {
     /// Install this binary and its provider entries into the kubelet's real
     /// credential-provider set-up, found on the node.
     Install(install::Args),
@@ -121,7 +121,7 @@ pub enum Command {
     Doctor(doctor::Args),
 }
 
-pub fn run(command: &Command) -> ExitCode {
+pub(crate) fn run(command: &Command) -> ExitCode {
     match command {
         Command::Install(args) => install::run(args),
         Command::Uninstall(args) => uninstall::run(args),

@@ -13,11 +13,11 @@ use crate::error::Kind;
 use crate::observe::{audit, metrics};
 
 /// Failures older than this are history, not news.
-pub const RECENT_SECS: i64 = 24 * 3600;
+pub(super) const RECENT_SECS: i64 = 24 * 3600;
 
 /// The metrics directories and audit logs our `entries` configure, each
 /// once, in the order met.
-pub fn configured(entries: &[&Entry]) -> (Vec<PathBuf>, Vec<PathBuf>) {
+pub(super) fn configured(entries: &[&Entry]) -> (Vec<PathBuf>, Vec<PathBuf>) {
     let mut dirs = Vec::new();
     let mut logs = Vec::new();
     for entry in entries {
@@ -45,7 +45,7 @@ pub fn configured(entries: &[&Entry]) -> (Vec<PathBuf>, Vec<PathBuf>) {
 }
 
 /// One check per metrics directory: what the counters say about failures.
-pub fn metrics_check(host: &Host, dir: &Path, now: i64) -> Check {
+pub(super) fn metrics_check(host: &Host, dir: &Path, now: i64) -> Check {
     let path = dir.join(metrics::STATE_FILE);
     let name = "metrics";
     let bytes = match host.read_bytes(&path, metrics::MAX_STATE_BYTES) {
@@ -146,7 +146,7 @@ pub fn metrics_check(host: &Host, dir: &Path, now: i64) -> Check {
 /// One check per error kind that failed in the audit log's last 24 hours
 /// (of its last [`audit::MAX_READ_BYTES`]), with the latest failure's own
 /// message and fix; one `ok` check when none did.
-pub fn audit_checks(host: &Host, log: &Path, now: i64) -> Vec<Check> {
+pub(super) fn audit_checks(host: &Host, log: &Path, now: i64) -> Vec<Check> {
     let name = "audit";
     let bytes = match host.read_tail(log, audit::MAX_READ_BYTES) {
         Ok(Some(bytes)) => bytes,

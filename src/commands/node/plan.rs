@@ -24,13 +24,13 @@ const GCP: &str =
     include_str!("../../../config-examples/gcp-federation/credential-provider-config.yaml");
 
 /// Our own file in a config directory.
-pub const DIR_FILE: &str = "wi-credential-provider";
+const DIR_FILE: &str = "wi-credential-provider";
 
 /// The NodeConfig drop-in that keeps our flag across nodeadm's rewrites.
 const NODEADM_DROP_IN: &str = "/etc/eks/nodeadm.d/90-wi-credential-provider.yaml";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum ReadyProvider {
+pub(crate) enum ReadyProvider {
     Aws,
     Azure,
     Gcp,
@@ -39,7 +39,7 @@ pub enum ReadyProvider {
 /// Where our entries go.
 #[derive(Clone, Debug, Serialize)]
 #[serde(tag = "mode", rename_all = "kebab-case")]
-pub enum ConfigTarget {
+pub(crate) enum ConfigTarget {
     /// Merge into `path`, starting from `base` (the same file, or on EKS
     /// nodeadm's config.json copied into our own file).
     File { path: PathBuf, base: PathBuf },
@@ -48,7 +48,7 @@ pub enum ConfigTarget {
 }
 
 impl ConfigTarget {
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         match self {
             ConfigTarget::File { path, .. } | ConfigTarget::Directory { path, .. } => path,
         }
@@ -57,32 +57,32 @@ impl ConfigTarget {
 
 /// A flag added to an environment file's variable.
 #[derive(Clone, Debug, Serialize)]
-pub struct FlagEdit {
-    pub file: PathBuf,
-    pub var: String,
-    pub flags: Vec<(String, String)>,
+pub(crate) struct FlagEdit {
+    pub(crate) file: PathBuf,
+    pub(crate) var: String,
+    pub(crate) flags: Vec<(String, String)>,
     /// The variable's value from elsewhere (a drop-in's `Environment=`),
     /// kept when the file gets the variable for the first time.
     #[serde(skip_serializing_if = "String::is_empty")]
-    pub inherited: String,
+    pub(crate) inherited: String,
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct Plan {
-    pub bin_dir: PathBuf,
-    pub config: ConfigTarget,
-    pub flag_edit: Option<FlagEdit>,
+pub(crate) struct Plan {
+    pub(crate) bin_dir: PathBuf,
+    pub(crate) config: ConfigTarget,
+    pub(crate) flag_edit: Option<FlagEdit>,
     /// An own file (host path, bytes) such as the nodeadm drop-in.
     #[serde(skip)]
-    pub own_files: Vec<(PathBuf, Vec<u8>)>,
-    pub own_file_paths: Vec<PathBuf>,
-    pub notes: Vec<String>,
+    pub(crate) own_files: Vec<(PathBuf, Vec<u8>)>,
+    pub(crate) own_file_paths: Vec<PathBuf>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// AKS's cloud config, which the stock acr-credential-provider entry
 /// passes as its argument and `--fallback node` reads the kubelet identity
 /// from.
-pub const AKS_CLOUD_CONFIG: &str = "/etc/kubernetes/azure.json";
+const AKS_CLOUD_CONFIG: &str = "/etc/kubernetes/azure.json";
 
 /// Turns a ready entry into one that replaces the stock cloud plugin: the
 /// plugin gets `--fallback node`, the kubelet runs it for pods without a
@@ -123,7 +123,7 @@ fn with_node_fallback(entry: &mut Value, provider: ReadyProvider) {
 
 /// Our entries from --provider (with `--fallback node`, each replacing the
 /// stock cloud plugin) and --config.
-pub fn our_entries(
+pub(crate) fn our_entries(
     providers: &[ReadyProvider],
     fallback: Fallback,
     config: Option<&Path>,
@@ -249,7 +249,7 @@ fn kubeadm_extra_args(host: &Host, d: &Discovery) -> Result<Option<FlagEdit>> {
     }))
 }
 
-pub fn plan(host: &Host, d: &Discovery, replace: &[Replace]) -> Result<Plan> {
+pub(crate) fn plan(host: &Host, d: &Discovery, replace: &[Replace]) -> Result<Plan> {
     if let Some(route) = d.distro.refusal() {
         return Err(Error::config(format!("cannot install on {}", d.distro)).fix(route));
     }
@@ -409,7 +409,7 @@ pub fn plan(host: &Host, d: &Discovery, replace: &[Replace]) -> Result<Plan> {
 
 /// The new bytes of an environment file with `flags` appended to `var`,
 /// and the exact text inserted; `None` when the flags already hold.
-pub fn append_flags(
+pub(crate) fn append_flags(
     text: &str,
     var: &str,
     flags: &[(String, String)],

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use yaml_serde::Value;
 
 /// The audiences of the entries that carry `tokenAttributes`.
-pub fn audiences(providers: &[Value]) -> Vec<String> {
+pub(crate) fn audiences(providers: &[Value]) -> Vec<String> {
     providers
         .iter()
         .filter_map(|p| {
@@ -25,7 +25,7 @@ pub fn audiences(providers: &[Value]) -> Vec<String> {
 }
 
 /// A ClusterRole and its binding to `system:nodes`, ready to apply.
-pub fn manifest(audiences: &[String]) -> String {
+pub(crate) fn manifest(audiences: &[String]) -> String {
     if audiences.is_empty() {
         return String::new();
     }

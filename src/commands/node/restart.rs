@@ -29,7 +29,7 @@ const HEALTHY_IN_A_ROW: u32 = 3;
 
 /// How long `systemctl restart` may take (it waits for the start job: a
 /// k3s server starts its control plane).
-pub const RESTART_TIMEOUT: Duration = Duration::from_secs(180);
+const RESTART_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// Whether `systemctl` must run in PID 1's namespaces: the root is a
 /// mounted host root and PID 1 is in another mount namespace.
@@ -49,7 +49,7 @@ fn through_nsenter(host: &Host, proc: &Path) -> bool {
 }
 
 /// Runs `systemctl ARGS` on the node and returns its stdout.
-pub fn systemctl_output(
+pub(crate) fn systemctl_output(
     host: &Host,
     proc: &Path,
     args: &[&str],
@@ -90,7 +90,7 @@ pub fn systemctl_output(
 }
 
 /// Runs `systemctl ARGS` on the node.
-pub fn systemctl(host: &Host, proc: &Path, args: &[&str]) -> Result<()> {
+pub(crate) fn systemctl(host: &Host, proc: &Path, args: &[&str]) -> Result<()> {
     systemctl_output(host, proc, args, RESTART_TIMEOUT).map(|_| ())
 }
 
@@ -127,7 +127,7 @@ fn in_host_network<T: Send>(
 }
 
 /// One `GET /healthz`: `Ok(())` on `200` with body `ok`.
-pub fn probe(address: &str, port: u16) -> std::result::Result<(), String> {
+pub(crate) fn probe(address: &str, port: u16) -> std::result::Result<(), String> {
     let target = if address.contains(':') {
         format!("[{address}]:{port}")
     } else {
@@ -168,7 +168,7 @@ pub fn probe(address: &str, port: u16) -> std::result::Result<(), String> {
 }
 
 /// One probe from the host's network namespace.
-pub fn probe_on_host(
+pub(crate) fn probe_on_host(
     proc: Option<&Path>,
     address: &str,
     port: u16,
@@ -181,7 +181,7 @@ pub fn probe_on_host(
 
 /// Polls until healthy (several `ok` in a row) or `timeout`, from the
 /// host's network namespace.
-pub fn wait_healthy(
+pub(crate) fn wait_healthy(
     proc: Option<&Path>,
     address: &str,
     port: u16,
@@ -221,7 +221,7 @@ pub fn wait_healthy(
 
 /// The unit that runs the kubelet on this node: the first of `units` that
 /// has a unit file.
-pub fn unit_to_restart(host: &Host, units: &[&'static str]) -> &'static str {
+pub(crate) fn unit_to_restart(host: &Host, units: &[&'static str]) -> &'static str {
     units
         .iter()
         .copied()

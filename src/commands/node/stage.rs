@@ -14,10 +14,10 @@ use super::host::{Host, Kind};
 use crate::error::{Error, Result};
 
 /// The staged copy; removed on drop.
-pub struct Stage {
-    pub dir: PathBuf,
-    pub config: PathBuf,
-    pub bin_dir: PathBuf,
+pub(crate) struct Stage {
+    pub(crate) dir: PathBuf,
+    pub(crate) config: PathBuf,
+    pub(crate) bin_dir: PathBuf,
     /// The node's config path the staged one stands for.
     real_config: PathBuf,
 }
@@ -47,7 +47,7 @@ fn io(e: std::io::Error) -> Error {
 
 /// What goes in the staged config: one file's bytes, or a directory's
 /// files with one of them replaced (or added).
-pub enum Config<'a> {
+pub(crate) enum Config<'a> {
     File {
         path: &'a Path,
         bytes: &'a [u8],
@@ -60,7 +60,7 @@ pub enum Config<'a> {
 
 /// Stages `config` and the node's `bin_dir`, with `extra` names linked to
 /// `binary` (the binary about to be installed).
-pub fn stage(
+pub(crate) fn stage(
     host: &Host,
     config: Config<'_>,
     bin_dir: &Path,
@@ -131,7 +131,7 @@ pub fn stage(
 
 impl Stage {
     /// Maps a staged file name in a finding back to the node's path.
-    pub fn unstage(&self, file: &str) -> String {
+    pub(crate) fn unstage(&self, file: &str) -> String {
         let f = Path::new(file);
         if f == self.config {
             return self.real_config.display().to_string();

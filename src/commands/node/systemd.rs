@@ -28,11 +28,11 @@ use std::path::{Path, PathBuf};
 use super::host::Host;
 
 /// Largest unit, drop-in or environment file read.
-pub const MAX_UNIT_FILE: u64 = 1 << 20;
+const MAX_UNIT_FILE: u64 = 1 << 20;
 
 /// The unit directories, in systemd's precedence order (first wins for the
 /// unit file itself; drop-ins of every directory apply).
-pub const UNIT_DIRS: [&str; 5] = [
+pub(crate) const UNIT_DIRS: [&str; 5] = [
     "/etc/systemd/system",
     "/run/systemd/system",
     "/usr/local/lib/systemd/system",
@@ -42,39 +42,39 @@ pub const UNIT_DIRS: [&str; 5] = [
 
 /// A variable's value and the file that set it.
 #[derive(Clone, Debug)]
-pub struct Var {
-    pub value: String,
-    pub file: PathBuf,
+pub(crate) struct Var {
+    pub(crate) value: String,
+    pub(crate) file: PathBuf,
 }
 
 /// One word of the expanded command line and where it came from.
 #[derive(Clone, Debug)]
-pub struct Word {
-    pub text: String,
+pub(crate) struct Word {
+    pub(crate) text: String,
     /// The variable the word came from, if any.
-    pub var: Option<String>,
+    pub(crate) var: Option<String>,
     /// The file that set the word (the env file, or the unit file).
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
 }
 
 #[derive(Clone, Debug, Default)]
-pub struct Unit {
-    pub name: String,
+pub(crate) struct Unit {
+    pub(crate) name: String,
     /// Host paths of the unit file and its drop-ins, in the order applied.
-    pub files: Vec<PathBuf>,
+    pub(crate) files: Vec<PathBuf>,
     /// `EnvironmentFile=` entries (host paths), in order.
-    pub env_files: Vec<PathBuf>,
+    pub(crate) env_files: Vec<PathBuf>,
     /// Environment files that exist but are not valid UTF-8 throughout:
     /// systemd ignores their bad assignments, and install never edits them.
-    pub not_utf8: Vec<PathBuf>,
-    pub vars: BTreeMap<String, Var>,
-    pub exec_start: Vec<Word>,
+    pub(crate) not_utf8: Vec<PathBuf>,
+    pub(crate) vars: BTreeMap<String, Var>,
+    pub(crate) exec_start: Vec<Word>,
 }
 
 impl Unit {
     /// Reads unit `name` (`kubelet.service`) under the host root. `None`
     /// when no unit file exists.
-    pub fn load(host: &Host, name: &str) -> Option<Unit> {
+    pub(crate) fn load(host: &Host, name: &str) -> Option<Unit> {
         let file = UNIT_DIRS
             .iter()
             .map(|d| Path::new(d).join(name))
@@ -172,7 +172,7 @@ impl Unit {
     }
 
     /// The command-line words after the program.
-    pub fn args(&self) -> Vec<String> {
+    pub(crate) fn args(&self) -> Vec<String> {
         self.exec_start
             .iter()
             .skip(1)
@@ -206,7 +206,7 @@ fn logical_lines(text: &str) -> Vec<String> {
 }
 
 /// Splits on whitespace, honouring double and single quotes.
-pub fn split_words(text: &str) -> Vec<String> {
+pub(crate) fn split_words(text: &str) -> Vec<String> {
     let mut words = Vec::new();
     let mut current = String::new();
     let mut quote: Option<char> = None;
@@ -241,7 +241,7 @@ pub fn split_words(text: &str) -> Vec<String> {
 /// `KEY=VALUE` assignments, `#` and `;` comments, quotes and escapes; an
 /// assignment whose name or value is not UTF-8, or whose name is not a
 /// valid variable name, is dropped.
-pub fn parse_env_bytes(bytes: &[u8]) -> Vec<(String, String)> {
+fn parse_env_bytes(bytes: &[u8]) -> Vec<(String, String)> {
     #[derive(Clone, Copy, PartialEq)]
     enum S {
         PreKey,
@@ -372,7 +372,7 @@ pub fn parse_env_bytes(bytes: &[u8]) -> Vec<(String, String)> {
 }
 
 /// [`parse_env_bytes`] on text.
-pub fn parse_env_file(text: &str) -> Vec<(String, String)> {
+pub(crate) fn parse_env_file(text: &str) -> Vec<(String, String)> {
     parse_env_bytes(text.as_bytes())
 }
 

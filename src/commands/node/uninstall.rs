@@ -24,17 +24,17 @@ use crate::error::{Error, Result};
 use crate::options::BINARY;
 
 #[derive(clap::Args, Clone, Debug)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(flatten)]
-    pub target: Target,
+    pub(crate) target: Target,
 
     /// Restart the kubelet if anything changed and wait for its health.
     #[arg(long)]
-    pub restart_kubelet: bool,
+    pub(crate) restart_kubelet: bool,
 
     /// How long to wait for the kubelet to be healthy after a restart.
     #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = parse_duration)]
-    pub health_timeout: Duration,
+    pub(crate) health_timeout: Duration,
 }
 
 fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
@@ -49,7 +49,7 @@ struct Report {
     error: Option<String>,
 }
 
-pub fn run(args: &Args) -> ExitCode {
+pub(crate) fn run(args: &Args) -> ExitCode {
     let mut report = Report::default();
     let result = uninstall(args, &mut report);
     if let Err(e) = &result {

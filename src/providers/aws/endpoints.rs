@@ -24,7 +24,7 @@ use crate::net::{http, metadata};
 
 /// An AWS API the exchange calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Service {
+pub(crate) enum Service {
     Sts,
     Ecr,
     EcrPublic,
@@ -32,7 +32,7 @@ pub enum Service {
 
 impl Service {
     /// The service-specific override variable.
-    pub fn env_var(self) -> &'static str {
+    pub(crate) fn env_var(self) -> &'static str {
         match self {
             Service::Sts => "AWS_ENDPOINT_URL_STS",
             Service::Ecr => "AWS_ENDPOINT_URL_ECR",
@@ -40,7 +40,7 @@ impl Service {
         }
     }
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Service::Sts => "STS",
             Service::Ecr => "ECR",
@@ -50,28 +50,28 @@ impl Service {
 }
 
 /// The global override variable.
-pub const ENDPOINT_URL: &str = "AWS_ENDPOINT_URL";
+const ENDPOINT_URL: &str = "AWS_ENDPOINT_URL";
 const IGNORE_CONFIGURED: &str = "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS";
 /// Where EKS Pod Identity credentials come from, if not the default agent.
-pub const FULL_URI: &str = "AWS_CONTAINER_CREDENTIALS_FULL_URI";
+const FULL_URI: &str = "AWS_CONTAINER_CREDENTIALS_FULL_URI";
 
 /// The EKS Pod Identity Agent on every node (link-local, host network).
 /// The SDKs' IMDS settings (docs.aws.amazon.com/sdkref/latest/guide/
 /// feature-imds-credentials.html): a full endpoint URI, or the address
 /// family of the default one, and a switch that turns IMDS off.
-pub const IMDS_ENDPOINT: &str = "AWS_EC2_METADATA_SERVICE_ENDPOINT";
-pub const IMDS_ENDPOINT_MODE: &str = "AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE";
-pub const IMDS_DISABLED: &str = "AWS_EC2_METADATA_DISABLED";
+const IMDS_ENDPOINT: &str = "AWS_EC2_METADATA_SERVICE_ENDPOINT";
+const IMDS_ENDPOINT_MODE: &str = "AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE";
+const IMDS_DISABLED: &str = "AWS_EC2_METADATA_DISABLED";
 
 /// IMDS on IPv4, and on IPv6 (Nitro instances, once enabled).
-pub const DEFAULT_IMDS: &str = "http://169.254.169.254";
-pub const DEFAULT_IMDS_V6: &str = "http://[fd00:ec2::254]";
+pub(crate) const DEFAULT_IMDS: &str = "http://169.254.169.254";
+const DEFAULT_IMDS_V6: &str = "http://[fd00:ec2::254]";
 
-pub const DEFAULT_AGENT: &str = "http://169.254.170.23/v1/credentials";
+pub(crate) const DEFAULT_AGENT: &str = "http://169.254.170.23/v1/credentials";
 
 /// The AWS_* variables the exchanger honours, read once at start-up.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Environment {
+pub(crate) struct Environment {
     vars: Vec<(&'static str, String)>,
 }
 
@@ -90,7 +90,7 @@ impl Environment {
 
     /// Reads the variables through `lookup`; empty values count as unset,
     /// as the SDKs treat them.
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Self {
+    pub(crate) fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Self {
         let vars = Self::NAMES
             .iter()
             .filter_map(|&name| {
@@ -129,15 +129,15 @@ impl Environment {
 
 /// A resolved endpoint.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Endpoint {
-    pub url: String,
+pub(crate) struct Endpoint {
+    pub(crate) url: String,
     /// The variable that set it, or `None` for the SDK's own rules.
-    pub from: Option<&'static str>,
+    pub(crate) from: Option<&'static str>,
 }
 
 impl Endpoint {
     /// For plan inputs and messages.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self.from {
             Some(var) => format!("{} (from {var})", self.url),
             None => self.url.clone(),
@@ -146,7 +146,7 @@ impl Endpoint {
 }
 
 /// The endpoint of `service` for `registry`.
-pub fn resolve(service: Service, registry: &Registry, env: &Environment) -> Result<Endpoint> {
+pub(crate) fn resolve(service: Service, registry: &Registry, env: &Environment) -> Result<Endpoint> {
     if let Some((var, value)) = env.endpoint_override(service) {
         let url = http::endpoint_override(var, value)?;
         check_override(service, var, &url, registry)?;
@@ -253,7 +253,7 @@ const AWS_SUFFIXES: [(&str, &[Partition]); 10] = [
 /// (`api.ecr.us-west-2.amazonaws.com`,
 /// `vpce-0a1b.sts.eu-west-1.vpce.amazonaws.com`), or `None` for a host that
 /// is not an AWS endpoint name (an IP, a private DNS name).
-pub fn implied_region(host: &str) -> Option<(String, Partition)> {
+fn implied_region(host: &str) -> Option<(String, Partition)> {
     let host = host.to_ascii_lowercase();
     let partitions = AWS_SUFFIXES
         .iter()
@@ -304,7 +304,7 @@ fn check_override(service: Service, var: &str, url: &str, registry: &Registry) -
 /// `AWS_CONTAINER_CREDENTIALS_FULL_URI`. The service account token goes
 /// there in clear text over `http://`, so, as the AWS SDKs do, plain HTTP is
 /// accepted only for loopback and the EKS/ECS link-local agent addresses.
-pub fn agent(env: &Environment) -> Result<Endpoint> {
+pub(crate) fn agent(env: &Environment) -> Result<Endpoint> {
     let Some(value) = env.agent_override() else {
         return Ok(Endpoint {
             url: DEFAULT_AGENT.to_string(),
@@ -345,7 +345,7 @@ pub fn agent(env: &Environment) -> Result<Endpoint> {
 /// `AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE` (`IPv4`, the default, or
 /// `IPv6`, case-insensitive). `AWS_EC2_METADATA_DISABLED=true` turns IMDS
 /// off, and with it the node identity.
-pub fn imds(env: &Environment) -> Result<metadata::Service> {
+pub(crate) fn imds(env: &Environment) -> Result<metadata::Service> {
     if env
         .get(IMDS_DISABLED)
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))

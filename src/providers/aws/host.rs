@@ -102,14 +102,14 @@ pub const ECR_PUBLIC_HOSTS: [&str; 2] = ["public.ecr.aws", "ecr-public.aws.com"]
 /// A private ECR registry, as its host names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PrivateRegistry {
-    pub account: String,
-    pub region: String,
-    pub partition: Partition,
+    pub(crate) account: String,
+    pub(crate) region: String,
+    pub(crate) partition: Partition,
     /// `dkr.ecr-fips` / `dkr-ecr-fips`: the node must use FIPS endpoints.
-    pub fips: bool,
+    pub(crate) fips: bool,
     /// `dkr-ecr.<region>.on.aws`: the node may be IPv6-only, so the APIs are
     /// called on their dual-stack endpoints too.
-    pub dual_stack: bool,
+    pub(crate) dual_stack: bool,
 }
 
 /// The ECR registry an image is on.

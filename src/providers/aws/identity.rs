@@ -17,13 +17,13 @@ use crate::token::ServiceAccount;
 /// ecr-credential-provider's own key (a role only for pulls, without the
 /// pod identity webhook injecting credentials into the pod); the second is
 /// the IRSA key most service accounts already carry.
-pub const DEFAULT_ROLE_ANNOTATIONS: [&str; 2] = [
+pub(crate) const DEFAULT_ROLE_ANNOTATIONS: [&str; 2] = [
     "eks.amazonaws.com/ecr-role-arn",
     "eks.amazonaws.com/role-arn",
 ];
 
 /// The form a role ARN must have, for messages.
-pub const ARN_FORM: &str = "arn:<partition>:iam::<12-digit account>:role/[<path>/]<name>, \
+const ARN_FORM: &str = "arn:<partition>:iam::<12-digit account>:role/[<path>/]<name>, \
      partition aws, aws-cn, aws-us-gov, aws-iso, aws-iso-b, aws-iso-e, aws-iso-f or aws-eusc";
 
 /// An IAM role ARN. Path segments and the name use IAM's role-name
@@ -40,7 +40,7 @@ const MAX_ARN_LEN: usize = 2048;
 
 /// A validated IAM role ARN.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RoleArn {
+pub(crate) struct RoleArn {
     text: String,
     partition: Partition,
     account: String,
@@ -49,7 +49,7 @@ pub struct RoleArn {
 
 impl RoleArn {
     /// Parses `text`, or `None` when it is not an IAM role ARN.
-    pub fn parse(text: &str) -> Option<RoleArn> {
+    pub(crate) fn parse(text: &str) -> Option<RoleArn> {
         if text.len() > MAX_ARN_LEN {
             return None;
         }
@@ -63,19 +63,20 @@ impl RoleArn {
         })
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.text
     }
 
-    pub fn partition(&self) -> Partition {
+    pub(crate) fn partition(&self) -> Partition {
         self.partition
     }
 
-    pub fn account(&self) -> &str {
+    pub(crate) fn account(&self) -> &str {
         &self.account
     }
 
-    pub fn name(&self) -> &str {
+    #[cfg(test)]
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 }
@@ -90,7 +91,7 @@ impl fmt::Display for RoleArn {
 /// the annotations the kubelet passed decides. A present key with an empty
 /// or malformed value is an error, not a reason to look further: the admin
 /// wrote it, and silently using another role would hide the mistake.
-pub fn role_from_annotations(
+pub(crate) fn role_from_annotations(
     annotations: &BTreeMap<String, String>,
     keys: &[String],
     service_account: &ServiceAccount,
@@ -133,7 +134,7 @@ pub fn role_from_annotations(
 }
 
 /// STS's limit on `RoleSessionName`.
-pub const MAX_SESSION_NAME: usize = 64;
+const MAX_SESSION_NAME: usize = 64;
 
 /// Hex digits of the hash appended to a session name that had to change.
 const SESSION_HASH_LEN: usize = 8;
@@ -145,7 +146,7 @@ const SESSION_HASH_LEN: usize = 8;
 /// from a non-conforming token, has other characters) keeps a readable,
 /// cleaned prefix plus a short hash of the full name, so two service
 /// accounts never share a session name by being cut the same way.
-pub fn session_name(service_account: &ServiceAccount) -> String {
+pub(crate) fn session_name(service_account: &ServiceAccount) -> String {
     let full = format!("{}.{}", service_account.namespace, service_account.name);
     let allowed = |c: char| c.is_ascii_alphanumeric() || "_+=,.@-".contains(c);
     if full.len() <= MAX_SESSION_NAME && full.len() >= 2 && full.chars().all(allowed) {

@@ -33,21 +33,21 @@ use crate::secret::Secret;
 
 /// The session token's lifetime: it serves this one invocation, which the
 /// kubelet ends within a minute.
-pub const TOKEN_TTL_SECONDS: u32 = 60;
+const TOKEN_TTL_SECONDS: u32 = 60;
 
-pub const TOKEN_PATH: &str = "/latest/api/token";
-pub const CREDENTIALS_PATH: &str = "/latest/meta-data/iam/security-credentials/";
-pub const TTL_HEADER: &str = "x-aws-ec2-metadata-token-ttl-seconds";
-pub const TOKEN_HEADER: &str = "x-aws-ec2-metadata-token";
+pub(crate) const TOKEN_PATH: &str = "/latest/api/token";
+const CREDENTIALS_PATH: &str = "/latest/meta-data/iam/security-credentials/";
+const TTL_HEADER: &str = "x-aws-ec2-metadata-token-ttl-seconds";
+const TOKEN_HEADER: &str = "x-aws-ec2-metadata-token";
 
 /// The instance profile's credentials and its role's name.
-pub struct NodeCredentials {
-    pub role: String,
-    pub credentials: AwsCredentials,
+pub(crate) struct NodeCredentials {
+    pub(crate) role: String,
+    pub(crate) credentials: AwsCredentials,
 }
 
 /// Fetches the instance profile's credentials.
-pub async fn fetch(
+pub(crate) async fn fetch(
     service: &metadata::Service,
     net: &net::Settings,
     deadline: &Deadline,
@@ -204,7 +204,7 @@ fn field<'v>(object: &'v serde_json::Map<String, Value>, names: &[&str]) -> Opti
 }
 
 /// Reads the role's credentials JSON.
-pub fn credentials(
+pub(crate) fn credentials(
     service: &metadata::Service,
     role: &str,
     reply: &http::Reply,

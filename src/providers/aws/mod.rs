@@ -22,12 +22,12 @@
 //! called, [`sdk`] makes the STS and ECR calls, [`pod_identity`] talks to
 //! the agent.
 
-pub mod endpoints;
+pub(crate) mod endpoints;
 pub mod host;
-pub mod identity;
-pub mod imds;
-pub mod pod_identity;
-pub mod sdk;
+pub(crate) mod identity;
+pub(crate) mod imds;
+pub(crate) mod pod_identity;
+pub(crate) mod sdk;
 
 use std::time::Duration;
 
@@ -45,15 +45,15 @@ use host::Registry;
 
 /// The audience of the token for STS AssumeRoleWithWebIdentity: the client
 /// ID EKS registers for a cluster's IAM OIDC provider.
-pub const STS_AUDIENCE: &str = "sts.amazonaws.com";
+const STS_AUDIENCE: &str = "sts.amazonaws.com";
 
 /// STS's bounds on `DurationSeconds`.
-pub const MIN_SESSION: Duration = Duration::from_secs(900);
-pub const MAX_SESSION: Duration = Duration::from_secs(43_200);
+const MIN_SESSION: Duration = Duration::from_secs(900);
+const MAX_SESSION: Duration = Duration::from_secs(43_200);
 
 /// How the service account becomes an AWS identity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum CredentialSource {
+pub(crate) enum CredentialSource {
     /// STS AssumeRoleWithWebIdentity with the role from an annotation.
     WebIdentity,
     /// The node's EKS Pod Identity Agent.
@@ -61,7 +61,7 @@ pub enum CredentialSource {
 }
 
 impl CredentialSource {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             CredentialSource::WebIdentity => "web-identity",
             CredentialSource::PodIdentity => "pod-identity",
@@ -72,7 +72,7 @@ impl CredentialSource {
 #[derive(clap::Args, Clone, Debug)]
 #[command(next_help_heading = "AWS")]
 #[group(id = "aws_options")]
-pub struct Options {
+pub(crate) struct Options {
     /// How the service account becomes an AWS identity (aws only):
     /// `web-identity` calls STS AssumeRoleWithWebIdentity with the token and
     /// the role ARN from the service account's annotation (token audience
@@ -86,7 +86,7 @@ pub struct Options {
         env = "WICP_AWS_CREDENTIAL_SOURCE",
         default_value = "web-identity"
     )]
-    pub aws_credential_source: CredentialSource,
+    pub(crate) aws_credential_source: CredentialSource,
 
     /// Service account annotation holding the IAM role ARN (aws
     /// web-identity only). Repeatable, tried in order; replaces the default
@@ -99,7 +99,7 @@ pub struct Options {
         value_delimiter = ',',
         default_values = identity::DEFAULT_ROLE_ANNOTATIONS
     )]
-    pub aws_role_arn_annotations: Vec<String>,
+    pub(crate) aws_role_arn_annotations: Vec<String>,
 
     /// Lifetime asked of STS for the role session (aws web-identity only),
     /// 15m to 12h; the role's maximum session duration must allow it.
@@ -110,7 +110,7 @@ pub struct Options {
         default_value = "1h",
         value_parser = parse_session_duration
     )]
-    pub aws_session_duration: Duration,
+    pub(crate) aws_session_duration: Duration,
 }
 
 fn parse_session_duration(text: &str) -> std::result::Result<Duration, String> {
@@ -126,7 +126,7 @@ fn parse_session_duration(text: &str) -> std::result::Result<Duration, String> {
     Ok(whole)
 }
 
-pub static PROVIDER: Provider = Provider {
+pub(crate) static PROVIDER: Provider = Provider {
     name: "aws",
     summary: "STS web identity or EKS Pod Identity, then ECR and ECR Public",
     audience: "sts.amazonaws.com (web-identity) or pods.eks.amazonaws.com (pod-identity)",
@@ -147,7 +147,7 @@ fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchange
     ))
 }
 
-pub struct Aws {
+pub(crate) struct Aws {
     source: CredentialSource,
     fallback: Fallback,
     role_annotations: Vec<String>,
@@ -159,7 +159,7 @@ pub struct Aws {
 impl Aws {
     /// Takes the options and the AWS_* variables; checks nothing that could
     /// fail for a request this exchanger never sees.
-    pub fn with_environment(options: &Options, env: Environment, net: Arc<net::Settings>) -> Self {
+    fn with_environment(options: &Options, env: Environment, net: Arc<net::Settings>) -> Self {
         Aws {
             net,
             source: options.aws_credential_source,
@@ -176,7 +176,7 @@ impl Aws {
     }
 
     /// What pods without an identity of their own get (`--fallback`).
-    pub fn with_fallback(mut self, fallback: Fallback) -> Self {
+    pub(crate) fn with_fallback(mut self, fallback: Fallback) -> Self {
         self.fallback = fallback;
         self
     }

@@ -27,7 +27,7 @@ use crate::token::ServiceAccountToken;
 const MAX_MESSAGE_CHARS: usize = 300;
 
 /// The audience the agent (and EKS Auth behind it) accepts.
-pub const AUDIENCE: &str = "pods.eks.amazonaws.com";
+pub(crate) const AUDIENCE: &str = "pods.eks.amazonaws.com";
 
 const AGENT_FIX: &str = "install the Amazon EKS Pod Identity Agent add-on (DaemonSet eks-pod-identity-agent in kube-system) \
      and check it runs on this node; the kubelet reaches it on the host network at 169.254.170.23:80 \
@@ -46,13 +46,13 @@ struct WireCredentials {
 }
 
 /// Credentials from the agent, and the account they belong to.
-pub struct AgentCredentials {
-    pub credentials: AwsCredentials,
-    pub account: Option<String>,
+pub(crate) struct AgentCredentials {
+    pub(crate) credentials: AwsCredentials,
+    pub(crate) account: Option<String>,
 }
 
 /// Asks the agent for the credentials of the pod's association.
-pub async fn fetch(
+pub(crate) async fn fetch(
     agent: &Endpoint,
     token: &ServiceAccountToken,
     net: &net::Settings,
@@ -124,7 +124,7 @@ fn parse_time(text: &str) -> Option<i64> {
 
 /// The error code and message in an agent error body, e.g.
 /// `[abc-123]: (ResourceNotFoundException): No association found, fault: client`.
-pub fn error_code(body: &str) -> Option<(String, String)> {
+fn error_code(body: &str) -> Option<(String, String)> {
     let line = body.lines().next()?.trim();
     let start = line.find('(')?;
     let rest = line.get(start + 1..)?;

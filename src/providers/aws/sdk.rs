@@ -125,12 +125,12 @@ where
 }
 
 /// Temporary AWS credentials: from STS, or from the Pod Identity Agent.
-pub struct AwsCredentials {
-    pub access_key_id: String,
-    pub secret_access_key: Secret,
-    pub session_token: Secret,
+pub(crate) struct AwsCredentials {
+    pub(crate) access_key_id: String,
+    pub(crate) secret_access_key: Secret,
+    pub(crate) session_token: Secret,
     /// Unix seconds, when the source said.
-    pub expires_at: Option<i64>,
+    pub(crate) expires_at: Option<i64>,
 }
 
 impl std::fmt::Debug for AwsCredentials {
@@ -144,24 +144,24 @@ impl std::fmt::Debug for AwsCredentials {
 }
 
 /// One AssumeRoleWithWebIdentity call.
-pub struct WebIdentity<'a> {
-    pub role: &'a RoleArn,
-    pub session_name: &'a str,
-    pub duration: Duration,
-    pub region: &'a str,
-    pub endpoint: &'a Endpoint,
-    pub token: &'a ServiceAccountToken,
+pub(crate) struct WebIdentity<'a> {
+    pub(crate) role: &'a RoleArn,
+    pub(crate) session_name: &'a str,
+    pub(crate) duration: Duration,
+    pub(crate) region: &'a str,
+    pub(crate) endpoint: &'a Endpoint,
+    pub(crate) token: &'a ServiceAccountToken,
 }
 
 impl WebIdentity<'_> {
-    pub fn call_name(&self) -> String {
+    pub(crate) fn call_name(&self) -> String {
         format!("STS AssumeRoleWithWebIdentity at {}", self.endpoint.url)
     }
 }
 
 /// Trades the service account token for temporary credentials of the role.
 /// The call is unsigned: no node credentials are read or needed.
-pub async fn assume_role_with_web_identity(
+pub(crate) async fn assume_role_with_web_identity(
     call: &WebIdentity<'_>,
     net: &net::Settings,
     deadline: &Deadline,
@@ -194,22 +194,22 @@ pub async fn assume_role_with_web_identity(
 }
 
 /// Who the ECR call runs as, for messages.
-pub struct EcrCall<'a> {
-    pub registry: &'a Registry,
-    pub endpoint: &'a Endpoint,
+pub(crate) struct EcrCall<'a> {
+    pub(crate) registry: &'a Registry,
+    pub(crate) endpoint: &'a Endpoint,
     /// "role arn:aws:iam::...:role/x" or "the Pod Identity association's role".
-    pub principal: String,
+    pub(crate) principal: String,
 }
 
 impl EcrCall<'_> {
-    pub fn service(&self) -> Service {
+    pub(crate) fn service(&self) -> Service {
         match self.registry {
             Registry::Private(_) => Service::Ecr,
             Registry::Public => Service::EcrPublic,
         }
     }
 
-    pub fn call_name(&self) -> String {
+    pub(crate) fn call_name(&self) -> String {
         format!(
             "{} GetAuthorizationToken at {}",
             self.service().name(),
@@ -219,15 +219,15 @@ impl EcrCall<'_> {
 }
 
 /// A registry login: the decoded ECR authorization token.
-pub struct Login {
-    pub username: String,
-    pub password: Secret,
+pub(crate) struct Login {
+    pub(crate) username: String,
+    pub(crate) password: Secret,
     /// Unix seconds, when ECR said.
-    pub expires_at: Option<i64>,
+    pub(crate) expires_at: Option<i64>,
 }
 
 /// Asks ECR (or ECR Public) for a registry login with `credentials`.
-pub async fn get_authorization_token(
+pub(crate) async fn get_authorization_token(
     call: &EcrCall<'_>,
     credentials: &AwsCredentials,
     net: &net::Settings,
@@ -318,7 +318,7 @@ pub async fn get_authorization_token(
 /// Decodes an ECR authorization token: base64 of `user:password`, split on
 /// the first colon (the password may contain more). Errors never include
 /// the token.
-pub fn decode_authorization_token(
+fn decode_authorization_token(
     token: &Secret,
 ) -> std::result::Result<(String, Secret), &'static str> {
     use base64::Engine;
@@ -338,7 +338,7 @@ pub fn decode_authorization_token(
 
 /// What went wrong with an SDK call, reduced to what messages need.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Failure {
+enum Failure {
     /// AWS answered with an error code.
     Service {
         code: String,
@@ -434,10 +434,10 @@ fn too_large<'e>(
 }
 
 /// How a failed call went, for its message.
-pub struct Tried {
-    pub attempts: u32,
+struct Tried {
+    pub(crate) attempts: u32,
     /// The proxy settings (credentials hidden), when any are set.
-    pub proxies: Option<String>,
+    pub(crate) proxies: Option<String>,
 }
 
 fn tried(net: &net::Settings, attempts: u32) -> Tried {
@@ -538,7 +538,7 @@ fn provider_id(issuer: &str) -> &str {
 }
 
 /// Explains an STS refusal with the trust-policy facts the admin needs.
-pub fn sts_error(
+fn sts_error(
     failure: Failure,
     call: &WebIdentity<'_>,
     deadline: &Deadline,
@@ -613,7 +613,7 @@ pub fn sts_error(
 }
 
 /// Explains an ECR refusal.
-pub fn ecr_error(
+fn ecr_error(
     failure: Failure,
     call: &EcrCall<'_>,
     deadline: &Deadline,

@@ -27,31 +27,31 @@ use crate::redact;
 use crate::secret::Secret;
 
 /// The username that marks the password as an ACR refresh token.
-pub const USERNAME: &str = "00000000-0000-0000-0000-000000000000";
+pub(crate) const USERNAME: &str = "00000000-0000-0000-0000-000000000000";
 
-pub const GRANT_TYPE: &str = "access_token";
+pub(crate) const GRANT_TYPE: &str = "access_token";
 
 /// What the exchange needs, all checked before the network.
 #[derive(Clone, Copy)]
-pub struct ExchangeRequest<'a> {
+pub(crate) struct ExchangeRequest<'a> {
     /// `https://<registry>` or the `--acr-endpoint` override, no trailing slash.
-    pub endpoint: &'a str,
+    pub(crate) endpoint: &'a str,
     /// The login server the refresh token is for.
-    pub service: &'a str,
-    pub tenant: &'a str,
-    pub client_id: &'a str,
+    pub(crate) service: &'a str,
+    pub(crate) tenant: &'a str,
+    pub(crate) client_id: &'a str,
 }
 
 /// An ACR refresh token and its expiry (Unix seconds), read from its `exp`.
-pub struct RefreshToken {
-    pub token: Secret,
-    pub expires_at: i64,
+pub(crate) struct RefreshToken {
+    pub(crate) token: Secret,
+    pub(crate) expires_at: i64,
 }
 
 impl RefreshToken {
     /// The registry login: the null-GUID username marks the password as a
     /// refresh token.
-    pub fn into_credential(self) -> crate::providers::Credential {
+    pub(crate) fn into_credential(self) -> crate::providers::Credential {
         crate::providers::Credential {
             username: USERNAME.to_string(),
             password: self.token,
@@ -81,12 +81,12 @@ struct RegistryError {
     message: Option<String>,
 }
 
-pub fn exchange_url(endpoint: &str) -> String {
+fn exchange_url(endpoint: &str) -> String {
     format!("{endpoint}/oauth2/exchange")
 }
 
 /// Trades `access_token` for a refresh token for `request.service`.
-pub async fn exchange(
+pub(crate) async fn exchange(
     client: &http::Client,
     request: &ExchangeRequest<'_>,
     access_token: &Secret,

@@ -30,28 +30,28 @@ use crate::secret::Secret;
 /// The ACR resource, the same in every cloud. Tokens for the ARM audience
 /// (`https://management.azure.com`) are refused by registries that disable
 /// ARM-audience authentication, which Microsoft recommends.
-pub const SCOPE: &str = "https://containerregistry.azure.net/.default";
+pub(crate) const SCOPE: &str = "https://containerregistry.azure.net/.default";
 
-pub const GRANT_TYPE: &str = "client_credentials";
-pub const ASSERTION_TYPE: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
+pub(crate) const GRANT_TYPE: &str = "client_credentials";
+const ASSERTION_TYPE: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
 
 /// What the request needs, all checked before the network.
-pub struct TokenRequest<'a> {
+pub(crate) struct TokenRequest<'a> {
     /// `https://login.microsoftonline.com`, without a trailing slash.
-    pub authority: &'a str,
-    pub tenant: &'a str,
-    pub client_id: &'a str,
-    pub assertion: &'a Secret,
+    pub(crate) authority: &'a str,
+    pub(crate) tenant: &'a str,
+    pub(crate) client_id: &'a str,
+    pub(crate) assertion: &'a Secret,
     /// Who the assertion speaks for, to write a precise remedy.
-    pub federation: &'a Federation,
+    pub(crate) federation: &'a Federation,
 }
 
 /// The federated identity credential the token must match, from its claims.
 #[derive(Clone, Debug)]
-pub struct Federation {
-    pub issuer: String,
-    pub subject: String,
-    pub audiences: Vec<String>,
+pub(crate) struct Federation {
+    pub(crate) issuer: String,
+    pub(crate) subject: String,
+    pub(crate) audiences: Vec<String>,
 }
 
 impl Federation {
@@ -86,14 +86,14 @@ struct ErrorResponse {
 }
 
 /// The token endpoint of `authority` for `tenant`.
-pub fn token_url(authority: &str, tenant: &str) -> String {
+pub(crate) fn token_url(authority: &str, tenant: &str) -> String {
     format!("{authority}/{tenant}/oauth2/v2.0/token")
 }
 
 /// Requests the access token. The returned secret is good for every
 /// registry the identity may pull from, so it goes to exactly one place
 /// next: the validated registry's exchange endpoint.
-pub async fn request_token(
+pub(crate) async fn request_token(
     client: &http::Client,
     request: &TokenRequest<'_>,
     deadline: &Deadline,

@@ -76,9 +76,9 @@ impl fmt::Display for Cloud {
 pub struct LoginServer {
     /// The host, lowercased: what ACR calls the `service`.
     pub host: String,
-    pub cloud: Cloud,
+    pub(crate) cloud: Cloud,
     /// The geo-replica region, for regional login servers.
-    pub region: Option<String>,
+    pub(crate) region: Option<String>,
 }
 
 /// The shape of hosts we accept, for messages.

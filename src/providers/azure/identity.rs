@@ -12,18 +12,18 @@ use std::collections::BTreeMap;
 
 use crate::error::{Error, Kind, Result, quote};
 
-pub const WI_CLIENT_ID: &str = "azure.workload.identity/client-id";
-pub const AKS_CLIENT_ID: &str = "kubernetes.azure.com/acr-client-id";
-pub const WI_TENANT_ID: &str = "azure.workload.identity/tenant-id";
-pub const AKS_TENANT_ID: &str = "kubernetes.azure.com/acr-tenant-id";
+pub(crate) const WI_CLIENT_ID: &str = "azure.workload.identity/client-id";
+pub(crate) const AKS_CLIENT_ID: &str = "kubernetes.azure.com/acr-client-id";
+pub(crate) const WI_TENANT_ID: &str = "azure.workload.identity/tenant-id";
+const AKS_TENANT_ID: &str = "kubernetes.azure.com/acr-tenant-id";
 
 /// The annotation keys in the order they are tried.
-pub const CLIENT_ID_KEYS: [&str; 2] = [WI_CLIENT_ID, AKS_CLIENT_ID];
-pub const TENANT_ID_KEYS: [&str; 2] = [WI_TENANT_ID, AKS_TENANT_ID];
+pub(crate) const CLIENT_ID_KEYS: [&str; 2] = [WI_CLIENT_ID, AKS_CLIENT_ID];
+pub(crate) const TENANT_ID_KEYS: [&str; 2] = [WI_TENANT_ID, AKS_TENANT_ID];
 
 /// Where a value came from, for messages.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Source {
+pub(crate) enum Source {
     Annotation(&'static str),
     Default,
 }
@@ -41,17 +41,17 @@ impl std::fmt::Display for Source {
 
 /// The Entra application a service account federates to.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Identity {
+pub(crate) struct Identity {
     /// The application (client) ID, a GUID, lowercased.
-    pub client_id: String,
+    pub(crate) client_id: String,
     /// The directory (tenant) ID, a GUID lowercased, or a tenant domain.
-    pub tenant: String,
-    pub tenant_source: Source,
+    pub(crate) tenant: String,
+    pub(crate) tenant_source: Source,
 }
 
 /// Reads the identity from `annotations`, with `default_tenant` (from
 /// `--azure-tenant-id`, already validated) when no tenant annotation is set.
-pub fn resolve(
+pub(crate) fn resolve(
     annotations: &BTreeMap<String, String>,
     default_tenant: Option<&str>,
 ) -> Result<Identity> {
@@ -133,7 +133,7 @@ fn first<'a>(
 }
 
 /// A GUID in its canonical 8-4-4-4-12 form, lowercased.
-pub fn parse_guid(value: &str) -> Option<String> {
+pub(crate) fn parse_guid(value: &str) -> Option<String> {
     let groups: Vec<&str> = value.split('-').collect();
     let lengths: Vec<usize> = groups.iter().map(|g| g.len()).collect();
     let ok = lengths == [8, 4, 4, 4, 12]
@@ -151,7 +151,7 @@ fn parse_client_id(value: &str) -> Option<String> {
 /// (`contoso.onmicrosoft.com`, a verified custom domain). The value is
 /// placed in the authority URL's path, so anything but these two shapes is
 /// refused; `common` and `organizations` cannot issue app-only tokens.
-pub fn parse_tenant(value: &str) -> Option<String> {
+pub(crate) fn parse_tenant(value: &str) -> Option<String> {
     if let Some(guid) = parse_guid(value) {
         return (guid != "00000000-0000-0000-0000-000000000000").then_some(guid);
     }
@@ -172,7 +172,7 @@ pub fn parse_tenant(value: &str) -> Option<String> {
     ok.then_some(domain)
 }
 
-pub fn invalid_tenant(source: &Source, value: &str) -> Error {
+pub(crate) fn invalid_tenant(source: &Source, value: &str) -> Error {
     let kind = match source {
         Source::Annotation(_) => Kind::Annotation,
         Source::Default => Kind::Config,

@@ -24,11 +24,11 @@
 //! server ([`host`]), and its suffix picks the cloud and so the Entra ID
 //! authority.
 
-pub mod acr;
-pub mod entra;
+pub(crate) mod acr;
+pub(crate) mod entra;
 pub mod host;
-pub mod identity;
-pub mod node;
+pub(crate) mod identity;
+pub(crate) mod node;
 
 use crate::error::{Error, Result, quote};
 use crate::image::ImageRef;
@@ -39,12 +39,12 @@ use crate::providers::{self, Context, Exchanger, Plan, Provider};
 use std::sync::Arc;
 
 /// The audience of Entra ID federated identity credentials.
-pub const AUDIENCE: &str = "api://AzureADTokenExchange";
+pub(crate) const AUDIENCE: &str = "api://AzureADTokenExchange";
 
 /// The Azure SDKs' own names for the tenant and the authority, read when
 /// neither the flag nor its `WICP_` variable is set.
-pub const STANDARD_TENANT_ENV: &str = "AZURE_TENANT_ID";
-pub const STANDARD_AUTHORITY_ENV: &str = "AZURE_AUTHORITY_HOST";
+const STANDARD_TENANT_ENV: &str = "AZURE_TENANT_ID";
+const STANDARD_AUTHORITY_ENV: &str = "AZURE_AUTHORITY_HOST";
 
 // The group id must differ from the other exchangers' `Options` structs,
 // which clap would otherwise all name "Options".
@@ -54,12 +54,12 @@ pub const STANDARD_AUTHORITY_ENV: &str = "AZURE_AUTHORITY_HOST";
 #[derive(clap::Args, Clone, Debug, Default)]
 #[group(id = "azure_options")]
 #[command(next_help_heading = "Azure")]
-pub struct Options {
+pub(crate) struct Options {
     /// Entra ID tenant (GUID or domain) for service accounts without a
     /// tenant annotation (azure only). When neither this flag nor
     /// WICP_AZURE_TENANT_ID is set, AZURE_TENANT_ID is used.
     #[arg(long, value_name = "TENANT", env = "WICP_AZURE_TENANT_ID")]
-    pub azure_tenant_id: Option<String>,
+    pub(crate) azure_tenant_id: Option<String>,
 
     /// Entra ID authority, replacing the one of the registry's cloud
     /// (login.microsoftonline.com, login.chinacloudapi.cn,
@@ -67,42 +67,42 @@ pub struct Options {
     /// WICP_AZURE_AUTHORITY_HOST is set, AZURE_AUTHORITY_HOST is used.
     /// http:// only if written so.
     #[arg(long, value_name = "URL", env = "WICP_AZURE_AUTHORITY_HOST")]
-    pub azure_authority_host: Option<String>,
+    pub(crate) azure_authority_host: Option<String>,
 
     /// Where to send the ACR token exchange instead of https://<registry>
     /// (azure only): a private endpoint or a test server. The refresh token
     /// is still requested for the registry in the image.
     #[arg(long, value_name = "URL", env = "WICP_ACR_ENDPOINT")]
-    pub acr_endpoint: Option<String>,
+    pub(crate) acr_endpoint: Option<String>,
 
     /// The kubelet identity's client ID, for --fallback node (azure only);
     /// without it, the cloud config's userAssignedIdentityID.
     #[arg(long, value_name = "GUID", env = "WICP_AZURE_NODE_CLIENT_ID")]
-    pub azure_node_client_id: Option<String>,
+    pub(crate) azure_node_client_id: Option<String>,
 
     /// The node's cloud config, read for --fallback node (azure only): on
     /// AKS /etc/kubernetes/azure.json, the argument of the stock
     /// acr-credential-provider entry.
     #[arg(long, value_name = "PATH", env = "WICP_AZURE_CLOUD_CONFIG")]
-    pub azure_cloud_config: Option<std::path::PathBuf>,
+    pub(crate) azure_cloud_config: Option<std::path::PathBuf>,
 
     /// For --fallback node on a node without a managed identity: return
     /// the cloud config's aadClientId and aadClientSecret as the registry
     /// login, as acr-credential-provider does (azure only).
     #[arg(long, env = "WICP_AZURE_NODE_SERVICE_PRINCIPAL")]
-    pub azure_node_service_principal: bool,
+    pub(crate) azure_node_service_principal: bool,
 
     /// Azure IMDS, replacing http://169.254.169.254 (azure --fallback node
     /// only): a test server.
     #[arg(long, value_name = "URL", env = "WICP_AZURE_IMDS_ENDPOINT")]
-    pub azure_imds_endpoint: Option<String>,
+    pub(crate) azure_imds_endpoint: Option<String>,
 }
 
 impl Options {
     /// Fills what the flags left unset from the Azure SDKs' standard
     /// variables, looked up with `env`. Empty standard variables count as
     /// unset (shells and manifests leave them so); an empty flag does not.
-    pub fn with_standard_env(mut self, env: impl Fn(&str) -> Option<String>) -> Self {
+    fn with_standard_env(mut self, env: impl Fn(&str) -> Option<String>) -> Self {
         let standard = |name: &str| env(name).filter(|v| !v.trim().is_empty());
         if self.azure_tenant_id.is_none() {
             self.azure_tenant_id = standard(STANDARD_TENANT_ENV);
@@ -170,7 +170,7 @@ impl Settings {
     }
 }
 
-pub static PROVIDER: Provider = Provider {
+pub(crate) static PROVIDER: Provider = Provider {
     name: "azure",
     summary: "Entra ID workload identity federation, then ACR's token exchange",
     audience: AUDIENCE,
@@ -191,7 +191,7 @@ fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchange
     ))
 }
 
-pub struct Azure {
+pub(crate) struct Azure {
     /// The checked options. Only a request routed to Azure builds this
     /// exchanger, so a bad Azure setting (an odd AZURE_TENANT_ID in the
     /// kubelet's environment) fails Azure pulls only.
@@ -203,7 +203,7 @@ pub struct Azure {
 impl Azure {
     /// Checks the options, the standard variables already applied
     /// ([`Options::with_standard_env`]); no I/O.
-    pub fn new(options: &Options, net: Arc<net::Settings>) -> Result<Self> {
+    pub(crate) fn new(options: &Options, net: Arc<net::Settings>) -> Result<Self> {
         Ok(Azure {
             settings: Settings::new(options)?,
             fallback: Fallback::None,
@@ -212,7 +212,7 @@ impl Azure {
     }
 
     /// What pods without an identity of their own get (`--fallback`).
-    pub fn with_fallback(mut self, fallback: Fallback) -> Self {
+    pub(crate) fn with_fallback(mut self, fallback: Fallback) -> Self {
         self.fallback = fallback;
         self
     }

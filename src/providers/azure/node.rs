@@ -34,12 +34,12 @@ use crate::net::{self, http, metadata};
 use crate::providers::Credential;
 use crate::secret::Secret;
 
-pub const DEFAULT_IMDS: &str = "http://169.254.169.254";
-pub const TOKEN_PATH: &str = "/metadata/identity/oauth2/token";
-pub const API_VERSION: &str = "2018-02-01";
+pub(crate) const DEFAULT_IMDS: &str = "http://169.254.169.254";
+pub(crate) const TOKEN_PATH: &str = "/metadata/identity/oauth2/token";
+const API_VERSION: &str = "2018-02-01";
 /// The ACR audience the stock plugin asks for (`AcrAudience`); tokens for
 /// it work whatever the registry's `azureADAuthenticationAsArmPolicy`.
-pub const RESOURCE: &str = "https://containerregistry.azure.net";
+pub(crate) const RESOURCE: &str = "https://containerregistry.azure.net";
 
 /// The cloud config's fields this reads (cloud-provider-azure
 /// `pkg/azclient/auth_conf.go`); the file holds many more.
@@ -60,14 +60,14 @@ struct CloudConfig {
 
 /// Which managed identity IMDS is asked for.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ManagedIdentity {
+pub(crate) enum ManagedIdentity {
     SystemAssigned,
     ClientId(String),
     ResourceId(String),
 }
 
 impl ManagedIdentity {
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             ManagedIdentity::SystemAssigned => "system-assigned".into(),
             ManagedIdentity::ClientId(id) => format!("client_id {id}"),
@@ -85,7 +85,7 @@ impl ManagedIdentity {
 }
 
 /// The node identity, decided before the network.
-pub enum NodeIdentity {
+pub(crate) enum NodeIdentity {
     Managed {
         identity: ManagedIdentity,
         /// The cloud config's tenant, for ACR's form when the token has no
@@ -98,7 +98,7 @@ pub enum NodeIdentity {
 }
 
 impl NodeIdentity {
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             NodeIdentity::Managed { identity, .. } => {
                 format!("managed identity ({})", identity.describe())
@@ -112,15 +112,15 @@ impl NodeIdentity {
 
 /// Settings of the node path, from the flags.
 #[derive(Clone, Debug, Default)]
-pub struct Settings {
-    pub client_id: Option<String>,
-    pub cloud_config: Option<PathBuf>,
-    pub service_principal: bool,
-    pub imds: Option<String>,
+pub(crate) struct Settings {
+    pub(crate) client_id: Option<String>,
+    pub(crate) cloud_config: Option<PathBuf>,
+    pub(crate) service_principal: bool,
+    pub(crate) imds: Option<String>,
 }
 
 impl Settings {
-    pub fn imds(&self) -> metadata::Service {
+    pub(crate) fn imds(&self) -> metadata::Service {
         let (base, source) = match &self.imds {
             Some(base) => (base.clone(), "--azure-imds-endpoint"),
             None => (DEFAULT_IMDS.to_string(), "default"),
@@ -136,7 +136,7 @@ impl Settings {
     }
 
     /// Decides the node identity: reads the cloud config if one is named.
-    pub fn resolve(&self) -> Result<NodeIdentity> {
+    pub(crate) fn resolve(&self) -> Result<NodeIdentity> {
         let config = match &self.cloud_config {
             Some(path) => read_cloud_config(path)?,
             None => CloudConfig::default(),
@@ -272,7 +272,7 @@ fn transient(status: u16) -> bool {
 }
 
 /// Asks IMDS for an ACR-audience token of `identity`.
-pub async fn managed_identity_token(
+async fn managed_identity_token(
     service: &metadata::Service,
     identity: &ManagedIdentity,
     net: &net::Settings,
@@ -340,7 +340,7 @@ pub async fn managed_identity_token(
 }
 
 /// The node's registry login for `server` (an ACR login server).
-pub fn login(
+pub(crate) fn login(
     node: &NodeIdentity,
     service: &metadata::Service,
     exchange: &acr::ExchangeRequest<'_>,

@@ -20,7 +20,7 @@ use crate::token::ServiceAccount;
 
 /// The annotation naming the Google service account to impersonate; without
 /// it the federated token itself is the credential (direct resource access).
-pub const SERVICE_ACCOUNT_ANNOTATION: &str = "iam.gke.io/gcp-service-account";
+pub(crate) const SERVICE_ACCOUNT_ANNOTATION: &str = "iam.gke.io/gcp-service-account";
 
 const WIF_FLAG: &str = "--gcp-workload-identity-provider";
 const PROJECT_FLAG: &str = "--gcp-project-id";
@@ -28,7 +28,7 @@ const CLUSTER_FLAG: &str = "--gcp-cluster";
 
 /// The pool the cluster's tokens are exchanged in.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// `provider` is `projects/N/locations/global/workloadIdentityPools/P/providers/X`.
     Federation { provider: String },
     /// `cluster` is `projects/P/locations/L/clusters/C`.
@@ -39,7 +39,7 @@ impl Mode {
     /// Decides the mode from the flags: exactly one of the two
     /// configurations, or none (the gcp exchanger is then unusable, which is
     /// only an error if a request is routed to it).
-    pub fn from_flags(
+    pub(crate) fn from_flags(
         provider: Option<&str>,
         project: Option<&str>,
         cluster: Option<&str>,
@@ -78,7 +78,7 @@ impl Mode {
     }
 
     /// The error for a request routed to an exchanger with no mode.
-    pub fn not_configured() -> Error {
+    pub(crate) fn not_configured() -> Error {
         Error::config("the gcp exchanger has no identity pool configured").fix(format!(
             "pass {WIF_FLAG} projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER \
              (Workload Identity Federation), or {PROJECT_FLAG} with {CLUSTER_FLAG} (GKE Workload Identity)"
@@ -86,7 +86,7 @@ impl Mode {
     }
 
     /// A short name for logs and cache inputs.
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Mode::Federation { .. } => "workload-identity-federation",
             Mode::Gke { .. } => "gke-workload-identity",
@@ -94,7 +94,7 @@ impl Mode {
     }
 
     /// The `audience` sent to STS.
-    pub fn sts_audience(&self) -> String {
+    pub(crate) fn sts_audience(&self) -> String {
         match self {
             Mode::Federation { provider } => format!("//iam.googleapis.com/{provider}"),
             Mode::Gke { project, cluster } => format!(
@@ -108,7 +108,7 @@ impl Mode {
     /// `allowedAudiences` that is its full resource name "with or without the
     /// HTTPS prefix"; with `allowedAudiences`, `--audience` names the one the
     /// kubelet requests.
-    pub fn token_audiences(&self) -> Vec<String> {
+    pub(crate) fn token_audiences(&self) -> Vec<String> {
         match self {
             Mode::Federation { provider } => vec![
                 format!("//iam.googleapis.com/{provider}"),
@@ -121,7 +121,7 @@ impl Mode {
     /// The IAM principal Google sees after the exchange, for the fix of a
     /// refused impersonation. For a pool provider this assumes the usual
     /// attribute mapping `google.subject=assertion.sub`.
-    pub fn principal(&self, sa: &ServiceAccount) -> String {
+    pub(crate) fn principal(&self, sa: &ServiceAccount) -> String {
         match self {
             Mode::Federation { provider } => {
                 let pool = provider
@@ -263,7 +263,7 @@ fn is_resource_id(s: &str) -> bool {
 /// into the IAM Credentials URL path, so nothing but a service account email
 /// may pass: `NAME@PROJECT.iam.gserviceaccount.com`, or the Compute Engine
 /// and App Engine default accounts.
-pub fn parse_service_account(value: &str) -> Result<String> {
+pub(super) fn parse_service_account(value: &str) -> Result<String> {
     let valid = value.split_once('@').is_some_and(|(name, domain)| {
         let label = |s: &str| {
             (1..=100).contains(&s.len())

@@ -28,7 +28,7 @@
 // Public for the fuzz targets (fuzz/), which feed them arbitrary replies.
 pub mod iam;
 mod identity;
-pub mod node;
+pub(crate) mod node;
 mod registry;
 pub mod sts;
 
@@ -46,15 +46,15 @@ use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
 use crate::secret::Secret;
 use std::sync::Arc;
 
-pub use identity::{Mode, SERVICE_ACCOUNT_ANNOTATION};
+pub(crate) use identity::{Mode, SERVICE_ACCOUNT_ANNOTATION};
 pub use registry::is_google_registry;
 
 /// The username Artifact Registry and Container Registry expect with an
 /// OAuth access token as the password.
-pub const USERNAME: &str = "oauth2accesstoken";
+pub(crate) const USERNAME: &str = "oauth2accesstoken";
 
-pub const DEFAULT_STS_ENDPOINT: &str = "https://sts.googleapis.com";
-pub const DEFAULT_IAMCREDENTIALS_ENDPOINT: &str = "https://iamcredentials.googleapis.com";
+const DEFAULT_STS_ENDPOINT: &str = "https://sts.googleapis.com";
+const DEFAULT_IAMCREDENTIALS_ENDPOINT: &str = "https://iamcredentials.googleapis.com";
 
 /// One Google access token opens every GCR and Artifact Registry host the
 /// identity may read, so the on-disk cache keeps one credential for all of
@@ -63,7 +63,7 @@ const REGISTRY_KEY: &str = "gcp";
 
 /// GKE's opt-in annotation for its service-account image-pull mode; only
 /// the exact value `true` opts in, as in auth-provider-gcp.
-pub const ENABLE_IMAGE_PULL_ANNOTATION: &str = "iam.gke.io/enable-wi-image-pull";
+pub(crate) const ENABLE_IMAGE_PULL_ANNOTATION: &str = "iam.gke.io/enable-wi-image-pull";
 
 // Named group: clap names a flattened struct's group after the struct, and
 // every exchanger's struct is called `Options`.
@@ -73,7 +73,7 @@ pub const ENABLE_IMAGE_PULL_ANNOTATION: &str = "iam.gke.io/enable-wi-image-pull"
 #[derive(clap::Args, Clone, Debug)]
 #[group(id = "gcp_options")]
 #[command(next_help_heading = "GCP")]
-pub struct Options {
+pub(crate) struct Options {
     /// Workload Identity Federation: the pool provider that trusts the
     /// cluster's service account issuer, as
     /// projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER.
@@ -84,34 +84,34 @@ pub struct Options {
         value_name = "RESOURCE",
         env = "WICP_GCP_WORKLOAD_IDENTITY_PROVIDER"
     )]
-    pub gcp_workload_identity_provider: Option<String>,
+    pub(crate) gcp_workload_identity_provider: Option<String>,
 
     /// GKE Workload Identity: the project whose pool PROJECT_ID.svc.id.goog
     /// trusts the cluster (with --gcp-cluster). The token's audience is
     /// PROJECT_ID.svc.id.goog.
     #[arg(long, value_name = "PROJECT_ID", env = "WICP_GCP_PROJECT_ID")]
-    pub gcp_project_id: Option<String>,
+    pub(crate) gcp_project_id: Option<String>,
 
     /// GKE Workload Identity: the cluster, as
     /// projects/PROJECT/locations/LOCATION/clusters/NAME (with --gcp-project-id).
     #[arg(long, value_name = "RESOURCE", env = "WICP_GCP_CLUSTER")]
-    pub gcp_cluster: Option<String>,
+    pub(crate) gcp_cluster: Option<String>,
 
     /// Lifetime asked of IAM Credentials for an impersonated service
     /// account's token (whole seconds, 1m to 12h; above 1h needs an
     /// organization policy exception).
     #[arg(long, value_name = "DURATION", env = "WICP_GCP_TOKEN_LIFETIME", default_value = "1h", value_parser = parse_lifetime)]
-    pub gcp_token_lifetime: Duration,
+    pub(crate) gcp_token_lifetime: Duration,
 
     /// Base URL of Google STS (a restricted or Private Service Connect
     /// endpoint); /v1/token is appended.
     #[arg(long, value_name = "URL", env = "WICP_GCP_STS_ENDPOINT", default_value = DEFAULT_STS_ENDPOINT)]
-    pub gcp_sts_endpoint: String,
+    pub(crate) gcp_sts_endpoint: String,
 
     /// Base URL of IAM Credentials; /v1/projects/-/serviceAccounts/EMAIL:generateAccessToken
     /// is appended.
     #[arg(long, value_name = "URL", env = "WICP_GCP_IAMCREDENTIALS_ENDPOINT", default_value = DEFAULT_IAMCREDENTIALS_ENDPOINT)]
-    pub gcp_iamcredentials_endpoint: String,
+    pub(crate) gcp_iamcredentials_endpoint: String,
 }
 
 /// IAM refuses lifetimes above 12 hours outright; below a minute the kubelet
@@ -126,7 +126,7 @@ fn parse_lifetime(text: &str) -> std::result::Result<Duration, String> {
     Ok(d)
 }
 
-pub static PROVIDER: Provider = Provider {
+pub(crate) static PROVIDER: Provider = Provider {
     name: "gcp",
     summary: "Google STS (GKE Workload Identity or Workload Identity Federation), optional impersonation",
     audience: "PROJECT_ID.svc.id.goog (GKE) or the pool provider's name (federation)",
@@ -148,7 +148,7 @@ fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchange
     ))
 }
 
-pub struct Gcp {
+pub(crate) struct Gcp {
     /// `None` when no GCP flag is set: the exchanger then only refuses.
     mode: Option<Mode>,
     token_lifetime: Duration,
@@ -164,7 +164,7 @@ impl Gcp {
     /// Checks the flags. Setting a malformed or conflicting GCP flag is an
     /// error whatever the provider; setting none is not, until a request is
     /// routed here.
-    pub fn new(options: &Options, net: Arc<net::Settings>) -> Result<Self> {
+    pub(crate) fn new(options: &Options, net: Arc<net::Settings>) -> Result<Self> {
         Ok(Gcp {
             net,
             mode: Mode::from_flags(
@@ -185,7 +185,7 @@ impl Gcp {
 
     /// What pods without an identity of their own get (`--fallback`), and
     /// `GCE_METADATA_HOST`.
-    pub fn with_fallback(mut self, fallback: Fallback, metadata_host: Option<String>) -> Self {
+    pub(crate) fn with_fallback(mut self, fallback: Fallback, metadata_host: Option<String>) -> Self {
         self.fallback = fallback;
         self.metadata_host = metadata_host;
         self
@@ -370,7 +370,7 @@ fn fixes(mode: &Mode, issuer: &str, subject: &str) -> (String, String) {
 #[derive(Debug)]
 pub struct AccessToken {
     pub token: Secret,
-    pub expires_at: i64,
+    pub(crate) expires_at: i64,
 }
 
 /// A Google error's one line: the code and description of an RFC 6749 or

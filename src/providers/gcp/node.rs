@@ -25,13 +25,13 @@ use crate::net::{self, http, metadata};
 use crate::providers::Credential;
 use crate::secret::Secret;
 
-pub const DEFAULT_HOST: &str = "169.254.169.254";
-pub const HOST_ENV: &str = "GCE_METADATA_HOST";
-pub const TOKEN_PATH: &str = "/computeMetadata/v1/instance/service-accounts/default/token";
-pub const FLAVOR: &str = "Metadata-Flavor";
+const DEFAULT_HOST: &str = "169.254.169.254";
+pub(crate) const HOST_ENV: &str = "GCE_METADATA_HOST";
+pub(crate) const TOKEN_PATH: &str = "/computeMetadata/v1/instance/service-accounts/default/token";
+const FLAVOR: &str = "Metadata-Flavor";
 
 /// The metadata server at `host` (from `GCE_METADATA_HOST`) or the default.
-pub fn service(host: Option<&str>) -> Result<metadata::Service> {
+pub(crate) fn service(host: Option<&str>) -> Result<metadata::Service> {
     let (base, source) = match host.map(str::trim).filter(|h| !h.is_empty()) {
         None => (format!("http://{DEFAULT_HOST}"), "default"),
         Some(host) => {
@@ -63,7 +63,7 @@ struct TokenReply {
 }
 
 /// The node service account's access token, as a registry login.
-pub fn login(
+pub(crate) fn login(
     service: &metadata::Service,
     net: &net::Settings,
     deadline: &Deadline,

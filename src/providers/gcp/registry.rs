@@ -19,12 +19,12 @@
 //! with a port separately, so `gcr.io:5000` is some other registry.
 
 /// The hosts, as shown in messages and `--help`.
-pub const REGISTRIES: &str = "gcr.io, us.gcr.io, eu.gcr.io, asia.gcr.io, \
+pub(super) const REGISTRIES: &str = "gcr.io, us.gcr.io, eu.gcr.io, asia.gcr.io, \
      <location>-docker.pkg.dev, container.cloud.google.com";
 
 /// The `matchImages` the README recommends: with the kubelet's rules they
 /// select exactly the hosts served here (a glob never spans a dot).
-pub const MATCH_IMAGES: [&str; 6] = [
+pub(super) const MATCH_IMAGES: [&str; 6] = [
     "gcr.io",
     "us.gcr.io",
     "eu.gcr.io",

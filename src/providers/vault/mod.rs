@@ -49,7 +49,7 @@
 //! token's TTL from the role, `role.PopulateTokenAuth`), and the secret
 //! itself is static, so the token's `exp` does not bound it.
 
-pub mod path;
+pub(crate) mod path;
 pub mod wire;
 
 use crate::deadline::Deadline;
@@ -63,14 +63,14 @@ use crate::secret::Secret;
 use std::sync::Arc;
 
 /// The role to log in as.
-pub const ROLE_ANNOTATION: &str = "wi-credential-provider.io/vault-role";
+const ROLE_ANNOTATION: &str = "wi-credential-provider.io/vault-role";
 /// The secret to read, relative to `--vault-secret-prefix`.
-pub const SECRET_ANNOTATION: &str = "wi-credential-provider.io/vault-secret";
+const SECRET_ANNOTATION: &str = "wi-credential-provider.io/vault-secret";
 /// trublast/vault-kubernetes-credential-provider's secret annotation: the
 /// full API path (`secret/data/registry/app`), read after ours and held to
 /// the same prefix. Its code reads a misspelled key (`secres-store`), which
 /// its users may have set, so both are read.
-pub const COMPAT_SECRET_ANNOTATIONS: [&str; 2] = [
+const COMPAT_SECRET_ANNOTATIONS: [&str; 2] = [
     "secrets-store.deckhouse.io/registry-credentials",
     "secres-store.deckhouse.io/registry-credentials",
 ];
@@ -80,7 +80,7 @@ pub const COMPAT_SECRET_ANNOTATIONS: [&str; 2] = [
 const NO_LEASE_SECS: i64 = 365 * 24 * 3600;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Method {
+pub(crate) enum Method {
     /// Vault's Kubernetes auth method (TokenReview or the cluster's keys).
     Kubernetes,
     /// Vault's JWT auth method (the issuer's JWKS or OIDC discovery).
@@ -102,15 +102,15 @@ impl Method {
 #[derive(clap::Args, Clone, Debug)]
 #[group(id = "vault_options")]
 #[command(next_help_heading = "Vault")]
-pub struct Options {
+pub(crate) struct Options {
     /// Vault's address, https://HOST[:PORT] (http:// only if written out);
     /// the token goes nowhere else. Its CA: --ca-file.
     #[arg(long, value_name = "URL", env = "WICP_VAULT_ADDRESS")]
-    pub vault_address: Option<String>,
+    pub(crate) vault_address: Option<String>,
 
     /// Vault Enterprise namespace (X-Vault-Namespace), e.g. team or a/b.
     #[arg(long, value_name = "NAMESPACE", env = "WICP_VAULT_NAMESPACE")]
-    pub vault_namespace: Option<String>,
+    pub(crate) vault_namespace: Option<String>,
 
     /// Auth method that verifies the service account token.
     #[arg(
@@ -120,17 +120,17 @@ pub struct Options {
         value_enum,
         default_value = "kubernetes"
     )]
-    pub vault_auth_method: Method,
+    pub(crate) vault_auth_method: Method,
 
     /// Where the auth method is mounted (auth/<MOUNT>/login); default: the
     /// method's name.
     #[arg(long, value_name = "MOUNT", env = "WICP_VAULT_AUTH_MOUNT")]
-    pub vault_auth_mount: Option<String>,
+    pub(crate) vault_auth_mount: Option<String>,
 
     /// Role to log in as when the service account has no
     /// wi-credential-provider.io/vault-role annotation.
     #[arg(long, value_name = "ROLE", env = "WICP_VAULT_ROLE")]
-    pub vault_role: Option<String>,
+    pub(crate) vault_role: Option<String>,
 
     /// Where the KV secrets engine is mounted.
     #[arg(
@@ -139,28 +139,28 @@ pub struct Options {
         env = "WICP_VAULT_KV_MOUNT",
         default_value = "secret"
     )]
-    pub vault_kv_mount: String,
+    pub(crate) vault_kv_mount: String,
 
     /// KV secrets engine version of that mount (1 or 2).
     #[arg(long, value_name = "VERSION", env = "WICP_VAULT_KV_VERSION", default_value = "2", value_parser = clap::value_parser!(u8).range(1..=2))]
-    pub vault_kv_version: u8,
+    pub(crate) vault_kv_version: u8,
 
     /// Secret path template over the service account, e.g.
     /// registry/{namespace}/{name}; used when the service account has no
     /// secret annotation.
     #[arg(long, value_name = "TEMPLATE", env = "WICP_VAULT_SECRET_PATH")]
-    pub vault_secret_path: Option<String>,
+    pub(crate) vault_secret_path: Option<String>,
 
     /// Lets the wi-credential-provider.io/vault-secret annotation name a
     /// secret, only under this prefix (e.g. registry); without it the
     /// annotation is refused.
     #[arg(long, value_name = "PREFIX", env = "WICP_VAULT_SECRET_PREFIX")]
-    pub vault_secret_prefix: Option<String>,
+    pub(crate) vault_secret_prefix: Option<String>,
 
     /// Leave the Vault login token alive until its TTL instead of revoking
     /// it (auth/token/revoke-self) once the secret is read.
     #[arg(long, env = "WICP_VAULT_KEEP_LOGIN_TOKEN")]
-    pub vault_keep_login_token: bool,
+    pub(crate) vault_keep_login_token: bool,
 
     /// Secret field holding the registry username.
     #[arg(
@@ -169,7 +169,7 @@ pub struct Options {
         env = "WICP_VAULT_USERNAME_FIELD",
         default_value = "username"
     )]
-    pub vault_username_field: String,
+    pub(crate) vault_username_field: String,
 
     /// Secret field holding the registry password.
     #[arg(
@@ -178,10 +178,10 @@ pub struct Options {
         env = "WICP_VAULT_PASSWORD_FIELD",
         default_value = "password"
     )]
-    pub vault_password_field: String,
+    pub(crate) vault_password_field: String,
 }
 
-pub static PROVIDER: Provider = Provider {
+pub(crate) static PROVIDER: Provider = Provider {
     name: "vault",
     summary: "HashiCorp Vault: log in with the token (Kubernetes or JWT auth), read the registry credentials from KV (--registry only)",
     audience: "the audience the Vault role is bound to (--audience)",
@@ -204,7 +204,7 @@ struct Secrets {
     template: Option<path::Template>,
 }
 
-pub struct Vault {
+pub(crate) struct Vault {
     allowlist: Allowlist,
     address: String,
     namespace: Option<String>,
@@ -221,7 +221,7 @@ pub struct Vault {
 }
 
 impl Vault {
-    pub fn new(
+    pub(crate) fn new(
         registries: &allowlist::Options,
         options: &Options,
         net: Arc<net::Settings>,
@@ -653,7 +653,7 @@ impl Exchanger for Vault {
 
 /// When the credential stops being trustworthy: the earlier end of the two
 /// leases, counted from before the login (0 is no lease).
-pub fn expiry(started: i64, token_lease: i64, secret_lease: i64) -> i64 {
+pub(crate) fn expiry(started: i64, token_lease: i64, secret_lease: i64) -> i64 {
     let lease = [token_lease, secret_lease]
         .into_iter()
         .filter(|&l| l > 0)

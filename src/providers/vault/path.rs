@@ -15,7 +15,7 @@ const MAX_PATH_CHARS: usize = 512;
 /// A role name as Vault's auth plugins route it: `role/<name>` uses the SDK's
 /// `framework.GenericNameRegex`, `\w(([\w-.]+)?\w)?` (an ASCII word
 /// character at both ends, `-` and `.` inside).
-pub fn is_role(role: &str) -> bool {
+pub(crate) fn is_role(role: &str) -> bool {
     let bytes = role.as_bytes();
     let word = |b: &u8| b.is_ascii_alphanumeric() || *b == b'_';
     !bytes.is_empty()
@@ -38,13 +38,13 @@ fn is_segment(segment: &str) -> bool {
 
 /// A relative path of checked segments: no leading or trailing `/`, no empty
 /// segment, nothing but the characters `is_segment` allows.
-pub fn is_relative_path(path: &str) -> bool {
+fn is_relative_path(path: &str) -> bool {
     !path.is_empty() && path.len() <= MAX_PATH_CHARS && path.split('/').all(is_segment)
 }
 
 /// A mount or namespace flag: a relative path, given with or without
 /// surrounding slashes (`secret`, `/secret/`, `team/kv`). Returned without them.
-pub fn mount(flag: &str, value: &str) -> Result<String> {
+pub(crate) fn mount(flag: &str, value: &str) -> Result<String> {
     let trimmed = value.trim().trim_matches('/');
     if !is_relative_path(trimmed) {
         return Err(Error::config(format!(
@@ -58,21 +58,18 @@ pub fn mount(flag: &str, value: &str) -> Result<String> {
 
 /// A secret path prefix (`--vault-secret-prefix`): a relative path, kept
 /// without surrounding slashes.
-pub fn prefix(value: &str) -> Result<String> {
+pub(crate) fn prefix(value: &str) -> Result<String> {
     mount("--vault-secret-prefix", value)
 }
 
-/// The placeholders a path template may use.
-pub const PLACEHOLDERS: [&str; 2] = ["{namespace}", "{name}"];
-
 /// A secret path template over the service account (`registry/{namespace}/{name}`).
 #[derive(Clone, Debug)]
-pub struct Template(String);
+pub(crate) struct Template(String);
 
 impl Template {
     /// Checks the template as the path it becomes for a typical service
     /// account: only the two placeholders, every literal part a path segment.
-    pub fn parse(value: &str) -> Result<Self> {
+    pub(crate) fn parse(value: &str) -> Result<Self> {
         let trimmed = value.trim().trim_matches('/');
         let sample = trimmed.replace("{namespace}", "ns").replace("{name}", "sa");
         if !is_relative_path(&sample) {
@@ -88,7 +85,7 @@ impl Template {
     /// The path for one service account. Kubernetes namespaces and service
     /// account names are DNS labels and subdomains, which are path segments;
     /// the result is checked anyway, as the token's claims are its input.
-    pub fn render(&self, namespace: &str, name: &str) -> Result<String> {
+    pub(crate) fn render(&self, namespace: &str, name: &str) -> Result<String> {
         let path = self
             .0
             .replace("{namespace}", namespace)
@@ -102,15 +99,11 @@ impl Template {
         }
         Ok(path)
     }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
 }
 
 /// A secret named by an annotation, under the admin's prefix: `rest` is
 /// what follows the prefix, checked as a relative path.
-pub fn under_prefix(annotation: &str, prefix: &str, rest: &str) -> Result<String> {
+pub(crate) fn under_prefix(annotation: &str, prefix: &str, rest: &str) -> Result<String> {
     if !is_relative_path(rest) {
         return Err(Error::annotation(format!(
             "annotation {annotation} {} is not a secret path under the prefix {prefix}/",

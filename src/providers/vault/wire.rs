@@ -31,10 +31,10 @@ pub struct Login {
 /// What a successful read gave.
 pub struct Secrets {
     /// The secret's key/value pairs, as Vault returned them.
-    pub data: serde_json::Map<String, Value>,
+    pub(crate) data: serde_json::Map<String, Value>,
     /// Seconds the read's lease lasts (KV v1 with a `ttl` key or the
     /// mount's default; KV v2 has none): 0 for none.
-    pub lease_duration: i64,
+    pub(crate) lease_duration: i64,
 }
 
 /// Vault's `errors` array, each entry cleaned (control characters, anything
