@@ -349,6 +349,72 @@ fn every_provider_has_its_page_and_its_readme_row() {
     }
 }
 
+/// The lists of providers kept by hand outside `providers::ALL`, each
+/// compared with the providers the binary carries: a provider added to or
+/// removed from the binary fails here until every list says so. (README's
+/// table and the pages are checked above; config-examples in
+/// tests/config_examples.rs; `--provider`'s values and `node install`'s
+/// ready entries in unit tests; the fuzz targets and the router read
+/// `providers::ALL` itself.)
+fn provider_list_drift(providers: &[String], read: &dyn Fn(&Path) -> Option<String>) -> Vec<String> {
+    let mut problems = Vec::new();
+    // docs/development.md quotes the --version line.
+    let quoted = format!("providers: {})", sorted(providers).join(", "));
+    let guide = read(Path::new("docs/development.md")).unwrap_or_default();
+    if !guide.replace('\n', " ").contains(&quoted) {
+        problems.push(format!("docs/development.md does not quote --version's `{quoted}`"));
+    }
+    // docs/flags.md's `--provider` row names every value.
+    let flags = read(Path::new("docs/flags.md")).unwrap_or_default();
+    let row = flags.lines().find(|l| l.starts_with("| `--provider`")).unwrap_or("");
+    for name in providers {
+        if !row.contains(&format!("`{name}`")) {
+            problems.push(format!("docs/flags.md's --provider row does not name {name}"));
+        }
+    }
+    // Each provider's own integration tests: tests/<name>.rs.
+    for name in providers {
+        let file = format!("tests/{}.rs", name.replace('-', "_"));
+        let runs = read(Path::new(&file)).is_some_and(|t| t.contains(&format!("\"{name}\"")));
+        if !runs {
+            problems.push(format!("{file} does not exist or never names \"{name}\""));
+        }
+    }
+    problems
+}
+
+fn sorted(names: &[String]) -> Vec<String> {
+    let mut names = names.to_vec();
+    names.sort();
+    names
+}
+
+#[test]
+fn every_hand_kept_provider_list_names_every_provider() {
+    let providers = support::plugin::carried_providers();
+    let problems = provider_list_drift(&providers, &read_repo);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_list_check_fails_when_a_provider_is_missing_from_one_list() {
+    let providers: Vec<String> = ["aws", "gcp", "token-exchange"].map(String::from).into();
+    let read = in_memory(&[
+        ("docs/development.md", "(commit x, providers: aws, gcp,\ntoken-exchange)"),
+        ("docs/flags.md", "| `--provider` | x | `aws`, `gcp`, `token-exchange` or `auto` |"),
+        ("tests/aws.rs", r#"run(&["--provider", "aws"])"#),
+        ("tests/gcp.rs", r#"run(&["--provider", "gcp"])"#),
+        ("tests/token_exchange.rs", r#"run(&["--provider", "token-exchange"])"#),
+    ]);
+    assert!(provider_list_drift(&providers, &read).is_empty());
+    let more: Vec<String> = ["aws", "gcp", "token-exchange", "quay"].map(String::from).into();
+    let problems = provider_list_drift(&more, &read).join("\n");
+    assert!(problems.contains("docs/development.md"), "{problems}");
+    assert!(problems.contains("docs/flags.md's --provider row does not name quay"), "{problems}");
+    assert!(problems.contains("tests/quay.rs"), "{problems}");
+    assert_eq!(problems.lines().count(), 3, "{problems}");
+}
+
 // The checks themselves, on documents built here, so each failure they
 // exist for is seen to fail.
 

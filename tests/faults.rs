@@ -459,6 +459,39 @@ impl Case {
 }
 
 /// An IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`) for Unix seconds.
+/// The providers that are not in [`Case::all`], and why. A provider the
+/// binary carries that is in neither fails
+/// `every_provider_meets_the_faults_or_says_why_not`, so a new one is added
+/// to the matrix (or here, with its reason) when it is added to the binary.
+const NOT_IN_THE_MATRIX: &[(&str, &str)] = &[
+    ("aws", "the SDK's own stack: the aws_* tests at the end of this file, against moto"),
+    ("passthrough", "no upstream: the token itself is the registry password"),
+    (
+        "token-exchange",
+        "not yet: tests/token_exchange.rs covers its refusals, 5xx and 429 only",
+    ),
+    (
+        "chainguard",
+        "not yet: tests/chainguard.rs covers its refusals and 5xx only",
+    ),
+];
+
+#[test]
+fn every_provider_meets_the_faults_or_says_why_not() {
+    let carried = support::plugin::carried_providers();
+    let mut covered: Vec<&str> = Case::all().iter().map(|c| c.name).collect();
+    covered.extend(NOT_IN_THE_MATRIX.iter().map(|(name, _)| *name));
+    for name in &carried {
+        assert!(
+            covered.contains(&name.as_str()),
+            "{name} is neither in Case::all nor in NOT_IN_THE_MATRIX"
+        );
+    }
+    for name in covered {
+        assert!(carried.iter().any(|c| c == name), "{name} is not a provider");
+    }
+}
+
 fn http_date(unix: i64) -> String {
     let rfc3339 = wi_credential_provider::internal::duration::format_unix(unix);
     let (date, time) = rfc3339.trim_end_matches('Z').split_once('T').unwrap();

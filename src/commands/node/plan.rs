@@ -506,6 +506,24 @@ mod tests {
             .unwrap()
     }
 
+    /// The ready entries are the clouds': the providers `auto` picks by
+    /// registry host, whose node identity `--fallback node` can use.
+    #[test]
+    fn the_ready_providers_are_the_clouds() {
+        use clap::ValueEnum;
+        let ready: Vec<String> = ReadyProvider::value_variants()
+            .iter()
+            .filter_map(|p| p.to_possible_value())
+            .map(|v| v.get_name().to_string())
+            .collect();
+        let clouds: Vec<String> = crate::providers::ALL
+            .iter()
+            .filter(|p| p.auto.is_some() && p.node_identity.is_some())
+            .map(|p| p.name.to_string())
+            .collect();
+        assert_eq!(ready, clouds);
+    }
+
     #[test]
     fn fallback_node_makes_each_ready_entry_a_replacement_for_the_stock_plugin() {
         let all = [ReadyProvider::Aws, ReadyProvider::Azure, ReadyProvider::Gcp];
