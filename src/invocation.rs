@@ -11,7 +11,7 @@ use clap::{FromArgMatches, Subcommand};
 
 use crate::commands::{self, Command};
 use crate::inputs::{Env, Inputs};
-use crate::options::{self, Options};
+use crate::options::{self, CommandLine};
 use crate::{log, serve, version};
 
 /// Runs the binary on the process's command line and environment.
@@ -19,39 +19,43 @@ pub fn run() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
     let variables: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     log::set_format(options::log_format_asked(&args, &variables));
-    let (matches, options) = match options::parse_serving(&args, &variables) {
-        Some(parsed) => parsed,
-        None => {
-            let matches = match parse(&args) {
-                Ok(matches) => matches,
-                Err(e) => usage_error(&e),
-            };
-            match Options::from_matches(&matches) {
-                Ok(options) => (matches, options),
-                Err(e) => {
-                    log::write(log::Level::Error, format_args!("{e}"));
-                    return ExitCode::from(2);
-                }
-            }
-        }
-    };
-    log::set_level(options.log_level);
-    log::set_format(options.log_format);
+    let (line, command) = parse(&args, &variables);
+    log::set_level(line.options.log_level);
+    log::set_format(line.options.log_format);
     log::redact_panics();
-    if matches.subcommand().is_some() {
-        return match Command::from_arg_matches(&matches) {
-            Ok(command) => commands::run(&command, &options),
-            Err(e) => usage_error(&e),
-        };
+    let inputs = Inputs::new(Env::from_os(variables), line.options.ca_file.clone());
+    if let Some(command) = command {
+        return commands::run(&command, &line.options, &inputs);
     }
-    let inputs = Inputs::new(Env::from_os(variables), options.ca_file.clone());
-    let arg0 = args.first().cloned().unwrap_or_default();
-    let status = serve::run(&arg0, &matches, &options, &inputs);
+    let status = serve::run(&line, &inputs);
     // The kubelet starts a process per image pull, and what is left here
     // (the parsed command line, the environment's copy) is only memory:
     // exiting now flushes stdout and hands it all back at once, instead
     // of freeing it piece by piece first (docs/performance.md).
     std::process::exit(i32::from(status))
+}
+
+/// The command line, parsed once: the serving command line
+/// ([`options::parse_serving`], only the flags a hit needs) when it
+/// answers, else the whole one, with its admin command if it names one.
+/// A command line clap refuses ends the process here (exit status 2).
+fn parse(args: &[OsString], variables: &[(OsString, OsString)]) -> (CommandLine, Option<Command>) {
+    if let Some(line) = options::parse_serving(args, variables) {
+        return (line, None);
+    }
+    let matches = parse_whole(args).unwrap_or_else(|e| usage_error(&e));
+    let command = matches
+        .subcommand()
+        .is_some()
+        .then(|| Command::from_arg_matches(&matches).unwrap_or_else(|e| usage_error(&e)));
+    let arg0 = args.first().cloned().unwrap_or_default();
+    match CommandLine::new(&arg0, matches) {
+        Ok(line) => (line, command),
+        Err(e) => {
+            log::write(log::Level::Error, format_args!("{e}"));
+            std::process::exit(2);
+        }
+    }
 }
 
 /// Ends the process for a command line clap refused (or `--help` and
@@ -73,7 +77,7 @@ fn usage_error(e: &clap::Error) -> ! {
 /// and reads them as the full command would. Anything else, a command,
 /// `--help`, `--version` or a mistake, is parsed again by the full command,
 /// so what it says is what it always said.
-fn parse(args: &[OsString]) -> Result<clap::ArgMatches, clap::Error> {
+fn parse_whole(args: &[OsString]) -> Result<clap::ArgMatches, clap::Error> {
     if let Ok(matches) = options::command().try_get_matches_from(args) {
         return Ok(matches);
     }

@@ -75,8 +75,7 @@ pub mod internal {
         }
     }
     pub mod options {
-        pub use crate::options::{BINARY, parse_as};
-        pub use clap::ArgMatches;
+        pub use crate::options::{BINARY, CommandLine, parse_as};
     }
     pub mod protocol {
         pub use crate::protocol::{CacheKeyType, read_request};

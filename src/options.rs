@@ -163,7 +163,7 @@ fn command_with(carried: &[&'static Provider]) -> clap::Command {
 pub(crate) fn parse_serving(
     args: &[OsString],
     variables: &[(OsString, OsString)],
-) -> Option<(ArgMatches, Options)> {
+) -> Option<CommandLine> {
     let named = provider_from_program_name(args.first()?);
     let asked = value_asked(args, "--provider").or_else(|| {
         let (_, value) = variables.iter().find(|(name, _)| name == "WICP_PROVIDER")?;
@@ -183,9 +183,9 @@ pub(crate) fn parse_serving(
         return None;
     }
     let matches = command.try_get_matches_from(args).ok()?;
-    let options = Options::from_matches(&matches).ok()?;
-    let served = carried_for(options.choice(named)) == carried;
-    served.then_some((matches, options))
+    let line = CommandLine::new(args.first()?, matches).ok()?;
+    let served = carried_for(line.choice) == carried;
+    served.then_some(line)
 }
 
 /// The providers whose flags serving `choice` needs (`None`: `auto`).
@@ -246,19 +246,55 @@ fn is_unread_variable(name: &OsStr, reads: &[&OsStr]) -> bool {
     name.as_encoded_bytes().starts_with(b"WICP_") && !reads.contains(&name)
 }
 
-impl Options {
-    /// Reads the shared flags out of matches of [`command`].
-    pub(crate) fn from_matches(matches: &clap::ArgMatches) -> Result<Self> {
-        Self::from_arg_matches(matches)
-            .map_err(|e| Error::config(format!("invalid arguments: {e}")))
+/// A command line parsed once, into what every part of the binary reads:
+/// the shared flags, the provider the binary serves, and the matches the
+/// chosen provider's own flags are read from when it is built.
+#[derive(Debug)]
+pub struct CommandLine {
+    pub(crate) options: Options,
+    /// The provider the binary's own name implies
+    /// (`wi-credential-provider-aws`).
+    pub(crate) named: Option<&'static Provider>,
+    /// The provider the binary serves: `--provider` (or `WICP_PROVIDER`),
+    /// else `named`; `None` is `auto` (by registry host, clouds only).
+    pub(crate) choice: Option<&'static Provider>,
+    matches: ArgMatches,
+}
+
+impl CommandLine {
+    /// Reads `matches` of [`command`] (or of the whole command line), for
+    /// the binary run as `arg0`.
+    pub fn new(arg0: &OsStr, matches: ArgMatches) -> Result<Self> {
+        let options = Options::from_arg_matches(&matches)
+            .map_err(|e| Error::config(format!("invalid arguments: {e}")))?;
+        let named = provider_from_program_name(arg0);
+        // clap admits only the names of `choices()`: never unknown here.
+        let choice = choose(options.provider.as_deref(), named).unwrap_or(None);
+        Ok(CommandLine {
+            options,
+            named,
+            choice,
+            matches,
+        })
     }
 
-    /// The provider the binary uses: `--provider` (or `WICP_PROVIDER`)
-    /// wins, else `named`, the provider its own name implies; `None` means
-    /// `auto`.
-    pub(crate) fn choice(&self, named: Option<&'static Provider>) -> Option<&'static Provider> {
-        // clap admits only the names of `choices()`: never unknown here.
-        choose(self.provider.as_deref(), named).unwrap_or(None)
+    #[cfg(test)]
+    pub(crate) fn matches(&self) -> &ArgMatches {
+        &self.matches
+    }
+
+    /// Builds `provider` from this command line and the process inputs.
+    pub fn build(
+        &self,
+        provider: &'static Provider,
+        inputs: &crate::inputs::Inputs,
+    ) -> Result<Box<dyn providers::Exchanger>> {
+        let flags = providers::Flags::new(
+            &self.options.registries,
+            self.options.fallback.fallback,
+            &self.matches,
+        );
+        (provider.build)(&flags, inputs)
     }
 }
 
@@ -463,20 +499,21 @@ mod tests {
         for (argv, served) in cases {
             let args: Vec<OsString> = argv.iter().map(OsString::from).collect();
             let whole = command().try_get_matches_from(&args);
-            let Some((matches, options)) = parse_serving(&args, &[]) else {
+            let Some(line) = parse_serving(&args, &[]) else {
                 assert!(!served, "{argv:?} was left to the whole command line");
                 continue;
             };
             assert!(served, "{argv:?} was answered");
             let whole = whole.unwrap_or_else(|e| panic!("{argv:?}: {e}"));
-            let carried = carried_for(options.choice(provider_from_program_name(&args[0])));
+            let carried = carried_for(line.choice);
+            let matches = line.matches();
             for arg in command_with(&carried).get_arguments() {
                 let id = arg.get_id().as_str();
                 let raw = |m: &ArgMatches| {
                     let values = m.try_get_raw(id).ok().flatten();
                     values.map(|v| v.map(OsStr::to_os_string).collect::<Vec<_>>())
                 };
-                assert_eq!(raw(&matches), raw(&whole), "{argv:?}: {id}");
+                assert_eq!(raw(matches), raw(&whole), "{argv:?}: {id}");
                 assert_eq!(
                     matches.value_source(id),
                     whole.value_source(id),

@@ -9,7 +9,6 @@
 //! exit status 1.
 
 use std::collections::BTreeMap;
-use std::ffi::OsStr;
 use std::io::Write;
 
 use std::time::Instant;
@@ -23,7 +22,7 @@ use crate::inputs::Inputs;
 use crate::log::{self, Level};
 use crate::matching;
 use crate::observe::{self, Identity, Outcome, Record};
-use crate::options::{self, Options};
+use crate::options::{self, CommandLine};
 use crate::protocol::{self, Response};
 use crate::providers::fallback::Whose;
 use crate::providers::route;
@@ -71,21 +70,15 @@ fn log_subject(record: &Record) -> log::Subject {
 }
 
 /// Serves one kubelet request: stdin to stdout, as the kubelet runs the
-/// binary. `arg0` is the name the binary was run as. Returns the exit
+/// binary. `line` is its command line, parsed once. Returns the exit
 /// status: 0 with a response written to stdout, 1 without. With
 /// `--metrics-dir` or `--audit-log`, the invocation is recorded after the
 /// response is written ([`crate::observe`]).
-pub(crate) fn run(
-    arg0: &OsStr,
-    matches: &clap::ArgMatches,
-    options: &Options,
-    inputs: &Inputs,
-) -> u8 {
+pub(crate) fn run(line: &CommandLine, inputs: &Inputs) -> u8 {
+    let options = &line.options;
     let mut record = Record::new(Instant::now());
-    let named = options::provider_from_program_name(arg0);
-    let choice = options.choice(named);
-    record.chosen = choice.map_or(options::AUTO, Provider::name);
-    let status = match respond(matches, options, inputs, choice, &mut record) {
+    record.chosen = line.choice.map_or(options::AUTO, Provider::name);
+    let status = match respond(line, inputs, &mut record) {
         Ok(json) => {
             let mut out = std::io::stdout().lock();
             match out.write_all(&json).and_then(|()| out.flush()) {
@@ -222,20 +215,15 @@ fn read_request_within(deadline: &Deadline) -> Result<protocol::Request> {
 
 /// Reads one request and produces the response bytes, noting in `record`
 /// what it learns for the metrics and the audit log.
-fn respond(
-    matches: &clap::ArgMatches,
-    options: &Options,
-    inputs: &Inputs,
-    choice: Option<&'static Provider>,
-    record: &mut Record,
-) -> Result<Vec<u8>> {
+fn respond(line: &CommandLine, inputs: &Inputs, record: &mut Record) -> Result<Vec<u8>> {
+    let options = &line.options;
     let deadline = Deadline::after(options.timeout);
     let request = read_request_within(&deadline)?;
     let image = ImageRef::parse(&request.image)?;
     record.registry = Some(image.registry().to_string());
     record.image = Some(request.image.clone());
 
-    let provider = route::choose(choice, &image)?;
+    let provider = route::choose(line.choice, &image)?;
     record.provider = Some(provider.name());
     let now = duration::unix_now();
     let token = match request.service_account_token.clone() {
@@ -250,7 +238,7 @@ fn respond(
         log::set_subject(log_subject(record));
     }
     route::require_node_identity(provider, options.fallback.fallback)?;
-    let exchanger = (provider.build)(matches, inputs)?;
+    let exchanger = line.build(provider, inputs)?;
     let annotations = &request.service_account_annotations;
     let prepared = prepare(
         exchanger.as_ref(),
@@ -419,7 +407,7 @@ mod tests {
 
     /// A command line that configures every provider, parsed by the
     /// binary's own parser.
-    fn every_provider(registries: &[&str]) -> clap::ArgMatches {
+    fn every_provider(registries: &[&str]) -> CommandLine {
         let mut args: Vec<String> = registries
             .iter()
             .map(|r| format!("--registry={r}"))
@@ -440,7 +428,13 @@ mod tests {
             ]
             .map(String::from),
         );
-        options::parse_as(options::BINARY, &args, &crate::inputs::Env::default()).unwrap()
+        command_line(&args)
+    }
+
+    fn command_line(args: &[String]) -> CommandLine {
+        let matches =
+            options::parse_as(options::BINARY, args, &crate::inputs::Env::default()).unwrap();
+        CommandLine::new(std::ffi::OsStr::new(options::BINARY), matches).unwrap()
     }
 
     fn any_token() -> ServiceAccountToken {
@@ -507,7 +501,7 @@ mod tests {
         ];
         let mut keys_checked = 0;
         for provider in crate::providers::ALL {
-            let exchanger = (provider.build)(&matches, &inputs).unwrap();
+            let exchanger = matches.build(provider, &inputs).unwrap();
             let image = images.iter().find(|i| exchanger.serves(i)).unwrap();
             for key in exchanger.annotation_keys() {
                 for value in bad {
@@ -546,7 +540,7 @@ mod tests {
         let open = ImageRef::parse("open.example.com/team-b/app:v1").unwrap();
         let mut checked = Vec::new();
         for provider in crate::providers::ALL.iter().filter(|p| p.auto.is_none()) {
-            let exchanger = (provider.build)(&matches, &inputs).unwrap();
+            let exchanger = matches.build(provider, &inputs).unwrap();
             assert!(
                 exchanger.allowlist().is_some(),
                 "{provider} picks its registries by --registry but declares no allowlist"
@@ -592,7 +586,7 @@ mod tests {
                 ]
                 .map(String::from),
             );
-            options::parse_as(options::BINARY, &args, &crate::inputs::Env::default()).unwrap()
+            command_line(&args)
         };
         let inputs = Inputs::default();
         let token = any_token();
@@ -625,7 +619,7 @@ mod tests {
         let images = one_image_per_provider();
         for provider in crate::providers::ALL {
             let mut used = Vec::new();
-            let exchanger = (provider.build)(&with_node, &inputs).unwrap();
+            let exchanger = with_node.build(provider, &inputs).unwrap();
             let image = images.iter().find(|i| exchanger.serves(i)).unwrap();
             let plan = |exchanger: &dyn Exchanger, annotations| {
                 prepare_v1(exchanger, image, &token, annotations)
@@ -643,7 +637,7 @@ mod tests {
             );
             used.extend(own);
             if provider.node_identity.is_some() {
-                let exchanger = (provider.build)(&node, &inputs).unwrap();
+                let exchanger = node.build(provider, &inputs).unwrap();
                 let node_plan = plan(exchanger.as_ref(), &no_annotations);
                 assert!(
                     node_plan

@@ -356,20 +356,30 @@ fn every_provider_has_its_page_and_its_readme_row() {
 /// tests/config_examples.rs; `--provider`'s values and `node install`'s
 /// ready entries in unit tests; the fuzz targets and the router read
 /// `providers::ALL` itself.)
-fn provider_list_drift(providers: &[String], read: &dyn Fn(&Path) -> Option<String>) -> Vec<String> {
+fn provider_list_drift(
+    providers: &[String],
+    read: &dyn Fn(&Path) -> Option<String>,
+) -> Vec<String> {
     let mut problems = Vec::new();
     // docs/development.md quotes the --version line.
     let quoted = format!("providers: {})", sorted(providers).join(", "));
     let guide = read(Path::new("docs/development.md")).unwrap_or_default();
     if !guide.replace('\n', " ").contains(&quoted) {
-        problems.push(format!("docs/development.md does not quote --version's `{quoted}`"));
+        problems.push(format!(
+            "docs/development.md does not quote --version's `{quoted}`"
+        ));
     }
     // docs/flags.md's `--provider` row names every value.
     let flags = read(Path::new("docs/flags.md")).unwrap_or_default();
-    let row = flags.lines().find(|l| l.starts_with("| `--provider`")).unwrap_or("");
+    let row = flags
+        .lines()
+        .find(|l| l.starts_with("| `--provider`"))
+        .unwrap_or("");
     for name in providers {
         if !row.contains(&format!("`{name}`")) {
-            problems.push(format!("docs/flags.md's --provider row does not name {name}"));
+            problems.push(format!(
+                "docs/flags.md's --provider row does not name {name}"
+            ));
         }
     }
     // Each provider's own integration tests: tests/<name>.rs.
@@ -400,17 +410,31 @@ fn every_hand_kept_provider_list_names_every_provider() {
 fn the_list_check_fails_when_a_provider_is_missing_from_one_list() {
     let providers: Vec<String> = ["aws", "gcp", "token-exchange"].map(String::from).into();
     let read = in_memory(&[
-        ("docs/development.md", "(commit x, providers: aws, gcp,\ntoken-exchange)"),
-        ("docs/flags.md", "| `--provider` | x | `aws`, `gcp`, `token-exchange` or `auto` |"),
+        (
+            "docs/development.md",
+            "(commit x, providers: aws, gcp,\ntoken-exchange)",
+        ),
+        (
+            "docs/flags.md",
+            "| `--provider` | x | `aws`, `gcp`, `token-exchange` or `auto` |",
+        ),
         ("tests/aws.rs", r#"run(&["--provider", "aws"])"#),
         ("tests/gcp.rs", r#"run(&["--provider", "gcp"])"#),
-        ("tests/token_exchange.rs", r#"run(&["--provider", "token-exchange"])"#),
+        (
+            "tests/token_exchange.rs",
+            r#"run(&["--provider", "token-exchange"])"#,
+        ),
     ]);
     assert!(provider_list_drift(&providers, &read).is_empty());
-    let more: Vec<String> = ["aws", "gcp", "token-exchange", "quay"].map(String::from).into();
+    let more: Vec<String> = ["aws", "gcp", "token-exchange", "quay"]
+        .map(String::from)
+        .into();
     let problems = provider_list_drift(&more, &read).join("\n");
     assert!(problems.contains("docs/development.md"), "{problems}");
-    assert!(problems.contains("docs/flags.md's --provider row does not name quay"), "{problems}");
+    assert!(
+        problems.contains("docs/flags.md's --provider row does not name quay"),
+        "{problems}"
+    );
     assert!(problems.contains("tests/quay.rs"), "{problems}");
     assert_eq!(problems.lines().count(), 3, "{problems}");
 }

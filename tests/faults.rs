@@ -464,8 +464,14 @@ impl Case {
 /// `every_provider_meets_the_faults_or_says_why_not`, so a new one is added
 /// to the matrix (or here, with its reason) when it is added to the binary.
 const NOT_IN_THE_MATRIX: &[(&str, &str)] = &[
-    ("aws", "the SDK's own stack: the aws_* tests at the end of this file, against moto"),
-    ("passthrough", "no upstream: the token itself is the registry password"),
+    (
+        "aws",
+        "the SDK's own stack: the aws_* tests at the end of this file, against moto",
+    ),
+    (
+        "passthrough",
+        "no upstream: the token itself is the registry password",
+    ),
     (
         "token-exchange",
         "not yet: tests/token_exchange.rs covers its refusals, 5xx and 429 only",
@@ -488,7 +494,10 @@ fn every_provider_meets_the_faults_or_says_why_not() {
         );
     }
     for name in covered {
-        assert!(carried.iter().any(|c| c == name), "{name} is not a provider");
+        assert!(
+            carried.iter().any(|c| c == name),
+            "{name} is not a provider"
+        );
     }
 }
 

@@ -9,16 +9,16 @@ use std::sync::LazyLock;
 use base64::Engine as _;
 use libfuzzer_sys::fuzz_target;
 use wi_credential_provider::internal::ImageRef;
-use wi_credential_provider::internal::{Env, Inputs};
-use wi_credential_provider::internal::options::{self, ArgMatches, BINARY};
-use wi_credential_provider::internal::providers::{self, route};
 use wi_credential_provider::internal::Secret;
-use wi_credential_provider::internal::serve;
 use wi_credential_provider::internal::ServiceAccountToken;
+use wi_credential_provider::internal::options::{self, BINARY, CommandLine};
+use wi_credential_provider::internal::providers::{self, route};
+use wi_credential_provider::internal::serve;
+use wi_credential_provider::internal::{Env, Inputs};
 
 /// The command line of a node that configures every provider, parsed once
 /// by the binary's own parser.
-static MATCHES: LazyLock<ArgMatches> = LazyLock::new(|| {
+static LINE: LazyLock<CommandLine> = LazyLock::new(|| {
     let args = [
         "--registry=harbor.example.com",
         "--registry=zot.example.com/team",
@@ -35,7 +35,8 @@ static MATCHES: LazyLock<ArgMatches> = LazyLock::new(|| {
         "--token-exchange-username=robot",
     ]
     .map(String::from);
-    options::parse_as(BINARY, &args, &Env::default()).unwrap()
+    let matches = options::parse_as(BINARY, &args, &Env::default()).unwrap();
+    CommandLine::new(std::ffi::OsStr::new(BINARY), matches).unwrap()
 });
 
 fn token(namespace: &str, name: &str) -> Option<ServiceAccountToken> {
@@ -80,7 +81,7 @@ fuzz_target!(|data: &[u8]| {
         };
         // `auto` picks only providers that recognise the registry by host.
         assert!(choice.is_some() || provider.auto.is_some_and(|serves| serves(&image)));
-        let exchanger = (provider.build)(&MATCHES, &inputs).unwrap();
+        let exchanger = LINE.build(provider, &inputs).unwrap();
         if route::require_served(exchanger.as_ref(), &image).is_err() {
             continue;
         }

@@ -7,9 +7,9 @@
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
+use wi_credential_provider::internal::Secret;
 use wi_credential_provider::internal::net::http::Reply;
 use wi_credential_provider::internal::providers::{chainguard, gcp, token_exchange, vault};
-use wi_credential_provider::internal::Secret;
 
 fuzz_target!(|data: &[u8]| {
     let Some((head, body)) = data.split_first_chunk::<2>() else {

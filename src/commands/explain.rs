@@ -27,6 +27,7 @@ use crate::commands::check_config::{Finding, Severity, entry, lint, load, valida
 use crate::duration::{self, format_go};
 use crate::error::{Error, Result};
 use crate::image::ImageRef;
+use crate::inputs::Env;
 use crate::matching;
 use crate::providers::fallback::{Fallback, Whose};
 use crate::providers::route;
@@ -182,9 +183,11 @@ fn synthetic_token(
     ServiceAccountToken::decode(Secret::new(jwt), now)
 }
 
-pub(crate) fn run(args: &Args) -> ExitCode {
+/// `env` is this process's environment, the closest stand-in for the
+/// kubelet's.
+pub(crate) fn run(args: &Args, env: &Env) -> ExitCode {
     let mut out = String::new();
-    let ok = match explain(args, &mut out) {
+    let ok = match explain(args, env, &mut out) {
         Ok(ok) => ok,
         Err(e) => {
             let _ = writeln!(out, "error: {e}");
@@ -208,7 +211,7 @@ pub(crate) fn run(args: &Args) -> ExitCode {
 
 /// Writes the explanation to `out`. `Ok(true)` when some provider entry of
 /// this plugin would produce a plan for the image.
-pub(crate) fn explain(args: &Args, out: &mut String) -> Result<bool> {
+pub(crate) fn explain(args: &Args, env: &Env, out: &mut String) -> Result<bool> {
     let image = ImageRef::parse(&args.image)?;
     let target = image.to_string();
     let account = read_service_account(&args.service_account)?;
@@ -246,7 +249,7 @@ pub(crate) fn explain(args: &Args, out: &mut String) -> Result<bool> {
     let refused = loaded.has_decode_errors() || validate::has_errors(&validation);
     let mut findings: Vec<Finding> = loaded.findings.clone();
     findings.extend(validation);
-    findings.extend(lint::lint(&loaded, None));
+    findings.extend(lint::lint(&loaded, None, env));
     if refused {
         let _ = writeln!(out, "\nthe kubelet would refuse to start with this config:");
         for f in findings
@@ -283,7 +286,7 @@ pub(crate) fn explain(args: &Args, out: &mut String) -> Result<bool> {
             entry.file.display(),
             entry.field("")
         );
-        let planned = explain_entry(args, entry, &image, &account, out);
+        let planned = explain_entry(args, entry, &image, &account, env, out);
         let own = entry_findings(&findings, entry);
         // A broken sibling pattern does not stop this image's pull.
         let other_pattern = |f: &Finding| {
@@ -338,6 +341,7 @@ fn explain_entry(
     entry: &Entry,
     image: &ImageRef,
     account: &Account,
+    env: &Env,
     out: &mut String,
 ) -> bool {
     let p = &entry.provider;
@@ -466,7 +470,7 @@ fn explain_entry(
         );
         return false;
     }
-    match plan(entry, image, &annotations, token.as_ref(), out) {
+    match plan(entry, image, &annotations, token.as_ref(), env, out) {
         Ok(()) => true,
         Err(e) => {
             let _ = writeln!(out, "    the plugin would fail: {e}");
@@ -482,21 +486,27 @@ fn plan(
     image: &ImageRef,
     annotations: &BTreeMap<String, String>,
     token: Option<&ServiceAccountToken>,
+    env: &Env,
     out: &mut String,
 ) -> Result<()> {
-    let routing = entry::route(entry.name(), entry.provider.args(), &entry.provider.env())?;
-    let how = match (routing.choice, &routing.options.provider) {
+    let routing = entry::route(
+        entry.name(),
+        entry.provider.args(),
+        &entry.provider.env(),
+        env,
+    )?;
+    let how = match (routing.line.choice, &routing.line.options.provider) {
         (None, _) => "auto: by registry host".to_string(),
         (Some(_), Some(_)) => "--provider / WICP_PROVIDER".to_string(),
         (Some(_), None) => "the entry's name".to_string(),
     };
-    let provider = route::choose(routing.choice, image)?;
+    let provider = route::choose(routing.line.choice, image)?;
     let _ = writeln!(out, "    provider: {provider} (chosen by {how})");
-    route::require_node_identity(provider, routing.options.fallback.fallback)?;
+    route::require_node_identity(provider, routing.line.options.fallback.fallback)?;
     let exchanger = routing.build(provider)?;
     let prepared = serve::prepare(
         exchanger.as_ref(),
-        routing.options.audience.as_deref(),
+        routing.line.options.audience.as_deref(),
         image,
         token,
         annotations,
@@ -514,7 +524,7 @@ fn plan(
         );
     }
     let plan = &prepared.plan;
-    let fallback = routing.options.fallback.fallback;
+    let fallback = routing.line.options.fallback.fallback;
     match &plan.identity {
         Whose::Node { why } => {
             let _ = writeln!(
@@ -549,7 +559,7 @@ fn plan(
     for (name, value) in &plan.inputs {
         let _ = writeln!(out, "    {name}: {value}");
     }
-    match (&routing.options.cache.cache_dir, plan.cacheable) {
+    match (&routing.line.options.cache.cache_dir, plan.cacheable) {
         (_, false) => {
             let _ = writeln!(out, "    on-disk cache: never keeps this credential");
         }
@@ -572,7 +582,7 @@ fn plan(
     let _ = writeln!(
         out,
         "    cacheDuration: 80% of the credential's remaining life, at most {} (--max-cache-duration)",
-        format_go(routing.options.max_cache_duration)
+        format_go(routing.line.options.max_cache_duration)
     );
     let _ = writeln!(
         out,

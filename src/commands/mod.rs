@@ -8,6 +8,7 @@ pub(crate) mod node;
 
 use std::process::ExitCode;
 
+use crate::inputs::Inputs;
 use crate::options::Options;
 
 /// Commands for an admin. The kubelet runs the binary without one.
@@ -37,12 +38,12 @@ pub(crate) fn names() -> Vec<String> {
         .collect()
 }
 
-/// Runs an admin command.
-pub(crate) fn run(command: &Command, options: &Options) -> ExitCode {
+/// Runs an admin command with the process's inputs, read once at start.
+pub(crate) fn run(command: &Command, options: &Options, inputs: &Inputs) -> ExitCode {
     match command {
         Command::Cache(command) => cache::run(&options.cache, options.max_cache_duration, command),
-        Command::CheckConfig(args) => check_config::check::run(args),
-        Command::Explain(args) => explain::run(args),
-        Command::Node(command) => node::run(command),
+        Command::CheckConfig(args) => check_config::check::run(args, &inputs.env),
+        Command::Explain(args) => explain::run(args, &inputs.env),
+        Command::Node(command) => node::run(command, &inputs.env),
     }
 }

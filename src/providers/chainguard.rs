@@ -39,7 +39,6 @@ use crate::error::{Error, Result, quote};
 use std::sync::Arc;
 
 use crate::image::ImageRef;
-use crate::inputs::Inputs;
 use crate::net::{self, http, http::Reply};
 use crate::providers::allowlist::{self, Allowlist};
 use crate::providers::oauth::{self, form_urlencode};
@@ -89,12 +88,8 @@ pub(crate) static PROVIDER: Provider = Provider {
     node_identity: None,
     identity_inputs: &["identity"],
     flags: <Options as clap::Args>::augment_args,
-    build,
+    build: |flags, inputs| providers::build_allowlisted(flags, inputs, Chainguard::new),
 };
-
-fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
-    providers::build_allowlisted(matches, inputs, Chainguard::new)
-}
 
 pub(crate) struct Chainguard {
     /// Proxy and trust settings, for the client built on a cache miss.

@@ -34,7 +34,6 @@ use std::sync::Arc;
 use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result, quote};
-use crate::inputs::Inputs;
 use crate::net;
 use crate::providers::allowlist::{self, Allowlist};
 use crate::providers::token_service::{self, Pattern, Service};
@@ -89,12 +88,8 @@ pub(crate) static PROVIDER: Provider = Provider {
     node_identity: None,
     identity_inputs: &["organisation", "service_slug"],
     flags: <Options as clap::Args>::augment_args,
-    build,
+    build: |flags, inputs| providers::build_allowlisted(flags, inputs, Cloudsmith::new),
 };
-
-fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
-    providers::build_allowlisted(matches, inputs, Cloudsmith::new)
-}
 
 pub(crate) struct Cloudsmith {
     allowlist: Allowlist,

@@ -36,7 +36,6 @@ use std::sync::Arc;
 use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result};
-use crate::inputs::Inputs;
 use crate::net;
 use crate::providers::allowlist::{self, Allowlist};
 use crate::providers::oauth;
@@ -101,12 +100,8 @@ pub(crate) static PROVIDER: Provider = Provider {
     node_identity: None,
     identity_inputs: &["provider_name"],
     flags: <Options as clap::Args>::augment_args,
-    build,
+    build: |flags, inputs| providers::build_allowlisted(flags, inputs, Jfrog::new),
 };
-
-fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
-    providers::build_allowlisted(matches, inputs, Jfrog::new)
-}
 
 struct Jfrog {
     allowlist: Allowlist,

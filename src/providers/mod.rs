@@ -67,7 +67,7 @@ pub struct Provider {
     /// Builds the exchanger from the parsed command line and the process
     /// inputs. Only the provider a request is routed to is built, so a
     /// provider's configuration errors surface on its own requests only.
-    pub build: fn(&clap::ArgMatches, &Inputs) -> Result<Box<dyn Exchanger>>,
+    pub build: fn(&Flags<'_>, &Inputs) -> Result<Box<dyn Exchanger>>,
 }
 
 impl Provider {
@@ -129,19 +129,46 @@ impl fmt::Display for Provider {
     }
 }
 
-/// Parses a provider's flags out of the command line, for its `build`.
-pub(crate) fn flags<T: clap::FromArgMatches>(matches: &clap::ArgMatches) -> Result<T> {
-    T::from_arg_matches(matches).map_err(|e| {
-        Error::config(format!("cannot read the provider's flags: {e}"))
-            .fix("run `wi-credential-provider --help` for the flags")
-    })
+/// What a provider is built from: the settings every provider shares,
+/// already parsed with the command line (`options::CommandLine`), and the
+/// matches its own flags are read from. Only the provider a request is
+/// routed to reads its own flags, once.
+pub struct Flags<'a> {
+    /// `--registry`: the allowlist of the providers whose registries are
+    /// the admin's choice.
+    pub(crate) registries: &'a allowlist::Options,
+    /// `--fallback`: what the clouds give a pod without an identity.
+    pub(crate) fallback: fallback::Fallback,
+    matches: &'a clap::ArgMatches,
+}
+
+impl<'a> Flags<'a> {
+    pub(crate) fn new(
+        registries: &'a allowlist::Options,
+        fallback: fallback::Fallback,
+        matches: &'a clap::ArgMatches,
+    ) -> Self {
+        Flags {
+            registries,
+            fallback,
+            matches,
+        }
+    }
+
+    /// The provider's own flags: its `clap::Args` struct.
+    pub(crate) fn own<T: clap::FromArgMatches>(&self) -> Result<T> {
+        T::from_arg_matches(self.matches).map_err(|e| {
+            Error::config(format!("cannot read the provider's flags: {e}"))
+                .fix("run `wi-credential-provider --help` for the flags")
+        })
+    }
 }
 
 /// The `build` of a provider whose registries are the admin's choice:
 /// its constructor takes the `--registry` allowlist, its own flags and the
 /// process's network settings (proxies, `--ca-file`).
 pub(crate) fn build_allowlisted<O, E>(
-    matches: &clap::ArgMatches,
+    flags: &Flags<'_>,
     inputs: &Inputs,
     new: fn(&allowlist::Options, &O, std::sync::Arc<crate::net::Settings>) -> Result<E>,
 ) -> Result<Box<dyn Exchanger>>
@@ -150,8 +177,8 @@ where
     E: Exchanger + 'static,
 {
     Ok(Box::new(new(
-        &flags(matches)?,
-        &flags(matches)?,
+        flags.registries,
+        &flags.own()?,
         std::sync::Arc::clone(&inputs.net),
     )?))
 }

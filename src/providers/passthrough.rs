@@ -19,10 +19,9 @@
 //! (`harbor.example.com/team-a/`) does not.
 
 use crate::error::{Error, Result};
-use crate::inputs::Inputs;
 use crate::protocol::CacheKeyType;
 use crate::providers::allowlist::{self, Allowlist};
-use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
+use crate::providers::{Context, Credential, Exchanger, Plan, Provider};
 
 /// The username sent with the token when none is configured. Harbor and Zot
 /// ignore it on their OIDC token path; it shows up in registry audit logs.
@@ -46,15 +45,8 @@ pub(crate) static PROVIDER: Provider = Provider {
     node_identity: None,
     identity_inputs: &["username"],
     flags: <Options as clap::Args>::augment_args,
-    build,
+    build: |flags, _inputs| Ok(Box::new(Passthrough::new(flags.registries, &flags.own()?)?)),
 };
-
-fn build(matches: &clap::ArgMatches, _inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
-    Ok(Box::new(Passthrough::new(
-        &providers::flags(matches)?,
-        &providers::flags(matches)?,
-    )?))
-}
 
 pub(crate) struct Passthrough {
     allowlist: Allowlist,

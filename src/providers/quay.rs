@@ -35,7 +35,6 @@ use std::sync::Arc;
 use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result, quote};
-use crate::inputs::Inputs;
 use crate::net;
 use crate::providers::allowlist::{self, Allowlist};
 use crate::providers::token_service::{self, Pattern, Service};
@@ -111,12 +110,8 @@ pub(crate) static PROVIDER: Provider = Provider {
     node_identity: None,
     identity_inputs: &["robot"],
     flags: <Options as clap::Args>::augment_args,
-    build,
+    build: |flags, inputs| providers::build_allowlisted(flags, inputs, Quay::new),
 };
-
-fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
-    providers::build_allowlisted(matches, inputs, Quay::new)
-}
 
 pub(crate) struct Quay {
     allowlist: Allowlist,

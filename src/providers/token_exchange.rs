@@ -43,7 +43,6 @@ use crate::duration::{self, unix_now};
 use crate::error::{Error, Result, quote};
 use std::sync::Arc;
 
-use crate::inputs::Inputs;
 use crate::net::{self, http, http::Reply};
 use crate::providers::allowlist::{self, Allowlist};
 use crate::providers::oauth::{self, form_urlencode};
@@ -145,12 +144,8 @@ pub(crate) static PROVIDER: Provider = Provider {
     node_identity: None,
     identity_inputs: &["url", "audience", "client"],
     flags: <Options as clap::Args>::augment_args,
-    build,
+    build: |flags, inputs| providers::build_allowlisted(flags, inputs, TokenExchange::new),
 };
-
-fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
-    providers::build_allowlisted(matches, inputs, TokenExchange::new)
-}
 
 /// Where the registry username comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]

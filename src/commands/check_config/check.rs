@@ -12,6 +12,7 @@ use serde::Serialize;
 use super::isolation::{self, KubeletFacts};
 use super::kubelet_config::{KubeletConfig, Version};
 use super::{Finding, Severity, lint, load, validate};
+use crate::inputs::Env;
 
 fn parse_version(text: &str) -> Result<Version, String> {
     Version::parse(text).ok_or_else(|| format!("{text:?} is not a kubelet version such as v1.34.2"))
@@ -79,7 +80,7 @@ pub(crate) fn check_with(path: &Path, bin_dir: Option<&Path>, facts: &KubeletFac
     let loaded = load(path);
     let mut findings = loaded.findings.clone();
     findings.extend(validate::validate(&loaded));
-    findings.extend(lint::lint(&loaded, bin_dir));
+    findings.extend(lint::lint(&loaded, bin_dir, &facts.env));
     findings.extend(isolation::lint(&loaded, bin_dir, facts));
     // Stable order: by file, then by provider entry as they appear.
     let position = |f: &Finding| {
@@ -122,7 +123,9 @@ pub(crate) fn check_with(path: &Path, bin_dir: Option<&Path>, facts: &KubeletFac
 }
 
 /// Runs the subcommand; the report goes to stdout.
-pub(crate) fn run(args: &Args) -> ExitCode {
+/// `env` is this process's environment, the closest stand-in for the
+/// kubelet's.
+pub(crate) fn run(args: &Args, env: &Env) -> ExitCode {
     let config = match &args.kubelet_config {
         Some(file) => match KubeletConfig::read(file, args.kubelet_config_dir.as_deref()) {
             Ok(config) => Some(config),
@@ -134,6 +137,7 @@ pub(crate) fn run(args: &Args) -> ExitCode {
         None => None,
     };
     let facts = KubeletFacts {
+        env: env.clone(),
         config,
         version: args.kubelet_version,
     };

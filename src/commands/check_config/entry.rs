@@ -17,25 +17,21 @@ use std::ffi::OsStr;
 use crate::commands;
 use crate::error::{Error, Result};
 use crate::inputs::{Env, Inputs};
-use crate::options::{self, Options};
+use crate::options::{self, CommandLine};
 use crate::providers::{Exchanger, Provider};
 
-/// A provider entry as the binary would see it.
+/// A provider entry as the binary would see it: its command line, parsed
+/// as the binary parses its own, and the inputs of the process the kubelet
+/// would start.
 pub(crate) struct Routing {
-    pub(crate) options: Options,
-    matches: clap::ArgMatches,
+    pub(crate) line: CommandLine,
     inputs: Inputs,
-    /// The provider the entry's name implies (`wi-credential-provider-aws`).
-    pub(crate) named: Option<&'static Provider>,
-    /// The provider the binary uses: `--provider`/`WICP_PROVIDER`, else the
-    /// name's; `None` is `auto` (by registry host, clouds only).
-    pub(crate) choice: Option<&'static Provider>,
 }
 
 impl Routing {
     /// Builds `provider` as the binary run by this entry would.
     pub(crate) fn build(&self, provider: &'static Provider) -> Result<Box<dyn Exchanger>> {
-        (provider.build)(&self.matches, &self.inputs).map_err(|e| {
+        self.line.build(provider, &self.inputs).map_err(|e| {
             e.context(format!(
                 "the {provider} provider would refuse these args/env"
             ))
@@ -49,8 +45,14 @@ pub(crate) fn known_env_names() -> BTreeSet<String> {
 }
 
 /// Parses `args` and `env` with the binary's command line, as if it were
-/// run as `name`.
-pub(crate) fn route(name: &str, args: &[String], env: &[(String, String)]) -> Result<Routing> {
+/// run as `name` by a kubelet whose environment is `process` (this
+/// process's, read once by the caller).
+pub(crate) fn route(
+    name: &str,
+    args: &[String],
+    env: &[(String, String)],
+    process: &Env,
+) -> Result<Routing> {
     let fix = "fix the entry's args and env; run `wi-credential-provider --help` for the flags";
     if let Some(first) = args.first()
         && commands::names().iter().any(|c| c == first)
@@ -71,19 +73,11 @@ pub(crate) fn route(name: &str, args: &[String], env: &[(String, String)]) -> Re
                 .to_string();
             Error::config(format!("the binary would refuse these args/env: {first}")).fix(fix)
         })?;
-    let options = Options::from_matches(&matches).map_err(|e| {
+    let line = CommandLine::new(OsStr::new(name), matches).map_err(|e| {
         Error::config(format!("the binary would refuse these args/env: {e}")).fix(fix)
     })?;
-    let named = options::provider_from_program_name(OsStr::new(name));
-    let choice = options.choice(named);
-    let inputs = Inputs::new(Env::from_process().overlaid(env), options.ca_file.clone());
-    Ok(Routing {
-        options,
-        matches,
-        inputs,
-        named,
-        choice,
-    })
+    let inputs = Inputs::new(process.overlaid(env), line.options.ca_file.clone());
+    Ok(Routing { line, inputs })
 }
 
 #[cfg(test)]
@@ -104,16 +98,22 @@ mod tests {
 
     #[test]
     fn the_name_picks_the_provider() {
-        let r = route("wi-credential-provider-passthrough", &[], &[]).unwrap();
+        let r = route(
+            "wi-credential-provider-passthrough",
+            &[],
+            &[],
+            &Env::default(),
+        )
+        .unwrap();
         let passthrough = Provider::find("passthrough");
-        assert_eq!(r.named, passthrough);
-        assert_eq!(r.choice, passthrough);
+        assert_eq!(r.line.named, passthrough);
+        assert_eq!(r.line.choice, passthrough);
         assert_eq!(
-            r.build(r.choice.unwrap()).unwrap().provider().name,
+            r.build(r.line.choice.unwrap()).unwrap().provider().name,
             "passthrough"
         );
-        let r = route("wi-credential-provider", &[], &[]).unwrap();
-        assert_eq!((r.named, r.choice), (None, None));
+        let r = route("wi-credential-provider", &[], &[], &Env::default()).unwrap();
+        assert_eq!((r.line.named, r.line.choice), (None, None));
     }
 
     #[test]
@@ -126,17 +126,19 @@ mod tests {
                 ("WICP_REGISTRY", "a.io,b.io"),
                 ("WICP_MAX_CACHE_DURATION", "10m"),
             ]),
+            &Env::default(),
         )
         .unwrap();
-        assert_eq!(r.choice, Provider::find("passthrough"));
+        assert_eq!(r.line.choice, Provider::find("passthrough"));
         assert_eq!(
-            r.matches
+            r.line
+                .matches()
                 .get_many::<String>("registries")
                 .unwrap()
                 .collect::<Vec<_>>(),
             ["a.io", "b.io"]
         );
-        assert_eq!(r.options.max_cache_duration, Duration::from_secs(600));
+        assert_eq!(r.line.options.max_cache_duration, Duration::from_secs(600));
     }
 
     #[test]
@@ -148,20 +150,21 @@ mod tests {
                 ("WICP_PROVIDER", "passthrough"),
                 ("WICP_MAX_CACHE_DURATION", "10m"),
             ]),
+            &Env::default(),
         )
         .unwrap();
-        assert_eq!(r.choice, None);
-        assert_eq!(r.named, Provider::find("passthrough"));
-        assert_eq!(r.options.max_cache_duration, Duration::from_secs(300));
+        assert_eq!(r.line.choice, None);
+        assert_eq!(r.line.named, Provider::find("passthrough"));
+        assert_eq!(r.line.options.max_cache_duration, Duration::from_secs(300));
     }
 
     #[test]
     fn the_process_environment_is_ignored() {
         // Whatever WICP_* the developer has set, an entry without env parses
         // to the defaults.
-        let r = route("wi-credential-provider", &[], &[]).unwrap();
-        assert_eq!(r.options.max_cache_duration, Duration::from_secs(3600));
-        assert!(r.matches.get_many::<String>("registries").is_none());
+        let r = route("wi-credential-provider", &[], &[], &Env::from_process()).unwrap();
+        assert_eq!(r.line.options.max_cache_duration, Duration::from_secs(3600));
+        assert!(r.line.matches().get_many::<String>("registries").is_none());
     }
 
     #[test]
@@ -179,11 +182,16 @@ mod tests {
         ] {
             // A refusal either of the command line or of the provider the
             // entry is named after, as the binary would refuse it.
-            let err = route("wi-credential-provider-passthrough", &a, &e)
-                .and_then(|r| r.build(r.named.unwrap()).map(|_| ()))
-                .err()
-                .unwrap()
-                .to_string();
+            let err = route(
+                "wi-credential-provider-passthrough",
+                &a,
+                &e,
+                &Env::default(),
+            )
+            .and_then(|r| r.build(r.line.named.unwrap()).map(|_| ()))
+            .err()
+            .unwrap()
+            .to_string();
             assert!(err.contains(needle), "{a:?} {e:?}: {err}");
         }
     }
@@ -195,6 +203,7 @@ mod tests {
             "wi-credential-provider-aws",
             &[],
             &env(&[("WICP_GCP_CLUSTER", "projects/p/locations/l/clusters/c")]),
+            &Env::default(),
         )
         .unwrap();
         assert!(r.build(Provider::find("aws").unwrap()).is_ok());

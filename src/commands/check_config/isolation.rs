@@ -26,6 +26,7 @@ use super::kubelet_config::{
 use super::lint::runs_this_binary;
 use super::load::{Entry, Loaded};
 use super::{Finding, Rule};
+use crate::inputs::Env;
 use crate::matching;
 use crate::providers::fallback::Fallback;
 use std::path::Path;
@@ -33,6 +34,9 @@ use std::path::Path;
 /// What is known about the kubelet that reads the config.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct KubeletFacts {
+    /// The environment the kubelet starts plugins with, as far as it can be
+    /// known here: this process's, read once at start (`Inputs`).
+    pub(crate) env: Env,
     pub(crate) config: Option<KubeletConfig>,
     pub(crate) version: Option<Version>,
 }
@@ -50,7 +54,7 @@ pub(crate) fn lint(loaded: &Loaded, bin_dir: Option<&Path>, facts: &KubeletFacts
         .iter()
         .filter(|e| e.provider.token_attributes.is_none() && !runs_this_binary(e, bin_dir))
     {
-        overlap(node, &ours, &mut findings);
+        overlap(node, &ours, &facts.env, &mut findings);
     }
     if !ours.is_empty() && (facts.config.is_some() || facts.version.is_some()) {
         image_reuse(loaded, &ours, facts, &mut findings);
@@ -87,12 +91,17 @@ fn has_host_glob(pattern: &str) -> bool {
 }
 
 /// Whether `entry` (one of ours) serves the node identity itself.
-fn falls_back_to_node(entry: &Entry) -> bool {
-    super::entry::route(entry.name(), entry.provider.args(), &entry.provider.env())
-        .is_ok_and(|r| r.options.fallback.fallback == Fallback::Node)
+fn falls_back_to_node(entry: &Entry, kubelet_env: &Env) -> bool {
+    super::entry::route(
+        entry.name(),
+        entry.provider.args(),
+        &entry.provider.env(),
+        kubelet_env,
+    )
+    .is_ok_and(|r| r.line.options.fallback.fallback == Fallback::Node)
 }
 
-fn overlap(node: &Entry, ours: &[&Entry], findings: &mut Vec<Finding>) {
+fn overlap(node: &Entry, ours: &[&Entry], kubelet_env: &Env, findings: &mut Vec<Finding>) {
     for (j, node_pattern) in node.provider.match_images().iter().enumerate() {
         let replacing: Vec<String> = ours
             .iter()
@@ -102,7 +111,7 @@ fn overlap(node: &Entry, ours: &[&Entry], findings: &mut Vec<Finding>) {
                     .match_images()
                     .iter()
                     .any(|p| matching::overlaps(p, node_pattern))
-                    && falls_back_to_node(entry)
+                    && falls_back_to_node(entry, kubelet_env)
             })
             .map(|entry| entry.name().to_string())
             .collect();
@@ -194,7 +203,7 @@ fn image_reuse(
     );
     let node_identity: Vec<&str> = ours
         .iter()
-        .filter(|e| falls_back_to_node(e))
+        .filter(|e| falls_back_to_node(e, &facts.env))
         .map(|e| e.name())
         .collect();
     let shared = if node_identity.is_empty() {

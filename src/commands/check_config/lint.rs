@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use crate::duration::format_go;
 use crate::image::ImageRef;
+use crate::inputs::Env;
 use crate::options::{AUTO, BINARY};
 use crate::providers::{self, Exchanger, route};
 
@@ -28,7 +29,8 @@ const KUBELET_TOKEN_LIFETIME: Duration = Duration::from_secs(3600);
 
 /// Lints every entry of `loaded`. `bin_dir` is the kubelet's
 /// `--image-credential-provider-bin-dir`, when known.
-pub(crate) fn lint(loaded: &Loaded, bin_dir: Option<&Path>) -> Vec<Finding> {
+/// `kubelet_env` is the environment the kubelet starts plugins with.
+pub(crate) fn lint(loaded: &Loaded, bin_dir: Option<&Path>, kubelet_env: &Env) -> Vec<Finding> {
     let mut findings = Vec::new();
     for entry in &loaded.entries {
         match_images(entry, &mut findings);
@@ -36,7 +38,7 @@ pub(crate) fn lint(loaded: &Loaded, bin_dir: Option<&Path>) -> Vec<Finding> {
             binary(entry, dir, &mut findings);
         }
         if runs_this_binary(entry, bin_dir) {
-            plugin(entry, &mut findings);
+            plugin(entry, kubelet_env, &mut findings);
         }
     }
     findings
@@ -182,7 +184,7 @@ fn binary(entry: &Entry, dir: &Path, findings: &mut Vec<Finding>) {
 }
 
 /// The rules that depend on what this plugin does with the entry.
-fn plugin(entry: &Entry, findings: &mut Vec<Finding>) {
+fn plugin(entry: &Entry, kubelet_env: &Env, findings: &mut Vec<Finding>) {
     let p = &entry.provider;
     let env = p.env();
     let known = entry::known_env_names();
@@ -202,7 +204,7 @@ fn plugin(entry: &Entry, findings: &mut Vec<Finding>) {
             );
         }
     }
-    let routing = match entry::route(entry.name(), p.args(), &env) {
+    let routing = match entry::route(entry.name(), p.args(), &env, kubelet_env) {
         Ok(routing) => routing,
         Err(e) => {
             let mut finding = entry.error(Rule::ArgsInvalid, "args", e.what().to_string());
@@ -214,7 +216,7 @@ fn plugin(entry: &Entry, findings: &mut Vec<Finding>) {
         }
     };
     name_and_args(entry, &routing, findings);
-    match routing.choice {
+    match routing.line.choice {
         Some(provider) => match routing.build(provider) {
             Ok(exchanger) => pinned(entry, &routing, exchanger.as_ref(), findings),
             Err(e) => {
@@ -232,9 +234,9 @@ fn plugin(entry: &Entry, findings: &mut Vec<Finding>) {
 
 fn name_and_args(entry: &Entry, routing: &Routing, findings: &mut Vec<Finding>) {
     let name = entry.name();
-    match routing.named {
-        Some(named) if routing.choice != Some(named) => {
-            let actual = routing.choice.map_or(AUTO, |p| p.name());
+    match routing.line.named {
+        Some(named) if routing.line.choice != Some(named) => {
+            let actual = routing.line.choice.map_or(AUTO, |p| p.name());
             findings.push(
                 entry
                     .error(
@@ -247,7 +249,7 @@ fn name_and_args(entry: &Entry, routing: &Routing, findings: &mut Vec<Finding>) 
                     .fix("make the name's suffix and --provider (WICP_PROVIDER) agree, or drop --provider"),
             );
         }
-        None if routing.options.provider.is_none() => {
+        None if routing.line.options.provider.is_none() => {
             if let Some(suffix) = name.strip_prefix(&format!("{BINARY}-")) {
                 findings.push(
                     entry
@@ -308,7 +310,7 @@ fn pinned(
                 );
             }
             let expected =
-                route::expected_audiences(exchanger, routing.options.audience.as_deref());
+                route::expected_audiences(exchanger, routing.line.options.audience.as_deref());
             let audience = attrs.audience();
             if refused_audience(audience, &expected) {
                 findings.push(
@@ -325,7 +327,7 @@ fn pinned(
                         .fix(format!(
                             "set serviceAccountTokenAudience: {}{}",
                             expected.first().map(String::as_str).unwrap_or_default(),
-                            if routing.options.audience.is_some() {
+                            if routing.line.options.audience.is_some() {
                                 ", or change --audience"
                             } else {
                                 ", or pass --audience if your identity provider trusts another audience"
@@ -434,7 +436,7 @@ fn auto(entry: &Entry, routing: &Routing, findings: &mut Vec<Finding>) {
         let mut expected: Vec<String> = clouds
             .iter()
             .flat_map(|e| {
-                route::expected_audiences(e.as_ref(), routing.options.audience.as_deref())
+                route::expected_audiences(e.as_ref(), routing.line.options.audience.as_deref())
             })
             .collect();
         expected.dedup();
@@ -489,9 +491,9 @@ fn cache_duration(entry: &Entry, routing: &Routing, findings: &mut Vec<Finding>)
     let Some(configured) = crate::duration::parse_go(text) else {
         return;
     };
-    let mut limit = routing.options.max_cache_duration;
+    let mut limit = routing.line.options.max_cache_duration;
     let mut why = "--max-cache-duration".to_string();
-    if let Some(provider) = routing.choice.filter(|p| p.password_is_token)
+    if let Some(provider) = routing.line.choice.filter(|p| p.password_is_token)
         && KUBELET_TOKEN_LIFETIME < limit
     {
         limit = KUBELET_TOKEN_LIFETIME;

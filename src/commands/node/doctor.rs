@@ -19,6 +19,7 @@ use super::{Target, print, rbac, restart, stage};
 use crate::commands::check_config::check::{Output, check_with};
 use crate::commands::check_config::isolation::KubeletFacts;
 use crate::commands::check_config::{Severity, lint};
+use crate::inputs::Env;
 use crate::matching;
 use crate::options::BINARY;
 
@@ -67,8 +68,10 @@ pub(crate) struct Report {
     pub(crate) ok: bool,
 }
 
-pub(crate) fn run(args: &Args) -> ExitCode {
-    let report = diagnose(&args.target);
+/// `env` is this process's environment, the closest stand-in for the
+/// kubelet's.
+pub(crate) fn run(args: &Args, env: &Env) -> ExitCode {
+    let report = diagnose(&args.target, env);
     let text = match args.target.output {
         Output::Json => serde_json::to_string_pretty(&report).unwrap_or_default() + "\n",
         Output::Text => {
@@ -102,7 +105,7 @@ pub(crate) fn run(args: &Args) -> ExitCode {
     }
 }
 
-pub(crate) fn diagnose(target: &Target) -> Report {
+pub(crate) fn diagnose(target: &Target, env: &Env) -> Report {
     let host = match target.host() {
         Ok(h) => h,
         Err(e) => {
@@ -186,6 +189,7 @@ pub(crate) fn diagnose(target: &Target) -> Report {
         }
     }
     let facts = KubeletFacts {
+        env: env.clone(),
         config: d.kubelet.clone(),
         version: d.version,
     };
@@ -290,7 +294,7 @@ pub(crate) fn diagnose(target: &Target) -> Report {
         checks.push(binary_check(&host, &bin_dir));
     }
     // What the plugin recorded: its metrics and audit log, when turned on.
-    let (metric_dirs, audit_logs) = super::observed::configured(&ours);
+    let (metric_dirs, audit_logs) = super::observed::configured(&ours, env);
     let now = crate::duration::unix_now();
     for dir in &metric_dirs {
         checks.push(super::observed::metrics_check(&host, dir, now));

@@ -24,6 +24,7 @@ use crate::commands::check_config::Finding;
 use crate::commands::check_config::check::{Output, check_with};
 use crate::commands::check_config::isolation::KubeletFacts;
 use crate::error::{Error, Result};
+use crate::inputs::Env;
 use crate::options::BINARY;
 use crate::providers::fallback::Fallback;
 
@@ -108,12 +109,14 @@ struct Failed {
     why: String,
 }
 
-pub(crate) fn run(args: &Args) -> ExitCode {
+/// `env` is this process's environment, the closest stand-in for the
+/// kubelet's.
+pub(crate) fn run(args: &Args, env: &Env) -> ExitCode {
     let mut report = Report {
         dry_run: args.dry_run,
         ..Report::default()
     };
-    let code = match install(args, &mut report) {
+    let code = match install(args, env, &mut report) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             report.error = Some(e.to_string());
@@ -222,11 +225,11 @@ fn config_change(
 
 fn validate(
     host: &Host,
-    d: &Discovery,
     plan: &Plan,
     config: &ConfigChange,
     names: &[String],
     binary: &Path,
+    facts: &KubeletFacts,
     report: &mut Report,
 ) -> Result<()> {
     let current;
@@ -260,11 +263,7 @@ fn validate(
             Some(binary),
         )?,
     };
-    let facts = KubeletFacts {
-        config: d.kubelet.clone(),
-        version: d.version,
-    };
-    let checked = check_with(&staged.config, Some(&staged.bin_dir), &facts);
+    let checked = check_with(&staged.config, Some(&staged.bin_dir), facts);
     report.findings = checked
         .findings
         .iter()
@@ -413,7 +412,7 @@ fn fingerprint(changes: &[Change], links: &[PathBuf]) -> String {
     files::sha256(text.as_bytes())
 }
 
-fn install(args: &Args, report: &mut Report) -> Result<()> {
+fn install(args: &Args, env: &Env, report: &mut Report) -> Result<()> {
     let host = args.target.host()?;
     let d = discover::discover(&host, &args.target.explicit());
     report.discovery = Some(d.clone());
@@ -443,7 +442,12 @@ fn install(args: &Args, report: &mut Report) -> Result<()> {
     };
     let (config, merged) = config_change(&host, &plan, args, &ours)?;
     report.rbac = rbac::manifest(&rbac::audiences(&merge::providers(&merged)));
-    validate(&host, &d, &plan, &config, &names, &binary_path, report)?;
+    let facts = KubeletFacts {
+        env: env.clone(),
+        config: d.kubelet.clone(),
+        version: d.version,
+    };
+    validate(&host, &plan, &config, &names, &binary_path, &facts, report)?;
     apply::answers_version(&binary, &binary_path)?;
     let manifest = files::Manifest::read(&host)?.unwrap_or_default();
     let (changes, links) = changes(&host, &plan, config, &names, &binary)?;

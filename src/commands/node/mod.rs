@@ -41,6 +41,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crate::commands::check_config::kubelet_config::Version;
+use crate::inputs::Env;
 
 /// Where the node is and what is known about its kubelet.
 #[derive(clap::Args, Clone, Debug)]
@@ -121,11 +122,12 @@ pub(crate) enum Command {
     Doctor(doctor::Args),
 }
 
-pub(crate) fn run(command: &Command) -> ExitCode {
+/// Runs a node command; `env` is this process's environment, read once.
+pub(crate) fn run(command: &Command, env: &Env) -> ExitCode {
     match command {
-        Command::Install(args) => install::run(args),
+        Command::Install(args) => install::run(args, env),
         Command::Uninstall(args) => uninstall::run(args),
-        Command::Doctor(args) => doctor::run(args),
+        Command::Doctor(args) => doctor::run(args, env),
     }
 }
 

@@ -10,6 +10,7 @@ use super::doctor::{Check, Verdict, check};
 use super::host::Host;
 use crate::commands::check_config::Entry;
 use crate::error::Kind;
+use crate::inputs::Env;
 use crate::observe::{audit, metrics};
 
 /// Failures older than this are history, not news.
@@ -17,7 +18,8 @@ pub(super) const RECENT_SECS: i64 = 24 * 3600;
 
 /// The metrics directories and audit logs our `entries` configure, each
 /// once, in the order met.
-pub(super) fn configured(entries: &[&Entry]) -> (Vec<PathBuf>, Vec<PathBuf>) {
+/// `env` is the environment the kubelet starts plugins with.
+pub(super) fn configured(entries: &[&Entry], env: &Env) -> (Vec<PathBuf>, Vec<PathBuf>) {
     let mut dirs = Vec::new();
     let mut logs = Vec::new();
     for entry in entries {
@@ -25,11 +27,12 @@ pub(super) fn configured(entries: &[&Entry]) -> (Vec<PathBuf>, Vec<PathBuf>) {
             entry.name(),
             entry.provider.args(),
             &entry.provider.env(),
+            env,
         ) else {
             // check-config already reports args the binary refuses.
             continue;
         };
-        let observe = &routing.options.observe;
+        let observe = &routing.line.options.observe;
         if let Some(dir) = &observe.metrics_dir
             && !dirs.contains(dir)
         {
@@ -296,7 +299,7 @@ providers:
         .unwrap();
         let loaded = crate::commands::check_config::load(&config);
         let entries: Vec<&Entry> = loaded.entries.iter().collect();
-        let (dirs, logs) = configured(&entries);
+        let (dirs, logs) = configured(&entries, &Env::default());
         assert_eq!(dirs, [PathBuf::from("/var/lib/wicp-metrics")]);
         assert_eq!(logs, [PathBuf::from("/var/log/wicp/audit.log")]);
 

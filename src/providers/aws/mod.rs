@@ -138,12 +138,11 @@ pub(crate) static PROVIDER: Provider = Provider {
     build,
 };
 
-fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
+fn build(flags: &providers::Flags<'_>, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
     let env = Environment::from_lookup(|name| inputs.env.get(name).map(str::to_string));
-    let fallback: fallback::Options = providers::flags(matches)?;
     Ok(Box::new(
-        Aws::with_environment(&providers::flags(matches)?, env, Arc::clone(&inputs.net))
-            .with_fallback(fallback.fallback),
+        Aws::with_environment(&flags.own()?, env, Arc::clone(&inputs.net))
+            .with_fallback(flags.fallback),
     ))
 }
 

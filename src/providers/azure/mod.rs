@@ -182,12 +182,11 @@ pub(crate) static PROVIDER: Provider = Provider {
     build,
 };
 
-fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
-    let options: Options = providers::flags(matches)?;
+fn build(flags: &providers::Flags<'_>, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
+    let options: Options = flags.own()?;
     let options = options.with_standard_env(|name| inputs.env.get(name).map(str::to_string));
-    let fallback: fallback::Options = providers::flags(matches)?;
     Ok(Box::new(
-        Azure::new(&options, Arc::clone(&inputs.net))?.with_fallback(fallback.fallback),
+        Azure::new(&options, Arc::clone(&inputs.net))?.with_fallback(flags.fallback),
     ))
 }
 

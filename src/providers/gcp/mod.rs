@@ -138,11 +138,10 @@ pub(crate) static PROVIDER: Provider = Provider {
     build,
 };
 
-fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
-    let fallback: fallback::Options = providers::flags(matches)?;
+fn build(flags: &providers::Flags<'_>, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
     Ok(Box::new(
-        Gcp::new(&providers::flags(matches)?, Arc::clone(&inputs.net))?.with_fallback(
-            fallback.fallback,
+        Gcp::new(&flags.own()?, Arc::clone(&inputs.net))?.with_fallback(
+            flags.fallback,
             inputs.env.get(node::HOST_ENV).map(str::to_string),
         ),
     ))

@@ -55,7 +55,6 @@ pub mod wire;
 use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result, quote};
-use crate::inputs::Inputs;
 use crate::net::{self, http, http::Reply};
 use crate::providers::allowlist::{self, Allowlist};
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
@@ -190,12 +189,8 @@ pub(crate) static PROVIDER: Provider = Provider {
     node_identity: None,
     identity_inputs: &["role", "secret_path"],
     flags: <Options as clap::Args>::augment_args,
-    build,
+    build: |flags, inputs| providers::build_allowlisted(flags, inputs, Vault::new),
 };
-
-fn build(matches: &clap::ArgMatches, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
-    providers::build_allowlisted(matches, inputs, Vault::new)
-}
 
 /// Where the secret path comes from when no annotation names one.
 #[derive(Clone, Debug)]
