@@ -27,8 +27,9 @@ mod file;
 mod image;
 mod inputs;
 mod invocation;
+mod kubelet;
 mod lock;
-mod matching;
+
 mod net;
 mod observe;
 mod options;
@@ -62,7 +63,7 @@ pub mod internal {
         pub use crate::duration::{cache_duration, format_go, format_unix, parse};
     }
     pub mod matching {
-        pub use crate::matching::{is_valid_pattern, matches};
+        pub use crate::kubelet::matching::{is_valid_pattern, matches};
     }
     pub mod net {
         pub mod http {
@@ -114,7 +115,7 @@ pub mod internal {
         }
     }
     pub mod commands {
-        pub use crate::commands::check_config::Rule;
         pub use crate::commands::node::merge;
+        pub use crate::kubelet::Rule;
     }
 }

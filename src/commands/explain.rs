@@ -22,13 +22,14 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::cache::Key;
-use crate::commands::check_config::load::{Entry, PROVIDER_V1};
-use crate::commands::check_config::{Finding, Severity, entry, lint, load, validate};
+use crate::commands::check_config::{entry, lint};
 use crate::duration::{self, format_go};
 use crate::error::{Error, Result};
 use crate::image::ImageRef;
 use crate::inputs::Env;
-use crate::matching;
+use crate::kubelet::matching;
+use crate::kubelet::provider_config::{Entry, PROVIDER_V1, load};
+use crate::kubelet::{Finding, Severity, validate};
 use crate::providers::fallback::{Fallback, Whose};
 use crate::providers::route;
 use crate::secret::Secret;

@@ -6,7 +6,7 @@
 
 use crate::error::{Error, Result};
 use crate::image::ImageRef;
-use crate::matching;
+use crate::kubelet::matching;
 
 #[derive(clap::Args, Clone, Debug, Default)]
 #[group(id = "registry_options")]

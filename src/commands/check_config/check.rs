@@ -10,9 +10,11 @@ use std::process::ExitCode;
 use serde::Serialize;
 
 use super::isolation::{self, KubeletFacts};
-use super::kubelet_config::{KubeletConfig, Version};
-use super::{Finding, Severity, lint, load, validate};
+use super::lint;
 use crate::inputs::Env;
+use crate::kubelet::configuration::{KubeletConfig, Version};
+use crate::kubelet::provider_config::load;
+use crate::kubelet::{Finding, Severity, validate};
 
 fn parse_version(text: &str) -> Result<Version, String> {
     Version::parse(text).ok_or_else(|| format!("{text:?} is not a kubelet version such as v1.34.2"))

@@ -19,15 +19,15 @@
 //!   on the node unless the kubelet verifies present images.
 //! - **Directory configs** exist only from kubelet 1.34.
 
-use super::kubelet_config::{
+use super::lint::runs_this_binary;
+use crate::inputs::Env;
+use crate::kubelet::configuration::{
     DIRECTORY_CONFIG_SINCE, ENSURE_GATE_ON_SINCE, ENSURE_GATE_SINCE, ENSURE_SECRET_PULLED_IMAGES,
     KubeletConfig, Version,
 };
-use super::lint::runs_this_binary;
-use super::load::{Entry, Loaded};
-use super::{Finding, Rule};
-use crate::inputs::Env;
-use crate::matching;
+use crate::kubelet::matching;
+use crate::kubelet::provider_config::{Entry, Loaded};
+use crate::kubelet::{Finding, Rule};
 use crate::providers::fallback::Fallback;
 use std::path::Path;
 

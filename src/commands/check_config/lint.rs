@@ -19,9 +19,9 @@ use crate::options::{AUTO, BINARY};
 use crate::providers::{self, Exchanger, route};
 
 use super::entry::{self, Routing};
-use super::load::{Entry, Loaded, TokenAttributes};
-use super::validate::parse_schemeless_url;
-use super::{Finding, Rule};
+use crate::kubelet::provider_config::{Entry, Loaded, TokenAttributes};
+use crate::kubelet::validate::parse_schemeless_url;
+use crate::kubelet::{Finding, Rule};
 
 /// The lifetime of the token the kubelet requests for a provider: it sets no
 /// `expirationSeconds`, so the API server's default of one hour applies.

@@ -16,7 +16,7 @@ use super::distro::{self, Distro};
 use super::host::Host;
 use super::identify;
 use super::systemd::Unit;
-use crate::commands::check_config::kubelet_config::{KubeletConfig, Version};
+use crate::kubelet::configuration::{KubeletConfig, Version};
 
 pub(crate) const CONFIG_FLAG: &str = "image-credential-provider-config";
 pub(crate) const BIN_DIR_FLAG: &str = "image-credential-provider-bin-dir";

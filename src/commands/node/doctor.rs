@@ -18,9 +18,10 @@ use super::host::Host;
 use super::{Target, print, rbac, restart, stage};
 use crate::commands::check_config::check::{Output, check_with};
 use crate::commands::check_config::isolation::KubeletFacts;
-use crate::commands::check_config::{Severity, lint};
+use crate::commands::check_config::lint;
 use crate::inputs::Env;
-use crate::matching;
+use crate::kubelet::Severity;
+use crate::kubelet::matching;
 use crate::options::BINARY;
 
 #[derive(clap::Args, Clone, Debug)]
@@ -265,8 +266,8 @@ pub(crate) fn diagnose(target: &Target, env: &Env) -> Report {
         ));
     }
     // Our entries, the binary, the audiences.
-    let loaded = crate::commands::check_config::load(&local_config);
-    let ours: Vec<&crate::commands::check_config::Entry> = loaded
+    let loaded = crate::kubelet::provider_config::load(&local_config);
+    let ours: Vec<&crate::kubelet::provider_config::Entry> = loaded
         .entries
         .iter()
         .filter(|e| lint::runs_this_binary(e, Some(&local_bin)))

@@ -20,11 +20,11 @@ use super::merge::{self, Format, Replace};
 use super::plan::{self, ConfigTarget, Plan, ReadyProvider};
 use super::stage::{self, Stage};
 use super::{Target, print, rbac, restart};
-use crate::commands::check_config::Finding;
 use crate::commands::check_config::check::{Output, check_with};
 use crate::commands::check_config::isolation::KubeletFacts;
 use crate::error::{Error, Result};
 use crate::inputs::Env;
+use crate::kubelet::Finding;
 use crate::options::BINARY;
 use crate::providers::fallback::Fallback;
 

@@ -40,8 +40,8 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::commands::check_config::kubelet_config::Version;
 use crate::inputs::Env;
+use crate::kubelet::configuration::Version;
 
 /// Where the node is and what is known about its kubelet.
 #[derive(clap::Args, Clone, Debug)]

@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 
 use super::doctor::{Check, Verdict, check};
 use super::host::Host;
-use crate::commands::check_config::Entry;
 use crate::error::Kind;
 use crate::inputs::Env;
+use crate::kubelet::provider_config::Entry;
 use crate::observe::{audit, metrics};
 
 /// Failures older than this are history, not news.
@@ -297,7 +297,7 @@ providers:
 "#,
         )
         .unwrap();
-        let loaded = crate::commands::check_config::load(&config);
+        let loaded = crate::kubelet::provider_config::load(&config);
         let entries: Vec<&Entry> = loaded.entries.iter().collect();
         let (dirs, logs) = configured(&entries, &Env::default());
         assert_eq!(dirs, [PathBuf::from("/var/lib/wicp-metrics")]);

@@ -264,9 +264,10 @@ pub(crate) fn plan(host: &Host, d: &Discovery, replace: &[Replace]) -> Result<Pl
                 .bin_dir
                 .as_ref()
                 .map_or(PathBuf::from(distro::EKS_PROVIDER_DIR), |f| f.value.clone());
-            let directory_ok = d.version.is_some_and(|v| {
-                v >= crate::commands::check_config::kubelet_config::DIRECTORY_CONFIG_SINCE
-            }) && replace.is_empty();
+            let directory_ok = d
+                .version
+                .is_some_and(|v| v >= crate::kubelet::configuration::DIRECTORY_CONFIG_SINCE)
+                && replace.is_empty();
             let nodeadm_config = PathBuf::from(distro::EKS_CONFIG);
             let (config, flag_value) = if directory_ok {
                 let dir = PathBuf::from(distro::EKS_PROVIDER_DIR);

@@ -91,7 +91,7 @@ mod tests {
         let selected = |host: &str| {
             MATCH_IMAGES
                 .iter()
-                .any(|p| crate::matching::matches(p, &format!("{host}/p/app")))
+                .any(|p| crate::kubelet::matching::matches(p, &format!("{host}/p/app")))
         };
         for host in [
             "gcr.io",

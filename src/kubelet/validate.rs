@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 
-use super::load::{Entry, Loaded, PROVIDER_V1};
+use super::provider_config::{Entry, Loaded, PROVIDER_V1};
 use super::{Finding, Rule, Severity};
 
 const PROVIDER_VERSIONS: [&str; 3] = [
