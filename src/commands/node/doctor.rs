@@ -7,7 +7,7 @@
 //! skip, the kubelet's health, and the recent failures the plugin's own
 //! metrics and audit log recorded. Exit 0 when nothing fails, 1 otherwise.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use serde::Serialize;
@@ -22,6 +22,7 @@ use crate::commands::check_config::lint;
 use crate::inputs::Env;
 use crate::kubelet::Severity;
 use crate::kubelet::matching;
+use crate::kubelet::provider_config::Entry;
 use crate::options::BINARY;
 
 #[derive(clap::Args, Clone, Debug)]
@@ -120,90 +121,68 @@ pub(crate) fn diagnose(target: &Target, env: &Env) -> Report {
     };
     let d = discover::discover(&host, &target.explicit());
     let mut checks = Vec::new();
-    let mut audiences = Vec::new();
-    if let Some(why) = &d.refusal {
-        checks.push(check(
-            Verdict::Fail,
-            "kubelet-process",
-            format!("cannot identify the kubelet: {why}"),
-            Some("look at the kubelet's unit and its main process (systemctl status kubelet); nothing found through another process is run".into()),
-        ));
-    }
-    for i in &d.ignored_processes {
-        checks.push(check(
-            Verdict::Warn,
-            "kubelet-process",
-            format!("ignored: {i}"),
-            None,
-        ));
-    }
-    pending_restart(&d, &mut checks);
-    if let Some(route) = d.distro.refusal() {
-        checks.push(check(
-            Verdict::Fail,
-            "distribution",
-            format!(
-                "{}: this plugin cannot be installed by a DaemonSet or node install here",
-                d.distro
-            ),
-            Some(route.to_string()),
-        ));
-    }
-    let (config, bin_dir) = match (&d.credential_config, &d.bin_dir) {
-        (Some(c), Some(b)) => {
-            checks.push(check(
-                Verdict::Ok,
-                "discovery",
-                format!(
-                    "the kubelet reads {} (from {}) and runs plugins from {}",
-                    c.value.display(),
-                    c.source,
-                    b.value.display()
-                ),
-                None,
-            ));
-            (c.value.clone(), b.value.clone())
-        }
-        _ => {
-            checks.push(check(
-                Verdict::Fail,
-                "discovery",
-                "the kubelet has no credential-provider config and bin dir (flags not found in the process, the systemd unit or the distribution's defaults)",
-                Some("run `wi-credential-provider node install`".into()),
-            ));
-            return finish(d, checks, audiences);
-        }
+    process_checks(&d, &mut checks);
+    let Some((config, bin_dir)) = discovered(&d, &mut checks) else {
+        return finish(d, checks, Vec::new());
     };
     if matches!(d.distro, Distro::K3s | Distro::Rke2) {
-        if host.is_dir(&config) {
-            checks.push(check(
-                Verdict::Fail,
-                "k3s",
-                format!(
-                    "{} is a directory: k3s/RKE2 then silently pass no credential-provider flags",
-                    config.display()
-                ),
-                Some("use one config file".into()),
-            ));
-        } else if !host.is_file(&config) || !host.is_dir(&bin_dir) {
-            checks.push(check(Verdict::Fail, "k3s", "k3s/RKE2 pass the flags only when the config file and the bin dir both exist; one is missing, so no plugin runs", Some("run `wi-credential-provider node install`".into())));
-        }
+        k3s_checks(&host, &config, &bin_dir, &mut checks);
     }
     let facts = KubeletFacts {
         env: env.clone(),
         config: d.kubelet.clone(),
         version: d.version,
     };
-    let staged_config = if host.is_dir(&config) {
+    let Some(staged) = stage_live(&host, &config, &bin_dir, &mut checks) else {
+        return finish(d, checks, Vec::new());
+    };
+    let local_config = staged.config.clone();
+    let local_bin = staged.bin_dir.clone();
+    let report = check_with(&local_config, Some(&local_bin), &facts);
+    findings_checks(&report, &staged, &mut checks);
+    // Our entries, the binary, the audiences.
+    let loaded = crate::kubelet::provider_config::load(&local_config);
+    let ours: Vec<&Entry> = loaded
+        .entries
+        .iter()
+        .filter(|e| lint::runs_this_binary(e, Some(&local_bin)))
+        .collect();
+    let audiences = audiences_of(&loaded.entries);
+    if ours.is_empty() {
+        checks.push(check(
+            Verdict::Warn,
+            "entries",
+            "no provider entry runs this plugin",
+            Some("run `wi-credential-provider node install --provider ...`".into()),
+        ));
+    } else {
+        checks.push(binary_check(&host, &bin_dir));
+    }
+    observed_checks(&host, &ours, env, &mut checks);
+    keyring_checks(&host, &ours, &mut checks);
+    rewrite_check(&d, &config, &ours, &mut checks);
+    checks.push(health_check(target, &d));
+    finish(d, checks, audiences)
+}
+
+/// A private copy of the live config and bin dir, for check-config to
+/// read, or a failed check.
+fn stage_live(
+    host: &Host,
+    config: &Path,
+    bin_dir: &Path,
+    checks: &mut Vec<Check>,
+) -> Option<stage::Stage> {
+    let staged_config = if host.is_dir(config) {
         stage::Config::Directory {
-            dir: &config,
+            dir: config,
             ours: None,
         }
     } else {
         stage::Config::File {
-            path: &config,
+            path: config,
             bytes: &host
-                .read_bytes(&config, crate::yaml::MAX_BYTES)
+                .read_bytes(config, crate::yaml::MAX_BYTES)
                 .ok()
                 .flatten()
                 .unwrap_or_default(),
@@ -223,7 +202,7 @@ pub(crate) fn diagnose(target: &Target, env: &Env) -> Report {
                     ),
                     Some("run `wi-credential-provider node install`".into()),
                 ));
-                return finish(d, checks, audiences);
+                return None;
             }
             stage::Config::File {
                 path,
@@ -232,16 +211,21 @@ pub(crate) fn diagnose(target: &Target, env: &Env) -> Report {
         }
         other => other,
     };
-    let staged = match stage::stage(&host, staged_config, &bin_dir, &[], None) {
-        Ok(s) => s,
+    match stage::stage(host, staged_config, bin_dir, &[], None) {
+        Ok(s) => Some(s),
         Err(e) => {
             checks.push(check(Verdict::Fail, "config", e.to_string(), None));
-            return finish(d, checks, audiences);
+            None
         }
-    };
-    let local_config = staged.config.clone();
-    let local_bin = staged.bin_dir.clone();
-    let report = check_with(&local_config, Some(&local_bin), &facts);
+    }
+}
+
+/// check-config's findings on the live config, as checks.
+fn findings_checks(
+    report: &crate::commands::check_config::check::Report,
+    staged: &stage::Stage,
+    checks: &mut Vec<Check>,
+) {
     for f in &report.findings {
         let mut f = f.clone();
         f.file = staged.unstage(&f.file);
@@ -265,14 +249,12 @@ pub(crate) fn diagnose(target: &Target, env: &Env) -> Report {
             None,
         ));
     }
-    // Our entries, the binary, the audiences.
-    let loaded = crate::kubelet::provider_config::load(&local_config);
-    let ours: Vec<&crate::kubelet::provider_config::Entry> = loaded
-        .entries
-        .iter()
-        .filter(|e| lint::runs_this_binary(e, Some(&local_bin)))
-        .collect();
-    for e in &loaded.entries {
+}
+
+/// The audiences the entries ask tokens for, each once, in order.
+fn audiences_of(entries: &[Entry]) -> Vec<String> {
+    let mut audiences: Vec<String> = Vec::new();
+    for e in entries {
         if let Some(a) = e
             .provider
             .token_attributes
@@ -284,26 +266,103 @@ pub(crate) fn diagnose(target: &Target, env: &Env) -> Report {
             audiences.push(a);
         }
     }
-    if ours.is_empty() {
-        checks.push(check(
-            Verdict::Warn,
-            "entries",
-            "no provider entry runs this plugin",
-            Some("run `wi-credential-provider node install --provider ...`".into()),
-        ));
-    } else {
-        checks.push(binary_check(&host, &bin_dir));
-    }
-    // What the plugin recorded: its metrics and audit log, when turned on.
-    let (metric_dirs, audit_logs) = super::observed::configured(&ours, env);
+    audiences
+}
+
+/// What the plugin recorded: its metrics and audit log, when turned on.
+fn observed_checks(host: &Host, ours: &[&Entry], env: &Env, checks: &mut Vec<Check>) {
+    let (metric_dirs, audit_logs) = super::observed::configured(ours, env);
     let now = crate::duration::unix_now();
     for dir in &metric_dirs {
-        checks.push(super::observed::metrics_check(&host, dir, now));
+        checks.push(super::observed::metrics_check(host, dir, now));
     }
     for log in &audit_logs {
-        checks.extend(super::observed::audit_checks(&host, log, now));
+        checks.extend(super::observed::audit_checks(host, log, now));
     }
-    // The node keyring: docker config files the kubelet reads beside plugins.
+}
+
+/// What is known of the kubelet's process and the distribution.
+fn process_checks(d: &Discovery, checks: &mut Vec<Check>) {
+    if let Some(why) = &d.refusal {
+        checks.push(check(
+            Verdict::Fail,
+            "kubelet-process",
+            format!("cannot identify the kubelet: {why}"),
+            Some("look at the kubelet's unit and its main process (systemctl status kubelet); nothing found through another process is run".into()),
+        ));
+    }
+    for i in &d.ignored_processes {
+        checks.push(check(
+            Verdict::Warn,
+            "kubelet-process",
+            format!("ignored: {i}"),
+            None,
+        ));
+    }
+    pending_restart(d, checks);
+    if let Some(route) = d.distro.refusal() {
+        checks.push(check(
+            Verdict::Fail,
+            "distribution",
+            format!(
+                "{}: this plugin cannot be installed by a DaemonSet or node install here",
+                d.distro
+            ),
+            Some(route.to_string()),
+        ));
+    }
+}
+
+/// The config and bin dir the kubelet uses, or a failed check.
+fn discovered(d: &Discovery, checks: &mut Vec<Check>) -> Option<(PathBuf, PathBuf)> {
+    match (&d.credential_config, &d.bin_dir) {
+        (Some(c), Some(b)) => {
+            checks.push(check(
+                Verdict::Ok,
+                "discovery",
+                format!(
+                    "the kubelet reads {} (from {}) and runs plugins from {}",
+                    c.value.display(),
+                    c.source,
+                    b.value.display()
+                ),
+                None,
+            ));
+            Some((c.value.clone(), b.value.clone()))
+        }
+        _ => {
+            checks.push(check(
+                Verdict::Fail,
+                "discovery",
+                "the kubelet has no credential-provider config and bin dir (flags not found in the process, the systemd unit or the distribution's defaults)",
+                Some("run `wi-credential-provider node install`".into()),
+            ));
+            None
+        }
+    }
+}
+
+/// k3s and RKE2 pass the flags only for one config file and an existing
+/// bin dir.
+fn k3s_checks(host: &Host, config: &Path, bin_dir: &Path, checks: &mut Vec<Check>) {
+    if host.is_dir(config) {
+        checks.push(check(
+            Verdict::Fail,
+            "k3s",
+            format!(
+                "{} is a directory: k3s/RKE2 then silently pass no credential-provider flags",
+                config.display()
+            ),
+            Some("use one config file".into()),
+        ));
+    } else if !host.is_file(config) || !host.is_dir(bin_dir) {
+        checks.push(check(Verdict::Fail, "k3s", "k3s/RKE2 pass the flags only when the config file and the bin dir both exist; one is missing, so no plugin runs", Some("run `wi-credential-provider node install`".into())));
+    }
+}
+
+/// The node keyring: docker config files the kubelet reads beside
+/// plugins, which must not serve a registry our entries serve.
+fn keyring_checks(host: &Host, ours: &[&Entry], checks: &mut Vec<Check>) {
     for keyring in [
         "/var/lib/kubelet/config.json",
         "/.docker/config.json",
@@ -342,7 +401,10 @@ pub(crate) fn diagnose(target: &Target, env: &Env) -> Report {
             }
         }
     }
-    // What rewrites the files.
+}
+
+/// Whether something rewrites the config our entries are in.
+fn rewrite_check(d: &Discovery, config: &Path, ours: &[&Entry], checks: &mut Vec<Check>) {
     if d.distro == Distro::EksAl2023 && config == Path::new(distro::EKS_CONFIG) && !ours.is_empty()
     {
         checks.push(check(
@@ -361,20 +423,22 @@ pub(crate) fn diagnose(target: &Target, env: &Env) -> Report {
     } else if let Some(r) = d.distro.rewritten_by() {
         checks.push(check(Verdict::Ok, "rewritten-at-boot", r, None));
     }
-    // Health.
+}
+
+/// The kubelet's health endpoint answers.
+fn health_check(target: &Target, d: &Discovery) -> Check {
     match d.health_endpoint() {
         Some((address, port)) => match restart::probe_on_host(target.proc_dir(), &address, port) {
-            Ok(()) => checks.push(check(Verdict::Ok, "health", format!("http://{address}:{port}/healthz answers ok"), None)),
-            Err(e) => checks.push(check(
+            Ok(()) => check(Verdict::Ok, "health", format!("http://{address}:{port}/healthz answers ok"), None),
+            Err(e) => check(
                 Verdict::Fail,
                 "health",
                 format!("http://{address}:{port}/healthz: {e}"),
                 Some("look at the kubelet's journal (journalctl -u kubelet): \"Failed to register CRI auth plugins\" means the credential-provider config is refused".into()),
-            )),
+            ),
         },
-        None => checks.push(check(Verdict::Warn, "health", "the kubelet's health endpoint is off (healthzPort: 0)", None)),
+        None => check(Verdict::Warn, "health", "the kubelet's health endpoint is off (healthzPort: 0)", None),
     }
-    finish(d, checks, audiences)
 }
 
 /// Our binary answers `--version` within a deadline, and is root's: the
