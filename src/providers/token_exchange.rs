@@ -181,33 +181,6 @@ impl TokenExchange {
         options: &Options,
         net: Arc<net::Settings>,
     ) -> Result<Self> {
-        let allowlist = Allowlist::new(registries)?;
-        let url = options.token_exchange_url.as_deref().ok_or_else(|| {
-            Error::config("the token-exchange provider has no token server (--token-exchange-url is not set)")
-                .fix("pass --token-exchange-url https://HOST/PATH (or WICP_TOKEN_EXCHANGE_URL) with the token server's token endpoint")
-        })?;
-        let url = http::endpoint_override("--token-exchange-url", url)?;
-        if url.contains('@') {
-            return Err(Error::config(format!(
-                "--token-exchange-url {} carries user information",
-                quote(&url)
-            ))
-            .fix("remove the user:password@ part; client credentials go in --token-exchange-client-id and --token-exchange-client-secret-file"));
-        }
-        let token_type = |flag: &str, value: &str| -> Result<String> {
-            let v = value.trim();
-            if v.is_empty()
-                || !v.contains(':')
-                || v.chars().any(|c| c.is_whitespace() || c.is_control())
-            {
-                return Err(Error::config(format!(
-                    "{flag} {} is not a token type URI",
-                    quote(value)
-                ))
-                .fix("write a token type URI such as urn:ietf:params:oauth:token-type:jwt"));
-            }
-            Ok(v.to_string())
-        };
         let subject_token_type = token_type(
             "--token-exchange-subject-token-type",
             &options.token_exchange_subject_token_type,
@@ -217,143 +190,26 @@ impl TokenExchange {
             .as_deref()
             .map(|t| token_type("--token-exchange-requested-token-type", t))
             .transpose()?;
-        let plain = |flag: &str, values: &[String]| -> Result<Vec<String>> {
-            values
-                .iter()
-                .map(|v| {
-                    let v = v.trim();
-                    if v.is_empty() || v.chars().any(char::is_control) {
-                        Err(Error::config(format!(
-                            "{flag} {} is empty or has control characters",
-                            quote(v)
-                        ))
-                        .fix(format!("give {flag} a non-empty value or leave it out")))
-                    } else {
-                        Ok(v.to_string())
-                    }
-                })
-                .collect()
-        };
-        let audiences = plain(
-            "--token-exchange-audience",
-            &options.token_exchange_audience,
-        )?;
-        let resources = plain(
-            "--token-exchange-resource",
-            &options.token_exchange_resource,
-        )?;
-        for r in &resources {
-            // RFC 8693 §2.1: "an absolute URI ... MUST NOT include a fragment".
-            if !r.contains("://") || r.contains('#') {
-                return Err(Error::config(format!(
-                    "--token-exchange-resource {} is not an absolute URI without a fragment",
-                    quote(r)
-                ))
-                .fix("write the resource as https://host/path (RFC 8693 §2.1), or use --token-exchange-audience for a logical name"));
-            }
-        }
         let scope = options
             .token_exchange_scope
             .as_ref()
             .map(|s| plain("--token-exchange-scope", std::slice::from_ref(s)))
             .transpose()?
             .and_then(|mut v| v.pop());
-        let username = match (
-            options.token_exchange_username.as_deref(),
-            options.token_exchange_username_field.as_deref(),
-        ) {
-            (Some(_), Some(_)) => {
-                return Err(Error::config(
-                    "--token-exchange-username and --token-exchange-username-field are both set",
-                )
-                .fix("keep one: a fixed username, or the answer's field that holds it"));
-            }
-            (None, None) => {
-                return Err(Error::config("the token-exchange provider has no registry username")
-                    .fix("pass --token-exchange-username NAME (what the registry expects with the issued token), or --token-exchange-username-field FIELD to read it from the token server's answer"));
-            }
-            (Some(name), None) => Username::Fixed(check_username(name).map_err(|why| {
-                Error::config(format!("--token-exchange-username {} {why}", quote(name)))
-                    .fix("write the registry account name the issued token belongs to")
-            })?),
-            (None, Some(field)) => {
-                let ok = !field.is_empty()
-                    && field.len() <= 64
-                    && field
-                        .bytes()
-                        .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-' || c == b'.');
-                if !ok {
-                    return Err(Error::config(format!(
-                        "--token-exchange-username-field {} is not a field name",
-                        quote(field)
-                    ))
-                    .fix("name a top-level field of the answer, such as username"));
-                }
-                Username::Field(field.to_string())
-            }
-        };
-        let client = match (
-            options.token_exchange_client_id.as_deref().map(str::trim),
-            options.token_exchange_client_secret_file.as_deref(),
-        ) {
-            (None, None) => Client::None,
-            (None, Some(_)) => {
-                return Err(Error::config(
-                    "--token-exchange-client-secret-file is set without --token-exchange-client-id",
-                )
-                .fix("pass the client ID the secret belongs to with --token-exchange-client-id"));
-            }
-            (Some(""), _) => {
-                return Err(Error::config("--token-exchange-client-id is empty")
-                    .fix("pass the OAuth client ID registered at the token server, or leave the flag out"));
-            }
-            (Some(id), None) => Client::Public(id.to_string()),
-            (Some(id), Some(path)) => {
-                let shown = path.display();
-                let bytes = crate::file::read_regular(path, MAX_CLIENT_SECRET_FILE_BYTES)
-                    .map_err(|refused| {
-                        let why = match refused {
-                            crate::file::Refused::Unreadable(why) => why,
-                            crate::file::Refused::TooLarge => format!(
-                                "it is larger than {MAX_CLIENT_SECRET_FILE_BYTES} bytes, not a client secret"
-                            ),
-                        };
-                        Error::config(format!(
-                            "cannot read --token-exchange-client-secret-file {shown}: {why}"
-                        ))
-                        .fix("point it at a regular file holding only the client secret, readable by the kubelet (root)")
-                    })?;
-                let text = String::from_utf8(bytes).map_err(|_| {
-                    Error::config(format!(
-                        "--token-exchange-client-secret-file {shown} is not UTF-8 text"
-                    ))
-                    .fix("write only the client secret in the file")
-                })?;
-                let secret = text.trim_end_matches(['\r', '\n']);
-                if secret.is_empty() || secret.contains(['\r', '\n']) {
-                    return Err(Error::config(format!(
-                        "--token-exchange-client-secret-file {} is empty or holds more than one line",
-                        path.display()
-                    ))
-                    .fix("write only the client secret in the file"));
-                }
-                Client::Basic {
-                    id: id.to_string(),
-                    secret: Secret::from_admin(secret),
-                }
-            }
-        };
         Ok(TokenExchange {
             net,
-            allowlist,
-            url,
+            allowlist: Allowlist::new(registries)?,
+            url: endpoint(options)?,
             subject_token_type,
-            audiences,
-            resources,
+            audiences: plain(
+                "--token-exchange-audience",
+                &options.token_exchange_audience,
+            )?,
+            resources: resources(&options.token_exchange_resource)?,
             scope,
             requested_token_type,
-            username,
-            client,
+            username: username(options)?,
+            client: client(options)?,
         })
     }
 
@@ -400,6 +256,170 @@ fn check_username(name: &str) -> std::result::Result<String, &'static str> {
         return Err("contains a ':' or a control character");
     }
     Ok(name.to_string())
+}
+
+/// The token endpoint: `--token-exchange-url`, an https URL (or a
+/// loopback http one) without user information.
+fn endpoint(options: &Options) -> Result<String> {
+    let url = options.token_exchange_url.as_deref().ok_or_else(|| {
+        Error::config("the token-exchange provider has no token server (--token-exchange-url is not set)")
+            .fix("pass --token-exchange-url https://HOST/PATH (or WICP_TOKEN_EXCHANGE_URL) with the token server's token endpoint")
+    })?;
+    let url = http::endpoint_override("--token-exchange-url", url)?;
+    if url.contains('@') {
+        return Err(Error::config(format!(
+            "--token-exchange-url {} carries user information",
+            quote(&url)
+        ))
+        .fix("remove the user:password@ part; client credentials go in --token-exchange-client-id and --token-exchange-client-secret-file"));
+    }
+    Ok(url)
+}
+
+/// A token type URI flag's value, trimmed.
+fn token_type(flag: &str, value: &str) -> Result<String> {
+    let v = value.trim();
+    if v.is_empty()
+        || !v.contains(':')
+        || v.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(Error::config(format!(
+            "{flag} {} is not a token type URI",
+            quote(value)
+        ))
+        .fix("write a token type URI such as urn:ietf:params:oauth:token-type:jwt"));
+    }
+    Ok(v.to_string())
+}
+
+/// The values of a free-text flag, trimmed: each non-empty and without
+/// control characters.
+fn plain(flag: &str, values: &[String]) -> Result<Vec<String>> {
+    values
+        .iter()
+        .map(|v| {
+            let v = v.trim();
+            if v.is_empty() || v.chars().any(char::is_control) {
+                Err(Error::config(format!(
+                    "{flag} {} is empty or has control characters",
+                    quote(v)
+                ))
+                .fix(format!("give {flag} a non-empty value or leave it out")))
+            } else {
+                Ok(v.to_string())
+            }
+        })
+        .collect()
+}
+
+/// `--token-exchange-resource`: absolute URIs without a fragment.
+fn resources(values: &[String]) -> Result<Vec<String>> {
+    let resources = plain("--token-exchange-resource", values)?;
+    for r in &resources {
+        // RFC 8693 §2.1: "an absolute URI ... MUST NOT include a fragment".
+        if !r.contains("://") || r.contains('#') {
+            return Err(Error::config(format!(
+                "--token-exchange-resource {} is not an absolute URI without a fragment",
+                quote(r)
+            ))
+            .fix("write the resource as https://host/path (RFC 8693 §2.1), or use --token-exchange-audience for a logical name"));
+        }
+    }
+    Ok(resources)
+}
+
+/// Where the registry username comes from: exactly one of
+/// `--token-exchange-username` and `--token-exchange-username-field`.
+fn username(options: &Options) -> Result<Username> {
+    Ok(match (
+        options.token_exchange_username.as_deref(),
+        options.token_exchange_username_field.as_deref(),
+    ) {
+        (Some(_), Some(_)) => {
+            return Err(Error::config(
+                "--token-exchange-username and --token-exchange-username-field are both set",
+            )
+            .fix("keep one: a fixed username, or the answer's field that holds it"));
+        }
+        (None, None) => {
+            return Err(Error::config("the token-exchange provider has no registry username")
+                .fix("pass --token-exchange-username NAME (what the registry expects with the issued token), or --token-exchange-username-field FIELD to read it from the token server's answer"));
+        }
+        (Some(name), None) => Username::Fixed(check_username(name).map_err(|why| {
+            Error::config(format!("--token-exchange-username {} {why}", quote(name)))
+                .fix("write the registry account name the issued token belongs to")
+        })?),
+        (None, Some(field)) => {
+            let ok = !field.is_empty()
+                && field.len() <= 64
+                && field
+                    .bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-' || c == b'.');
+            if !ok {
+                return Err(Error::config(format!(
+                    "--token-exchange-username-field {} is not a field name",
+                    quote(field)
+                ))
+                .fix("name a top-level field of the answer, such as username"));
+            }
+            Username::Field(field.to_string())
+        }
+    })
+}
+
+/// How the plugin authenticates to the token server, if at all.
+fn client(options: &Options) -> Result<Client> {
+    Ok(match (
+        options.token_exchange_client_id.as_deref().map(str::trim),
+        options.token_exchange_client_secret_file.as_deref(),
+    ) {
+        (None, None) => Client::None,
+        (None, Some(_)) => {
+            return Err(Error::config(
+                "--token-exchange-client-secret-file is set without --token-exchange-client-id",
+            )
+            .fix("pass the client ID the secret belongs to with --token-exchange-client-id"));
+        }
+        (Some(""), _) => {
+            return Err(Error::config("--token-exchange-client-id is empty")
+                .fix("pass the OAuth client ID registered at the token server, or leave the flag out"));
+        }
+        (Some(id), None) => Client::Public(id.to_string()),
+        (Some(id), Some(path)) => {
+            let shown = path.display();
+            let bytes = crate::file::read_regular(path, MAX_CLIENT_SECRET_FILE_BYTES)
+                .map_err(|refused| {
+                    let why = match refused {
+                        crate::file::Refused::Unreadable(why) => why,
+                        crate::file::Refused::TooLarge => format!(
+                            "it is larger than {MAX_CLIENT_SECRET_FILE_BYTES} bytes, not a client secret"
+                        ),
+                    };
+                    Error::config(format!(
+                        "cannot read --token-exchange-client-secret-file {shown}: {why}"
+                    ))
+                    .fix("point it at a regular file holding only the client secret, readable by the kubelet (root)")
+                })?;
+            let text = String::from_utf8(bytes).map_err(|_| {
+                Error::config(format!(
+                    "--token-exchange-client-secret-file {shown} is not UTF-8 text"
+                ))
+                .fix("write only the client secret in the file")
+            })?;
+            let secret = text.trim_end_matches(['\r', '\n']);
+            if secret.is_empty() || secret.contains(['\r', '\n']) {
+                return Err(Error::config(format!(
+                    "--token-exchange-client-secret-file {} is empty or holds more than one line",
+                    path.display()
+                ))
+                .fix("write only the client secret in the file"));
+            }
+            Client::Basic {
+                id: id.to_string(),
+                secret: Secret::from_admin(secret),
+            }
+        }
+    })
 }
 
 impl Exchanger for TokenExchange {
@@ -527,86 +547,100 @@ pub struct Describe<'a> {
     pub username: &'a Username,
 }
 
+/// The error for a refusal: what the token server said, and the fix its
+/// OAuth error code (RFC 6749 §5.2, RFC 8693 §2.2.2) points to.
+fn refusal(reply: &Reply, d: &Describe<'_>) -> Error {
+    let url = d.url;
+    let upstream = oauth::error_body(&reply.body);
+    let code = upstream.as_ref().map(|u| u.code.as_str());
+    let description = upstream.as_ref().and_then(|u| u.description.as_deref());
+    let fix = refusal_fix(code, description, reply.status, d);
+    let what = match &upstream {
+        Some(u) => u.summary(reply.status),
+        None => format!(
+            "HTTP {} with {}",
+            reply.status,
+            crate::redact::body_shape(&reply.body)
+        ),
+    };
+    Error::upstream(format!(
+        "the token server at {url} {} the token exchange for {}: {what}",
+        crate::redact::verb(reply.status),
+        d.service_account
+    ))
+    .fix(fix)
+}
+
+/// The fix for a refusal with OAuth error `code` (and `description`) and
+/// HTTP `status`.
+fn refusal_fix(code: Option<&str>, description: Option<&str>, status: u16, d: &Describe<'_>) -> String {
+    match code {
+        Some("invalid_grant") => format!(
+            "the token server did not accept the service account token: check that it trusts the cluster's issuer ({}) \
+             and this subject ({}), and that the token's audience (tokenAttributes.serviceAccountTokenAudience, --audience) \
+             is one it accepts",
+            d.issuer, d.subject
+        ),
+        Some("invalid_client" | "unauthorized_client") => {
+            "the token server wants a client it knows: check --token-exchange-client-id and the secret in \
+             --token-exchange-client-secret-file, and that the client may use the token-exchange grant"
+                .to_string()
+        }
+        Some("invalid_target") => {
+            "the token server will not issue a token for the requested target: check --token-exchange-audience \
+             and --token-exchange-resource against what it allows"
+                .to_string()
+        }
+        Some("invalid_scope") => {
+            "the token server refused the scope: check --token-exchange-scope".to_string()
+        }
+        // RFC 8693 §2.2.2: invalid_request also when the subject token
+        // "is invalid for any reason, or unacceptable based on policy".
+        Some("invalid_request")
+            if about_the_subject_token(description) =>
+        {
+            format!(
+                "the token server refused the service account token (RFC 8693 invalid_request about the subject token): \
+                 check that it trusts the cluster's issuer ({}) and this subject ({}), that the token's audience \
+                 (tokenAttributes.serviceAccountTokenAudience, --audience) is one it accepts, and that the token has not expired",
+                d.issuer, d.subject
+            )
+        }
+        Some("invalid_request") => {
+            "the token server found the request malformed: check that --token-exchange-url is its token endpoint \
+             and that token exchange (RFC 8693) is enabled there"
+                .to_string()
+        }
+        Some("unsupported_grant_type") => {
+            "the server does not do RFC 8693 token exchange at this URL: check that --token-exchange-url is its token \
+             endpoint and that the token-exchange grant is enabled for this client"
+                .to_string()
+        }
+        Some("unsupported_token_type") => {
+            "the token server does not take this subject token type: check --token-exchange-subject-token-type \
+             (and --token-exchange-requested-token-type)"
+                .to_string()
+        }
+        _ if http::is_retryable_status(status) => {
+            "the token server was throttling or unavailable through every retry; the kubelet retries the pull, \
+             check the token server if it persists"
+                .to_string()
+        }
+        _ if status == 401 => {
+            "the token server wants client authentication: set --token-exchange-client-id (and \
+             --token-exchange-client-secret-file)"
+                .to_string()
+        }
+        _ => "check --token-exchange-url and the node's proxy settings: the answer is not an OAuth error"
+            .to_string(),
+    }
+}
+
 /// Reads the token server's answer, seen at `now`.
 pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential> {
     let url = d.url;
     if !reply.is_success() {
-        let upstream = oauth::error_body(&reply.body);
-        let code = upstream.as_ref().map(|u| u.code.as_str());
-        let fix = match code {
-            Some("invalid_grant") => format!(
-                "the token server did not accept the service account token: check that it trusts the cluster's issuer ({}) \
-                 and this subject ({}), and that the token's audience (tokenAttributes.serviceAccountTokenAudience, --audience) \
-                 is one it accepts",
-                d.issuer, d.subject
-            ),
-            Some("invalid_client" | "unauthorized_client") => {
-                "the token server wants a client it knows: check --token-exchange-client-id and the secret in \
-                 --token-exchange-client-secret-file, and that the client may use the token-exchange grant"
-                    .to_string()
-            }
-            Some("invalid_target") => {
-                "the token server will not issue a token for the requested target: check --token-exchange-audience \
-                 and --token-exchange-resource against what it allows"
-                    .to_string()
-            }
-            Some("invalid_scope") => {
-                "the token server refused the scope: check --token-exchange-scope".to_string()
-            }
-            // RFC 8693 §2.2.2: invalid_request also when the subject token
-            // "is invalid for any reason, or unacceptable based on policy".
-            Some("invalid_request")
-                if about_the_subject_token(upstream.as_ref().and_then(|u| u.description.as_deref())) =>
-            {
-                format!(
-                    "the token server refused the service account token (RFC 8693 invalid_request about the subject token): \
-                     check that it trusts the cluster's issuer ({}) and this subject ({}), that the token's audience \
-                     (tokenAttributes.serviceAccountTokenAudience, --audience) is one it accepts, and that the token has not expired",
-                    d.issuer, d.subject
-                )
-            }
-            Some("invalid_request") => {
-                "the token server found the request malformed: check that --token-exchange-url is its token endpoint \
-                 and that token exchange (RFC 8693) is enabled there"
-                    .to_string()
-            }
-            Some("unsupported_grant_type") => {
-                "the server does not do RFC 8693 token exchange at this URL: check that --token-exchange-url is its token \
-                 endpoint and that the token-exchange grant is enabled for this client"
-                    .to_string()
-            }
-            Some("unsupported_token_type") => {
-                "the token server does not take this subject token type: check --token-exchange-subject-token-type \
-                 (and --token-exchange-requested-token-type)"
-                    .to_string()
-            }
-            _ if http::is_retryable_status(reply.status) => {
-                "the token server was throttling or unavailable through every retry; the kubelet retries the pull, \
-                 check the token server if it persists"
-                    .to_string()
-            }
-            _ if reply.status == 401 => {
-                "the token server wants client authentication: set --token-exchange-client-id (and \
-                 --token-exchange-client-secret-file)"
-                    .to_string()
-            }
-            _ => "check --token-exchange-url and the node's proxy settings: the answer is not an OAuth error"
-                .to_string(),
-        };
-        let what = match &upstream {
-            Some(u) => u.summary(reply.status),
-            None => format!(
-                "HTTP {} with {}",
-                reply.status,
-                crate::redact::body_shape(&reply.body)
-            ),
-        };
-        return Err(Error::upstream(format!(
-            "the token server at {url} {} the token exchange for {}: {what}",
-            crate::redact::verb(reply.status),
-            d.service_account
-        ))
-        .fix(fix));
+        return Err(refusal(reply, d));
     }
     let malformed = |why: String| {
         Error::upstream(format!(
