@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 
-use super::provider_config::{Entry, Loaded, PROVIDER_V1};
+use super::provider_config::{Entry, Loaded, PROVIDER_V1, TokenAttributes};
 use super::{Finding, Rule, Severity};
 
 const PROVIDER_VERSIONS: [&str; 3] = [
@@ -58,7 +58,20 @@ fn validate_entry(entry: &Entry, findings: &mut Vec<Finding>) {
     let mut invalid = |rule: Rule, field: &str, message: String| {
         findings.push(entry.error(rule, field, message).fix(KUBELET_FIX));
     };
-    let name = p.name();
+    name(p.name(), &mut invalid);
+    api_version(p.api_version(), &mut invalid);
+    match_images(p.match_images(), &mut invalid);
+    default_cache_duration(p.default_cache_duration.as_deref(), &mut invalid);
+    if let Some(attrs) = &p.token_attributes {
+        token_attributes(attrs, p.api_version(), &mut invalid);
+    }
+}
+
+/// Reports one invalid field: its rule, its path and the kubelet's message.
+type Invalid<'a> = dyn FnMut(Rule, &str, String) + 'a;
+
+/// The provider name: no `/`, no space, not `.` or `..`.
+fn name(name: &str, invalid: &mut Invalid<'_>) {
     if name.contains('/') {
         invalid(
             Rule::KubeletName,
@@ -80,8 +93,10 @@ fn validate_entry(entry: &Entry, findings: &mut Vec<Finding>) {
             format!("provider name cannot be {name:?}"),
         );
     }
+}
 
-    let api_version = p.api_version();
+/// The provider's exec API version.
+fn api_version(api_version: &str, invalid: &mut Invalid<'_>) {
     if api_version.is_empty() {
         invalid(
             Rule::KubeletApiVersion,
@@ -98,15 +113,18 @@ fn validate_entry(entry: &Entry, findings: &mut Vec<Finding>) {
             ),
         );
     }
+}
 
-    if p.match_images().is_empty() {
+/// At least one `matchImages` pattern, each a URL the kubelet can parse.
+fn match_images(patterns: &[String], invalid: &mut Invalid<'_>) {
+    if patterns.is_empty() {
         invalid(
             Rule::KubeletMatchImages,
             "matchImages",
             "at least 1 item in matchImages is required".into(),
         );
     }
-    for (i, pattern) in p.match_images().iter().enumerate() {
+    for (i, pattern) in patterns.iter().enumerate() {
         if let Err(why) = parse_schemeless_url(pattern) {
             invalid(
                 Rule::KubeletMatchImages,
@@ -115,8 +133,11 @@ fn validate_entry(entry: &Entry, findings: &mut Vec<Finding>) {
             );
         }
     }
+}
 
-    match p.default_cache_duration.as_deref() {
+/// `defaultCacheDuration`: required, a Go duration, not negative.
+fn default_cache_duration(text: Option<&str>, invalid: &mut Invalid<'_>) {
+    match text {
         None => invalid(
             Rule::KubeletDefaultCacheDuration,
             "defaultCacheDuration",
@@ -136,10 +157,11 @@ fn validate_entry(entry: &Entry, findings: &mut Vec<Finding>) {
             Some(_) => {}
         },
     }
+}
 
-    let Some(attrs) = &p.token_attributes else {
-        return;
-    };
+/// `tokenAttributes`: the audience, `requireServiceAccount`, the
+/// annotation keys and `cacheType`, only in the v1 exec API.
+fn token_attributes(attrs: &TokenAttributes, api_version: &str, invalid: &mut Invalid<'_>) {
     if attrs.audience().is_empty() {
         invalid(
             Rule::KubeletTokenAttributes,
@@ -168,6 +190,31 @@ fn validate_entry(entry: &Entry, findings: &mut Vec<Finding>) {
                 .into(),
         );
     }
+    annotation_keys(attrs, invalid);
+    match attrs.cache_type.as_deref().unwrap_or("") {
+        "" => invalid(
+            Rule::KubeletCacheType,
+            "tokenAttributes.cacheType",
+            format!(
+                "cacheType is required to be set when tokenAttributes is specified. Supported values are: {}",
+                CACHE_TYPES.join(", ")
+            ),
+        ),
+        t if CACHE_TYPES.contains(&t) => {}
+        t => invalid(
+            Rule::KubeletCacheType,
+            "tokenAttributes.cacheType",
+            format!(
+                "cacheType {t:?} is not supported (supported: {})",
+                CACHE_TYPES.join(", ")
+            ),
+        ),
+    }
+}
+
+/// The annotation keys: each a qualified name, none twice, none both
+/// required and optional.
+fn annotation_keys(attrs: &TokenAttributes, invalid: &mut Invalid<'_>) {
     for (field, keys) in [
         (
             "tokenAttributes.requiredServiceAccountAnnotationKeys",
@@ -211,25 +258,6 @@ fn validate_entry(entry: &Entry, findings: &mut Vec<Finding>) {
             "tokenAttributes",
             format!("annotation keys cannot be both required and optional: {both:?}"),
         );
-    }
-    match attrs.cache_type.as_deref().unwrap_or("") {
-        "" => invalid(
-            Rule::KubeletCacheType,
-            "tokenAttributes.cacheType",
-            format!(
-                "cacheType is required to be set when tokenAttributes is specified. Supported values are: {}",
-                CACHE_TYPES.join(", ")
-            ),
-        ),
-        t if CACHE_TYPES.contains(&t) => {}
-        t => invalid(
-            Rule::KubeletCacheType,
-            "tokenAttributes.cacheType",
-            format!(
-                "cacheType {t:?} is not supported (supported: {})",
-                CACHE_TYPES.join(", ")
-            ),
-        ),
     }
 }
 
