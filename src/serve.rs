@@ -218,25 +218,12 @@ fn read_request_within(deadline: &Deadline) -> Result<protocol::Request> {
 fn respond(line: &CommandLine, inputs: &Inputs, record: &mut Record) -> Result<Vec<u8>> {
     let options = &line.options;
     let deadline = Deadline::after(options.timeout);
-    let request = read_request_within(&deadline)?;
-    let image = ImageRef::parse(&request.image)?;
-    record.registry = Some(image.registry().to_string());
-    record.image = Some(request.image.clone());
-
-    let provider = route::choose(line.choice, &image)?;
-    record.provider = Some(provider.name());
-    let now = duration::unix_now();
-    let token = match request.service_account_token.clone() {
-        Some(raw) => Some(ServiceAccountToken::decode(raw, now)?),
-        None => None,
-    };
-    if let Some(token) = &token {
-        record.service_account = Some(token.service_account().clone());
-        record.pod = token.claims().pod.as_ref().map(|p| p.name.clone());
-    }
-    if log::is_json() {
-        log::set_subject(log_subject(record));
-    }
+    let Received {
+        request,
+        image,
+        provider,
+        token,
+    } = receive(line.choice, &deadline, record)?;
     route::require_node_identity(provider, options.fallback.fallback)?;
     let exchanger = line.build(provider, inputs)?;
     let annotations = &request.service_account_annotations;
@@ -248,87 +235,43 @@ fn respond(line: &CommandLine, inputs: &Inputs, record: &mut Record) -> Result<V
         annotations,
         request.api_version.as_str(),
     )?;
-    record.identity = Some(match prepared.plan.identity {
-        Whose::Node { .. } => Identity::Node,
-        Whose::ServiceAccount => Identity::ServiceAccount,
-    });
-    if options.observe.enabled() {
-        record.principal = principal(provider, &prepared.plan);
-    }
+    note_identity(record, provider, &prepared.plan, options.observe.enabled());
     let auth_key = prepared.plan.auth_key.clone();
     let cache_key_type = prepared.plan.cache_key_type;
     let cache = if prepared.plan.cacheable {
         Cache::open(&options.cache, options.max_cache_duration)?
+            .map(|cache| (cache, cache_key(&prepared, token.as_ref(), annotations)))
     } else {
         None
     };
-    let key = cache.as_ref().map(|_| {
-        let key_inputs = prepared.key_inputs(token.as_ref(), annotations);
-        crate::debug!(
-            "cache key text:\n{}",
-            cache::key::canonical(&key_inputs).trim_end()
-        );
-        cache::Key::derive(&key_inputs)
+    let cached = cache.as_ref().map(|(cache, key)| {
+        let whose = token.as_ref().filter(|_| !prepared.plan.identity.is_node());
+        let subject = cache::Subject {
+            provider: provider.name(),
+            service_account: whose.map(|t| t.service_account()),
+            registry: &auth_key,
+        };
+        (cache, key, subject)
     });
-    // The exchange is timed for the metrics, success or failure.
-    let exchange = prepared.plan.exchange;
-    let exchange_took = &mut record.exchange;
-    let timed = move |deadline: &Deadline| {
-        let started = Instant::now();
-        let credential = exchange(deadline);
-        *exchange_took = Some(started.elapsed());
-        credential
-    };
-    let served = match (&cache, &key) {
-        (Some(cache), Some(key)) => {
-            let about = cache::Subject {
-                provider: provider.name(),
-                service_account: token
-                    .as_ref()
-                    .filter(|_| !prepared.plan.identity.is_node())
-                    .map(|t| t.service_account()),
-                registry: &auth_key,
-            };
-            cache.serve(key, about, &deadline, timed)?
-        }
-        _ => cache::Served {
-            credential: timed(&deadline)?,
-            created_at: duration::unix_now(),
-            origin: Origin::Exchange,
-            stored: Stored::NotApplicable,
-        },
-    };
-    if let (Some(cache), Origin::Exchange, Some(_)) =
+    let served = obtain(
+        prepared.plan.exchange,
+        cached,
+        &deadline,
+        &mut record.exchange,
+    )?;
+    if let (Some((cache, _)), Origin::Exchange, Some(_)) =
         (&cache, served.origin, &options.observe.metrics_dir)
     {
         record.cache_stats = cache.stats();
     }
     let credential = served.credential;
-    let whose = match &prepared.plan.identity {
-        Whose::Node { why } => {
-            crate::debug!("node identity: {why}");
-            "the node's identity".to_string()
-        }
-        Whose::ServiceAccount => record
-            .service_account
-            .as_ref()
-            .map_or_else(|| "no service account".to_string(), ToString::to_string),
-    };
 
-    let now = duration::unix_now();
-    let cache_duration = cache::kubelet_cache_duration(
-        now,
+    let cache_duration = kubelet_cache_duration(
         served.created_at,
         credential.expires_at,
         options.max_cache_duration,
+        image.registry(),
     );
-    if cache_duration.is_zero() {
-        crate::warn!(
-            "the credential for {} expires at {}, too soon to cache; the kubelet will ask again on the next pull",
-            image.registry(),
-            duration::format_unix(credential.expires_at)
-        );
-    }
     let response = Response::new(
         request.api_version,
         cache_key_type,
@@ -338,7 +281,157 @@ fn respond(line: &CommandLine, inputs: &Inputs, record: &mut Record) -> Result<V
         &credential.password,
     );
     let json = response.to_json()?;
-    let (outcome, cache_words) = match (served.origin, served.stored) {
+    let (outcome, cache_words) = described(served.origin, served.stored);
+    record.outcome = Some(outcome);
+    record.cache = Some(cache_words);
+    if log::enabled(Level::Info) {
+        let whose = whose(&prepared.plan.identity, record);
+        let cache_duration = duration::format_go(cache_duration);
+        let text = format!(
+            "{provider} credentials for {whose} on {auth_key} ({image}), cacheDuration {cache_duration}"
+        );
+        log_success(text, outcome, cache_words, record);
+    }
+    Ok(json)
+}
+
+/// A request, read and routed.
+struct Received {
+    request: protocol::Request,
+    image: ImageRef,
+    provider: &'static Provider,
+    token: Option<ServiceAccountToken>,
+}
+
+/// Reads the request, parses its image, routes it (`choice`, or `auto`
+/// when `None`) and decodes its token, noting each in `record` as it is
+/// learnt, so that a failure names what was known.
+fn receive(
+    choice: Option<&'static Provider>,
+    deadline: &Deadline,
+    record: &mut Record,
+) -> Result<Received> {
+    let request = read_request_within(deadline)?;
+    let image = ImageRef::parse(&request.image)?;
+    record.registry = Some(image.registry().to_string());
+    record.image = Some(request.image.clone());
+    let provider = route::choose(choice, &image)?;
+    record.provider = Some(provider.name());
+    let token = decode_token(&request, record)?;
+    if log::is_json() {
+        log::set_subject(log_subject(record));
+    }
+    Ok(Received {
+        request,
+        image,
+        provider,
+        token,
+    })
+}
+
+/// The request's service account token, decoded (not verified: the
+/// upstream verifies it), and whose it is, noted in `record`.
+fn decode_token(
+    request: &protocol::Request,
+    record: &mut Record,
+) -> Result<Option<ServiceAccountToken>> {
+    let Some(raw) = request.service_account_token.clone() else {
+        return Ok(None);
+    };
+    let token = ServiceAccountToken::decode(raw, duration::unix_now())?;
+    record.service_account = Some(token.service_account().clone());
+    record.pod = token.claims().pod.as_ref().map(|p| p.name.clone());
+    Ok(Some(token))
+}
+
+/// The on-disk cache key of a prepared plan.
+fn cache_key(
+    prepared: &Prepared<'_>,
+    token: Option<&ServiceAccountToken>,
+    annotations: &BTreeMap<String, String>,
+) -> cache::Key {
+    let key_inputs = prepared.key_inputs(token, annotations);
+    crate::debug!(
+        "cache key text:\n{}",
+        cache::key::canonical(&key_inputs).trim_end()
+    );
+    cache::Key::derive(&key_inputs)
+}
+
+/// The credential of a plan: from the on-disk cache when `cached` holds
+/// it, else exchanged (and stored there, when `cached`). The exchange is
+/// timed into `took` for the metrics, success or failure.
+fn obtain(
+    exchange: crate::providers::Exchange<'_>,
+    cached: Option<(&Cache, &cache::Key, cache::Subject<'_>)>,
+    deadline: &Deadline,
+    took: &mut Option<std::time::Duration>,
+) -> Result<cache::Served> {
+    let timed = move |deadline: &Deadline| {
+        let started = Instant::now();
+        let credential = exchange(deadline);
+        *took = Some(started.elapsed());
+        credential
+    };
+    match cached {
+        Some((cache, key, about)) => cache.serve(key, about, deadline, timed),
+        None => Ok(cache::Served {
+            credential: timed(deadline)?,
+            created_at: duration::unix_now(),
+            origin: Origin::Exchange,
+            stored: Stored::NotApplicable,
+        }),
+    }
+}
+
+/// The `cacheDuration` for the kubelet, with a warning when the credential
+/// is too close to its expiry to be cached at all.
+fn kubelet_cache_duration(
+    created_at: i64,
+    expires_at: i64,
+    max: std::time::Duration,
+    registry: &str,
+) -> std::time::Duration {
+    let cache_duration =
+        cache::kubelet_cache_duration(duration::unix_now(), created_at, expires_at, max);
+    if cache_duration.is_zero() {
+        crate::warn!(
+            "the credential for {registry} expires at {}, too soon to cache; the kubelet will ask again on the next pull",
+            duration::format_unix(expires_at)
+        );
+    }
+    cache_duration
+}
+
+/// Notes in `record` whose identity the plan pulls with and, when the
+/// invocation is `observed`, the inputs that name it.
+fn note_identity(record: &mut Record, provider: &Provider, plan: &Plan<'_>, observed: bool) {
+    record.identity = Some(match plan.identity {
+        Whose::Node { .. } => Identity::Node,
+        Whose::ServiceAccount => Identity::ServiceAccount,
+    });
+    if observed {
+        record.principal = principal(provider, plan);
+    }
+}
+
+/// Whose identity a credential is, for the log line.
+fn whose(identity: &Whose, record: &Record) -> String {
+    match identity {
+        Whose::Node { why } => {
+            crate::debug!("node identity: {why}");
+            "the node's identity".to_string()
+        }
+        Whose::ServiceAccount => record
+            .service_account
+            .as_ref()
+            .map_or_else(|| "no service account".to_string(), ToString::to_string),
+    }
+}
+
+/// The outcome of a served credential, and what the cache did, in words.
+fn described(origin: Origin, stored: Stored) -> (Outcome, &'static str) {
+    match (origin, stored) {
         (Origin::Cache, _) => (Outcome::Hit, "from the on-disk cache"),
         (Origin::Exchange, Stored::Written) => (Outcome::Miss, "exchanged and cached"),
         (Origin::Exchange, Stored::WriteFailed) => (
@@ -354,36 +447,28 @@ fn respond(line: &CommandLine, inputs: &Inputs, record: &mut Record) -> Result<V
             "exchanged, not cached (too close to its expiry or --max-cache-duration to be served again)",
         ),
         (Origin::Exchange, Stored::NotApplicable) => (Outcome::Miss, "exchanged"),
-    };
-    record.outcome = Some(outcome);
-    record.cache = Some(cache_words);
-    if log::enabled(Level::Info) {
-        let text = format!(
-            "{} credentials for {} on {} ({}), cacheDuration {}{}",
-            provider,
-            whose,
-            auth_key,
-            image,
-            duration::format_go(cache_duration),
-            match outcome {
-                _ if cache_words == "exchanged" => String::new(),
-                _ => format!(", {cache_words}"),
-            }
-        );
-        log::write_event(
-            Level::Info,
-            &text,
-            &text,
-            &log::Fields {
-                outcome: Some(outcome.name()),
-                cache: Some(cache_words),
-                duration: Some(record.started.elapsed()),
-                upstream_status: observe::last_status(),
-                ..log::Fields::default()
-            },
-        );
     }
-    Ok(json)
+}
+
+/// The one line a success logs at info level: `text`, then what the
+/// cache did unless it was not involved.
+fn log_success(mut text: String, outcome: Outcome, cache_words: &'static str, record: &Record) {
+    if cache_words != "exchanged" {
+        text.push_str(", ");
+        text.push_str(cache_words);
+    }
+    log::write_event(
+        Level::Info,
+        &text,
+        &text,
+        &log::Fields {
+            outcome: Some(outcome.name()),
+            cache: Some(cache_words),
+            duration: Some(record.started.elapsed()),
+            upstream_status: observe::last_status(),
+            ..log::Fields::default()
+        },
+    );
 }
 
 /// The plan's inputs that name the identity used, as the provider
