@@ -257,155 +257,180 @@ pub(crate) fn plan(host: &Host, d: &Discovery, replace: &[Replace]) -> Result<Pl
     if let Some(r) = d.distro.rewritten_by() {
         notes.push(r.to_string());
     }
-    let found_config = d.credential_config.as_ref().map(|f| f.value.clone());
     match d.distro {
-        Distro::EksAl2023 => {
-            let bin_dir = d
-                .bin_dir
-                .as_ref()
-                .map_or(PathBuf::from(distro::EKS_PROVIDER_DIR), |f| f.value.clone());
-            let directory_ok = d
-                .version
-                .is_some_and(|v| v >= crate::kubelet::configuration::DIRECTORY_CONFIG_SINCE)
-                && replace.is_empty();
-            let nodeadm_config = PathBuf::from(distro::EKS_CONFIG);
-            let (config, flag_value) = if directory_ok {
-                let dir = PathBuf::from(distro::EKS_PROVIDER_DIR);
-                notes.push(format!(
-                    "kubelet {} reads a config directory: the kubelet reads nodeadm's config.json and our own file in {}",
-                    d.version.map(|v| v.to_string()).unwrap_or_default(),
-                    dir.display()
-                ));
-                (
-                    ConfigTarget::Directory {
-                        path: dir.join(format!("{DIR_FILE}.json")),
-                        dir: dir.clone(),
-                    },
-                    dir,
-                )
-            } else {
-                let own = PathBuf::from(distro::EKS_OWN_CONFIG);
-                notes.push(format!(
-                    "our own complete config {} (nodeadm's entries copied in{}), outside the file nodeadm rewrites at boot",
-                    own.display(),
-                    if replace.is_empty() { "" } else { ", --replace applied" }
-                ));
-                let base = if host.exists(&own) {
-                    own.clone()
-                } else {
-                    nodeadm_config
-                };
-                (
-                    ConfigTarget::File {
-                        path: own.clone(),
-                        base,
-                    },
-                    own,
-                )
-            };
-            let flag = format!("--{CONFIG_FLAG}={}", flag_value.display());
-            let drop_in = format!(
-                "# Written by `wi-credential-provider node install`: nodeadm merges this\n\
-                 # NodeConfig over the user data at every boot and appends these flags\n\
-                 # last, so the kubelet keeps reading this plugin's config.\n\
-                 apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  kubelet:\n    flags:\n      - {flag}\n"
-            );
-            Ok(Plan {
-                bin_dir,
-                config,
-                flag_edit: Some(FlagEdit {
-                    file: PathBuf::from(distro::EKS_ENV_FILE),
-                    var: distro::EKS_ENV_VAR.into(),
-                    flags: vec![(CONFIG_FLAG.into(), flag_value.display().to_string())],
-                    inherited: String::new(),
-                }),
-                own_files: vec![(PathBuf::from(NODEADM_DROP_IN), drop_in.into_bytes())],
-                own_file_paths: vec![PathBuf::from(NODEADM_DROP_IN)],
-                notes,
-            })
-        }
-        Distro::K3s | Distro::Rke2 => {
-            let config = found_config.unwrap_or_else(|| PathBuf::from(distro::RANCHER_CONFIG));
-            if host.is_dir(&config) {
-                return Err(Error::config(format!(
-                    "{} is a directory: k3s/RKE2 pass the credential-provider flags only when the config is a file, so the kubelet would ignore it",
-                    config.display()
-                ))
-                .fix("replace the directory by one config file, or pass the flag with kubelet-arg (kubelet 1.34+)"));
-            }
-            let bin_dir = d
-                .bin_dir
-                .as_ref()
-                .map_or(PathBuf::from(distro::RANCHER_BIN_DIR), |f| f.value.clone());
-            Ok(Plan {
-                bin_dir,
-                config: ConfigTarget::File {
-                    path: config.clone(),
-                    base: config,
-                },
-                flag_edit: None,
-                own_files: Vec::new(),
-                own_file_paths: Vec::new(),
-                notes,
-            })
-        }
-        _ => {
-            let (config, bin_dir, flag_edit) = match (found_config, d.bin_dir.as_ref()) {
-                (Some(c), Some(b)) => (c, b.value.clone(), None),
-                (Some(_), None) | (None, Some(_)) => {
-                    return Err(Error::config(format!(
-                        "the kubelet has only one of --{CONFIG_FLAG} and --{BIN_DIR_FLAG}; it needs both"
-                    ))
-                    .fix("pass the other with --kubelet-credential-config or --kubelet-bin-dir"));
-                }
-                (None, None) if d.distro == Distro::Kubeadm => {
-                    let Some(mut edit) = kubeadm_extra_args(host, d)? else {
-                        return Err(nothing_found(d));
-                    };
-                    edit.flags = vec![
-                        (CONFIG_FLAG.into(), distro::OWN_CONFIG.into()),
-                        (BIN_DIR_FLAG.into(), distro::OWN_BIN_DIR.into()),
-                    ];
-                    notes.push(format!(
-                        "the kubelet had no credential-provider flags: adding them to {} in {}",
-                        edit.var,
-                        edit.file.display()
-                    ));
-                    (
-                        PathBuf::from(distro::OWN_CONFIG),
-                        PathBuf::from(distro::OWN_BIN_DIR),
-                        Some(edit),
-                    )
-                }
-                (None, None) => return Err(nothing_found(d)),
-            };
-            let target = if host.is_dir(&config) {
-                if !replace.is_empty() {
-                    return Err(Error::config(
-                        "--replace cannot change the other files of a config directory",
-                    )
-                    .fix("edit or remove the other provider's file yourself"));
-                }
-                ConfigTarget::Directory {
-                    path: config.join(format!("{DIR_FILE}.yaml")),
-                    dir: config,
-                }
-            } else {
-                ConfigTarget::File {
-                    path: config.clone(),
-                    base: config,
-                }
-            };
-            Ok(Plan {
-                bin_dir,
-                config: target,
-                flag_edit,
-                own_files: Vec::new(),
-                own_file_paths: Vec::new(),
-                notes,
-            })
-        }
+        Distro::EksAl2023 => plan_eks(host, d, replace, notes),
+        Distro::K3s | Distro::Rke2 => plan_rancher(host, d, notes),
+        _ => plan_kubelet_flags(host, d, replace, notes),
     }
+}
+
+/// EKS AL2023: nodeadm rewrites its config at every boot, so ours goes
+/// beside it (a config directory from kubelet 1.34, else our own complete
+/// file) and a NodeConfig drop-in keeps the kubelet's flag.
+fn plan_eks(
+    host: &Host,
+    d: &Discovery,
+    replace: &[Replace],
+    mut notes: Vec<String>,
+) -> Result<Plan> {
+    let bin_dir = d
+        .bin_dir
+        .as_ref()
+        .map_or(PathBuf::from(distro::EKS_PROVIDER_DIR), |f| f.value.clone());
+    let directory_ok = d
+        .version
+        .is_some_and(|v| v >= crate::kubelet::configuration::DIRECTORY_CONFIG_SINCE)
+        && replace.is_empty();
+    let nodeadm_config = PathBuf::from(distro::EKS_CONFIG);
+    let (config, flag_value) = if directory_ok {
+        let dir = PathBuf::from(distro::EKS_PROVIDER_DIR);
+        notes.push(format!(
+            "kubelet {} reads a config directory: the kubelet reads nodeadm's config.json and our own file in {}",
+            d.version.map(|v| v.to_string()).unwrap_or_default(),
+            dir.display()
+        ));
+        (
+            ConfigTarget::Directory {
+                path: dir.join(format!("{DIR_FILE}.json")),
+                dir: dir.clone(),
+            },
+            dir,
+        )
+    } else {
+        let own = PathBuf::from(distro::EKS_OWN_CONFIG);
+        notes.push(format!(
+            "our own complete config {} (nodeadm's entries copied in{}), outside the file nodeadm rewrites at boot",
+            own.display(),
+            if replace.is_empty() { "" } else { ", --replace applied" }
+        ));
+        let base = if host.exists(&own) {
+            own.clone()
+        } else {
+            nodeadm_config
+        };
+        (
+            ConfigTarget::File {
+                path: own.clone(),
+                base,
+            },
+            own,
+        )
+    };
+    let flag = format!("--{CONFIG_FLAG}={}", flag_value.display());
+    let drop_in = format!(
+        "# Written by `wi-credential-provider node install`: nodeadm merges this\n\
+         # NodeConfig over the user data at every boot and appends these flags\n\
+         # last, so the kubelet keeps reading this plugin's config.\n\
+         apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  kubelet:\n    flags:\n      - {flag}\n"
+    );
+    Ok(Plan {
+        bin_dir,
+        config,
+        flag_edit: Some(FlagEdit {
+            file: PathBuf::from(distro::EKS_ENV_FILE),
+            var: distro::EKS_ENV_VAR.into(),
+            flags: vec![(CONFIG_FLAG.into(), flag_value.display().to_string())],
+            inherited: String::new(),
+        }),
+        own_files: vec![(PathBuf::from(NODEADM_DROP_IN), drop_in.into_bytes())],
+        own_file_paths: vec![PathBuf::from(NODEADM_DROP_IN)],
+        notes,
+    })
+}
+
+/// k3s and RKE2: their own config file and bin dir, which they pass to the
+/// kubelet when both exist.
+fn plan_rancher(host: &Host, d: &Discovery, notes: Vec<String>) -> Result<Plan> {
+    let found_config = d.credential_config.as_ref().map(|f| f.value.clone());
+    let config = found_config.unwrap_or_else(|| PathBuf::from(distro::RANCHER_CONFIG));
+    if host.is_dir(&config) {
+        return Err(Error::config(format!(
+            "{} is a directory: k3s/RKE2 pass the credential-provider flags only when the config is a file, so the kubelet would ignore it",
+            config.display()
+        ))
+        .fix("replace the directory by one config file, or pass the flag with kubelet-arg (kubelet 1.34+)"));
+    }
+    let bin_dir = d
+        .bin_dir
+        .as_ref()
+        .map_or(PathBuf::from(distro::RANCHER_BIN_DIR), |f| f.value.clone());
+    Ok(Plan {
+        bin_dir,
+        config: ConfigTarget::File {
+            path: config.clone(),
+            base: config,
+        },
+        flag_edit: None,
+        own_files: Vec::new(),
+        own_file_paths: Vec::new(),
+        notes,
+    })
+}
+
+/// Any other kubelet: the config and bin dir its flags name, or, on
+/// kubeadm without them, our defaults and the flags added to its
+/// environment file.
+fn plan_kubelet_flags(
+    host: &Host,
+    d: &Discovery,
+    replace: &[Replace],
+    mut notes: Vec<String>,
+) -> Result<Plan> {
+    let found_config = d.credential_config.as_ref().map(|f| f.value.clone());
+    let (config, bin_dir, flag_edit) = match (found_config, d.bin_dir.as_ref()) {
+        (Some(c), Some(b)) => (c, b.value.clone(), None),
+        (Some(_), None) | (None, Some(_)) => {
+            return Err(Error::config(format!(
+                "the kubelet has only one of --{CONFIG_FLAG} and --{BIN_DIR_FLAG}; it needs both"
+            ))
+            .fix("pass the other with --kubelet-credential-config or --kubelet-bin-dir"));
+        }
+        (None, None) if d.distro == Distro::Kubeadm => {
+            let Some(mut edit) = kubeadm_extra_args(host, d)? else {
+                return Err(nothing_found(d));
+            };
+            edit.flags = vec![
+                (CONFIG_FLAG.into(), distro::OWN_CONFIG.into()),
+                (BIN_DIR_FLAG.into(), distro::OWN_BIN_DIR.into()),
+            ];
+            notes.push(format!(
+                "the kubelet had no credential-provider flags: adding them to {} in {}",
+                edit.var,
+                edit.file.display()
+            ));
+            (
+                PathBuf::from(distro::OWN_CONFIG),
+                PathBuf::from(distro::OWN_BIN_DIR),
+                Some(edit),
+            )
+        }
+        (None, None) => return Err(nothing_found(d)),
+    };
+    let target = if host.is_dir(&config) {
+        if !replace.is_empty() {
+            return Err(Error::config(
+                "--replace cannot change the other files of a config directory",
+            )
+            .fix("edit or remove the other provider's file yourself"));
+        }
+        ConfigTarget::Directory {
+            path: config.join(format!("{DIR_FILE}.yaml")),
+            dir: config,
+        }
+    } else {
+        ConfigTarget::File {
+            path: config.clone(),
+            base: config,
+        }
+    };
+    Ok(Plan {
+        bin_dir,
+        config: target,
+        flag_edit,
+        own_files: Vec::new(),
+        own_file_paths: Vec::new(),
+        notes,
+    })
 }
 
 /// The new bytes of an environment file with `flags` appended to `var`,
