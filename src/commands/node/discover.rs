@@ -276,24 +276,10 @@ pub(crate) fn discover(host: &Host, explicit: &Explicit) -> Discovery {
     let (distro, distro_evidence) = Distro::detect(host);
     let unit = distro.units().iter().find_map(|u| Unit::load(host, u));
     let mut d = Discovery {
-        root: host.root().to_path_buf(),
         distro,
         distro_evidence,
-        flags_from: FlagSource::None,
-        credential_config: None,
-        bin_dir: None,
-        kubelet_config: None,
-        kubelet_config_dir: None,
-        kubelet_binary: None,
-        kubelet_version: None,
-        flag_files: BTreeMap::new(),
-        ignored_processes: Vec::new(),
-        refusal: None,
-        unit_flags: BTreeMap::new(),
-        rancher_config_files: Vec::new(),
         unit,
-        kubelet: None,
-        version: None,
+        ..Discovery::nothing(host.root())
     };
     let rancher = matches!(distro, Distro::K3s | Distro::Rke2);
     let unit_args = d.unit.as_ref().map(Unit::args).unwrap_or_default();
@@ -302,20 +288,7 @@ pub(crate) fn discover(host: &Host, explicit: &Explicit) -> Discovery {
         .as_ref()
         .and_then(|u| u.exec_start.first())
         .map(|w| PathBuf::from(&w.text));
-    // The flags as the unit (and k3s's config files) would give them now.
-    let flags_of = |args: &[String]| -> (BTreeMap<String, String>, Vec<PathBuf>) {
-        if rancher {
-            let config_file = parse_flags_plain(args)
-                .get("config")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from(distro.rancher_config_file()));
-            let (mut all, files) = rancher_config_flags(host, &config_file);
-            all.extend(args.iter().skip_while(|a| !a.starts_with('-')).cloned());
-            (rancher_kubelet_flags(&all), files)
-        } else {
-            (parse_flags(args), Vec::new())
-        }
-    };
+    let flags_of = |args: &[String]| kubelet_flags(host, distro, args);
     let (unit_flags, unit_files) = flags_of(&unit_args);
     d.unit_flags = unit_flags.clone();
     // The running process, when one checks out, else the unit.
@@ -367,17 +340,57 @@ pub(crate) fn discover(host: &Host, explicit: &Explicit) -> Discovery {
         from = format!("{from}, with {}", display_paths(&d.rancher_config_files));
     }
     if let Some(unit) = &d.unit {
-        for word in &unit.exec_start {
-            for flag in [CONFIG_FLAG, BIN_DIR_FLAG] {
-                if word.text.starts_with(&format!("--{flag}"))
-                    && let Some(var) = &word.var
-                {
-                    d.flag_files
-                        .insert(flag.to_string(), (var.clone(), word.file.clone()));
-                }
+        d.flag_files = flag_files(unit);
+    }
+    locate(&mut d, explicit, &flags, &from);
+    d.kubelet = d.kubelet_config.as_ref().and_then(|file| {
+        let drop_ins = d.kubelet_config_dir.as_ref().map(|f| f.value.as_path());
+        read_kubelet_config(host, &file.value, drop_ins).ok()
+    });
+    kubelet_version(host, explicit, &mut d);
+    d
+}
+
+/// The kubelet's flags as `args` (a unit's or a process's command line)
+/// give them now, with, for k3s and RKE2, their config files' flags and the
+/// files read.
+fn kubelet_flags(
+    host: &Host,
+    distro: Distro,
+    args: &[String],
+) -> (BTreeMap<String, String>, Vec<PathBuf>) {
+    if !matches!(distro, Distro::K3s | Distro::Rke2) {
+        return (parse_flags(args), Vec::new());
+    }
+    let config_file = parse_flags_plain(args)
+        .get("config")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(distro.rancher_config_file()));
+    let (mut all, files) = rancher_config_flags(host, &config_file);
+    all.extend(args.iter().skip_while(|a| !a.starts_with('-')).cloned());
+    (rancher_kubelet_flags(&all), files)
+}
+
+/// Where the unit sets our two flags through an environment variable:
+/// the variable and the file that sets it, by flag.
+fn flag_files(unit: &Unit) -> BTreeMap<String, (String, PathBuf)> {
+    let mut files = BTreeMap::new();
+    for word in &unit.exec_start {
+        for flag in [CONFIG_FLAG, BIN_DIR_FLAG] {
+            if word.text.starts_with(&format!("--{flag}"))
+                && let Some(var) = &word.var
+            {
+                files.insert(flag.to_string(), (var.clone(), word.file.clone()));
             }
         }
     }
+    files
+}
+
+/// The files the kubelet reads, each with where it was found: the admin's
+/// explicit option, else the kubelet's flag (`flags`, read from `from`),
+/// else for k3s/RKE2 their built-in defaults.
+fn locate(d: &mut Discovery, explicit: &Explicit, flags: &BTreeMap<String, String>, from: &str) {
     let pick = |explicit: &Option<PathBuf>, flag: &str, option: &str| -> Option<Found<PathBuf>> {
         if let Some(p) = explicit {
             return Some(Found::new(p.clone(), format!("--{option}")));
@@ -397,7 +410,7 @@ pub(crate) fn discover(host: &Host, explicit: &Explicit) -> Discovery {
         .get("config-dir")
         .map(|v| Found::new(PathBuf::from(v), format!("--config-dir in {from}")));
     // k3s and RKE2 pass their built-in defaults only when both exist.
-    if rancher {
+    if matches!(d.distro, Distro::K3s | Distro::Rke2) {
         let why = "k3s/RKE2 built-in default (k3s pkg/cli/cmds/agent.go)";
         if d.credential_config.is_none() {
             d.credential_config = Some(Found::new(PathBuf::from(distro::RANCHER_CONFIG), why));
@@ -406,14 +419,12 @@ pub(crate) fn discover(host: &Host, explicit: &Explicit) -> Discovery {
             d.bin_dir = Some(Found::new(PathBuf::from(distro::RANCHER_BIN_DIR), why));
         }
     }
-    if let Some(file) = &d.kubelet_config {
-        d.kubelet = read_kubelet_config(
-            host,
-            &file.value,
-            d.kubelet_config_dir.as_ref().map(|f| f.value.as_path()),
-        )
-        .ok();
-    }
+}
+
+/// The kubelet's version: the admin's `--kubelet-version`, else what the
+/// kubelet binary identified by its process or unit answers (never one
+/// merely found, and not when identification was refused).
+fn kubelet_version(host: &Host, explicit: &Explicit, d: &mut Discovery) {
     if let Some(v) = explicit.kubelet_version {
         d.version = Some(v);
         d.kubelet_version = Some(Found::new(v.to_string(), "--kubelet-version"));
@@ -427,7 +438,6 @@ pub(crate) fn discover(host: &Host, explicit: &Explicit) -> Discovery {
             format!("{} --version", binary.display()),
         ));
     }
-    d
 }
 
 /// The KubeletConfiguration and its drop-ins (`*.conf` of `--config-dir`),
