@@ -28,7 +28,7 @@ use crate::error::{Error, Result};
 use crate::image::ImageRef;
 use crate::inputs::Env;
 use crate::kubelet::matching;
-use crate::kubelet::provider_config::{Entry, PROVIDER_V1, load};
+use crate::kubelet::provider_config::{Entry, PROVIDER_V1, TokenAttributes, load};
 use crate::kubelet::{Finding, Severity, validate};
 use crate::providers::fallback::{Fallback, Whose};
 use crate::providers::route;
@@ -218,34 +218,7 @@ pub(crate) fn explain(args: &Args, env: &Env, out: &mut String) -> Result<bool> 
     let account = read_service_account(&args.service_account)?;
     let loaded = load(&args.config);
 
-    let _ = writeln!(
-        out,
-        "image: {target} (as the kubelet sends it; registry {})",
-        image.registry()
-    );
-    let _ = writeln!(
-        out,
-        "service account: {}/{} (uid {}), {} annotation{}",
-        account.namespace,
-        account.name,
-        account.uid,
-        account.annotations.len(),
-        if account.annotations.len() == 1 {
-            ""
-        } else {
-            "s"
-        }
-    );
-    for assumption in &account.assumed {
-        let _ = writeln!(out, "  assumed: {assumption}");
-    }
-    let _ = writeln!(
-        out,
-        "config: {} ({} provider entries)",
-        args.config.display(),
-        loaded.entries.len()
-    );
-
+    write_header(args, &image, &account, loaded.entries.len(), out);
     let validation = validate::validate(&loaded);
     let refused = loaded.has_decode_errors() || validate::has_errors(&validation);
     let mut findings: Vec<Finding> = loaded.findings.clone();
@@ -288,34 +261,8 @@ pub(crate) fn explain(args: &Args, env: &Env, out: &mut String) -> Result<bool> 
             entry.field("")
         );
         let planned = explain_entry(args, entry, &image, &account, env, out);
-        let own = entry_findings(&findings, entry);
-        // A broken sibling pattern does not stop this image's pull.
-        let other_pattern = |f: &Finding| {
-            f.field.starts_with(&entry.field("matchImages["))
-                && f.field != entry.field(&format!("matchImages[{index}]"))
-        };
-        let blocking: Vec<&&Finding> = own
-            .iter()
-            .filter(|f| f.severity == Severity::Error && !other_pattern(f))
-            .collect();
-        if !own.is_empty() {
-            let _ = writeln!(out, "  check-config findings for this entry:");
-            for f in &own {
-                let fix = f
-                    .fix
-                    .as_ref()
-                    .map(|x| format!("; fix: {x}"))
-                    .unwrap_or_default();
-                let _ = writeln!(out, "    {}: {}: {}{fix}", f.severity, f.field, f.message);
-            }
-        }
-        if planned && !blocking.is_empty() {
-            let _ = writeln!(
-                out,
-                "  result: the plugin would answer, but the error above keeps the credential from being used"
-            );
-        }
-        any |= planned && blocking.is_empty();
+        let blocked = write_entry_findings(&findings, entry, index, planned, out);
+        any |= planned && !blocked;
     }
     if !matched {
         let _ = writeln!(
@@ -326,6 +273,84 @@ pub(crate) fn explain(args: &Args, env: &Env, out: &mut String) -> Result<bool> 
     Ok(any)
 }
 
+/// What is explained: the image, the service account and the config.
+fn write_header(
+    args: &Args,
+    image: &ImageRef,
+    account: &Account,
+    entries: usize,
+    out: &mut String,
+) {
+    let _ = writeln!(
+        out,
+        "image: {image} (as the kubelet sends it; registry {})",
+        image.registry()
+    );
+    let _ = writeln!(
+        out,
+        "service account: {}/{} (uid {}), {} annotation{}",
+        account.namespace,
+        account.name,
+        account.uid,
+        account.annotations.len(),
+        if account.annotations.len() == 1 {
+            ""
+        } else {
+            "s"
+        }
+    );
+    for assumption in &account.assumed {
+        let _ = writeln!(out, "  assumed: {assumption}");
+    }
+    let _ = writeln!(
+        out,
+        "config: {} ({} provider entries)",
+        args.config.display(),
+        entries
+    );
+}
+
+/// Writes check-config's findings about `entry`, matched by its
+/// `matchImages[index]`; whether one of them keeps the credential from
+/// being used (an error, except about a sibling pattern, which does not
+/// stop this image's pull).
+fn write_entry_findings(
+    findings: &[Finding],
+    entry: &Entry,
+    index: usize,
+    planned: bool,
+    out: &mut String,
+) -> bool {
+    let own = entry_findings(findings, entry);
+    // A broken sibling pattern does not stop this image's pull.
+    let other_pattern = |f: &Finding| {
+        f.field.starts_with(&entry.field("matchImages["))
+            && f.field != entry.field(&format!("matchImages[{index}]"))
+    };
+    let blocking: Vec<&&Finding> = own
+        .iter()
+        .filter(|f| f.severity == Severity::Error && !other_pattern(f))
+        .collect();
+    if !own.is_empty() {
+        let _ = writeln!(out, "  check-config findings for this entry:");
+        for f in &own {
+            let fix = f
+                .fix
+                .as_ref()
+                .map(|x| format!("; fix: {x}"))
+                .unwrap_or_default();
+            let _ = writeln!(out, "    {}: {}: {}{fix}", f.severity, f.field, f.message);
+        }
+    }
+    if planned && !blocking.is_empty() {
+        let _ = writeln!(
+            out,
+            "  result: the plugin would answer, but the error above keeps the credential from being used"
+        );
+    }
+    !blocking.is_empty()
+}
+
 /// The findings about one entry (its fields, not a sibling's).
 fn entry_findings<'f>(findings: &'f [Finding], entry: &Entry) -> Vec<&'f Finding> {
     let base = entry.field("");
@@ -334,6 +359,96 @@ fn entry_findings<'f>(findings: &'f [Finding], entry: &Entry) -> Vec<&'f Finding
         .iter()
         .filter(|f| f.file == file && (f.field == base || f.field.starts_with(&format!("{base}."))))
         .collect()
+}
+
+/// What the kubelet passes of the service account's annotations: the
+/// keys `tokenAttributes` lists, when the account has them.
+fn passed_annotations(attrs: &TokenAttributes, account: &Account) -> BTreeMap<String, String> {
+    attrs
+        .required_keys()
+        .iter()
+        .chain(attrs.optional_keys())
+        .filter_map(|key| Some((key.clone(), account.annotations.get(key)?.clone())))
+        .collect()
+}
+
+/// The kubelet's side of an entry with `tokenAttributes`: whether it runs
+/// the plugin for this account, what it passes, and the stand-in token;
+/// `None` when the plugin is not run (or no stand-in can be made).
+fn kubelet_token(
+    args: &Args,
+    attrs: &TokenAttributes,
+    account: &Account,
+    out: &mut String,
+) -> Option<ServiceAccountToken> {
+    let missing: Vec<&String> = attrs
+        .required_keys()
+        .iter()
+        .filter(|k| !account.annotations.contains_key(*k))
+        .collect();
+    if !missing.is_empty() {
+        let _ = writeln!(
+            out,
+            "    does NOT run the plugin: the service account lacks the required annotation{} {}",
+            if missing.len() == 1 { "" } else { "s" },
+            quoted_keys(&missing)
+        );
+        let _ = writeln!(
+            out,
+            "    (the kubelet logs this only at -v=5; the pull goes on without these credentials)"
+        );
+        return None;
+    }
+    let _ = writeln!(
+        out,
+        "    token: audience {:?}, cacheType {}, lifetime 1h (synthetic stand-in below, never sent)",
+        attrs.audience(),
+        attrs.cache_type.as_deref().unwrap_or("")
+    );
+    let absent: Vec<&String> = attrs
+        .optional_keys()
+        .iter()
+        .filter(|k| !account.annotations.contains_key(*k))
+        .collect();
+    if !absent.is_empty() {
+        let _ = writeln!(
+            out,
+            "    optional annotations absent from the service account: {}",
+            quoted_keys(&absent)
+        );
+    }
+    let unlisted: Vec<&String> = account
+        .annotations
+        .keys()
+        .filter(|k| !attrs.lists(k))
+        .collect();
+    if !unlisted.is_empty() {
+        let _ = writeln!(
+            out,
+            "    annotations not passed (not listed in tokenAttributes): {}",
+            quoted_keys(&unlisted)
+        );
+    }
+    match synthetic_token(
+        account,
+        attrs.audience(),
+        &args.issuer,
+        duration::unix_now(),
+    ) {
+        Ok(token) => Some(token),
+        Err(e) => {
+            let _ = writeln!(out, "    cannot build the stand-in token: {e}");
+            None
+        }
+    }
+}
+
+/// Annotation keys, quoted, for a line of the explanation.
+fn quoted_keys(keys: &[&String]) -> String {
+    keys.iter()
+        .map(|k| format!("{k:?}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// One matching entry: the kubelet's side, then the plugin's.
@@ -357,83 +472,11 @@ fn explain_entry(
             None
         }
         Some(attrs) => {
-            let missing: Vec<&String> = attrs
-                .required_keys()
-                .iter()
-                .filter(|k| !account.annotations.contains_key(*k))
-                .collect();
-            if !missing.is_empty() {
-                let _ = writeln!(
-                    out,
-                    "    does NOT run the plugin: the service account lacks the required annotation{} {}",
-                    if missing.len() == 1 { "" } else { "s" },
-                    missing
-                        .iter()
-                        .map(|k| format!("{k:?}"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                );
-                let _ = writeln!(
-                    out,
-                    "    (the kubelet logs this only at -v=5; the pull goes on without these credentials)"
-                );
+            annotations = passed_annotations(attrs, account);
+            let Some(token) = kubelet_token(args, attrs, account, out) else {
                 return false;
-            }
-            for key in attrs.required_keys().iter().chain(attrs.optional_keys()) {
-                if let Some(value) = account.annotations.get(key) {
-                    annotations.insert(key.clone(), value.clone());
-                }
-            }
-            let _ = writeln!(
-                out,
-                "    token: audience {:?}, cacheType {}, lifetime 1h (synthetic stand-in below, never sent)",
-                attrs.audience(),
-                attrs.cache_type.as_deref().unwrap_or("")
-            );
-            let absent: Vec<&String> = attrs
-                .optional_keys()
-                .iter()
-                .filter(|k| !account.annotations.contains_key(*k))
-                .collect();
-            if !absent.is_empty() {
-                let _ = writeln!(
-                    out,
-                    "    optional annotations absent from the service account: {}",
-                    absent
-                        .iter()
-                        .map(|k| format!("{k:?}"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                );
-            }
-            let unlisted: Vec<&String> = account
-                .annotations
-                .keys()
-                .filter(|k| !attrs.lists(k))
-                .collect();
-            if !unlisted.is_empty() {
-                let _ = writeln!(
-                    out,
-                    "    annotations not passed (not listed in tokenAttributes): {}",
-                    unlisted
-                        .iter()
-                        .map(|k| format!("{k:?}"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                );
-            }
-            match synthetic_token(
-                account,
-                attrs.audience(),
-                &args.issuer,
-                duration::unix_now(),
-            ) {
-                Ok(token) => Some(token),
-                Err(e) => {
-                    let _ = writeln!(out, "    cannot build the stand-in token: {e}");
-                    return false;
-                }
-            }
+            };
+            Some(token)
         }
     };
     let api_version = if p.api_version().is_empty() {
@@ -525,8 +568,45 @@ fn plan(
         );
     }
     let plan = &prepared.plan;
-    let fallback = routing.line.options.fallback.fallback;
-    match &plan.identity {
+    write_identity(
+        provider,
+        &plan.identity,
+        routing.line.options.fallback.fallback,
+        token,
+        out,
+    );
+    let _ = writeln!(
+        out,
+        "    auth key: {} (cacheKeyType {})",
+        plan.auth_key,
+        plan.cache_key_type.as_str()
+    );
+    for (name, value) in &plan.inputs {
+        let _ = writeln!(out, "    {name}: {value}");
+    }
+    let cache_dir = routing.line.options.cache.cache_dir.as_deref();
+    write_cache(cache_dir, &prepared, token, annotations, out);
+    let _ = writeln!(
+        out,
+        "    cacheDuration: 80% of the credential's remaining life, at most {} (--max-cache-duration)",
+        format_go(routing.line.options.max_cache_duration)
+    );
+    let _ = writeln!(
+        out,
+        "    network: not contacted (explain stops before the exchange)"
+    );
+    Ok(())
+}
+
+/// Whose identity the plan pulls with.
+fn write_identity(
+    provider: &crate::providers::Provider,
+    identity: &Whose,
+    fallback: Fallback,
+    token: Option<&ServiceAccountToken>,
+    out: &mut String,
+) {
+    match identity {
         Whose::Node { why } => {
             let _ = writeln!(
                 out,
@@ -551,16 +631,18 @@ fn plan(
             );
         }
     }
-    let _ = writeln!(
-        out,
-        "    auth key: {} (cacheKeyType {})",
-        plan.auth_key,
-        plan.cache_key_type.as_str()
-    );
-    for (name, value) in &plan.inputs {
-        let _ = writeln!(out, "    {name}: {value}");
-    }
-    match (&routing.line.options.cache.cache_dir, plan.cacheable) {
+}
+
+/// What the on-disk cache (`cache_dir`, `--cache-dir`) would do with the
+/// credential, and its key.
+fn write_cache(
+    cache_dir: Option<&Path>,
+    prepared: &serve::Prepared<'_>,
+    token: Option<&ServiceAccountToken>,
+    annotations: &BTreeMap<String, String>,
+    out: &mut String,
+) {
+    match (cache_dir, prepared.plan.cacheable) {
         (_, false) => {
             let _ = writeln!(out, "    on-disk cache: never keeps this credential");
         }
@@ -580,16 +662,6 @@ fn plan(
             );
         }
     }
-    let _ = writeln!(
-        out,
-        "    cacheDuration: 80% of the credential's remaining life, at most {} (--max-cache-duration)",
-        format_go(routing.line.options.max_cache_duration)
-    );
-    let _ = writeln!(
-        out,
-        "    network: not contacted (explain stops before the exchange)"
-    );
-    Ok(())
 }
 
 #[cfg(test)]
