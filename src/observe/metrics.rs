@@ -212,36 +212,7 @@ impl State {
             );
             let _ = writeln!(out, "wicp_invocations_total{labels} {value}");
         }
-        family(
-            &mut out,
-            "wicp_exchange_duration_seconds",
-            "histogram",
-            "Time the upstream exchange of a miss took, successful or not, by provider.",
-        );
-        for (provider, h) in &self.exchange {
-            let provider = label_value(provider);
-            for (bound, count) in BUCKETS.iter().zip(&h.buckets) {
-                let _ = writeln!(
-                    out,
-                    "wicp_exchange_duration_seconds_bucket{{provider=\"{provider}\",le=\"{bound}\"}} {count}"
-                );
-            }
-            let _ = writeln!(
-                out,
-                "wicp_exchange_duration_seconds_bucket{{provider=\"{provider}\",le=\"+Inf\"}} {}",
-                h.count
-            );
-            let _ = writeln!(
-                out,
-                "wicp_exchange_duration_seconds_sum{{provider=\"{provider}\"}} {}",
-                float(h.sum)
-            );
-            let _ = writeln!(
-                out,
-                "wicp_exchange_duration_seconds_count{{provider=\"{provider}\"}} {}",
-                h.count
-            );
-        }
+        render_exchange(&mut out, &self.exchange);
         family(
             &mut out,
             "wicp_upstream_requests_total",
@@ -275,29 +246,7 @@ impl State {
             }
         }
         if let Some(cache) = &self.cache {
-            family(
-                &mut out,
-                "wicp_cache_entries",
-                "gauge",
-                "Credentials in the on-disk cache after the last miss.",
-            );
-            let _ = writeln!(out, "wicp_cache_entries {}", cache.entries);
-            family(
-                &mut out,
-                "wicp_cache_bytes",
-                "gauge",
-                "Size of the on-disk cache's entries after the last miss.",
-            );
-            let _ = writeln!(out, "wicp_cache_bytes {}", cache.bytes);
-            if let Some(at) = cache.earliest_expiry {
-                family(
-                    &mut out,
-                    "wicp_cache_earliest_expiry_timestamp_seconds",
-                    "gauge",
-                    "When the first cached credential expires, as of the last miss (Unix time).",
-                );
-                let _ = writeln!(out, "wicp_cache_earliest_expiry_timestamp_seconds {at}");
-            }
+            render_cache(&mut out, cache);
         }
         out
     }
@@ -385,6 +334,67 @@ pub(crate) fn update(dir: &Path, record: &Record, calls: &[Call], now: i64) -> R
     let prom = dir.join(PROM_FILE);
     files::replace(&prom, state.render().as_bytes(), 0o644)
         .map_err(|e| format!("cannot write {}: {e}", prom.display()))
+}
+
+/// The `wicp_exchange_duration_seconds` histogram family.
+fn render_exchange(out: &mut String, exchange: &BTreeMap<String, Histogram>) {
+    family(
+        out,
+        "wicp_exchange_duration_seconds",
+        "histogram",
+        "Time the upstream exchange of a miss took, successful or not, by provider.",
+    );
+    for (provider, h) in exchange {
+        let provider = label_value(provider);
+        for (bound, count) in BUCKETS.iter().zip(&h.buckets) {
+            let _ = writeln!(
+                out,
+                "wicp_exchange_duration_seconds_bucket{{provider=\"{provider}\",le=\"{bound}\"}} {count}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "wicp_exchange_duration_seconds_bucket{{provider=\"{provider}\",le=\"+Inf\"}} {}",
+            h.count
+        );
+        let _ = writeln!(
+            out,
+            "wicp_exchange_duration_seconds_sum{{provider=\"{provider}\"}} {}",
+            float(h.sum)
+        );
+        let _ = writeln!(
+            out,
+            "wicp_exchange_duration_seconds_count{{provider=\"{provider}\"}} {}",
+            h.count
+        );
+    }
+}
+
+/// The cache gauges, as of the last miss.
+fn render_cache(out: &mut String, cache: &CacheGauges) {
+    family(
+        out,
+        "wicp_cache_entries",
+        "gauge",
+        "Credentials in the on-disk cache after the last miss.",
+    );
+    let _ = writeln!(out, "wicp_cache_entries {}", cache.entries);
+    family(
+        out,
+        "wicp_cache_bytes",
+        "gauge",
+        "Size of the on-disk cache's entries after the last miss.",
+    );
+    let _ = writeln!(out, "wicp_cache_bytes {}", cache.bytes);
+    if let Some(at) = cache.earliest_expiry {
+        family(
+            out,
+            "wicp_cache_earliest_expiry_timestamp_seconds",
+            "gauge",
+            "When the first cached credential expires, as of the last miss (Unix time).",
+        );
+        let _ = writeln!(out, "wicp_cache_earliest_expiry_timestamp_seconds {at}");
+    }
 }
 
 #[cfg(test)]
