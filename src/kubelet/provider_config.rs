@@ -384,65 +384,63 @@ fn decode(file: &Path, bytes: &[u8]) -> (Vec<CredentialProvider>, Vec<Finding>) 
     }
     let api_version = config.api_version.unwrap_or_default();
     let kind = config.kind.unwrap_or_default();
-    let mut type_ok = true;
-    if kind.is_empty() {
-        findings.push(fail(
-            Rule::KubeletTypeMeta,
-            "Object 'Kind' is missing".into(),
-        ));
-        type_ok = false;
-    } else if kind != CONFIG_KIND {
-        findings.push(fail(
-            Rule::KubeletTypeMeta,
-            format!("kind is {kind:?}, not {CONFIG_KIND:?}"),
-        ));
-        type_ok = false;
-    }
-    if api_version.is_empty() {
-        findings.push(fail(
-            Rule::KubeletTypeMeta,
-            "Object 'apiVersion' is missing".into(),
-        ));
-        type_ok = false;
-    } else if !CONFIG_VERSIONS.contains(&api_version.as_str()) {
-        findings.push(fail(
-            Rule::KubeletTypeMeta,
-            format!(
-                "apiVersion {api_version:?} is not one the kubelet knows ({})",
-                CONFIG_VERSIONS.join(", ")
-            ),
-        ));
-        type_ok = false;
-    }
-    if !type_ok {
+    let wrong = type_meta_errors(&kind, &api_version);
+    if !wrong.is_empty() {
+        findings.extend(wrong.into_iter().map(|m| fail(Rule::KubeletTypeMeta, m)));
         return (Vec::new(), findings);
     }
     let providers = config.providers.unwrap_or_default();
     if api_version != CONFIG_V1 {
-        for (index, provider) in providers.iter().enumerate() {
-            if provider.token_attributes.is_some() {
-                findings.push(
-                    Finding::error(
-                        Rule::KubeletDecode,
-                        file,
-                        format!("providers[{index}].tokenAttributes"),
-                        format!(
-                            "unknown field \"tokenAttributes\": {api_version} has no such field"
-                        ),
-                    )
-                    .provider(provider.name())
-                    .fix(format!("use apiVersion: {CONFIG_V1}")),
-                );
-            }
-        }
-        if findings
-            .iter()
-            .any(|f| f.severity == super::Severity::Error)
-        {
+        let unknown = token_attributes_unknown(file, &api_version, &providers);
+        if !unknown.is_empty() {
+            findings.extend(unknown);
             return (Vec::new(), findings);
         }
     }
     (providers, findings)
+}
+
+/// The kubelet's TypeMeta checks: a `kind` and an `apiVersion` it knows.
+fn type_meta_errors(kind: &str, api_version: &str) -> Vec<String> {
+    let mut errors = Vec::new();
+    if kind.is_empty() {
+        errors.push("Object 'Kind' is missing".into());
+    } else if kind != CONFIG_KIND {
+        errors.push(format!("kind is {kind:?}, not {CONFIG_KIND:?}"));
+    }
+    if api_version.is_empty() {
+        errors.push("Object 'apiVersion' is missing".into());
+    } else if !CONFIG_VERSIONS.contains(&api_version) {
+        errors.push(format!(
+            "apiVersion {api_version:?} is not one the kubelet knows ({})",
+            CONFIG_VERSIONS.join(", ")
+        ));
+    }
+    errors
+}
+
+/// `tokenAttributes` in a config of an older `api_version`, which the
+/// kubelet's strict decoding refuses as an unknown field.
+fn token_attributes_unknown(
+    file: &Path,
+    api_version: &str,
+    providers: &[CredentialProvider],
+) -> Vec<Finding> {
+    providers
+        .iter()
+        .enumerate()
+        .filter(|(_, provider)| provider.token_attributes.is_some())
+        .map(|(index, provider)| {
+            Finding::error(
+                Rule::KubeletDecode,
+                file,
+                format!("providers[{index}].tokenAttributes"),
+                format!("unknown field \"tokenAttributes\": {api_version} has no such field"),
+            )
+            .provider(provider.name())
+            .fix(format!("use apiVersion: {CONFIG_V1}"))
+        })
+        .collect()
 }
 
 #[cfg(test)]
