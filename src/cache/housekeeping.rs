@@ -76,109 +76,153 @@ pub(crate) fn run(
     keep: &Key,
 ) -> io::Result<Report> {
     let scan = store.scan()?;
-    let mut report = Report::default();
-    let mut budget = MAX_REMOVALS;
-    let mut removed: BTreeSet<Key> = BTreeSet::new();
-    let mut failed: BTreeSet<Key> = BTreeSet::new();
-    let failure = |report: &mut Report, failed: &mut BTreeSet<Key>, key: &Key, e: io::Error| {
-        failed.insert(key.clone());
-        report.unremovable += 1;
-        if report.first_failure.is_none() {
-            report.first_failure = Some(format!("{}: {e}", store.entry_path(key).display()));
-        }
-    };
     let wall_now = SystemTime::now();
-
     let mut entries: Vec<(Key, SystemTime)> = scan
         .entries
         .into_iter()
         .filter(|(key, _)| key != keep)
         .collect();
     entries.sort_by_key(|(_, modified)| *modified);
-
-    let servable = |lookup: &Lookup| match lookup {
-        Lookup::Found(e) => super::is_fresh(e.created_at, e.expires_at, now, max_age),
-        Lookup::Missing => true,
-        Lookup::Unusable(_) => false,
+    let mut pass = Pass {
+        store,
+        report: Report::default(),
+        budget: MAX_REMOVALS,
+        removed: BTreeSet::new(),
+        failed: BTreeSet::new(),
     };
-    for (key, _) in entries.iter().take(MAX_EXAMINED) {
-        if budget == 0 {
-            break;
+    pass.remove_unservable(&entries, now, max_age);
+    pass.remove_over_cap(&entries, max_entries);
+    pass.remove_orphan_locks(&scan.locks, &entries, keep, wall_now);
+    pass.remove_temporaries(&scan.temps, wall_now);
+    Ok(pass.report)
+}
+
+/// One pass in progress: what it removed, what it could not, and how many
+/// removals it has left.
+struct Pass<'s> {
+    store: &'s Store,
+    report: Report,
+    budget: usize,
+    removed: BTreeSet<Key>,
+    failed: BTreeSet<Key>,
+}
+
+impl Pass<'_> {
+    fn failure(&mut self, key: &Key, e: io::Error) {
+        self.failed.insert(key.clone());
+        self.report.unremovable += 1;
+        if self.report.first_failure.is_none() {
+            self.report.first_failure =
+                Some(format!("{}: {e}", self.store.entry_path(key).display()));
         }
-        if servable(&store.read(key)) {
-            continue;
-        }
-        match remove_entry(store, key, |l| !servable(l)) {
-            Ok(true) => {
-                removed.insert(key.clone());
-                report.stale_entries += 1;
-                budget -= 1;
+    }
+
+    /// Entries that can no longer be served, among the oldest
+    /// [`MAX_EXAMINED`] (`entries` is oldest first).
+    fn remove_unservable(&mut self, entries: &[(Key, SystemTime)], now: i64, max_age: Duration) {
+        let servable = |lookup: &Lookup| match lookup {
+            Lookup::Found(e) => super::is_fresh(e.created_at, e.expires_at, now, max_age),
+            Lookup::Missing => true,
+            Lookup::Unusable(_) => false,
+        };
+        for (key, _) in entries.iter().take(MAX_EXAMINED) {
+            if self.budget == 0 {
+                break;
             }
-            Ok(false) => {}
-            Err(e) => failure(&mut report, &mut failed, key, e),
-        }
-    }
-
-    // The entry just written counts towards the cap too.
-    let live: Vec<&Key> = entries
-        .iter()
-        .map(|(key, _)| key)
-        .filter(|key| !removed.contains(*key))
-        .collect();
-    // Oldest first; an entry that cannot be removed (now or in the stale
-    // pass) is skipped and the next one goes instead.
-    let mut over = (live.len() + 1).saturating_sub(max_entries);
-    for key in live {
-        if budget == 0 || over == 0 {
-            break;
-        }
-        if failed.contains(key) {
-            continue;
-        }
-        match remove_entry(store, key, |_| true) {
-            Ok(true) => {
-                removed.insert(key.clone());
-                report.over_cap += 1;
-                budget -= 1;
-                over -= 1;
+            if servable(&self.store.read(key)) {
+                continue;
             }
-            Ok(false) => {}
-            Err(e) => failure(&mut report, &mut failed, key, e),
+            match remove_entry(self.store, key, |l| !servable(l)) {
+                Ok(true) => {
+                    self.removed.insert(key.clone());
+                    self.report.stale_entries += 1;
+                    self.budget -= 1;
+                }
+                Ok(false) => {}
+                Err(e) => self.failure(key, e),
+            }
         }
     }
 
-    let with_entry: BTreeSet<&Key> = entries
-        .iter()
-        .map(|(key, _)| key)
-        .filter(|key| !removed.contains(*key))
-        .chain(std::iter::once(keep))
-        .collect();
-    for (key, modified) in &scan.locks {
-        if budget == 0 {
-            break;
-        }
-        if with_entry.contains(key) || removed.contains(key) || !older(*modified, wall_now) {
-            continue;
-        }
-        if let Ok(Acquired::Held(lock)) = store.try_lock(key)
-            && matches!(store.read(key), Lookup::Missing)
-            && lock.remove_file().is_ok()
-        {
-            report.locks += 1;
-            budget -= 1;
+    /// The oldest entries beyond `max_entries`; the entry just written
+    /// counts towards the cap too. An entry that cannot be removed (now or
+    /// in the stale pass) is skipped and the next one goes instead.
+    fn remove_over_cap(&mut self, entries: &[(Key, SystemTime)], max_entries: usize) {
+        let live: Vec<&Key> = entries
+            .iter()
+            .map(|(key, _)| key)
+            .filter(|key| !self.removed.contains(*key))
+            .collect();
+        let mut over = (live.len() + 1).saturating_sub(max_entries);
+        for key in live {
+            if self.budget == 0 || over == 0 {
+                break;
+            }
+            if self.failed.contains(key) {
+                continue;
+            }
+            match remove_entry(self.store, key, |_| true) {
+                Ok(true) => {
+                    self.removed.insert(key.clone());
+                    self.report.over_cap += 1;
+                    self.budget -= 1;
+                    over -= 1;
+                }
+                Ok(false) => {}
+                Err(e) => self.failure(key, e),
+            }
         }
     }
 
-    for (path, modified) in &scan.temps {
-        if budget == 0 {
-            break;
-        }
-        if older(*modified, wall_now) && std::fs::remove_file(path).is_ok() {
-            report.temps += 1;
-            budget -= 1;
+    /// Lock files without an entry, unused for [`STALE_AFTER`], removed
+    /// while held.
+    fn remove_orphan_locks(
+        &mut self,
+        locks: &[(Key, SystemTime)],
+        entries: &[(Key, SystemTime)],
+        keep: &Key,
+        wall_now: SystemTime,
+    ) {
+        let with_entry: BTreeSet<&Key> = entries
+            .iter()
+            .map(|(key, _)| key)
+            .filter(|key| !self.removed.contains(*key))
+            .chain(std::iter::once(keep))
+            .collect();
+        for (key, modified) in locks {
+            if self.budget == 0 {
+                break;
+            }
+            if with_entry.contains(key) || self.removed.contains(key) || !older(*modified, wall_now)
+            {
+                continue;
+            }
+            if let Ok(Acquired::Held(lock)) = self.store.try_lock(key)
+                && matches!(self.store.read(key), Lookup::Missing)
+                && lock.remove_file().is_ok()
+            {
+                self.report.locks += 1;
+                self.budget -= 1;
+            }
         }
     }
-    Ok(report)
+
+    /// Temporary files older than [`STALE_AFTER`], left by a killed writer.
+    fn remove_temporaries(
+        &mut self,
+        temps: &[(std::path::PathBuf, SystemTime)],
+        wall_now: SystemTime,
+    ) {
+        for (path, modified) in temps {
+            if self.budget == 0 {
+                break;
+            }
+            if older(*modified, wall_now) && std::fs::remove_file(path).is_ok() {
+                self.report.temps += 1;
+                self.budget -= 1;
+            }
+        }
+    }
 }
 
 /// Removes the entry for `key` and its lock file, holding its lock, if
