@@ -215,7 +215,34 @@ fn image_reuse(
             node_identity.join(", ")
         )
     };
-    let reason = match config.verifies_present_images(version) {
+    let reason = unverified(&config, version);
+    if let Some((field, why, fix)) = reason {
+        findings.push(
+            Finding::warning(
+                Rule::ImageReuse,
+                &file,
+                field,
+                format!("{seen}: {why}, so {shared}"),
+            )
+            .fix(fix),
+        );
+        return;
+    }
+    if config.image_pull_credentials_verification_policy.as_deref()
+        == Some("NeverVerifyAllowlistedImages")
+    {
+        let (seen, shared) = (seen.as_str(), shared.as_str());
+        findings.extend(allowlisted(&config, ours, &file, seen, shared));
+    }
+}
+
+/// Why the kubelet would not verify present images, as (field, why, fix);
+/// `None` when it does.
+fn unverified(
+    config: &KubeletConfig,
+    version: Option<Version>,
+) -> Option<(&'static str, String, String)> {
+    match config.verifies_present_images(version) {
         Some(true) => None,
         Some(false) if config.image_pull_credentials_verification_policy.as_deref() == Some("NeverVerify") => Some((
             "imagePullCredentialsVerificationPolicy",
@@ -237,50 +264,47 @@ fn image_reuse(
             format!("{ENSURE_SECRET_PULLED_IMAGES} is not set and the kubelet version is unknown (it is on by default only from {ENSURE_GATE_ON_SINCE})"),
             format!("set featureGates.{ENSURE_SECRET_PULLED_IMAGES}: true, or pass --kubelet-version"),
         )),
-    };
-    if let Some((field, why, fix)) = reason {
-        findings.push(
-            Finding::warning(
-                Rule::ImageReuse,
-                &file,
-                field,
-                format!("{seen}: {why}, so {shared}"),
-            )
-            .fix(fix),
-        );
-        return;
     }
-    if config.image_pull_credentials_verification_policy.as_deref()
-        == Some("NeverVerifyAllowlistedImages")
+}
+
+/// The `preloadedImagesVerificationAllowlist` items that cover images our
+/// entries serve per pod: the kubelet skips verification for them.
+fn allowlisted(
+    config: &KubeletConfig,
+    ours: &[&Entry],
+    file: &Path,
+    seen: &str,
+    shared: &str,
+) -> Vec<Finding> {
+    let mut found = Vec::new();
+    for (i, item) in config
+        .preloaded_images_verification_allowlist
+        .iter()
+        .enumerate()
     {
-        for (i, item) in config
-            .preloaded_images_verification_allowlist
+        let prefix = item.trim_end_matches("/*");
+        let covered: Vec<String> = ours
             .iter()
-            .enumerate()
-        {
-            let prefix = item.trim_end_matches("/*");
-            let covered: Vec<String> = ours
-                .iter()
-                .flat_map(|e| e.provider.match_images().iter().map(move |p| (e, p)))
-                .filter(|(_, p)| matching::overlaps(p, prefix))
-                .map(|(e, p)| format!("{p:?} ({})", e.name()))
-                .collect();
-            if !covered.is_empty() {
-                findings.push(
-                    Finding::warning(
-                        Rule::ImageReuse,
-                        &file,
-                        format!("preloadedImagesVerificationAllowlist[{i}]"),
-                        format!(
-                            "{seen}: the allowlist entry {item:?} covers images served per pod by {}; the kubelet skips verification for them, so {shared}",
-                            covered.join(", ")
-                        ),
-                    )
-                    .fix("keep the allowlist to images baked into the node image, outside the registries served per pod"),
-                );
-            }
+            .flat_map(|e| e.provider.match_images().iter().map(move |p| (e, p)))
+            .filter(|(_, p)| matching::overlaps(p, prefix))
+            .map(|(e, p)| format!("{p:?} ({})", e.name()))
+            .collect();
+        if !covered.is_empty() {
+            found.push(
+                Finding::warning(
+                    Rule::ImageReuse,
+                    file,
+                    format!("preloadedImagesVerificationAllowlist[{i}]"),
+                    format!(
+                        "{seen}: the allowlist entry {item:?} covers images served per pod by {}; the kubelet skips verification for them, so {shared}",
+                        covered.join(", ")
+                    ),
+                )
+                .fix("keep the allowlist to images baked into the node image, outside the registries served per pod"),
+            );
         }
     }
+    found
 }
 
 #[cfg(test)]
