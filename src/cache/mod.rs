@@ -237,8 +237,23 @@ impl Cache {
             created_at,
             expires_at: credential.expires_at,
         };
-        let stored = if is_fresh(entry.created_at, entry.expires_at, created_at, self.max_age) {
-            match self.store.write(&entry) {
+        let stored = self.store_entry(&entry, created_at);
+        drop(lock);
+        self.housekeeping(created_at, key);
+        Ok(Served {
+            credential,
+            created_at,
+            origin: Origin::Exchange,
+            stored,
+        })
+    }
+
+    /// Writes `entry`, exchanged at `now`, unless it is too close to its
+    /// expiry to be served again; what happened, for the log and metrics.
+    fn store_entry(&self, entry: &Entry, now: i64) -> Stored {
+        let key = &entry.key;
+        if is_fresh(entry.created_at, entry.expires_at, now, self.max_age) {
+            match self.store.write(entry) {
                 Ok(()) => {
                     crate::debug!("cached the credential under key {key}");
                     Stored::Written
@@ -246,7 +261,7 @@ impl Cache {
                 Err(e) if e.kind() == std::io::ErrorKind::FileTooLarge => {
                     crate::warn!(
                         "not caching the credential for {}: {e}; every pull exchanges again until the upstream issues a smaller one",
-                        subject.registry
+                        entry.registry
                     );
                     Stored::TooLarge
                 }
@@ -264,9 +279,12 @@ impl Cache {
                 duration::format_unix(entry.expires_at)
             );
             Stored::TooShortLived
-        };
-        drop(lock);
-        match housekeeping::run(&self.store, created_at, self.max_age, self.max_entries, key) {
+        }
+    }
+
+    /// One housekeeping pass after a miss at `now`, keeping `key`.
+    fn housekeeping(&self, now: i64, key: &Key) {
+        match housekeeping::run(&self.store, now, self.max_age, self.max_entries, key) {
             Ok(report) => {
                 if let Some(first) = &report.first_failure {
                     crate::warn!(
@@ -280,12 +298,6 @@ impl Cache {
             }
             Err(e) => crate::debug!("cache housekeeping stopped: {e}"),
         }
-        Ok(Served {
-            credential,
-            created_at,
-            origin: Origin::Exchange,
-            stored,
-        })
     }
 
     /// Waits for the key's lock until the deadline, looking at the entry
