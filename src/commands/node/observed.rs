@@ -49,54 +49,12 @@ pub(super) fn configured(entries: &[&Entry], env: &Env) -> (Vec<PathBuf>, Vec<Pa
 
 /// One check per metrics directory: what the counters say about failures.
 pub(super) fn metrics_check(host: &Host, dir: &Path, now: i64) -> Check {
-    let path = dir.join(metrics::STATE_FILE);
     let name = "metrics";
-    let bytes = match host.read_bytes(&path, metrics::MAX_STATE_BYTES) {
-        Ok(Some(bytes)) => bytes,
-        Ok(None) => {
-            return check(
-                Verdict::Warn,
-                name,
-                format!(
-                    "{} has no metrics yet: no pull was served since --metrics-dir was set, or the directory is unusable (the plugin's warning in the kubelet log says why)",
-                    dir.display()
-                ),
-                Some(format!(
-                    "check that {} exists, is not writable by everyone and is on a writable file system",
-                    dir.display()
-                )),
-            );
-        }
-        Err(e) => {
-            return check(
-                Verdict::Warn,
-                name,
-                format!("cannot read {}: {e}", path.display()),
-                None,
-            );
-        }
+    let state = match read_state(host, dir) {
+        Ok(state) => state,
+        Err(unreadable) => return unreadable,
     };
-    let Some(state) = metrics::parse_state(&bytes) else {
-        return check(
-            Verdict::Warn,
-            name,
-            format!(
-                "{} is not a metrics state this version reads; the next pull starts it again",
-                path.display()
-            ),
-            None,
-        );
-    };
-    let mut total = 0u64;
-    let mut by_kind: BTreeMap<String, u64> = BTreeMap::new();
-    for (key, count) in &state.invocations {
-        total += count;
-        let mut labels = key.split('\t');
-        let (outcome, kind) = (labels.nth(2), labels.next());
-        if outcome == Some("error") {
-            *by_kind.entry(kind.unwrap_or("").to_string()).or_insert(0) += count;
-        }
-    }
+    let (total, by_kind) = failures_by_kind(&state);
     let last_failure = state
         .last_failure
         .iter()
@@ -144,6 +102,63 @@ pub(super) fn metrics_check(host: &Host, dir: &Path, now: i64) -> Check {
             None,
         ),
     }
+}
+
+/// The metrics state in `dir`, or the check saying why it cannot be read.
+fn read_state(host: &Host, dir: &Path) -> Result<metrics::State, Check> {
+    let path = dir.join(metrics::STATE_FILE);
+    let name = "metrics";
+    let bytes = match host.read_bytes(&path, metrics::MAX_STATE_BYTES) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => {
+            return Err(check(
+                Verdict::Warn,
+                name,
+                format!(
+                    "{} has no metrics yet: no pull was served since --metrics-dir was set, or the directory is unusable (the plugin's warning in the kubelet log says why)",
+                    dir.display()
+                ),
+                Some(format!(
+                    "check that {} exists, is not writable by everyone and is on a writable file system",
+                    dir.display()
+                )),
+            ));
+        }
+        Err(e) => {
+            return Err(check(
+                Verdict::Warn,
+                name,
+                format!("cannot read {}: {e}", path.display()),
+                None,
+            ));
+        }
+    };
+    metrics::parse_state(&bytes).ok_or_else(|| {
+        check(
+            Verdict::Warn,
+            name,
+            format!(
+                "{} is not a metrics state this version reads; the next pull starts it again",
+                path.display()
+            ),
+            None,
+        )
+    })
+}
+
+/// The pulls counted, and the failures by error kind.
+fn failures_by_kind(state: &metrics::State) -> (u64, BTreeMap<String, u64>) {
+    let mut total = 0u64;
+    let mut by_kind: BTreeMap<String, u64> = BTreeMap::new();
+    for (key, count) in &state.invocations {
+        total += count;
+        let mut labels = key.split('\t');
+        let (outcome, kind) = (labels.nth(2), labels.next());
+        if outcome == Some("error") {
+            *by_kind.entry(kind.unwrap_or("").to_string()).or_insert(0) += count;
+        }
+    }
+    (total, by_kind)
 }
 
 /// One check per error kind that failed in the audit log's last 24 hours
