@@ -161,42 +161,20 @@ fn failures_by_kind(state: &metrics::State) -> (u64, BTreeMap<String, u64>) {
     (total, by_kind)
 }
 
-/// One check per error kind that failed in the audit log's last 24 hours
-/// (of its last [`audit::MAX_READ_BYTES`]), with the latest failure's own
-/// message and fix; one `ok` check when none did.
-pub(super) fn audit_checks(host: &Host, log: &Path, now: i64) -> Vec<Check> {
-    let name = "audit";
-    let bytes = match host.read_tail(log, audit::MAX_READ_BYTES) {
-        Ok(Some(bytes)) => bytes,
-        Ok(None) => {
-            return vec![check(
-                Verdict::Warn,
-                name,
-                format!(
-                    "{} does not exist yet: no pull was recorded since --audit-log was set",
-                    log.display()
-                ),
-                None,
-            )];
-        }
-        Err(e) => {
-            return vec![check(
-                Verdict::Warn,
-                name,
-                format!("cannot read {}: {e}", log.display()),
-                None,
-            )];
-        }
-    };
-    let records = audit::parse(&String::from_utf8_lossy(&bytes));
-    struct Seen {
-        count: usize,
-        accounts: Vec<String>,
-        latest: (String, String, Option<String>),
-    }
+/// What the audit log says of one error kind's recent failures.
+struct Seen {
+    count: usize,
+    accounts: Vec<String>,
+    /// The latest failure's time, message and fix.
+    latest: (String, String, Option<String>),
+}
+
+/// The pulls recorded in the last 24 hours before `now`, and their
+/// failures by error kind.
+fn recent_failures(records: &[serde_json::Value], now: i64) -> (usize, BTreeMap<String, Seen>) {
     let mut by_kind: BTreeMap<String, Seen> = BTreeMap::new();
     let mut recent = 0usize;
-    for r in &records {
+    for r in records {
         let at = r["time"]
             .as_str()
             .and_then(crate::duration::parse_rfc3339)
@@ -226,6 +204,38 @@ pub(super) fn audit_checks(host: &Host, log: &Path, now: i64) -> Vec<Check> {
             text("fix"),
         );
     }
+    (recent, by_kind)
+}
+
+/// One check per error kind that failed in the audit log's last 24 hours
+/// (of its last [`audit::MAX_READ_BYTES`]), with the latest failure's own
+/// message and fix; one `ok` check when none did.
+pub(super) fn audit_checks(host: &Host, log: &Path, now: i64) -> Vec<Check> {
+    let name = "audit";
+    let bytes = match host.read_tail(log, audit::MAX_READ_BYTES) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => {
+            return vec![check(
+                Verdict::Warn,
+                name,
+                format!(
+                    "{} does not exist yet: no pull was recorded since --audit-log was set",
+                    log.display()
+                ),
+                None,
+            )];
+        }
+        Err(e) => {
+            return vec![check(
+                Verdict::Warn,
+                name,
+                format!("cannot read {}: {e}", log.display()),
+                None,
+            )];
+        }
+    };
+    let records = audit::parse(&String::from_utf8_lossy(&bytes));
+    let (recent, by_kind) = recent_failures(&records, now);
     if by_kind.is_empty() {
         return vec![check(
             Verdict::Ok,
