@@ -293,21 +293,7 @@ fn changes(
 ) -> Result<(Vec<Change>, Vec<PathBuf>)> {
     let mut out = Vec::new();
     // The binary first: the config names it.
-    let dest = plan.bin_dir.join(BINARY);
-    let now = Snapshot::take(host, &dest)?;
-    let same = matches!(&now.state, files::State::File { sha256, mode } if *sha256 == files::sha256(binary) && *mode == 0o755);
-    if !same {
-        out.push(Change {
-            path: dest.clone(),
-            kind: Kind::Own,
-            bytes: binary.to_vec(),
-            mode: 0o755,
-            before: now,
-            entries: Vec::new(),
-            inserted: String::new(),
-            said: vec![format!("installed {}", dest.display())],
-        });
-    }
+    out.extend(binary_change(host, &plan.bin_dir, binary)?);
     if let Some(bytes) = config.bytes {
         let mode = match &config.before.state {
             files::State::File { mode, .. } => *mode,
@@ -340,38 +326,7 @@ fn changes(
         }
     }
     if let Some(edit) = &plan.flag_edit {
-        let now = Snapshot::take(host, &edit.file)?;
-        let bytes = now.bytes.clone().unwrap_or_default();
-        let text = String::from_utf8(bytes).map_err(|_| {
-            Error::config(format!(
-                "{} is not valid UTF-8: systemd ignores its bad lines, and install does not edit it",
-                edit.file.display()
-            ))
-            .fix("make the file valid UTF-8, then run again")
-        })?;
-        if let Some((new, inserted)) =
-            plan::append_flags(&text, &edit.var, &edit.flags, &edit.inherited)
-        {
-            let mode = match &now.state {
-                files::State::File { mode, .. } => *mode,
-                _ => 0o644,
-            };
-            out.push(Change {
-                path: edit.file.clone(),
-                kind: Kind::Environment,
-                bytes: new.into_bytes(),
-                mode,
-                before: now,
-                entries: Vec::new(),
-                inserted: inserted.clone(),
-                said: vec![format!(
-                    "appended {:?} to {} in {}",
-                    inserted.trim(),
-                    edit.var,
-                    edit.file.display()
-                )],
-            });
-        }
+        out.extend(flag_change(host, edit)?);
     }
     let links: Vec<PathBuf> = names
         .iter()
@@ -382,12 +337,96 @@ fn changes(
     Ok((out, links))
 }
 
+/// Installing our binary in `bin_dir` (0755), unless the very same is
+/// there.
+fn binary_change(host: &Host, bin_dir: &Path, binary: &[u8]) -> Result<Option<Change>> {
+    let dest = bin_dir.join(BINARY);
+    let now = Snapshot::take(host, &dest)?;
+    let same = matches!(&now.state, files::State::File { sha256, mode } if *sha256 == files::sha256(binary) && *mode == 0o755);
+    if same {
+        return Ok(None);
+    }
+    Ok(Some(Change {
+        path: dest.clone(),
+        kind: Kind::Own,
+        bytes: binary.to_vec(),
+        mode: 0o755,
+        before: now,
+        entries: Vec::new(),
+        inserted: String::new(),
+        said: vec![format!("installed {}", dest.display())],
+    }))
+}
+
+/// Appending our flags to the kubelet's environment file, unless they
+/// already hold.
+fn flag_change(host: &Host, edit: &plan::FlagEdit) -> Result<Option<Change>> {
+    let now = Snapshot::take(host, &edit.file)?;
+    let bytes = now.bytes.clone().unwrap_or_default();
+    let text = String::from_utf8(bytes).map_err(|_| {
+        Error::config(format!(
+            "{} is not valid UTF-8: systemd ignores its bad lines, and install does not edit it",
+            edit.file.display()
+        ))
+        .fix("make the file valid UTF-8, then run again")
+    })?;
+    let Some((new, inserted)) = plan::append_flags(&text, &edit.var, &edit.flags, &edit.inherited)
+    else {
+        return Ok(None);
+    };
+    let mode = match &now.state {
+        files::State::File { mode, .. } => *mode,
+        _ => 0o644,
+    };
+    Ok(Some(Change {
+        path: edit.file.clone(),
+        kind: Kind::Environment,
+        bytes: new.into_bytes(),
+        mode,
+        before: now,
+        entries: Vec::new(),
+        inserted: inserted.clone(),
+        said: vec![format!(
+            "appended {:?} to {} in {}",
+            inserted.trim(),
+            edit.var,
+            edit.file.display()
+        )],
+    }))
+}
+
+/// The binary to install (`--binary`, else this executable), read.
+fn binary_to_install(asked: Option<&Path>) -> Result<(PathBuf, Vec<u8>)> {
+    let path = match asked {
+        Some(b) => b.to_path_buf(),
+        None => std::env::current_exe().map_err(|e| {
+            Error::config(format!("cannot find this executable: {e}")).fix("pass --binary PATH")
+        })?,
+    };
+    let bytes = read_binary(&path)?;
+    Ok((path, bytes))
+}
+
+/// What the changes and links do, one line each, as done.
+fn described(changes: &[Change], links: &[PathBuf]) -> Vec<String> {
+    changes
+        .iter()
+        .flat_map(|c| c.said.clone())
+        .chain(
+            links
+                .iter()
+                .map(|l| format!("linked {} -> {BINARY}", l.display())),
+        )
+        .collect()
+}
+
 /// "wrote X" as "write X", for a dry run.
 fn as_intent(done: &str) -> String {
     for (past, present) in [
         ("wrote ", "write "),
         ("installed ", "install "),
         ("appended ", "append "),
+        ("linked ", "link "),
     ] {
         if let Some(rest) = done.strip_prefix(past) {
             return format!("{present}{rest}");
@@ -427,13 +466,7 @@ fn install(args: &Args, env: &Env, report: &mut Report) -> Result<()> {
         .collect();
     let plan = plan::plan(&host, &d, &args.replace)?;
     report.plan = Some(plan.clone());
-    let binary_path = match &args.binary {
-        Some(b) => b.clone(),
-        None => std::env::current_exe().map_err(|e| {
-            Error::config(format!("cannot find this executable: {e}")).fix("pass --binary PATH")
-        })?,
-    };
-    let binary = read_binary(&binary_path)?;
+    let (binary_path, binary) = binary_to_install(args.binary.as_deref())?;
     // Everything below reads what it writes under the lock.
     let _lock = if args.dry_run {
         None
@@ -454,14 +487,9 @@ fn install(args: &Args, env: &Env, report: &mut Report) -> Result<()> {
     apply::check_links(&host, &manifest, &links)?;
 
     if args.dry_run {
-        report.changes = changes
+        report.changes = described(&changes, &links)
             .iter()
-            .flat_map(|c| c.said.iter().map(|s| format!("would: {}", as_intent(s))))
-            .chain(
-                links
-                    .iter()
-                    .map(|l| format!("would: link {} -> {BINARY}", l.display())),
-            )
+            .map(|s| format!("would: {}", as_intent(s)))
             .collect();
         report.changed = !report.changes.is_empty();
         return Ok(());
@@ -476,15 +504,7 @@ fn install(args: &Args, env: &Env, report: &mut Report) -> Result<()> {
     if args.restart_kubelet && !args.retry {
         refuse_a_known_failure(&host, &fingerprint)?;
     }
-    let said: Vec<String> = changes
-        .iter()
-        .flat_map(|c| c.said.clone())
-        .chain(
-            links
-                .iter()
-                .map(|l| format!("linked {} -> {BINARY}", l.display())),
-        )
-        .collect();
+    let said = described(&changes, &links);
     let applied = apply::apply(&host, changes, &links)?;
     report.changed = true;
     report.changes = said;
