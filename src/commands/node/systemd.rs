@@ -71,29 +71,37 @@ pub(crate) struct Unit {
     pub(crate) exec_start: Vec<Word>,
 }
 
+/// The unit file `name` in the first unit directory that has it, then
+/// its `.conf` drop-ins in name order (one of the same name in a higher
+/// directory wins); `None` without a unit file.
+fn unit_files(host: &Host, name: &str) -> Option<Vec<PathBuf>> {
+    let file = UNIT_DIRS
+        .iter()
+        .map(|d| Path::new(d).join(name))
+        .find(|p| host.is_file(p))?;
+    let mut files = vec![file];
+    let mut drop_ins: BTreeMap<String, PathBuf> = BTreeMap::new();
+    for dir in UNIT_DIRS.iter().rev() {
+        let d = Path::new(dir).join(format!("{name}.d"));
+        if let Ok(entries) = host.read_dir(&d) {
+            for (entry, _) in entries {
+                let file_name = entry.to_string_lossy().into_owned();
+                if file_name.ends_with(".conf") {
+                    // A drop-in of the same name in a higher directory wins.
+                    drop_ins.insert(file_name.clone(), d.join(&file_name));
+                }
+            }
+        }
+    }
+    files.extend(drop_ins.into_values());
+    Some(files)
+}
+
 impl Unit {
     /// Reads unit `name` (`kubelet.service`) under the host root. `None`
     /// when no unit file exists.
     pub(crate) fn load(host: &Host, name: &str) -> Option<Unit> {
-        let file = UNIT_DIRS
-            .iter()
-            .map(|d| Path::new(d).join(name))
-            .find(|p| host.is_file(p))?;
-        let mut files = vec![file];
-        let mut drop_ins: BTreeMap<String, PathBuf> = BTreeMap::new();
-        for dir in UNIT_DIRS.iter().rev() {
-            let d = Path::new(dir).join(format!("{name}.d"));
-            if let Ok(entries) = host.read_dir(&d) {
-                for (entry, _) in entries {
-                    let file_name = entry.to_string_lossy().into_owned();
-                    if file_name.ends_with(".conf") {
-                        // A drop-in of the same name in a higher directory wins.
-                        drop_ins.insert(file_name.clone(), d.join(&file_name));
-                    }
-                }
-            }
-        }
-        files.extend(drop_ins.into_values());
+        let files = unit_files(host, name)?;
         let mut unit = Unit {
             name: name.to_string(),
             files: files.clone(),
@@ -148,15 +156,25 @@ impl Unit {
         }
         // Files after Environment=, in order: later wins (systemd.exec(5)).
         unit.vars = environment;
-        for path in unit.env_files.clone() {
+        unit.read_environment_files(host);
+        if let Some((raw, file)) = exec_start_raw {
+            unit.exec_start = expand(&raw, &file, &unit.vars);
+        }
+        Some(unit)
+    }
+
+    /// The variables of its `EnvironmentFile=`s, in order, over those of
+    /// `Environment=`: later wins (systemd.exec(5)).
+    fn read_environment_files(&mut self, host: &Host) {
+        for path in self.env_files.clone() {
             let Ok(Some(bytes)) = host.read_bytes(&path, MAX_UNIT_FILE) else {
                 continue;
             };
             if std::str::from_utf8(&bytes).is_err() {
-                unit.not_utf8.push(path.clone());
+                self.not_utf8.push(path.clone());
             }
             for (k, v) in parse_env_bytes(&bytes) {
-                unit.vars.insert(
+                self.vars.insert(
                     k,
                     Var {
                         value: v,
@@ -165,10 +183,6 @@ impl Unit {
                 );
             }
         }
-        if let Some((raw, file)) = exec_start_raw {
-            unit.exec_start = expand(&raw, &file, &unit.vars);
-        }
-        Some(unit)
     }
 
     /// The command-line words after the program.
