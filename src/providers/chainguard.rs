@@ -316,52 +316,58 @@ fn grpc_code(code: i64) -> Option<&'static str> {
     })
 }
 
+/// The error for a refusal by Chainguard's STS: what it said (its gRPC
+/// status code and message), and the fix that code points to.
+fn refusal(reply: &Reply, d: &Describe<'_>) -> Error {
+    let body: Option<serde_json::Value> = reply.json();
+    let code = body
+        .as_ref()
+        .and_then(|b| b.get("code"))
+        .and_then(serde_json::Value::as_i64)
+        .and_then(grpc_code);
+    let message = body
+        .as_ref()
+        .and_then(|b| b.get("message"))
+        .and_then(serde_json::Value::as_str)
+        .filter(|m| !m.is_empty());
+    let what = match code {
+        Some(code) => oauth::summary(reply.status, Some(code), message),
+        None => format!(
+            "HTTP {} with {}",
+            reply.status,
+            crate::redact::body_shape(&reply.body)
+        ),
+    };
+    let fix = match code {
+        Some("UNAUTHENTICATED" | "PERMISSION_DENIED") => format!(
+            "check that identity {} trusts this token: its issuer must be the cluster's ({}) with keys Chainguard can \
+             fetch or was given (--issuer-keys expire), its subject {} (or a pattern matching it), its audience the \
+             token's (tokenAttributes.serviceAccountTokenAudience, --audience), and that it has the registry.pull role",
+            d.identity, d.issuer, d.subject
+        ),
+        Some("NOT_FOUND" | "INVALID_ARGUMENT") => format!(
+            "check the identity ID {} (chainctl iam identities list) and --chainguard-registry-audience",
+            d.identity
+        ),
+        _ if http::is_retryable_status(reply.status) => {
+            "Chainguard's STS was throttling or unavailable through every retry; the kubelet retries the pull"
+                .to_string()
+        }
+        _ => "check --chainguard-issuer-url and the node's proxy settings: the answer is not Chainguard's".to_string(),
+    };
+    Error::upstream(format!(
+        "Chainguard's STS at {} {} the exchange for identity {} ({}): {what}",
+        d.url,
+        crate::redact::verb(reply.status),
+        d.identity,
+        d.service_account
+    ))
+    .fix(fix)
+}
+
 pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential> {
     if !reply.is_success() {
-        let body: Option<serde_json::Value> = reply.json();
-        let code = body
-            .as_ref()
-            .and_then(|b| b.get("code"))
-            .and_then(serde_json::Value::as_i64)
-            .and_then(grpc_code);
-        let message = body
-            .as_ref()
-            .and_then(|b| b.get("message"))
-            .and_then(serde_json::Value::as_str)
-            .filter(|m| !m.is_empty());
-        let what = match code {
-            Some(code) => oauth::summary(reply.status, Some(code), message),
-            None => format!(
-                "HTTP {} with {}",
-                reply.status,
-                crate::redact::body_shape(&reply.body)
-            ),
-        };
-        let fix = match code {
-            Some("UNAUTHENTICATED" | "PERMISSION_DENIED") => format!(
-                "check that identity {} trusts this token: its issuer must be the cluster's ({}) with keys Chainguard can \
-                 fetch or was given (--issuer-keys expire), its subject {} (or a pattern matching it), its audience the \
-                 token's (tokenAttributes.serviceAccountTokenAudience, --audience), and that it has the registry.pull role",
-                d.identity, d.issuer, d.subject
-            ),
-            Some("NOT_FOUND" | "INVALID_ARGUMENT") => format!(
-                "check the identity ID {} (chainctl iam identities list) and --chainguard-registry-audience",
-                d.identity
-            ),
-            _ if http::is_retryable_status(reply.status) => {
-                "Chainguard's STS was throttling or unavailable through every retry; the kubelet retries the pull"
-                    .to_string()
-            }
-            _ => "check --chainguard-issuer-url and the node's proxy settings: the answer is not Chainguard's".to_string(),
-        };
-        return Err(Error::upstream(format!(
-            "Chainguard's STS at {} {} the exchange for identity {} ({}): {what}",
-            d.url,
-            crate::redact::verb(reply.status),
-            d.identity,
-            d.service_account
-        ))
-        .fix(fix));
+        return Err(refusal(reply, d));
     }
     let malformed = |why: String| {
         Error::upstream(format!(
