@@ -309,35 +309,53 @@ fn pinned(
                         .fix("set cacheType: Token"),
                 );
             }
-            let expected =
-                route::expected_audiences(exchanger, routing.line.options.audience.as_deref());
-            let audience = attrs.audience();
-            if refused_audience(audience, &expected) {
-                findings.push(
-                    entry
-                        .error(
-                            Rule::AudienceMismatch,
-                            "tokenAttributes.serviceAccountTokenAudience",
-                            format!(
-                                "audience {audience:?} is not what the {provider} exchanger expects ({}); \
-                                 the plugin refuses the token on every pull",
-                                quoted(&expected)
-                            ),
-                        )
-                        .fix(format!(
-                            "set serviceAccountTokenAudience: {}{}",
-                            expected.first().map(String::as_str).unwrap_or_default(),
-                            if routing.line.options.audience.is_some() {
-                                ", or change --audience"
-                            } else {
-                                ", or pass --audience if your identity provider trusts another audience"
-                            }
-                        )),
-                );
-            }
+            let audience_flag = routing.line.options.audience.as_deref();
+            audience(entry, exchanger, attrs.audience(), audience_flag, findings);
             annotations(entry, exchanger, attrs, findings);
         }
     }
+    registries_served(entry, exchanger, findings);
+}
+
+/// The entry's audience against what the exchanger admits (`--audience`,
+/// `audience_flag`, replacing its default).
+fn audience(
+    entry: &Entry,
+    exchanger: &dyn Exchanger,
+    audience: &str,
+    audience_flag: Option<&str>,
+    findings: &mut Vec<Finding>,
+) {
+    let provider = exchanger.provider();
+    let expected = route::expected_audiences(exchanger, audience_flag);
+    if refused_audience(audience, &expected) {
+        findings.push(
+            entry
+                .error(
+                    Rule::AudienceMismatch,
+                    "tokenAttributes.serviceAccountTokenAudience",
+                    format!(
+                        "audience {audience:?} is not what the {provider} exchanger expects ({}); \
+                             the plugin refuses the token on every pull",
+                        quoted(&expected)
+                    ),
+                )
+                .fix(format!(
+                    "set serviceAccountTokenAudience: {}{}",
+                    expected.first().map(String::as_str).unwrap_or_default(),
+                    if audience_flag.is_some() {
+                        ", or change --audience"
+                    } else {
+                        ", or pass --audience if your identity provider trusts another audience"
+                    }
+                )),
+        );
+    }
+}
+
+/// Each literal `matchImages` registry against what the exchanger serves.
+fn registries_served(entry: &Entry, exchanger: &dyn Exchanger, findings: &mut Vec<Finding>) {
+    let provider = exchanger.provider();
     for (i, pattern) in entry.provider.match_images().iter().enumerate() {
         let Some(image) = literal_image(pattern) else {
             continue;
