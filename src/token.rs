@@ -236,6 +236,58 @@ fn required(value: Option<String>, claim: &str) -> Result<String> {
         .ok_or_else(|| missing(claim))
 }
 
+/// Refuses a token whose JOSE header names no signing algorithm. JOSE
+/// algorithm names are case-sensitive, but a verifier somewhere down the
+/// line may not be: every spelling of "none" is refused.
+fn require_signed(header: &str) -> Result<()> {
+    let header: WireHeader = serde_json::from_slice(&segment(header, "header")?).map_err(|_| {
+        Error::token("the service account token's header is not a JSON object").fix(TOKEN_FIX)
+    })?;
+    let alg = header.alg.as_deref().map_or("", str::trim);
+    if alg.is_empty() || alg.eq_ignore_ascii_case("none") {
+        return Err(Error::token(
+            "the service account token is not signed (alg is none or missing)",
+        )
+        .fix(TOKEN_FIX));
+    }
+    Ok(())
+}
+
+/// The `kubernetes.io` claims: the service account, which `subject` must
+/// name, and the pod when the token is bound to one.
+fn kubernetes_claims(
+    kubernetes: WireKubernetes,
+    subject: &str,
+) -> Result<(ServiceAccount, Option<Pod>)> {
+    let sa = kubernetes
+        .serviceaccount
+        .ok_or_else(|| missing("kubernetes.io.serviceaccount"))?;
+    let service_account = ServiceAccount {
+        namespace: required(kubernetes.namespace, "kubernetes.io.namespace")?,
+        name: required(sa.name, "kubernetes.io.serviceaccount.name")?,
+        uid: required(sa.uid, "kubernetes.io.serviceaccount.uid")?,
+    };
+    let expected_subject = format!(
+        "system:serviceaccount:{}:{}",
+        service_account.namespace, service_account.name
+    );
+    if subject != expected_subject {
+        return Err(Error::token(format!(
+            "the service account token's sub {} does not match its kubernetes.io claim ({expected_subject})",
+            quote(subject)
+        ))
+        .fix(TOKEN_FIX));
+    }
+    let pod = match kubernetes.pod {
+        Some(WireObject {
+            name: Some(name),
+            uid: Some(uid),
+        }) => Some(Pod { name, uid }),
+        _ => None,
+    };
+    Ok((service_account, pod))
+}
+
 /// Decodes the claims of a JWS compact token without verifying it.
 pub fn decode_claims(token: &str) -> Result<Claims> {
     if token.len() > MAX_TOKEN_BYTES {
@@ -255,26 +307,7 @@ pub fn decode_claims(token: &str) -> Result<Claims> {
     if signature.is_empty() {
         return Err(Error::token("the service account token is not signed").fix(TOKEN_FIX));
     }
-    let header: WireHeader = serde_json::from_slice(&segment(header, "header")?).map_err(|_| {
-        Error::token("the service account token's header is not a JSON object").fix(TOKEN_FIX)
-    })?;
-    // JOSE algorithm names are case-sensitive, but a verifier somewhere
-    // down the line may not be: refuse every spelling of "none".
-    match header.alg.as_deref().map(str::trim) {
-        None | Some("") => {
-            return Err(Error::token(
-                "the service account token is not signed (alg is none or missing)",
-            )
-            .fix(TOKEN_FIX));
-        }
-        Some(alg) if alg.eq_ignore_ascii_case("none") => {
-            return Err(Error::token(
-                "the service account token is not signed (alg is none or missing)",
-            )
-            .fix(TOKEN_FIX));
-        }
-        Some(_) => {}
-    }
+    require_signed(header)?;
     let claims: WireClaims =
         serde_json::from_slice(&segment(payload, "payload")?).map_err(|_| {
             Error::token(
@@ -283,27 +316,9 @@ pub fn decode_claims(token: &str) -> Result<Claims> {
             .fix(TOKEN_FIX)
         })?;
 
-    let kubernetes = claims.kubernetes.ok_or_else(|| missing("kubernetes.io"))?;
-    let sa = kubernetes
-        .serviceaccount
-        .ok_or_else(|| missing("kubernetes.io.serviceaccount"))?;
-    let service_account = ServiceAccount {
-        namespace: required(kubernetes.namespace, "kubernetes.io.namespace")?,
-        name: required(sa.name, "kubernetes.io.serviceaccount.name")?,
-        uid: required(sa.uid, "kubernetes.io.serviceaccount.uid")?,
-    };
     let subject = required(claims.sub, "sub")?;
-    let expected_subject = format!(
-        "system:serviceaccount:{}:{}",
-        service_account.namespace, service_account.name
-    );
-    if subject != expected_subject {
-        return Err(Error::token(format!(
-            "the service account token's sub {} does not match its kubernetes.io claim ({expected_subject})",
-            quote(&subject)
-        ))
-        .fix(TOKEN_FIX));
-    }
+    let kubernetes = claims.kubernetes.ok_or_else(|| missing("kubernetes.io"))?;
+    let (service_account, pod) = kubernetes_claims(kubernetes, &subject)?;
     let audiences = match claims.aud {
         Some(WireAudience::One(a)) => vec![a],
         Some(WireAudience::Many(a)) => a,
@@ -312,13 +327,6 @@ pub fn decode_claims(token: &str) -> Result<Claims> {
     if audiences.is_empty() {
         return Err(missing("aud"));
     }
-    let pod = match kubernetes.pod {
-        Some(WireObject {
-            name: Some(name),
-            uid: Some(uid),
-        }) => Some(Pod { name, uid }),
-        _ => None,
-    };
     Ok(Claims {
         issuer: required(claims.iss, "iss")?,
         subject,
