@@ -153,29 +153,7 @@ pub fn merge(
             }
             continue;
         }
-        match replace.iter().find(|r| r.name == name) {
-            Some(Replace {
-                narrow_to: None, ..
-            }) => {
-                changes.push(format!("removed {name} (--replace)"));
-            }
-            Some(Replace {
-                narrow_to: Some(patterns),
-                ..
-            }) => {
-                let mut narrowed = entry.clone();
-                if let Some(m) = narrowed.as_mapping_mut() {
-                    let list =
-                        Value::Sequence(patterns.iter().map(|p| Value::from(p.as_str())).collect());
-                    if m.get("matchImages") != Some(&list) {
-                        changes.push(format!("narrowed {name} to {}", patterns.join(", ")));
-                    }
-                    m.insert("matchImages".into(), list);
-                }
-                out.push(narrowed);
-            }
-            None => out.push(entry),
-        }
+        out.extend(replaced(entry, &name, replace, &mut changes));
     }
     for (mine, done) in ours.iter().zip(&placed) {
         if !done {
@@ -199,6 +177,40 @@ pub fn merge(
         value: doc,
         changes,
     })
+}
+
+/// What becomes of another provider's `entry` (called `name`) under
+/// `--replace`: kept, removed, or narrowed to the patterns given.
+fn replaced(
+    entry: Value,
+    name: &str,
+    replace: &[Replace],
+    changes: &mut Vec<String>,
+) -> Option<Value> {
+    match replace.iter().find(|r| r.name == name) {
+        Some(Replace {
+            narrow_to: None, ..
+        }) => {
+            changes.push(format!("removed {name} (--replace)"));
+            None
+        }
+        Some(Replace {
+            narrow_to: Some(patterns),
+            ..
+        }) => {
+            let mut narrowed = entry;
+            if let Some(m) = narrowed.as_mapping_mut() {
+                let list =
+                    Value::Sequence(patterns.iter().map(|p| Value::from(p.as_str())).collect());
+                if m.get("matchImages") != Some(&list) {
+                    changes.push(format!("narrowed {name} to {}", patterns.join(", ")));
+                }
+                m.insert("matchImages".into(), list);
+            }
+            Some(narrowed)
+        }
+        None => Some(entry),
+    }
 }
 
 pub fn render(doc: &Value, format: Format) -> Result<Vec<u8>> {
