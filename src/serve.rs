@@ -562,6 +562,42 @@ mod tests {
         .map(|i| ImageRef::parse(i).unwrap())
     }
 
+    /// What an exchanger reads is what its provider declares: built with
+    /// the default flags (and with `--fallback node`), every key it reads
+    /// is one of its declaration's, and with the defaults it reads them all.
+    #[test]
+    fn every_exchanger_reads_the_annotations_its_provider_declares() {
+        let inputs = Inputs::default();
+        let defaults = every_provider(&["harbor.example.com"]);
+        let node = command_line(
+            &[
+                "--fallback=node",
+                "--gcp-project-id=my-project",
+                "--gcp-cluster=projects/my-project/locations/us-central1/clusters/prod",
+                "--vault-address=https://vault.example.com:8200",
+                "--vault-role=puller",
+                "--vault-secret-prefix=registry",
+            ]
+            .map(String::from),
+        );
+        for provider in crate::providers::ALL {
+            let declared: Vec<String> =
+                provider.annotations.iter().map(|k| k.to_string()).collect();
+            let read = defaults.build(provider, &inputs).unwrap().annotation_keys();
+            for key in &read {
+                assert!(declared.contains(key), "{provider} reads {key}, undeclared");
+            }
+            if let Ok(exchanger) = node.build(provider, &inputs) {
+                for key in exchanger.annotation_keys() {
+                    assert!(
+                        declared.contains(&key),
+                        "{provider} reads {key}, undeclared"
+                    );
+                }
+            }
+        }
+    }
+
     /// One rule for every annotation every provider reads: a blank value,
     /// a control character, a separator or bidi override, or an over-long
     /// value is refused, naming the annotation, before any plan.

@@ -85,6 +85,7 @@ pub(crate) static PROVIDER: Provider = Provider {
     audience: "issuer.enforce.dev or https://issuer.enforce.dev (--audience to change)",
     auto: None,
     password_is_token: false,
+    annotations: &[IDENTITY_ANNOTATION, COOKBOOK_IDENTITY_ANNOTATION],
     node_identity: None,
     identity_inputs: &["identity"],
     flags: <Options as clap::Args>::augment_args,
@@ -186,10 +187,6 @@ impl Exchanger for Chainguard {
 
     fn audiences(&self) -> Vec<String> {
         providers::names(&TOKEN_AUDIENCES)
-    }
-
-    fn annotation_keys(&self) -> Vec<String> {
-        providers::names(&[IDENTITY_ANNOTATION, COOKBOOK_IDENTITY_ANNOTATION])
     }
 
     /// The mirrors the admin allowed besides cgr.dev; a path-scoped one

@@ -85,6 +85,7 @@ pub(crate) static PROVIDER: Provider = Provider {
     audience: "the audience the Cloudsmith OIDC provider's claims require (--audience; Cloudsmith suggests https://api.cloudsmith.io)",
     auto: None,
     password_is_token: false,
+    annotations: &SERVICE_ANNOTATIONS,
     node_identity: None,
     identity_inputs: &["organisation", "service_slug"],
     flags: <Options as clap::Args>::augment_args,
@@ -184,10 +185,6 @@ impl Cloudsmith {
 impl Exchanger for Cloudsmith {
     fn provider(&self) -> &'static Provider {
         &PROVIDER
-    }
-
-    fn annotation_keys(&self) -> Vec<String> {
-        providers::names(&SERVICE_ANNOTATIONS)
     }
 
     fn allowlist(&self) -> Option<(&Allowlist, &'static str)> {

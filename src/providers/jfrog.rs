@@ -97,6 +97,7 @@ pub(crate) static PROVIDER: Provider = Provider {
     audience: "the audience you pin in the JFrog OIDC integration (--audience; JFrog itself treats it as informational)",
     auto: None,
     password_is_token: false,
+    annotations: &[IDENTITY_MAPPING_ANNOTATION],
     node_identity: None,
     identity_inputs: &["provider_name"],
     flags: <Options as clap::Args>::augment_args,
@@ -184,10 +185,6 @@ fn check_name(flag: &str, value: &str) -> Result<()> {
 impl Exchanger for Jfrog {
     fn provider(&self) -> &'static Provider {
         &PROVIDER
-    }
-
-    fn annotation_keys(&self) -> Vec<String> {
-        providers::names(&[IDENTITY_MAPPING_ANNOTATION])
     }
 
     fn allowlist(&self) -> Option<(&Allowlist, &'static str)> {

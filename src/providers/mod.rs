@@ -53,6 +53,11 @@ pub struct Provider {
     /// kubelet's `cacheType` must be `Token`, and the credential lives no
     /// longer than the token.
     pub(crate) password_is_token: bool,
+    /// The service account annotation keys the provider reads with its
+    /// default flags, in order of preference. An exchanger whose keys
+    /// depend on its flags says so in [`Exchanger::annotation_keys`]; a
+    /// test checks that, built with the defaults, it reads only these.
+    pub(crate) annotations: &'static [&'static str],
     /// The node identity `--fallback node` pulls with, in words; `None`:
     /// the provider has none, and refuses `--fallback node`.
     pub(crate) node_identity: Option<&'static str>,
@@ -341,7 +346,7 @@ pub trait Exchanger {
     /// order it prefers them. The kubelet passes only keys listed in the
     /// provider entry's `tokenAttributes`, so `check-config` compares the two.
     fn annotation_keys(&self) -> Vec<String> {
-        Vec::new()
+        names(self.provider().annotations)
     }
 
     /// Whether the exchanger needs the kubelet's service account token.

@@ -42,6 +42,7 @@ pub(crate) static PROVIDER: Provider = Provider {
     audience: "whatever the registry trusts (--audience)",
     auto: None,
     password_is_token: true,
+    annotations: &[],
     node_identity: None,
     identity_inputs: &["username"],
     flags: <Options as clap::Args>::augment_args,

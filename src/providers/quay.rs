@@ -107,6 +107,7 @@ pub(crate) static PROVIDER: Provider = Provider {
     audience: "the audience the robot's federation trusts (--audience)",
     auto: None,
     password_is_token: false,
+    annotations: &ROBOT_ANNOTATIONS,
     node_identity: None,
     identity_inputs: &["robot"],
     flags: <Options as clap::Args>::augment_args,
@@ -222,10 +223,6 @@ impl Quay {
 impl Exchanger for Quay {
     fn provider(&self) -> &'static Provider {
         &PROVIDER
-    }
-
-    fn annotation_keys(&self) -> Vec<String> {
-        providers::names(&ROBOT_ANNOTATIONS)
     }
 
     fn allowlist(&self) -> Option<(&Allowlist, &'static str)> {

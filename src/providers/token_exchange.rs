@@ -141,6 +141,7 @@ pub(crate) static PROVIDER: Provider = Provider {
     audience: "whatever the token server trusts (--audience)",
     auto: None,
     password_is_token: false,
+    annotations: &[],
     node_identity: None,
     identity_inputs: &["url", "audience", "client"],
     flags: <Options as clap::Args>::augment_args,

@@ -132,6 +132,7 @@ pub(crate) static PROVIDER: Provider = Provider {
     audience: "sts.amazonaws.com (web-identity) or pods.eks.amazonaws.com (pod-identity)",
     auto: Some(|image| host::parse(image.hostname()).is_some()),
     password_is_token: false,
+    annotations: &identity::DEFAULT_ROLE_ANNOTATIONS,
     node_identity: Some("the instance profile's role, from IMDSv2"),
     identity_inputs: &["credential source", "role arn", "instance metadata"],
     flags: <Options as clap::Args>::augment_args,

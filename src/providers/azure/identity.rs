@@ -15,7 +15,7 @@ use crate::error::{Error, Kind, Result, quote};
 pub(crate) const WI_CLIENT_ID: &str = "azure.workload.identity/client-id";
 pub(crate) const AKS_CLIENT_ID: &str = "kubernetes.azure.com/acr-client-id";
 pub(crate) const WI_TENANT_ID: &str = "azure.workload.identity/tenant-id";
-const AKS_TENANT_ID: &str = "kubernetes.azure.com/acr-tenant-id";
+pub(crate) const AKS_TENANT_ID: &str = "kubernetes.azure.com/acr-tenant-id";
 
 /// The annotation keys in the order they are tried.
 pub(crate) const CLIENT_ID_KEYS: [&str; 2] = [WI_CLIENT_ID, AKS_CLIENT_ID];

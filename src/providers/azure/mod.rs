@@ -176,6 +176,12 @@ pub(crate) static PROVIDER: Provider = Provider {
     audience: AUDIENCE,
     auto: Some(|image| host::parse(image.registry()).is_some()),
     password_is_token: false,
+    annotations: &[
+        identity::WI_CLIENT_ID,
+        identity::AKS_CLIENT_ID,
+        identity::WI_TENANT_ID,
+        identity::AKS_TENANT_ID,
+    ],
     node_identity: Some("the kubelet identity (a managed identity from Azure IMDS), or a service principal from azure.json if asked"),
     identity_inputs: &["client_id", "tenant_id", "node identity"],
     flags: <Options as clap::Args>::augment_args,
@@ -270,13 +276,6 @@ impl Exchanger for Azure {
         vec![AUDIENCE.to_string()]
     }
 
-    fn annotation_keys(&self) -> Vec<String> {
-        identity::CLIENT_ID_KEYS
-            .iter()
-            .chain(identity::TENANT_ID_KEYS.iter())
-            .map(|k| k.to_string())
-            .collect()
-    }
 
     fn requires_token(&self) -> bool {
         self.fallback == Fallback::None

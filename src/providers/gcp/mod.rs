@@ -132,6 +132,7 @@ pub(crate) static PROVIDER: Provider = Provider {
     audience: "PROJECT_ID.svc.id.goog (GKE) or the pool provider's name (federation)",
     auto: Some(|image| is_google_registry(image.registry())),
     password_is_token: false,
+    annotations: &[SERVICE_ACCOUNT_ANNOTATION, ENABLE_IMAGE_PULL_ANNOTATION],
     node_identity: Some("the node's Google service account, from the GCE metadata server"),
     identity_inputs: &["service_account", "sts_audience", "instance metadata"],
     flags: <Options as clap::Args>::augment_args,

@@ -186,6 +186,12 @@ pub(crate) static PROVIDER: Provider = Provider {
     audience: "the audience the Vault role is bound to (--audience)",
     auto: None,
     password_is_token: false,
+    annotations: &[
+        ROLE_ANNOTATION,
+        SECRET_ANNOTATION,
+        COMPAT_SECRET_ANNOTATIONS[0],
+        COMPAT_SECRET_ANNOTATIONS[1],
+    ],
     node_identity: None,
     identity_inputs: &["role", "secret_path"],
     flags: <Options as clap::Args>::augment_args,
