@@ -194,25 +194,22 @@ impl Exchanger for Cloudsmith {
     fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
         let token = cx.token()?;
         let slug = self.service_slug(cx)?;
-        let inputs = vec![
-            ("registry", cx.image.registry().to_string()),
-            ("token_url", self.service.url.clone()),
+        let identity = [
             ("organisation", self.org.clone()),
             ("service_slug", slug.clone()),
         ];
         let issuer = token.claims().issuer.clone();
-        Ok(Plan::for_registry(
+        Ok(token_service::plan(
             &PROVIDER,
-            cx.image,
-            inputs,
+            cx,
+            &self.service,
+            identity,
             Box::new(move |deadline: &Deadline| {
                 let body = serde_json::json!({
                     "oidc_token": token.secret().expose(),
                     "service_slug": slug,
                 });
-                let reply = token_service::call(&self.service, deadline, |client| async move {
-                    token_service::post_json(&client, &self.service, &body, deadline).await
-                })?;
+                let reply = token_service::post_json(&self.service, &body, deadline)?;
                 self.interpret(&reply, duration::unix_now(), &slug, &issuer)
             }),
         ))

@@ -200,9 +200,7 @@ impl Exchanger for Jfrog {
             "JFrog identity mapping name",
         )?
         .map(|(_, name)| name);
-        let inputs = vec![
-            ("registry", cx.image.registry().to_string()),
-            ("token_url", self.service.url.clone()),
+        let identity = [
             ("provider_name", self.provider_name.clone()),
             (
                 "project_key",
@@ -221,15 +219,14 @@ impl Exchanger for Jfrog {
         ];
         let claims = token.claims();
         let (issuer, subject) = (claims.issuer.clone(), claims.subject.clone());
-        Ok(Plan::for_registry(
+        Ok(token_service::plan(
             &PROVIDER,
-            cx.image,
-            inputs,
+            cx,
+            &self.service,
+            identity,
             Box::new(move |deadline: &Deadline| {
                 let body = self.body(token.secret(), mapping.as_deref());
-                let reply = token_service::call(&self.service, deadline, |client| async move {
-                    token_service::post_json(&client, &self.service, &body, deadline).await
-                })?;
+                let reply = token_service::post_json(&self.service, &body, deadline)?;
                 let now = duration::unix_now();
                 let credential =
                     self.interpret(&reply, now, &issuer, &subject, mapping.as_deref())?;

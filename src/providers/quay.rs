@@ -232,17 +232,14 @@ impl Exchanger for Quay {
     fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
         let token = cx.token()?;
         let robot = self.robot(cx)?;
-        let inputs = vec![
-            ("registry", cx.image.registry().to_string()),
-            ("token_url", self.service.url.clone()),
-            ("robot", robot.clone()),
-        ];
+        let identity = [("robot", robot.clone())];
         let claims = token.claims();
         let (issuer, subject) = (claims.issuer.clone(), claims.subject.clone());
-        Ok(Plan::for_registry(
+        Ok(token_service::plan(
             &PROVIDER,
-            cx.image,
-            inputs,
+            cx,
+            &self.service,
+            identity,
             Box::new(move |deadline: &Deadline| {
                 let robot_name = robot.as_str();
                 let reply = token_service::call(&self.service, deadline, |client| async move {

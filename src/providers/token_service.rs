@@ -26,7 +26,7 @@ use crate::net::{
     self,
     http::{self, Reply},
 };
-use crate::providers::{Context, Credential, oauth};
+use crate::providers::{Context, Credential, Exchange, Plan, Provider, oauth};
 use crate::secret::Secret;
 
 /// One vendor token service as configured by the admin, for messages.
@@ -50,9 +50,20 @@ impl Service {
     }
 }
 
-/// Sends `body` as JSON with `POST`, with no `Authorization` header: the
-/// service account token in the body is the only credential.
-pub(crate) async fn post_json(
+/// Sends `body` as JSON with `POST` within the deadline, with no
+/// `Authorization` header: the service account token in the body is the
+/// only credential.
+pub(crate) fn post_json(
+    service: &Service,
+    body: &serde_json::Value,
+    deadline: &Deadline,
+) -> Result<Reply> {
+    call(service, deadline, |client| async move {
+        send_json(&client, service, body, deadline).await
+    })
+}
+
+async fn send_json(
     client: &http::Client,
     service: &Service,
     body: &serde_json::Value,
@@ -188,6 +199,25 @@ pub(crate) fn malformed(service: &Service, reply: &Reply, why: &str) -> Error {
         "check that {} points at {}'s own endpoint; a proxy or captive portal may be answering instead",
         service.endpoint_flag, service.vendor
     ))
+}
+
+/// The plan of an exchange with a token service for `cx`: keyed by the
+/// registry, its inputs the registry, the service's URL and then
+/// `identity` (what names the identity and shapes the token), its network
+/// step `exchange`.
+pub(crate) fn plan<'a>(
+    provider: &'static Provider,
+    cx: &Context<'a>,
+    service: &Service,
+    identity: impl IntoIterator<Item = (&'static str, String)>,
+    exchange: Exchange<'a>,
+) -> Plan<'a> {
+    let mut inputs = vec![
+        ("registry", cx.image.registry().to_string()),
+        ("token_url", service.url.clone()),
+    ];
+    inputs.extend(identity);
+    Plan::for_registry(provider, cx.image, inputs, exchange)
 }
 
 /// Runs one exchange on the shared HTTP client within the deadline:
