@@ -189,3 +189,163 @@ fn providers_do_not_reach_up() {
         );
     }
 }
+
+/// `text` with comments, string and char literals blanked (newlines kept),
+/// so that braces and `fn` are read only where they are code.
+fn code_only(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let blank = |c: char| if c == '\n' { '\n' } else { ' ' };
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        let prev_ident = i > 0 && (chars[i - 1].is_alphanumeric() || chars[i - 1] == '_');
+        if c == '/' && next == Some('/') {
+            while i < chars.len() && chars[i] != '\n' {
+                out.push(' ');
+                i += 1;
+            }
+        } else if c == '/' && next == Some('*') {
+            while i < chars.len() && !(chars[i] == '*' && chars.get(i + 1) == Some(&'/')) {
+                out.push(blank(chars[i]));
+                i += 1;
+            }
+            out.push_str("  ");
+            i += 2;
+        } else if c == 'r' && !prev_ident && matches!(next, Some('"' | '#')) {
+            // A raw string: r"...", r#"..."#.
+            let hashes = chars[i + 1..].iter().take_while(|&&h| h == '#').count();
+            if chars.get(i + 1 + hashes) != Some(&'"') {
+                out.push(c);
+                i += 1;
+                continue;
+            }
+            let end: String = std::iter::once('"')
+                .chain("#".repeat(hashes).chars())
+                .collect();
+            let start = i;
+            i += 2 + hashes;
+            while i < chars.len() && !chars[i..].iter().collect::<String>().starts_with(&end) {
+                i += 1;
+            }
+            i += end.len();
+            out.extend(chars[start..i.min(chars.len())].iter().map(|&c| blank(c)));
+        } else if c == '"' {
+            out.push(' ');
+            i += 1;
+            while i < chars.len() && chars[i] != '"' {
+                let step = if chars[i] == '\\' { 2 } else { 1 };
+                for k in 0..step {
+                    out.push(blank(*chars.get(i + k).unwrap_or(&' ')));
+                }
+                i += step;
+            }
+            out.push(' ');
+            i += 1;
+        } else if c == '\'' && (next == Some('\\') || chars.get(i + 2) == Some(&'\'')) {
+            // A char literal ('x', '\n', '\''); a lifetime has no closing quote.
+            let end = if next == Some('\\') {
+                (i + 3..chars.len())
+                    .find(|&k| chars[k] == '\'')
+                    .unwrap_or(i)
+            } else {
+                i + 2
+            };
+            out.extend(std::iter::repeat_n(' ', end + 1 - i));
+            i = end + 1;
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Each function of `text` outside its `#[cfg(test)]` module, as its name
+/// and its length in lines, from `fn` to the closing brace.
+fn function_lengths(text: &str) -> Vec<(String, usize)> {
+    let code = code_only(text);
+    let tests_at = code.find("#[cfg(test)]\nmod ").unwrap_or(code.len());
+    let bytes = code.as_bytes();
+    let mut found = Vec::new();
+    let mut at = 0;
+    while let Some(offset) = code[at..tests_at].find("fn ") {
+        let start = at + offset;
+        at = start + 3;
+        if start > 0 && (bytes[start - 1].is_ascii_alphanumeric() || bytes[start - 1] == b'_') {
+            continue;
+        }
+        let name: String = code[at..]
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        // The body: the first `{` outside brackets, unless a `;` ends a declaration first.
+        let mut depth = 0i32;
+        let mut open = None;
+        for (k, c) in code[at..].char_indices() {
+            match c {
+                '(' | '[' | '<' => depth += 1,
+                ')' | ']' | '>' => depth -= 1,
+                ';' if depth <= 0 => break,
+                '{' if depth <= 0 => {
+                    open = Some(at + k);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let Some(open) = open else { continue };
+        let mut braces = 0;
+        let close = code[open..].char_indices().find_map(|(k, c)| {
+            match c {
+                '{' => braces += 1,
+                '}' => braces -= 1,
+                _ => {}
+            }
+            (braces == 0).then_some(open + k)
+        });
+        let Some(close) = close else { continue };
+        let lines = code[start..=close].matches('\n').count() + 1;
+        found.push((name, lines));
+    }
+    found
+}
+
+/// Long functions are split where the domain splits: at most
+/// `MAX_LONG` functions outside tests run over `LONG` lines. The ones that
+/// remain are one algorithm each (a parser, a path walk, one cloud's plan).
+#[test]
+fn few_functions_are_long() {
+    const LONG: usize = 80;
+    const MAX_LONG: usize = 8;
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut long: Vec<String> = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        for (name, lines) in function_lengths(&text) {
+            if lines > LONG {
+                long.push(format!("{} {name}: {lines} lines", file.display()));
+            }
+        }
+    }
+    assert!(
+        long.len() <= MAX_LONG,
+        "{} functions over {LONG} lines (at most {MAX_LONG}); split where the domain splits:\n{}",
+        long.len(),
+        long.join("\n")
+    );
+}
+
+#[test]
+fn the_length_check_reads_code_not_strings_or_comments() {
+    let text = "fn a() {\n    let s = \"fn b() { }\";\n    // fn c() {\n    let r = r#\"}\"#;\n    let c = '}';\n}\n\
+                fn d<'x>(v: &'x str) -> Vec<u8> where u8: Copy;\n\
+                fn e() -> Result<(), ()> {\n    Ok(())\n}\n#[cfg(test)]\nmod tests {\n    fn f() {}\n}\n";
+    assert_eq!(
+        function_lengths(text),
+        [("a".to_string(), 6), ("e".to_string(), 3)]
+    );
+}
