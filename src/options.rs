@@ -51,7 +51,7 @@ pub(crate) struct Options {
     /// this flag the binary's own name decides (`wi-credential-provider-aws`
     /// means aws, and so on), else `auto`, which picks a cloud provider
     /// (aws, azure, gcp) from the registry host and never any other.
-    #[arg(long, value_name = "PROVIDER", env = "WICP_PROVIDER", value_parser = clap::builder::PossibleValuesParser::new(choices()))]
+    #[arg(long, value_name = "PROVIDER", env = "WICP_PROVIDER", value_parser = clap::builder::PossibleValuesParser::new(names()))]
     pub(crate) provider: Option<String>,
 
     /// The audience the service account token must carry, replacing the
@@ -114,8 +114,18 @@ pub(crate) struct Options {
     pub(crate) cache: cache::Options,
 }
 
-/// The `--provider` values: every provider, with its declared summary and
-/// token audience for `--help`, and `auto`.
+/// The `--provider` values: every provider, and `auto`.
+fn names() -> Vec<&'static str> {
+    providers::ALL
+        .iter()
+        .map(|p| p.name)
+        .chain(std::iter::once(AUTO))
+        .collect()
+}
+
+/// The `--provider` values with their `--help` text: each provider's
+/// declared summary and token audience. Only the whole command line
+/// carries them; the serving parse of a hit does not format them.
 fn choices() -> Vec<PossibleValue> {
     let auto = PossibleValue::new(AUTO)
         .help("the cloud provider (aws, azure, gcp) whose registry the image names");
@@ -131,7 +141,9 @@ fn choices() -> Vec<PossibleValue> {
 
 /// The serving command line: [`Options`] and every provider's flags.
 pub(crate) fn command() -> clap::Command {
-    command_with(providers::ALL)
+    command_with(providers::ALL).mut_arg("provider", |arg| {
+        arg.value_parser(clap::builder::PossibleValuesParser::new(choices()))
+    })
 }
 
 /// [`Options`] and the flags of `carried` only.

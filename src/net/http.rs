@@ -292,6 +292,27 @@ pub(crate) fn attempt_timeout(deadline: &Deadline) -> Duration {
     ATTEMPT_TIMEOUT.min(deadline.remaining())
 }
 
+/// POSTs `form` (`application/x-www-form-urlencoded`) to `url` through
+/// [`send`]: an OAuth 2.0 token request (RFC 6749 §4; RFC 8693 §2.1), the
+/// shape every token endpoint the clouds run takes.
+pub(crate) async fn post_form(
+    client: &Client,
+    endpoint: Endpoint,
+    url: &str,
+    form: &[(&str, &str)],
+    call: &str,
+    deadline: &Deadline,
+) -> Result<Reply> {
+    send(
+        client,
+        endpoint,
+        || client.post(url).form(form),
+        call,
+        deadline,
+    )
+    .await
+}
+
 /// Sends the request `build` makes on `client`, retrying transient
 /// failures. `call` names the upstream call in messages ("Entra ID token
 /// request to login.microsoftonline.com"); `endpoint` is what kind of

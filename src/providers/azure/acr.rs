@@ -98,21 +98,14 @@ pub(crate) async fn exchange(
         "exchanging the Entra ID token at {url} for service {}",
         request.service
     );
-    let reply = http::send(
-        client,
-        crate::observe::Endpoint::RegistryToken,
-        || {
-            client.post(&url).form(&[
-                ("grant_type", GRANT_TYPE),
-                ("service", request.service),
-                ("tenant", request.tenant),
-                ("access_token", access_token.expose()),
-            ])
-        },
-        &call,
-        deadline,
-    )
-    .await?;
+    let form = [
+        ("grant_type", GRANT_TYPE),
+        ("service", request.service),
+        ("tenant", request.tenant),
+        ("access_token", access_token.expose()),
+    ];
+    let endpoint = crate::observe::Endpoint::RegistryToken;
+    let reply = http::post_form(client, endpoint, &url, &form, &call, deadline).await?;
     crate::debug!(
         "ACR answered HTTP {} ({} bytes)",
         reply.status,

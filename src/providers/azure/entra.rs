@@ -104,22 +104,15 @@ pub(crate) async fn request_token(
         "requesting an Entra ID token at {url} for client {} (scope {SCOPE})",
         request.client_id
     );
-    let reply = http::send(
-        client,
-        crate::observe::Endpoint::TokenExchange,
-        || {
-            client.post(&url).form(&[
-                ("grant_type", GRANT_TYPE),
-                ("client_id", request.client_id),
-                ("client_assertion_type", ASSERTION_TYPE),
-                ("client_assertion", request.assertion.expose()),
-                ("scope", SCOPE),
-            ])
-        },
-        &call,
-        deadline,
-    )
-    .await?;
+    let form = [
+        ("grant_type", GRANT_TYPE),
+        ("client_id", request.client_id),
+        ("client_assertion_type", ASSERTION_TYPE),
+        ("client_assertion", request.assertion.expose()),
+        ("scope", SCOPE),
+    ];
+    let endpoint = crate::observe::Endpoint::TokenExchange;
+    let reply = http::post_form(client, endpoint, &url, &form, &call, deadline).await?;
     crate::debug!(
         "Entra ID answered HTTP {} ({} bytes)",
         reply.status,

@@ -40,23 +40,16 @@ pub async fn exchange(
 ) -> Result<AccessToken> {
     let url = format!("{}/v1/token", request.endpoint);
     let call = format!("the Google STS token exchange at {url}");
-    let reply = http::send(
-        client,
-        crate::observe::Endpoint::TokenExchange,
-        || {
-            client.post(&url).form(&[
-                ("grant_type", GRANT_TYPE),
-                ("audience", request.audience),
-                ("scope", SCOPE),
-                ("requested_token_type", REQUESTED_TOKEN_TYPE),
-                ("subject_token_type", SUBJECT_TOKEN_TYPE),
-                ("subject_token", request.subject_token.expose()),
-            ])
-        },
-        &call,
-        deadline,
-    )
-    .await?;
+    let form = [
+        ("grant_type", GRANT_TYPE),
+        ("audience", request.audience),
+        ("scope", SCOPE),
+        ("requested_token_type", REQUESTED_TOKEN_TYPE),
+        ("subject_token_type", SUBJECT_TOKEN_TYPE),
+        ("subject_token", request.subject_token.expose()),
+    ];
+    let endpoint = crate::observe::Endpoint::TokenExchange;
+    let reply = http::post_form(client, endpoint, &url, &form, &call, deadline).await?;
     interpret(&reply, unix_now(), request)
 }
 
