@@ -514,21 +514,16 @@ mod tests {
 
     #[test]
     fn k3s_config_files_then_the_command_line_then_kubelet_arg() {
-        let dir = tempfile::tempdir().unwrap();
-        let host = Host::open(dir.path()).unwrap();
-        let write = |p: &str, text: &str| {
-            let path = dir.path().join(p.trim_start_matches('/'));
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(path, text).unwrap();
-        };
-        write(
-            "/etc/rancher/k3s/config.yaml",
-            "image-credential-provider-config: /a.yaml\nkubelet-arg:\n  - v=2\n",
-        );
-        write(
-            "/etc/rancher/k3s/config.yaml.d/50-creds.yaml",
-            "image-credential-provider-bin-dir: /opt/bin\nkubelet-arg+:\n  - image-credential-provider-config=/from-kubelet-arg.yaml\n",
-        );
+        let (_dir, host) = super::super::host::test_root(&[
+            (
+                "/etc/rancher/k3s/config.yaml",
+                b"image-credential-provider-config: /a.yaml\nkubelet-arg:\n  - v=2\n",
+            ),
+            (
+                "/etc/rancher/k3s/config.yaml.d/50-creds.yaml",
+                b"image-credential-provider-bin-dir: /opt/bin\nkubelet-arg+:\n  - image-credential-provider-config=/from-kubelet-arg.yaml\n",
+            ),
+        ]);
         let (flags, files) = rancher_config_flags(&host, Path::new("/etc/rancher/k3s/config.yaml"));
         assert_eq!(files.len(), 2);
         let mut all = flags;

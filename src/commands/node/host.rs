@@ -664,6 +664,23 @@ fn too_large(limit: u64) -> std::io::Error {
     )
 }
 
+/// A node root in a temporary directory with `files` written under it
+/// (absolute paths, as on the node), and a [`Host`] over it: for the tests
+/// of what reads a node.
+#[cfg(test)]
+pub(crate) fn test_root(files: &[(&str, &[u8])]) -> (tempfile::TempDir, Host) {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    for (path, bytes) in files {
+        let path = dir.path().join(path.trim_start_matches('/'));
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).unwrap_or_else(|e| panic!("{}: {e}", parent.display()));
+        }
+        std::fs::write(&path, bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    }
+    let host = Host::open(dir.path()).unwrap_or_else(|e| panic!("open the root: {e}"));
+    (dir, host)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -441,26 +441,12 @@ mod tests {
 
     #[test]
     fn environment_files_override_environment_and_continue_lines_as_systemd_does() {
-        let dir = tempfile::tempdir().unwrap();
-        let host = Host::open(dir.path()).unwrap();
-        let write = |p: &str, bytes: &[u8]| {
-            let path = dir.path().join(p.trim_start_matches('/'));
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(path, bytes).unwrap();
-        };
-        write(
-            "/etc/systemd/system/kubelet.service",
-            b"[Service]\nEnvironmentFile=-/etc/default/kubelet\nExecStart=/usr/bin/kubelet $KUBELET_EXTRA_ARGS\n",
-        );
         // A drop-in read after the unit sets Environment=: the file still wins.
-        write(
-            "/etc/systemd/system/kubelet.service.d/90-extra.conf",
-            b"[Service]\nEnvironment=KUBELET_EXTRA_ARGS=--from-drop-in=1\n",
-        );
-        write(
-            "/etc/default/kubelet",
-            b"KUBELET_EXTRA_ARGS=--a=1 \\\n--image-credential-provider-config=/etc/x.yaml\n",
-        );
+        let (dir, host) = super::super::host::test_root(&[
+            ("/etc/systemd/system/kubelet.service", b"[Service]\nEnvironmentFile=-/etc/default/kubelet\nExecStart=/usr/bin/kubelet $KUBELET_EXTRA_ARGS\n"),
+            ("/etc/systemd/system/kubelet.service.d/90-extra.conf", b"[Service]\nEnvironment=KUBELET_EXTRA_ARGS=--from-drop-in=1\n"),
+            ("/etc/default/kubelet", b"KUBELET_EXTRA_ARGS=--a=1 \\\n--image-credential-provider-config=/etc/x.yaml\n"),
+        ]);
         let unit = Unit::load(&host, "kubelet.service").unwrap();
         assert_eq!(
             unit.args(),
@@ -468,7 +454,11 @@ mod tests {
         );
         assert_eq!(unit.exec_start[1].file, Path::new("/etc/default/kubelet"));
         assert!(unit.not_utf8.is_empty());
-        write("/etc/default/kubelet", b"KUBELET_EXTRA_ARGS=--a=\xff\n");
+        std::fs::write(
+            dir.path().join("etc/default/kubelet"),
+            b"KUBELET_EXTRA_ARGS=--a=\xff\n",
+        )
+        .unwrap();
         let unit = Unit::load(&host, "kubelet.service").unwrap();
         assert_eq!(unit.not_utf8, [PathBuf::from("/etc/default/kubelet")]);
         // systemd drops the bad assignment: Environment= shows through.
@@ -500,27 +490,22 @@ mod tests {
 
     #[test]
     fn kubeadm_drop_in() {
-        let dir = tempfile::tempdir().unwrap();
-        let host = Host::open(dir.path()).unwrap();
-        let write = |p: &str, text: &str| {
-            let path = dir.path().join(p.trim_start_matches('/'));
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(path, text).unwrap();
-        };
-        write(
-            "/usr/lib/systemd/system/kubelet.service",
-            "[Service]\nExecStart=/usr/bin/kubelet\n",
-        );
-        write(
-            "/usr/lib/systemd/system/kubelet.service.d/10-kubeadm.conf",
-            "[Service]\nEnvironment=\"KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml\"\n\
-             EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env\nEnvironmentFile=-/etc/default/kubelet\n\
-             ExecStart=\nExecStart=/usr/bin/kubelet $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS\n",
-        );
-        write(
-            "/etc/default/kubelet",
-            "KUBELET_EXTRA_ARGS=--image-credential-provider-config=/etc/x.yaml\n",
-        );
+        let (_dir, host) = super::super::host::test_root(&[
+            (
+                "/usr/lib/systemd/system/kubelet.service",
+                b"[Service]\nExecStart=/usr/bin/kubelet\n",
+            ),
+            (
+                "/usr/lib/systemd/system/kubelet.service.d/10-kubeadm.conf",
+                b"[Service]\nEnvironment=\"KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml\"\n\
+                 EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env\nEnvironmentFile=-/etc/default/kubelet\n\
+                 ExecStart=\nExecStart=/usr/bin/kubelet $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS\n",
+            ),
+            (
+                "/etc/default/kubelet",
+                b"KUBELET_EXTRA_ARGS=--image-credential-provider-config=/etc/x.yaml\n",
+            ),
+        ]);
         let unit = Unit::load(&host, "kubelet.service").unwrap();
         assert_eq!(unit.files.len(), 2);
         assert_eq!(
