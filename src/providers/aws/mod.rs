@@ -295,7 +295,7 @@ impl Exchanger for Aws {
                 self.web_identity(cx, token, registry, &registry_input, ecr_endpoint, &mut inputs)?
             }
             CredentialSource::PodIdentity => {
-                pod_identity(&self.env, net, token, registry, &registry_input, ecr_endpoint, &mut inputs)?
+                from_pod_identity_agent(&self.env, net, token, registry, &registry_input, ecr_endpoint, &mut inputs)?
             }
         };
         Ok(Plan::for_registry(&PROVIDER, cx.image, inputs, exchange))
@@ -383,7 +383,7 @@ impl Aws {
 
 /// The EKS Pod Identity Agent's credentials for the service account's
 /// associated role, then ECR with them.
-fn pod_identity<'a>(
+fn from_pod_identity_agent<'a>(
     env: &Environment,
     net: &'a net::Settings,
     token: &'a crate::token::ServiceAccountToken,
