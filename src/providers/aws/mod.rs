@@ -291,12 +291,23 @@ impl Exchanger for Aws {
         };
         let mut inputs = vec![("credential source", self.source.name().to_string())];
         let exchange = match self.source {
-            CredentialSource::WebIdentity => {
-                self.web_identity(cx, token, registry, &registry_input, ecr_endpoint, &mut inputs)?
-            }
-            CredentialSource::PodIdentity => {
-                from_pod_identity_agent(&self.env, net, token, registry, &registry_input, ecr_endpoint, &mut inputs)?
-            }
+            CredentialSource::WebIdentity => self.web_identity(
+                cx,
+                token,
+                registry,
+                &registry_input,
+                ecr_endpoint,
+                &mut inputs,
+            )?,
+            CredentialSource::PodIdentity => from_pod_identity_agent(
+                &self.env,
+                net,
+                token,
+                registry,
+                &registry_input,
+                ecr_endpoint,
+                &mut inputs,
+            )?,
         };
         Ok(Plan::for_registry(&PROVIDER, cx.image, inputs, exchange))
     }
@@ -315,69 +326,69 @@ impl Aws {
         inputs: &mut Vec<(&'static str, String)>,
     ) -> Result<crate::providers::Exchange<'a>> {
         let net: &'a net::Settings = &self.net;
-            if self.role_annotations.is_empty() {
-                return Err(Error::config("--aws-role-arn-annotation lists no annotation key")
-                    .fix("pass --aws-role-arn-annotation KEY (or leave it unset for eks.amazonaws.com/ecr-role-arn, eks.amazonaws.com/role-arn)"));
-            }
-            let (key, role) = identity::role_from_annotations(
-                cx.annotations,
-                &self.role_annotations,
-                token.service_account(),
+        if self.role_annotations.is_empty() {
+            return Err(Error::config("--aws-role-arn-annotation lists no annotation key")
+                .fix("pass --aws-role-arn-annotation KEY (or leave it unset for eks.amazonaws.com/ecr-role-arn, eks.amazonaws.com/role-arn)"));
+        }
+        let (key, role) = identity::role_from_annotations(
+            cx.annotations,
+            &self.role_annotations,
+            token.service_account(),
+        )?;
+        if role.partition() != registry.partition() {
+            return Err(Error::annotation(format!(
+                "the role {role} (annotation {key}) is in partition {}, but registry {} is in partition {}; roles cannot be assumed across partitions",
+                role.partition(),
+                cx.image.registry(),
+                registry.partition()
+            ))
+            .fix(format!(
+                "annotate the service account with a role of the {} partition (arn:{}:iam::...)",
+                registry.partition(),
+                registry.partition()
+            )));
+        }
+        let session_name = identity::session_name(token.service_account());
+        let sts_endpoint = endpoints::resolve(Service::Sts, &registry, &self.env)?;
+        inputs.extend([
+            ("role arn", role.to_string()),
+            ("session name", session_name.clone()),
+            (
+                "session duration",
+                format!("{}s", self.session_duration.as_secs()),
+            ),
+        ]);
+        inputs.extend(location_inputs(&registry, registry_input));
+        inputs.push(("sts endpoint", sts_endpoint.describe()));
+        inputs.push(("ecr endpoint", ecr_endpoint.describe()));
+        let duration = self.session_duration;
+        Ok(Box::new(move |deadline| {
+            let sts_call = sdk::WebIdentity {
+                role: &role,
+                session_name: &session_name,
+                duration,
+                region: registry.region(),
+                endpoint: &sts_endpoint,
+                token,
+            };
+            let credentials = http::block_on(
+                deadline,
+                &sts_call.call_name(),
+                sdk::assume_role_with_web_identity(&sts_call, net, deadline),
             )?;
-            if role.partition() != registry.partition() {
-                return Err(Error::annotation(format!(
-                    "the role {role} (annotation {key}) is in partition {}, but registry {} is in partition {}; roles cannot be assumed across partitions",
-                    role.partition(),
-                    cx.image.registry(),
-                    registry.partition()
-                ))
-                .fix(format!(
-                    "annotate the service account with a role of the {} partition (arn:{}:iam::...)",
-                    registry.partition(),
-                    registry.partition()
-                )));
-            }
-            let session_name = identity::session_name(token.service_account());
-            let sts_endpoint = endpoints::resolve(Service::Sts, &registry, &self.env)?;
-            inputs.extend([
-                ("role arn", role.to_string()),
-                ("session name", session_name.clone()),
-                (
-                    "session duration",
-                    format!("{}s", self.session_duration.as_secs()),
-                ),
-            ]);
-            inputs.extend(location_inputs(&registry, registry_input));
-            inputs.push(("sts endpoint", sts_endpoint.describe()));
-            inputs.push(("ecr endpoint", ecr_endpoint.describe()));
-            let duration = self.session_duration;
-            Ok(Box::new(move |deadline| {
-                let sts_call = sdk::WebIdentity {
-                    role: &role,
-                    session_name: &session_name,
-                    duration,
-                    region: registry.region(),
-                    endpoint: &sts_endpoint,
-                    token,
-                };
-                let credentials = http::block_on(
-                    deadline,
-                    &sts_call.call_name(),
-                    sdk::assume_role_with_web_identity(&sts_call, net, deadline),
-                )?;
-                crate::debug!(
-                    "STS issued credentials for role {role}, session {session_name}, expiring at {}",
-                    credentials
-                        .expires_at
-                        .map_or("an unknown time".to_string(), duration::format_unix)
-                );
-                let ecr_call = sdk::EcrCall {
-                    registry: &registry,
-                    endpoint: &ecr_endpoint,
-                    principal: format!("role {role}"),
-                };
-                login(&ecr_call, &credentials, net, deadline)
-            }))
+            crate::debug!(
+                "STS issued credentials for role {role}, session {session_name}, expiring at {}",
+                credentials
+                    .expires_at
+                    .map_or("an unknown time".to_string(), duration::format_unix)
+            );
+            let ecr_call = sdk::EcrCall {
+                registry: &registry,
+                endpoint: &ecr_endpoint,
+                principal: format!("role {role}"),
+            };
+            login(&ecr_call, &credentials, net, deadline)
+        }))
     }
 }
 
@@ -392,33 +403,33 @@ fn from_pod_identity_agent<'a>(
     ecr_endpoint: endpoints::Endpoint,
     inputs: &mut Vec<(&'static str, String)>,
 ) -> Result<crate::providers::Exchange<'a>> {
-        let agent = endpoints::agent(env)?;
-        inputs.extend(location_inputs(&registry, registry_input));
-        inputs.push(("pod identity agent", agent.describe()));
-        inputs.push(("ecr endpoint", ecr_endpoint.describe()));
-        Ok(Box::new(move |deadline| {
-            let from_agent = http::block_on(
-                deadline,
-                &format!("EKS Pod Identity Agent at {}", agent.url),
-                pod_identity::fetch(&agent, token, net, deadline),
-            )?;
-            let principal = match &from_agent.account {
-                Some(account) => format!(
-                    "the role associated with service account {} (account {account})",
-                    token.service_account()
-                ),
-                None => format!(
-                    "the role associated with service account {}",
-                    token.service_account()
-                ),
-            };
-            let ecr_call = sdk::EcrCall {
-                registry: &registry,
-                endpoint: &ecr_endpoint,
-                principal,
-            };
-            login(&ecr_call, &from_agent.credentials, net, deadline)
-        }))
+    let agent = endpoints::agent(env)?;
+    inputs.extend(location_inputs(&registry, registry_input));
+    inputs.push(("pod identity agent", agent.describe()));
+    inputs.push(("ecr endpoint", ecr_endpoint.describe()));
+    Ok(Box::new(move |deadline| {
+        let from_agent = http::block_on(
+            deadline,
+            &format!("EKS Pod Identity Agent at {}", agent.url),
+            pod_identity::fetch(&agent, token, net, deadline),
+        )?;
+        let principal = match &from_agent.account {
+            Some(account) => format!(
+                "the role associated with service account {} (account {account})",
+                token.service_account()
+            ),
+            None => format!(
+                "the role associated with service account {}",
+                token.service_account()
+            ),
+        };
+        let ecr_call = sdk::EcrCall {
+            registry: &registry,
+            endpoint: &ecr_endpoint,
+            principal,
+        };
+        login(&ecr_call, &from_agent.credentials, net, deadline)
+    }))
 }
 
 fn location_inputs(registry: &Registry, registry_input: &str) -> [(&'static str, String); 3] {
