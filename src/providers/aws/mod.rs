@@ -205,19 +205,11 @@ impl Aws {
         why: String,
     ) -> Result<Plan<'a>> {
         let net: &'a net::Settings = &self.net;
-        let ecr_service = match registry {
-            Registry::Private(_) => Service::Ecr,
-            Registry::Public => Service::EcrPublic,
-        };
-        let ecr_endpoint = endpoints::resolve(ecr_service, &registry, &self.env)?;
+        let ecr = EcrTarget::new(cx.image, registry, &self.env)?;
         let imds = endpoints::imds(&self.env)?;
-        let registry_input = match &registry {
-            Registry::Private(_) => cx.image.hostname().to_ascii_lowercase(),
-            Registry::Public => "ecr-public".to_string(),
-        };
-        let mut inputs = location_inputs(&registry, &registry_input).to_vec();
+        let mut inputs = ecr.location().to_vec();
         inputs.push(("instance metadata", imds.describe()));
-        inputs.push(("ecr endpoint", ecr_endpoint.describe()));
+        inputs.push(("ecr endpoint", ecr.endpoint.describe()));
         let exchange: crate::providers::Exchange<'a> = Box::new(move |deadline| {
             let node = http::block_on(
                 deadline,
@@ -231,12 +223,8 @@ impl Aws {
                     .expires_at
                     .map_or("an unknown time".to_string(), duration::format_unix)
             );
-            let ecr_call = sdk::EcrCall {
-                registry: &registry,
-                endpoint: &ecr_endpoint,
-                principal: format!("the node's instance profile role {}", node.role),
-            };
-            login(&ecr_call, &node.credentials, net, deadline)
+            let principal = format!("the node's instance profile role {}", node.role);
+            login(&ecr.call(principal), &node.credentials, net, deadline)
         });
         Ok(Plan::for_node(&PROVIDER, cx.image, why, inputs, exchange))
     }
@@ -280,34 +268,13 @@ impl Exchanger for Aws {
             return self.node_plan(cx, registry, why);
         }
         let token = cx.token()?;
-        let ecr_service = match registry {
-            Registry::Private(_) => Service::Ecr,
-            Registry::Public => Service::EcrPublic,
-        };
-        let ecr_endpoint = endpoints::resolve(ecr_service, &registry, &self.env)?;
-        let registry_input = match &registry {
-            Registry::Private(_) => cx.image.hostname().to_ascii_lowercase(),
-            Registry::Public => "ecr-public".to_string(),
-        };
+        let ecr = EcrTarget::new(cx.image, registry, &self.env)?;
         let mut inputs = vec![("credential source", self.source.name().to_string())];
         let exchange = match self.source {
-            CredentialSource::WebIdentity => self.web_identity(
-                cx,
-                token,
-                registry,
-                &registry_input,
-                ecr_endpoint,
-                &mut inputs,
-            )?,
-            CredentialSource::PodIdentity => from_pod_identity_agent(
-                &self.env,
-                net,
-                token,
-                registry,
-                &registry_input,
-                ecr_endpoint,
-                &mut inputs,
-            )?,
+            CredentialSource::WebIdentity => self.web_identity(cx, token, ecr, &mut inputs)?,
+            CredentialSource::PodIdentity => {
+                from_pod_identity_agent(&self.env, net, token, ecr, &mut inputs)?
+            }
         };
         Ok(Plan::for_registry(&PROVIDER, cx.image, inputs, exchange))
     }
@@ -320,12 +287,11 @@ impl Aws {
         &'a self,
         cx: &Context<'a>,
         token: &'a crate::token::ServiceAccountToken,
-        registry: Registry,
-        registry_input: &str,
-        ecr_endpoint: endpoints::Endpoint,
+        ecr: EcrTarget,
         inputs: &mut Vec<(&'static str, String)>,
     ) -> Result<crate::providers::Exchange<'a>> {
         let net: &'a net::Settings = &self.net;
+        let registry = &ecr.registry;
         if self.role_annotations.is_empty() {
             return Err(Error::config("--aws-role-arn-annotation lists no annotation key")
                 .fix("pass --aws-role-arn-annotation KEY (or leave it unset for eks.amazonaws.com/ecr-role-arn, eks.amazonaws.com/role-arn)"));
@@ -349,7 +315,7 @@ impl Aws {
             )));
         }
         let session_name = identity::session_name(token.service_account());
-        let sts_endpoint = endpoints::resolve(Service::Sts, &registry, &self.env)?;
+        let sts_endpoint = endpoints::resolve(Service::Sts, registry, &self.env)?;
         inputs.extend([
             ("role arn", role.to_string()),
             ("session name", session_name.clone()),
@@ -358,16 +324,16 @@ impl Aws {
                 format!("{}s", self.session_duration.as_secs()),
             ),
         ]);
-        inputs.extend(location_inputs(&registry, registry_input));
+        inputs.extend(ecr.location());
         inputs.push(("sts endpoint", sts_endpoint.describe()));
-        inputs.push(("ecr endpoint", ecr_endpoint.describe()));
+        inputs.push(("ecr endpoint", ecr.endpoint.describe()));
         let duration = self.session_duration;
         Ok(Box::new(move |deadline| {
             let sts_call = sdk::WebIdentity {
                 role: &role,
                 session_name: &session_name,
                 duration,
-                region: registry.region(),
+                region: ecr.registry.region(),
                 endpoint: &sts_endpoint,
                 token,
             };
@@ -382,12 +348,7 @@ impl Aws {
                     .expires_at
                     .map_or("an unknown time".to_string(), duration::format_unix)
             );
-            let ecr_call = sdk::EcrCall {
-                registry: &registry,
-                endpoint: &ecr_endpoint,
-                principal: format!("role {role}"),
-            };
-            login(&ecr_call, &credentials, net, deadline)
+            login(&ecr.call(format!("role {role}")), &credentials, net, deadline)
         }))
     }
 }
@@ -398,15 +359,13 @@ fn from_pod_identity_agent<'a>(
     env: &Environment,
     net: &'a net::Settings,
     token: &'a crate::token::ServiceAccountToken,
-    registry: Registry,
-    registry_input: &str,
-    ecr_endpoint: endpoints::Endpoint,
+    ecr: EcrTarget,
     inputs: &mut Vec<(&'static str, String)>,
 ) -> Result<crate::providers::Exchange<'a>> {
     let agent = endpoints::agent(env)?;
-    inputs.extend(location_inputs(&registry, registry_input));
+    inputs.extend(ecr.location());
     inputs.push(("pod identity agent", agent.describe()));
-    inputs.push(("ecr endpoint", ecr_endpoint.describe()));
+    inputs.push(("ecr endpoint", ecr.endpoint.describe()));
     Ok(Box::new(move |deadline| {
         let from_agent = http::block_on(
             deadline,
@@ -423,21 +382,53 @@ fn from_pod_identity_agent<'a>(
                 token.service_account()
             ),
         };
-        let ecr_call = sdk::EcrCall {
-            registry: &registry,
-            endpoint: &ecr_endpoint,
-            principal,
-        };
-        login(&ecr_call, &from_agent.credentials, net, deadline)
+        login(&ecr.call(principal), &from_agent.credentials, net, deadline)
     }))
 }
 
-fn location_inputs(registry: &Registry, registry_input: &str) -> [(&'static str, String); 3] {
-    [
-        ("partition", registry.partition().to_string()),
-        ("region", registry.region().to_string()),
-        ("registry", registry_input.to_string()),
-    ]
+/// The ECR registry a plan logs in to: the registry, the name it has among
+/// the plan's inputs, and the endpoint its calls go to.
+struct EcrTarget {
+    registry: Registry,
+    input: String,
+    endpoint: endpoints::Endpoint,
+}
+
+impl EcrTarget {
+    /// The target for `image` on `registry`: its ECR or ECR Public endpoint
+    /// (an override from `env`, else the partition's own).
+    fn new(image: &ImageRef, registry: Registry, env: &Environment) -> Result<Self> {
+        let service = match registry {
+            Registry::Private(_) => Service::Ecr,
+            Registry::Public => Service::EcrPublic,
+        };
+        Ok(EcrTarget {
+            endpoint: endpoints::resolve(service, &registry, env)?,
+            input: match &registry {
+                Registry::Private(_) => image.hostname().to_ascii_lowercase(),
+                Registry::Public => "ecr-public".to_string(),
+            },
+            registry,
+        })
+    }
+
+    /// Where the registry is, as plan inputs.
+    fn location(&self) -> [(&'static str, String); 3] {
+        [
+            ("partition", self.registry.partition().to_string()),
+            ("region", self.registry.region().to_string()),
+            ("registry", self.input.clone()),
+        ]
+    }
+
+    /// The `GetAuthorizationToken` call, made as `principal`.
+    fn call(&self, principal: String) -> sdk::EcrCall<'_> {
+        sdk::EcrCall {
+            registry: &self.registry,
+            endpoint: &self.endpoint,
+            principal,
+        }
+    }
 }
 
 /// GetAuthorizationToken, and the credential's lifetime: the earlier of the
