@@ -405,30 +405,19 @@ fn kubelet_token(
         attrs.audience(),
         attrs.cache_type.as_deref().unwrap_or("")
     );
-    let absent: Vec<&String> = attrs
-        .optional_keys()
-        .iter()
-        .filter(|k| !account.annotations.contains_key(*k))
-        .collect();
-    if !absent.is_empty() {
-        let _ = writeln!(
-            out,
-            "    optional annotations absent from the service account: {}",
-            quoted_keys(&absent)
-        );
-    }
-    let unlisted: Vec<&String> = account
-        .annotations
-        .keys()
-        .filter(|k| !attrs.lists(k))
-        .collect();
-    if !unlisted.is_empty() {
-        let _ = writeln!(
-            out,
-            "    annotations not passed (not listed in tokenAttributes): {}",
-            quoted_keys(&unlisted)
-        );
-    }
+    write_keys(
+        out,
+        "optional annotations absent from the service account",
+        attrs
+            .optional_keys()
+            .iter()
+            .filter(|k| !account.annotations.contains_key(*k)),
+    );
+    write_keys(
+        out,
+        "annotations not passed (not listed in tokenAttributes)",
+        account.annotations.keys().filter(|k| !attrs.lists(k)),
+    );
     match synthetic_token(
         account,
         attrs.audience(),
@@ -440,6 +429,14 @@ fn kubelet_token(
             let _ = writeln!(out, "    cannot build the stand-in token: {e}");
             None
         }
+    }
+}
+
+/// A line of the explanation naming `keys` after `what`; none without keys.
+fn write_keys<'k>(out: &mut String, what: &str, keys: impl Iterator<Item = &'k String>) {
+    let keys: Vec<&String> = keys.collect();
+    if !keys.is_empty() {
+        let _ = writeln!(out, "    {what}: {}", quoted_keys(&keys));
     }
 }
 
