@@ -4,9 +4,15 @@
 //! choosing. `--registry` is one flag for all of them: a provider entry
 //! runs one provider, and the list is the admin's, never a tenant's.
 
+use std::sync::Arc;
+
 use crate::error::{Error, Result};
 use crate::image::ImageRef;
+use crate::inputs::Inputs;
 use crate::kubelet::matching;
+use crate::net;
+use crate::providers::{Context, Exchanger, Flags, Plan, Provider};
+use crate::token::ServiceAccountToken;
 
 #[derive(clap::Args, Clone, Debug, Default)]
 #[group(id = "registry_options")]
@@ -90,6 +96,81 @@ impl Allowlist {
             self.patterns.join(", ")
         ))
         .fix("if this registry should receive it, add --registry for it; otherwise route it to another provider")
+    }
+}
+
+/// What a provider whose registries are the admin's choice brings of its
+/// own; the `--registry` allowlist, and everything the rest of the
+/// program asks an [`Exchanger`] about it, is [`Allowlisted`]'s, once for
+/// all of them (passthrough, the vendor token services, token-exchange,
+/// Vault).
+pub(crate) trait Guarded: Sized + 'static {
+    /// Its own flags.
+    type Options: clap::FromArgMatches;
+    const PROVIDER: &'static Provider;
+    /// What the allowlist guards, for refusals ("the Quay robot token").
+    const GUARDS: &'static str;
+
+    /// Checks its flags; `net` is how it reaches its upstream.
+    fn new(options: &Self::Options, net: Arc<net::Settings>) -> Result<Self>;
+
+    /// The annotation keys it reads: the declared ones unless its flags
+    /// change them ([`Exchanger::annotation_keys`]).
+    fn annotation_keys(&self) -> Vec<String> {
+        crate::providers::names(Self::PROVIDER.annotations)
+    }
+
+    /// [`Exchanger::plan`] for an allowed registry, with the service
+    /// account token, which every such provider needs.
+    fn plan<'a>(&'a self, cx: &Context<'a>, token: &'a ServiceAccountToken) -> Result<Plan<'a>>;
+}
+
+/// A [`Guarded`] provider behind its `--registry` allowlist.
+pub(crate) struct Allowlisted<G> {
+    allowlist: Allowlist,
+    pub(crate) own: G,
+}
+
+impl<G: Guarded> Allowlisted<G> {
+    /// Checks the allowlist, then the provider's own flags.
+    pub(crate) fn new(
+        registries: &Options,
+        options: &G::Options,
+        net: Arc<net::Settings>,
+    ) -> Result<Self> {
+        let allowlist = Allowlist::new(registries)?;
+        Ok(Allowlisted {
+            allowlist,
+            own: G::new(options, net)?,
+        })
+    }
+}
+
+/// The `build` of every [`Guarded`] provider: `--registry`, its own
+/// flags, and the process's network settings (proxies, `--ca-file`).
+pub(crate) fn build<G: Guarded>(flags: &Flags<'_>, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
+    Ok(Box::new(Allowlisted::<G>::new(
+        flags.registries,
+        &flags.own()?,
+        Arc::clone(&inputs.net),
+    )?))
+}
+
+impl<G: Guarded> Exchanger for Allowlisted<G> {
+    fn provider(&self) -> &'static Provider {
+        G::PROVIDER
+    }
+
+    fn annotation_keys(&self) -> Vec<String> {
+        self.own.annotation_keys()
+    }
+
+    fn allowlist(&self) -> Option<(&Allowlist, &'static str)> {
+        Some((&self.allowlist, G::GUARDS))
+    }
+
+    fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
+        self.own.plan(cx, cx.token()?)
     }
 }
 

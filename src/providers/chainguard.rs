@@ -89,7 +89,10 @@ pub(crate) static PROVIDER: Provider = Provider {
     node_identity: None,
     identity_inputs: &["identity"],
     flags: <Options as clap::Args>::augment_args,
-    build: |flags, inputs| providers::build_allowlisted(flags, inputs, Chainguard::new),
+    build: |flags, inputs| {
+        let own = flags.own()?;
+        Ok(Box::new(Chainguard::new(flags.registries, &own, Arc::clone(&inputs.net))?))
+    },
 };
 
 pub(crate) struct Chainguard {

@@ -35,9 +35,10 @@ use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result, quote};
 use crate::net;
-use crate::providers::allowlist::{self, Allowlist};
+use crate::providers::allowlist::{self, Guarded};
 use crate::providers::token_service::{self, Pattern, Service};
-use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
+use crate::providers::{Context, Credential, Plan, Provider};
+use crate::token::ServiceAccountToken;
 
 pub(crate) const DEFAULT_URL: &str = "https://api.cloudsmith.io";
 
@@ -89,22 +90,20 @@ pub(crate) static PROVIDER: Provider = Provider {
     node_identity: None,
     identity_inputs: &["organisation", "service_slug"],
     flags: <Options as clap::Args>::augment_args,
-    build: |flags, inputs| providers::build_allowlisted(flags, inputs, Cloudsmith::new),
+    build: allowlist::build::<Cloudsmith>,
 };
 
 pub(crate) struct Cloudsmith {
-    allowlist: Allowlist,
     service: Service,
     org: String,
 }
 
-impl Cloudsmith {
-    pub(crate) fn new(
-        registries: &allowlist::Options,
-        options: &Options,
-        net: Arc<net::Settings>,
-    ) -> Result<Self> {
-        let allowlist = Allowlist::new(registries)?;
+impl Guarded for Cloudsmith {
+    type Options = Options;
+    const PROVIDER: &'static Provider = &PROVIDER;
+    const GUARDS: &'static str = "the Cloudsmith token";
+
+    fn new(options: &Options, net: Arc<net::Settings>) -> Result<Self> {
         let base =
             crate::net::http::endpoint_override("--cloudsmith-url", &options.cloudsmith_url)?;
         let org = options
@@ -124,7 +123,6 @@ impl Cloudsmith {
             .fix("write the slug as it appears in cloudsmith.io/orgs/<slug>/"));
         }
         Ok(Cloudsmith {
-            allowlist,
             service: Service {
                 vendor: "Cloudsmith",
                 endpoint_flag: "--cloudsmith-url",
@@ -135,6 +133,31 @@ impl Cloudsmith {
         })
     }
 
+    fn plan<'a>(&'a self, cx: &Context<'a>, token: &'a ServiceAccountToken) -> Result<Plan<'a>> {
+        let slug = self.service_slug(cx)?;
+        let identity = [
+            ("organisation", self.org.clone()),
+            ("service_slug", slug.clone()),
+        ];
+        let issuer = token.claims().issuer.clone();
+        Ok(token_service::plan(
+            &PROVIDER,
+            cx,
+            &self.service,
+            identity,
+            Box::new(move |deadline: &Deadline| {
+                let body = serde_json::json!({
+                    "oidc_token": token.secret().expose(),
+                    "service_slug": slug,
+                });
+                let reply = token_service::post_json(&self.service, &body, deadline)?;
+                self.interpret(&reply, duration::unix_now(), &slug, &issuer)
+            }),
+        ))
+    }
+}
+
+impl Cloudsmith {
     fn service_slug(&self, cx: &Context<'_>) -> Result<String> {
         token_service::identity(cx, &SERVICE_ANNOTATIONS, &SLUG, "Cloudsmith service account slug")?
             .map(|(_, slug)| slug)
@@ -182,39 +205,6 @@ impl Cloudsmith {
     }
 }
 
-impl Exchanger for Cloudsmith {
-    fn provider(&self) -> &'static Provider {
-        &PROVIDER
-    }
-
-    fn allowlist(&self) -> Option<(&Allowlist, &'static str)> {
-        Some((&self.allowlist, "the Cloudsmith token"))
-    }
-
-    fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
-        let token = cx.token()?;
-        let slug = self.service_slug(cx)?;
-        let identity = [
-            ("organisation", self.org.clone()),
-            ("service_slug", slug.clone()),
-        ];
-        let issuer = token.claims().issuer.clone();
-        Ok(token_service::plan(
-            &PROVIDER,
-            cx,
-            &self.service,
-            identity,
-            Box::new(move |deadline: &Deadline| {
-                let body = serde_json::json!({
-                    "oidc_token": token.secret().expose(),
-                    "service_slug": slug,
-                });
-                let reply = token_service::post_json(&self.service, &body, deadline)?;
-                self.interpret(&reply, duration::unix_now(), &slug, &issuer)
-            }),
-        ))
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -223,11 +213,7 @@ mod tests {
     use crate::net::http::reply;
 
     fn cloudsmith() -> Cloudsmith {
-        Cloudsmith::new(
-            &allowlist::Options {
-                registries: vec!["docker.cloudsmith.io".into()],
-            },
-            &Options {
+        Cloudsmith::new(&Options {
                 cloudsmith_url: DEFAULT_URL.into(),
                 cloudsmith_org: Some("acme".into()),
             },
@@ -252,14 +238,13 @@ mod tests {
             cloudsmith().service.url,
             "https://api.cloudsmith.io/openid/acme/"
         );
-        let r = allowlist::Options::default();
         for org in ["", "../x", "a/b", "a?b", "a b", "-a"] {
             let options = Options {
                 cloudsmith_url: DEFAULT_URL.into(),
                 cloudsmith_org: Some(org.into()),
             };
             assert!(
-                Cloudsmith::new(&r, &options, Arc::default()).is_err(),
+                Cloudsmith::new(&options, Arc::default()).is_err(),
                 "{org:?}"
             );
         }
@@ -268,7 +253,7 @@ mod tests {
             cloudsmith_org: None,
         };
         assert!(
-            Cloudsmith::new(&r, &options, Arc::default())
+            Cloudsmith::new(&options, Arc::default())
                 .err()
                 .unwrap()
                 .to_string()

@@ -37,10 +37,11 @@ use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result};
 use crate::net;
-use crate::providers::allowlist::{self, Allowlist};
+use crate::providers::allowlist::{self, Guarded};
 use crate::providers::oauth;
 use crate::providers::token_service::{self, Pattern, Service};
-use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
+use crate::providers::{Context, Credential, Plan, Provider};
+use crate::token::ServiceAccountToken;
 use crate::secret::Secret;
 
 pub(crate) const TOKEN_PATH: &str = "/access/api/v1/oidc/token";
@@ -101,23 +102,21 @@ pub(crate) static PROVIDER: Provider = Provider {
     node_identity: None,
     identity_inputs: &["provider_name"],
     flags: <Options as clap::Args>::augment_args,
-    build: |flags, inputs| providers::build_allowlisted(flags, inputs, Jfrog::new),
+    build: allowlist::build::<Jfrog>,
 };
 
 struct Jfrog {
-    allowlist: Allowlist,
     service: Service,
     provider_name: String,
     project_key: Option<String>,
 }
 
-impl Jfrog {
-    pub(crate) fn new(
-        registries: &allowlist::Options,
-        options: &Options,
-        net: Arc<net::Settings>,
-    ) -> Result<Self> {
-        let allowlist = Allowlist::new(registries)?;
+impl Guarded for Jfrog {
+    type Options = Options;
+    const PROVIDER: &'static Provider = &PROVIDER;
+    const GUARDS: &'static str = "the JFrog access token";
+
+    fn new(options: &Options, net: Arc<net::Settings>) -> Result<Self> {
         let url = options.jfrog_url.as_deref().ok_or_else(|| {
             Error::config("--jfrog-url is not set").fix(
                 "pass --jfrog-url (WICP_JFROG_URL) with the JFrog Platform base URL, e.g. https://example.jfrog.io",
@@ -139,7 +138,6 @@ impl Jfrog {
             check_name("--jfrog-project-key", key)?;
         }
         Ok(Jfrog {
-            allowlist,
             service: Service {
                 vendor: "JFrog",
                 endpoint_flag: "--jfrog-url",
@@ -151,48 +149,7 @@ impl Jfrog {
         })
     }
 
-    fn body(&self, token: &Secret, mapping: Option<&str>) -> serde_json::Value {
-        let mut body = serde_json::Map::new();
-        let mut put = |name: &str, value: &str| {
-            body.insert(name.to_string(), value.into());
-        };
-        put("grant_type", GRANT_TYPE);
-        put("subject_token_type", SUBJECT_TOKEN_TYPE);
-        put("subject_token", token.expose());
-        put("provider_name", &self.provider_name);
-        if let Some(key) = &self.project_key {
-            put("project_key", key);
-        }
-        if let Some(mapping) = mapping {
-            put("identity_mapping_name", mapping);
-        }
-        serde_json::Value::Object(body)
-    }
-}
-
-fn check_name(flag: &str, value: &str) -> Result<()> {
-    if MAPPING.matches(value) {
-        return Ok(());
-    }
-    Err(Error::config(format!(
-        "{flag} {} is not a JFrog name ({})",
-        crate::error::quote(value),
-        MAPPING.form
-    ))
-    .fix(format!("set {flag} to the name as JFrog shows it")))
-}
-
-impl Exchanger for Jfrog {
-    fn provider(&self) -> &'static Provider {
-        &PROVIDER
-    }
-
-    fn allowlist(&self) -> Option<(&Allowlist, &'static str)> {
-        Some((&self.allowlist, "the JFrog access token"))
-    }
-
-    fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
-        let token = cx.token()?;
+    fn plan<'a>(&'a self, cx: &Context<'a>, token: &'a ServiceAccountToken) -> Result<Plan<'a>> {
         let mapping = token_service::identity(
             cx,
             &[IDENTITY_MAPPING_ANNOTATION],
@@ -244,6 +201,39 @@ impl Exchanger for Jfrog {
         ))
     }
 }
+
+impl Jfrog {
+    fn body(&self, token: &Secret, mapping: Option<&str>) -> serde_json::Value {
+        let mut body = serde_json::Map::new();
+        let mut put = |name: &str, value: &str| {
+            body.insert(name.to_string(), value.into());
+        };
+        put("grant_type", GRANT_TYPE);
+        put("subject_token_type", SUBJECT_TOKEN_TYPE);
+        put("subject_token", token.expose());
+        put("provider_name", &self.provider_name);
+        if let Some(key) = &self.project_key {
+            put("project_key", key);
+        }
+        if let Some(mapping) = mapping {
+            put("identity_mapping_name", mapping);
+        }
+        serde_json::Value::Object(body)
+    }
+}
+
+fn check_name(flag: &str, value: &str) -> Result<()> {
+    if MAPPING.matches(value) {
+        return Ok(());
+    }
+    Err(Error::config(format!(
+        "{flag} {} is not a JFrog name ({})",
+        crate::error::quote(value),
+        MAPPING.form
+    ))
+    .fix(format!("set {flag} to the name as JFrog shows it")))
+}
+
 
 impl Jfrog {
     /// Reads JFrog's answer, seen at `now`.
@@ -300,11 +290,7 @@ mod tests {
     use crate::net::http::reply;
 
     fn jfrog(project: Option<&str>) -> Jfrog {
-        Jfrog::new(
-            &allowlist::Options {
-                registries: vec!["example.jfrog.io".into()],
-            },
-            &Options {
+        Jfrog::new(&Options {
                 jfrog_url: Some("https://example.jfrog.io/".into()),
                 jfrog_provider_name: Some("k8s-prod".into()),
                 jfrog_project_key: project.map(str::to_string),
@@ -321,8 +307,7 @@ mod tests {
             jfrog_provider_name: Some("k8s".into()),
             jfrog_project_key: None,
         };
-        let r = allowlist::Options::default();
-        assert!(Jfrog::new(&r, &ok, Arc::default()).is_ok());
+        assert!(Jfrog::new(&ok, Arc::default()).is_ok());
         for (options, needle) in [
             (
                 Options {
@@ -360,7 +345,7 @@ mod tests {
                 "not a JFrog name",
             ),
         ] {
-            let e = Jfrog::new(&r, &options, Arc::default())
+            let e = Jfrog::new(&options, Arc::default())
                 .err()
                 .unwrap()
                 .to_string();

@@ -169,25 +169,6 @@ impl<'a> Flags<'a> {
     }
 }
 
-/// The `build` of a provider whose registries are the admin's choice:
-/// its constructor takes the `--registry` allowlist, its own flags and the
-/// process's network settings (proxies, `--ca-file`).
-pub(crate) fn build_allowlisted<O, E>(
-    flags: &Flags<'_>,
-    inputs: &Inputs,
-    new: fn(&allowlist::Options, &O, std::sync::Arc<crate::net::Settings>) -> Result<E>,
-) -> Result<Box<dyn Exchanger>>
-where
-    O: clap::FromArgMatches,
-    E: Exchanger + 'static,
-{
-    Ok(Box::new(new(
-        flags.registries,
-        &flags.own()?,
-        std::sync::Arc::clone(&inputs.net),
-    )?))
-}
-
 /// Owned copies of a provider's fixed names (annotation keys, audiences),
 /// as [`Exchanger`] returns them.
 pub(crate) fn names(list: &[&str]) -> Vec<String> {

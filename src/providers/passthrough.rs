@@ -20,8 +20,12 @@
 
 use crate::error::{Error, Result};
 use crate::protocol::CacheKeyType;
-use crate::providers::allowlist::{self, Allowlist};
-use crate::providers::{Context, Credential, Exchanger, Plan, Provider};
+use std::sync::Arc;
+
+use crate::net;
+use crate::providers::allowlist::{self, Guarded};
+use crate::providers::{Context, Credential, Plan, Provider};
+use crate::token::ServiceAccountToken;
 
 /// The username sent with the token when none is configured. Harbor and Zot
 /// ignore it on their OIDC token path; it shows up in registry audit logs.
@@ -46,39 +50,30 @@ pub(crate) static PROVIDER: Provider = Provider {
     node_identity: None,
     identity_inputs: &["username"],
     flags: <Options as clap::Args>::augment_args,
-    build: |flags, _inputs| Ok(Box::new(Passthrough::new(flags.registries, &flags.own()?)?)),
+    build: allowlist::build::<Passthrough>,
 };
 
 pub(crate) struct Passthrough {
-    allowlist: Allowlist,
     username: String,
 }
 
-impl Passthrough {
-    pub(crate) fn new(registries: &allowlist::Options, options: &Options) -> Result<Self> {
-        let allowlist = Allowlist::new(registries)?;
+impl Guarded for Passthrough {
+    type Options = Options;
+    const PROVIDER: &'static Provider = &PROVIDER;
+    const GUARDS: &'static str = "the service account token";
+
+    /// Sends nothing anywhere: the registry is the only upstream.
+    fn new(options: &Options, _net: Arc<net::Settings>) -> Result<Self> {
         if options.passthrough_username.is_empty() {
             return Err(Error::config("--passthrough-username is empty")
                 .fix("set a non-empty username; registries log it"));
         }
         Ok(Passthrough {
-            allowlist,
             username: options.passthrough_username.clone(),
         })
     }
-}
 
-impl Exchanger for Passthrough {
-    fn provider(&self) -> &'static Provider {
-        &PROVIDER
-    }
-
-    fn allowlist(&self) -> Option<(&Allowlist, &'static str)> {
-        Some((&self.allowlist, "the service account token"))
-    }
-
-    fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
-        let token = cx.token()?;
+    fn plan<'a>(&'a self, cx: &Context<'a>, token: &'a ServiceAccountToken) -> Result<Plan<'a>> {
         Ok(Plan {
             provider: &PROVIDER,
             auth_key: cx.image.registry().to_string(),

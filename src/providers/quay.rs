@@ -36,9 +36,10 @@ use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result, quote};
 use crate::net;
-use crate::providers::allowlist::{self, Allowlist};
+use crate::providers::allowlist::{self, Guarded};
 use crate::providers::token_service::{self, Pattern, Service};
-use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
+use crate::providers::{Context, Credential, Plan, Provider};
+use crate::token::ServiceAccountToken;
 
 pub(crate) const TOKEN_PATH: &str = "/oauth2/federation/robot/token";
 pub(crate) const DEFAULT_URL: &str = "https://quay.io";
@@ -111,22 +112,20 @@ pub(crate) static PROVIDER: Provider = Provider {
     node_identity: None,
     identity_inputs: &["robot"],
     flags: <Options as clap::Args>::augment_args,
-    build: |flags, inputs| providers::build_allowlisted(flags, inputs, Quay::new),
+    build: allowlist::build::<Quay>,
 };
 
 pub(crate) struct Quay {
-    allowlist: Allowlist,
     service: Service,
     organisations: BTreeSet<String>,
 }
 
-impl Quay {
-    pub(crate) fn new(
-        registries: &allowlist::Options,
-        options: &Options,
-        net: Arc<net::Settings>,
-    ) -> Result<Self> {
-        let allowlist = Allowlist::new(registries)?;
+impl Guarded for Quay {
+    type Options = Options;
+    const PROVIDER: &'static Provider = &PROVIDER;
+    const GUARDS: &'static str = "the Quay robot token";
+
+    fn new(options: &Options, net: Arc<net::Settings>) -> Result<Self> {
         let base = crate::net::http::endpoint_override("--quay-url", &options.quay_url)?;
         let mut organisations = BTreeSet::new();
         for org in &options.quay_organization {
@@ -146,7 +145,6 @@ impl Quay {
                 .fix("pass --quay-organization ORG (WICP_QUAY_ORGANIZATION) for each organisation whose robots service accounts may name"));
         }
         Ok(Quay {
-            allowlist,
             service: Service {
                 vendor: "Quay",
                 endpoint_flag: "--quay-url",
@@ -157,6 +155,40 @@ impl Quay {
         })
     }
 
+    fn plan<'a>(&'a self, cx: &Context<'a>, token: &'a ServiceAccountToken) -> Result<Plan<'a>> {
+        let robot = self.robot(cx)?;
+        let identity = [("robot", robot.clone())];
+        let claims = token.claims();
+        let (issuer, subject) = (claims.issuer.clone(), claims.subject.clone());
+        Ok(token_service::plan(
+            &PROVIDER,
+            cx,
+            &self.service,
+            identity,
+            Box::new(move |deadline: &Deadline| {
+                let robot_name = robot.as_str();
+                let reply = token_service::call(&self.service, deadline, |client| async move {
+                    crate::net::http::send(
+                        &client,
+                        crate::observe::Endpoint::TokenExchange,
+                        || {
+                            client
+                                .get(&self.service.url)
+                                .basic_auth(robot_name, Some(token.secret().expose()))
+                                .header(reqwest::header::ACCEPT, "application/json")
+                        },
+                        &self.service.call(),
+                        deadline,
+                    )
+                    .await
+                })?;
+                self.interpret(&reply, duration::unix_now(), &robot, &issuer, &subject)
+            }),
+        ))
+    }
+}
+
+impl Quay {
     /// The robot the service account names, checked against the allowed
     /// organisations.
     fn robot(&self, cx: &Context<'_>) -> Result<String> {
@@ -220,49 +252,6 @@ impl Quay {
     }
 }
 
-impl Exchanger for Quay {
-    fn provider(&self) -> &'static Provider {
-        &PROVIDER
-    }
-
-    fn allowlist(&self) -> Option<(&Allowlist, &'static str)> {
-        Some((&self.allowlist, "the Quay robot token"))
-    }
-
-    fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
-        let token = cx.token()?;
-        let robot = self.robot(cx)?;
-        let identity = [("robot", robot.clone())];
-        let claims = token.claims();
-        let (issuer, subject) = (claims.issuer.clone(), claims.subject.clone());
-        Ok(token_service::plan(
-            &PROVIDER,
-            cx,
-            &self.service,
-            identity,
-            Box::new(move |deadline: &Deadline| {
-                let robot_name = robot.as_str();
-                let reply = token_service::call(&self.service, deadline, |client| async move {
-                    crate::net::http::send(
-                        &client,
-                        crate::observe::Endpoint::TokenExchange,
-                        || {
-                            client
-                                .get(&self.service.url)
-                                .basic_auth(robot_name, Some(token.secret().expose()))
-                                .header(reqwest::header::ACCEPT, "application/json")
-                        },
-                        &self.service.call(),
-                        deadline,
-                    )
-                    .await
-                })?;
-                self.interpret(&reply, duration::unix_now(), &robot, &issuer, &subject)
-            }),
-        ))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -270,11 +259,7 @@ mod tests {
     use crate::net::http::reply;
 
     fn quay() -> Quay {
-        Quay::new(
-            &allowlist::Options {
-                registries: vec!["quay.io".into()],
-            },
-            &Options {
+        Quay::new(&Options {
                 quay_url: DEFAULT_URL.into(),
                 quay_organization: vec!["acme".into(), "acme-labs".into()],
             },
@@ -359,21 +344,20 @@ mod tests {
 
     #[test]
     fn organisations_are_required_and_checked() {
-        let r = allowlist::Options::default();
         let options = |orgs: &[&str]| Options {
             quay_url: DEFAULT_URL.into(),
             quay_organization: orgs.iter().map(|o| o.to_string()).collect(),
         };
         assert!(
-            Quay::new(&r, &options(&[]), Arc::default())
+            Quay::new(&options(&[]), Arc::default())
                 .err()
                 .unwrap()
                 .to_string()
                 .contains("no --quay-organization")
         );
-        assert!(Quay::new(&r, &options(&["Acme"]), Arc::default()).is_err());
-        assert!(Quay::new(&r, &options(&["acme/x"]), Arc::default()).is_err());
-        assert!(Quay::new(&r, &options(&["acme", "b.c"]), Arc::default()).is_ok());
+        assert!(Quay::new(&options(&["Acme"]), Arc::default()).is_err());
+        assert!(Quay::new(&options(&["acme/x"]), Arc::default()).is_err());
+        assert!(Quay::new(&options(&["acme", "b.c"]), Arc::default()).is_ok());
     }
 
     #[test]

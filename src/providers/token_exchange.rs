@@ -44,9 +44,10 @@ use crate::error::{Error, Result, quote};
 use std::sync::Arc;
 
 use crate::net::{self, http, http::Reply};
-use crate::providers::allowlist::{self, Allowlist};
+use crate::providers::allowlist::{self, Guarded};
 use crate::providers::oauth::{self, form_urlencode};
-use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
+use crate::providers::{Context, Credential, Plan, Provider};
+use crate::token::ServiceAccountToken;
 use crate::secret::Secret;
 
 pub(crate) const GRANT_TYPE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
@@ -145,7 +146,7 @@ pub(crate) static PROVIDER: Provider = Provider {
     node_identity: None,
     identity_inputs: &["url", "audience", "client"],
     flags: <Options as clap::Args>::augment_args,
-    build: |flags, inputs| providers::build_allowlisted(flags, inputs, TokenExchange::new),
+    build: allowlist::build::<TokenExchange>,
 };
 
 /// Where the registry username comes from.
@@ -165,7 +166,6 @@ enum Client {
 pub(crate) struct TokenExchange {
     /// Proxy and trust settings, for the client built on a cache miss.
     net: Arc<net::Settings>,
-    allowlist: Allowlist,
     url: String,
     subject_token_type: String,
     audiences: Vec<String>,
@@ -176,12 +176,12 @@ pub(crate) struct TokenExchange {
     client: Client,
 }
 
-impl TokenExchange {
-    pub(crate) fn new(
-        registries: &allowlist::Options,
-        options: &Options,
-        net: Arc<net::Settings>,
-    ) -> Result<Self> {
+impl Guarded for TokenExchange {
+    type Options = Options;
+    const PROVIDER: &'static Provider = &PROVIDER;
+    const GUARDS: &'static str = "the exchanged token";
+
+    fn new(options: &Options, net: Arc<net::Settings>) -> Result<Self> {
         let subject_token_type = token_type(
             "--token-exchange-subject-token-type",
             &options.token_exchange_subject_token_type,
@@ -199,7 +199,6 @@ impl TokenExchange {
             .and_then(|mut v| v.pop());
         Ok(TokenExchange {
             net,
-            allowlist: Allowlist::new(registries)?,
             url: endpoint(options)?,
             subject_token_type,
             audiences: plain(
@@ -214,6 +213,83 @@ impl TokenExchange {
         })
     }
 
+    fn plan<'a>(&'a self, cx: &Context<'a>, token: &'a ServiceAccountToken) -> Result<Plan<'a>> {
+        let inputs = vec![
+            ("registry", cx.image.registry().to_string()),
+            ("url", self.url.clone()),
+            ("subject_token_type", self.subject_token_type.clone()),
+            ("audience", self.audiences.join(" ")),
+            ("resource", self.resources.join(" ")),
+            ("scope", self.scope.clone().unwrap_or_default()),
+            (
+                "requested_token_type",
+                self.requested_token_type.clone().unwrap_or_default(),
+            ),
+            (
+                "username",
+                match &self.username {
+                    Username::Fixed(name) => name.clone(),
+                    Username::Field(field) => format!("field {field}"),
+                },
+            ),
+            ("client", self.client_input()),
+        ];
+        Ok(Plan::for_registry(
+            &PROVIDER,
+            cx.image,
+            inputs,
+            Box::new(move |deadline: &Deadline| {
+                let call = format!("the token exchange at {}", self.url);
+                let service_account = token.service_account().to_string();
+                let claims = token.claims();
+                let reply = http::block_on(deadline, &call, async {
+                    let client = self.net.client(deadline)?;
+                    let form = self.form(token.secret());
+                    http::send(
+                        &client,
+                        crate::observe::Endpoint::TokenExchange,
+                        || {
+                            let request = client
+                                .post(&self.url)
+                                .header(reqwest::header::ACCEPT, "application/json")
+                                .form(&form);
+                            match &self.client {
+                                Client::Basic { id, secret } => request.basic_auth(
+                                    form_urlencode(id),
+                                    Some(form_urlencode(secret.expose())),
+                                ),
+                                _ => request,
+                            }
+                        },
+                        &call,
+                        deadline,
+                    )
+                    .await
+                })?;
+                let issued = interpret(
+                    &reply,
+                    unix_now(),
+                    &Describe {
+                        url: &self.url,
+                        service_account: &service_account,
+                        issuer: &claims.issuer,
+                        subject: &claims.subject,
+                        requested_token_type: self.requested_token_type.as_deref(),
+                        username: &self.username,
+                    },
+                )?;
+                crate::debug!(
+                    "the token server at {} issued a token for {service_account} that expires at {}",
+                    self.url,
+                    duration::format_unix(issued.expires_at)
+                );
+                Ok(issued)
+            }),
+        ))
+    }
+}
+
+impl TokenExchange {
     /// The form fields, in a fixed order, without the subject token.
     fn form<'a>(&'a self, subject_token: &'a Secret) -> Vec<(&'static str, &'a str)> {
         let mut form = vec![
@@ -423,91 +499,6 @@ fn client(options: &Options) -> Result<Client> {
     })
 }
 
-impl Exchanger for TokenExchange {
-    fn provider(&self) -> &'static Provider {
-        &PROVIDER
-    }
-
-    fn allowlist(&self) -> Option<(&Allowlist, &'static str)> {
-        Some((&self.allowlist, "the exchanged token"))
-    }
-
-    fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
-        let token = cx.token()?;
-        let inputs = vec![
-            ("registry", cx.image.registry().to_string()),
-            ("url", self.url.clone()),
-            ("subject_token_type", self.subject_token_type.clone()),
-            ("audience", self.audiences.join(" ")),
-            ("resource", self.resources.join(" ")),
-            ("scope", self.scope.clone().unwrap_or_default()),
-            (
-                "requested_token_type",
-                self.requested_token_type.clone().unwrap_or_default(),
-            ),
-            (
-                "username",
-                match &self.username {
-                    Username::Fixed(name) => name.clone(),
-                    Username::Field(field) => format!("field {field}"),
-                },
-            ),
-            ("client", self.client_input()),
-        ];
-        Ok(Plan::for_registry(
-            &PROVIDER,
-            cx.image,
-            inputs,
-            Box::new(move |deadline: &Deadline| {
-                let call = format!("the token exchange at {}", self.url);
-                let service_account = token.service_account().to_string();
-                let claims = token.claims();
-                let reply = http::block_on(deadline, &call, async {
-                    let client = self.net.client(deadline)?;
-                    let form = self.form(token.secret());
-                    http::send(
-                        &client,
-                        crate::observe::Endpoint::TokenExchange,
-                        || {
-                            let request = client
-                                .post(&self.url)
-                                .header(reqwest::header::ACCEPT, "application/json")
-                                .form(&form);
-                            match &self.client {
-                                Client::Basic { id, secret } => request.basic_auth(
-                                    form_urlencode(id),
-                                    Some(form_urlencode(secret.expose())),
-                                ),
-                                _ => request,
-                            }
-                        },
-                        &call,
-                        deadline,
-                    )
-                    .await
-                })?;
-                let issued = interpret(
-                    &reply,
-                    unix_now(),
-                    &Describe {
-                        url: &self.url,
-                        service_account: &service_account,
-                        issuer: &claims.issuer,
-                        subject: &claims.subject,
-                        requested_token_type: self.requested_token_type.as_deref(),
-                        username: &self.username,
-                    },
-                )?;
-                crate::debug!(
-                    "the token server at {} issued a token for {service_account} that expires at {}",
-                    self.url,
-                    duration::format_unix(issued.expires_at)
-                );
-                Ok(issued)
-            }),
-        ))
-    }
-}
 
 /// Whether an `invalid_request` description is about the subject token
 /// (its issuer, subject, audience, expiry or signature) rather than about
@@ -710,6 +701,7 @@ pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::{Exchanger, allowlist::Allowlisted};
     use crate::image::ImageRef;
     use crate::net::http::reply;
 
@@ -749,15 +741,10 @@ mod tests {
     #[test]
     fn flags_are_checked() {
         assert!(
-            TokenExchange::new(
-                &registries(),
-                &options("https://sts.example.com/token"),
-                Arc::default()
-            )
-            .is_ok()
+            TokenExchange::new(&options("https://sts.example.com/token"), Arc::default()).is_ok()
         );
         let err = |o: Options| {
-            TokenExchange::new(&registries(), &o, Arc::default())
+            TokenExchange::new(&o, Arc::default())
                 .err()
                 .map(|e| e.to_string())
                 .unwrap_or_default()
@@ -840,7 +827,7 @@ mod tests {
         o.token_exchange_requested_token_type =
             Some("urn:ietf:params:oauth:token-type:access_token".into());
         o.token_exchange_client_id = Some("kubelet".into());
-        let x = TokenExchange::new(&registries(), &o, Arc::default()).unwrap();
+        let x = TokenExchange::new(&o, Arc::default()).unwrap();
         let secret = Secret::new("SUBJECT");
         assert_eq!(
             x.form(&secret),
@@ -1034,12 +1021,13 @@ mod tests {
 
     #[test]
     fn serves_only_allowed_registries() {
-        let x = TokenExchange::new(&registries(), &options("https://a"), Arc::default()).unwrap();
+        let x = Allowlisted::<TokenExchange>::new(&registries(), &options("https://a"), Arc::default())
+            .unwrap();
         let image = |s: &str| ImageRef::parse(s).unwrap();
         assert!(x.serves(&image("registry.example.com/app")));
         assert!(!x.serves(&image("registry.example.com.evil.net/app")));
         assert!(!x.serves(&image("registry.example.com:444/app")));
-        let none = TokenExchange::new(
+        let none = Allowlisted::<TokenExchange>::new(
             &allowlist::Options::default(),
             &options("https://a"),
             Arc::default(),

@@ -56,8 +56,9 @@ use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result, quote};
 use crate::net::{self, http, http::Reply};
-use crate::providers::allowlist::{self, Allowlist};
-use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
+use crate::providers::allowlist::{self, Guarded};
+use crate::providers::{Context, Credential, Plan, Provider};
+use crate::token::ServiceAccountToken;
 use crate::secret::Secret;
 use std::sync::Arc;
 
@@ -195,7 +196,7 @@ pub(crate) static PROVIDER: Provider = Provider {
     node_identity: None,
     identity_inputs: &["role", "secret_path"],
     flags: <Options as clap::Args>::augment_args,
-    build: |flags, inputs| providers::build_allowlisted(flags, inputs, Vault::new),
+    build: allowlist::build::<Vault>,
 };
 
 /// Where the secret path comes from when no annotation names one.
@@ -206,7 +207,6 @@ struct Secrets {
 }
 
 pub(crate) struct Vault {
-    allowlist: Allowlist,
     address: String,
     namespace: Option<String>,
     method: Method,
@@ -221,13 +221,12 @@ pub(crate) struct Vault {
     net: Arc<net::Settings>,
 }
 
-impl Vault {
-    pub(crate) fn new(
-        registries: &allowlist::Options,
-        options: &Options,
-        net: Arc<net::Settings>,
-    ) -> Result<Self> {
-        let allowlist = Allowlist::new(registries)?;
+impl Guarded for Vault {
+    type Options = Options;
+    const PROVIDER: &'static Provider = &PROVIDER;
+    const GUARDS: &'static str = "the registry credentials read from Vault";
+
+    fn new(options: &Options, net: Arc<net::Settings>) -> Result<Self> {
         let address = options.vault_address.as_deref().ok_or_else(|| {
             Error::config("the vault provider needs --vault-address")
                 .fix("pass --vault-address https://vault.example.com:8200 (or WICP_VAULT_ADDRESS)")
@@ -292,7 +291,6 @@ impl Vault {
         };
         Ok(Vault {
             net,
-            allowlist,
             address,
             namespace,
             method: options.vault_auth_method,
@@ -307,6 +305,73 @@ impl Vault {
         })
     }
 
+    fn annotation_keys(&self) -> Vec<String> {
+        let mut keys = vec![ROLE_ANNOTATION.to_string()];
+        if self.secrets.prefix.is_some() {
+            keys.push(SECRET_ANNOTATION.to_string());
+            keys.extend(COMPAT_SECRET_ANNOTATIONS.iter().map(|k| k.to_string()));
+        }
+        keys
+    }
+
+    fn plan<'a>(&'a self, cx: &Context<'a>, token: &'a ServiceAccountToken) -> Result<Plan<'a>> {
+        let role = self.role(cx)?;
+        let secret = self.secret_path(cx)?;
+        let inputs = vec![
+            ("registry", cx.image.registry().to_string()),
+            ("address", self.address.clone()),
+            (
+                "namespace",
+                self.namespace.clone().unwrap_or_else(|| "none".into()),
+            ),
+            ("auth_method", self.method.name().to_string()),
+            ("auth_mount", self.auth_mount.clone()),
+            ("role", role.clone()),
+            ("kv_mount", self.kv_mount.clone()),
+            ("kv_version", self.kv_version.to_string()),
+            ("secret_path", secret.clone()),
+            ("username_field", self.username_field.clone()),
+            ("password_field", self.password_field.clone()),
+        ];
+        Ok(Plan::for_registry(
+            &PROVIDER,
+            cx.image,
+            inputs,
+            Box::new(move |deadline: &Deadline| {
+                let call = format!("the Vault login and read at {}", self.address);
+                let (login, secrets, started) = http::block_on(deadline, &call, async {
+                    let client = self.net.client(deadline)?;
+                    let started = duration::unix_now();
+                    let login = self.login(&client, &role, token.secret(), deadline).await?;
+                    crate::debug!(
+                        "Vault {} login as role {role} succeeded; token lease {}s",
+                        self.method.name(),
+                        login.lease_duration
+                    );
+                    let secrets = self.read(&client, &secret, &login, &role, deadline).await;
+                    self.revoke(&client, &login, deadline).await;
+                    Ok((login, secrets?, started))
+                })?;
+                let what = format!("the Vault secret {}", self.api_path(&secret));
+                let (username, password) =
+                    wire::credentials(&secrets, &self.username_field, &self.password_field, &what)?;
+                let expires_at = expiry(started, login.lease_duration, secrets.lease_duration);
+                crate::debug!(
+                    "read {what} (lease {}s): credential valid until {}",
+                    secrets.lease_duration,
+                    duration::format_unix(expires_at)
+                );
+                Ok(Credential {
+                    username,
+                    password,
+                    expires_at,
+                })
+            }),
+        ))
+    }
+}
+
+impl Vault {
     /// The role: our annotation, else `--vault-role`.
     fn role(&self, cx: &Context<'_>) -> Result<String> {
         // Not trimmed: a value with whitespace or a newline is refused, not
@@ -576,81 +641,6 @@ impl Vault {
 /// How long revoking the login token may take.
 const REVOKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
-impl Exchanger for Vault {
-    fn provider(&self) -> &'static Provider {
-        &PROVIDER
-    }
-
-    fn annotation_keys(&self) -> Vec<String> {
-        let mut keys = vec![ROLE_ANNOTATION.to_string()];
-        if self.secrets.prefix.is_some() {
-            keys.push(SECRET_ANNOTATION.to_string());
-            keys.extend(COMPAT_SECRET_ANNOTATIONS.iter().map(|k| k.to_string()));
-        }
-        keys
-    }
-
-    fn allowlist(&self) -> Option<(&Allowlist, &'static str)> {
-        Some((&self.allowlist, "the registry credentials read from Vault"))
-    }
-
-    fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>> {
-        let token = cx.token()?;
-        let role = self.role(cx)?;
-        let secret = self.secret_path(cx)?;
-        let inputs = vec![
-            ("registry", cx.image.registry().to_string()),
-            ("address", self.address.clone()),
-            (
-                "namespace",
-                self.namespace.clone().unwrap_or_else(|| "none".into()),
-            ),
-            ("auth_method", self.method.name().to_string()),
-            ("auth_mount", self.auth_mount.clone()),
-            ("role", role.clone()),
-            ("kv_mount", self.kv_mount.clone()),
-            ("kv_version", self.kv_version.to_string()),
-            ("secret_path", secret.clone()),
-            ("username_field", self.username_field.clone()),
-            ("password_field", self.password_field.clone()),
-        ];
-        Ok(Plan::for_registry(
-            &PROVIDER,
-            cx.image,
-            inputs,
-            Box::new(move |deadline: &Deadline| {
-                let call = format!("the Vault login and read at {}", self.address);
-                let (login, secrets, started) = http::block_on(deadline, &call, async {
-                    let client = self.net.client(deadline)?;
-                    let started = duration::unix_now();
-                    let login = self.login(&client, &role, token.secret(), deadline).await?;
-                    crate::debug!(
-                        "Vault {} login as role {role} succeeded; token lease {}s",
-                        self.method.name(),
-                        login.lease_duration
-                    );
-                    let secrets = self.read(&client, &secret, &login, &role, deadline).await;
-                    self.revoke(&client, &login, deadline).await;
-                    Ok((login, secrets?, started))
-                })?;
-                let what = format!("the Vault secret {}", self.api_path(&secret));
-                let (username, password) =
-                    wire::credentials(&secrets, &self.username_field, &self.password_field, &what)?;
-                let expires_at = expiry(started, login.lease_duration, secrets.lease_duration);
-                crate::debug!(
-                    "read {what} (lease {}s): credential valid until {}",
-                    secrets.lease_duration,
-                    duration::format_unix(expires_at)
-                );
-                Ok(Credential {
-                    username,
-                    password,
-                    expires_at,
-                })
-            }),
-        ))
-    }
-}
 
 /// When the credential stops being trustworthy: the earlier end of the two
 /// leases, counted from before the login (0 is no lease).
@@ -667,6 +657,7 @@ pub(crate) fn expiry(started: i64, token_lease: i64, secret_lease: i64) -> i64 {
 mod tests {
     use super::*;
     use crate::image::ImageRef;
+    use crate::providers::{Exchanger, allowlist::Allowlisted};
     use std::collections::BTreeMap;
 
     fn options() -> Options {
@@ -694,11 +685,11 @@ mod tests {
 
     #[test]
     fn flags_are_checked() {
-        assert!(Vault::new(&registries(), &options(), Arc::default()).is_ok());
+        assert!(Vault::new(&options(), Arc::default()).is_ok());
         let bad = |f: fn(&mut Options)| {
             let mut o = options();
             f(&mut o);
-            Vault::new(&registries(), &o, Arc::default())
+            Vault::new(&o, Arc::default())
                 .err()
                 .is_some_and(|e| e.kind() == crate::error::Kind::Config)
         };
@@ -713,7 +704,7 @@ mod tests {
         assert!(bad(|o| o.vault_secret_path = Some("x/{pod}".into())));
         assert!(bad(|o| o.vault_secret_prefix = None));
         assert!(bad(|o| o.vault_username_field = " ".into()));
-        let v = Vault::new(&registries(), &options(), Arc::default()).unwrap();
+        let v = Vault::new(&options(), Arc::default()).unwrap();
         assert_eq!(
             v.login_url(),
             "https://vault.example.com:8200/v1/auth/kubernetes/login"
@@ -723,7 +714,7 @@ mod tests {
         o.vault_auth_method = Method::Jwt;
         o.vault_kv_version = 1;
         o.vault_kv_mount = "/kv/".into();
-        let v = Vault::new(&registries(), &o, Arc::default()).unwrap();
+        let v = Vault::new(&o, Arc::default()).unwrap();
         assert_eq!(
             v.login_url(),
             "https://vault.example.com:8200/v1/auth/jwt/login"
@@ -740,7 +731,7 @@ mod tests {
     }
 
     fn plan_error(options: &Options, annotations: &[(&str, &str)]) -> Option<String> {
-        let vault = Vault::new(&registries(), options, Arc::default()).unwrap();
+        let vault = Vault::new(options, Arc::default()).unwrap();
         let annotations = crate::providers::annotations(annotations);
         let image = ImageRef::parse("registry.example.com/team/app").unwrap();
         let cx = Context {
@@ -831,7 +822,7 @@ mod tests {
             );
         }
         // Ours wins over the compatibility key.
-        let v = Vault::new(&registries(), &o, Arc::default()).unwrap();
+        let v = Vault::new(&o, Arc::default()).unwrap();
         let annotations: BTreeMap<String, String> = [
             (SECRET_ANNOTATION.to_string(), "ours".to_string()),
             (k.to_string(), "secret/data/registry/theirs".to_string()),
@@ -848,7 +839,7 @@ mod tests {
 
     #[test]
     fn only_allowed_registries() {
-        let v = Vault::new(&registries(), &options(), Arc::default()).unwrap();
+        let v = Allowlisted::<Vault>::new(&registries(), &options(), Arc::default()).unwrap();
         assert!(v.serves(&ImageRef::parse("registry.example.com/a").unwrap()));
         assert!(!v.serves(&ImageRef::parse("registry.example.com.evil.net/a").unwrap()));
         assert!(!v.serves(&ImageRef::parse("docker.io/library/a").unwrap()));
