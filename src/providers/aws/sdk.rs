@@ -179,8 +179,12 @@ pub(crate) async fn assume_role_with_web_identity(
             .send()
     })
     .await?;
-    let output =
-        outcome.map_err(|e| sts_error(classify(&e), call, deadline, &tried(net, attempts)))?;
+    let output = outcome.map_err(|e| {
+        let tried = tried(net, attempts);
+        call_error(classify(&e), &name, Service::Sts.env_var(), deadline, &tried, |code, message, status| {
+            sts_error(code, message, status, call, &tried)
+        })
+    })?;
     let credentials = output.credentials().ok_or_else(|| {
         Error::upstream(format!("{} answered without credentials", call.call_name()))
             .fix("check that the endpoint is AWS STS (AWS_ENDPOINT_URL_STS / AWS_ENDPOINT_URL)")
@@ -257,8 +261,7 @@ pub(crate) async fn get_authorization_token(
             );
             let (outcome, attempts) =
                 with_retries(&name, deadline, || client.get_authorization_token().send()).await?;
-            let output = outcome
-                .map_err(|e| ecr_error(classify(&e), call, deadline, &tried(net, attempts)))?;
+            let output = outcome.map_err(|e| ecr_call_error(&e, call, net, attempts, deadline))?;
             let data = output.authorization_data().first();
             (
                 data.and_then(|d| d.authorization_token()).map(Secret::new),
@@ -277,8 +280,7 @@ pub(crate) async fn get_authorization_token(
             );
             let (outcome, attempts) =
                 with_retries(&name, deadline, || client.get_authorization_token().send()).await?;
-            let output = outcome
-                .map_err(|e| ecr_error(classify(&e), call, deadline, &tried(net, attempts)))?;
+            let output = outcome.map_err(|e| ecr_call_error(&e, call, net, attempts, deadline))?;
             let data = output.authorization_data();
             (
                 data.and_then(|d| d.authorization_token()).map(Secret::new),
@@ -454,13 +456,17 @@ fn is_throttling(code: &str, status: Option<u16>) -> bool {
     ) || status == Some(429)
 }
 
-/// The parts of a failure every call explains the same way.
-fn transport_error(
+/// The error for a failed `call`: AWS's own refusal (its code, message
+/// and HTTP status) as `refused` explains it for this call, everything
+/// else (time, transport, trust, garbled answers; `var` names the endpoint
+/// variable) the same way for every call.
+fn call_error(
     failure: Failure,
     call: &str,
     var: &str,
     deadline: &Deadline,
     tried: &Tried,
+    refused: impl FnOnce(&str, &str, Option<u16>) -> Error,
 ) -> Error {
     let attempts = tried.attempts;
     match failure {
@@ -503,12 +509,7 @@ fn transport_error(
             code,
             message,
             status,
-        } => Error::upstream(format!(
-            "{call} failed{}: {code}: {}",
-            status.map(|s| format!(" (HTTP {s})")).unwrap_or_default(),
-            cleaned(&message)
-        ))
-        .fix("see the AWS error code above"),
+        } => refused(&code, &message, status),
     }
 }
 
@@ -539,20 +540,12 @@ fn provider_id(issuer: &str) -> &str {
 
 /// Explains an STS refusal with the trust-policy facts the admin needs.
 fn sts_error(
-    failure: Failure,
+    code: &str,
+    message: &str,
+    status: Option<u16>,
     call: &WebIdentity<'_>,
-    deadline: &Deadline,
     tried: &Tried,
 ) -> Error {
-    let name = call.call_name();
-    let Failure::Service {
-        code,
-        message,
-        status,
-    } = &failure
-    else {
-        return transport_error(failure, &name, Service::Sts.env_var(), deadline, tried);
-    };
     let claims = call.token.claims();
     let sa = &claims.service_account;
     let issuer = provider_id(&claims.issuer);
@@ -569,7 +562,7 @@ fn sts_error(
             "STS refused to let service account {sa} assume role {role} ({summary}); STS said {said}"
         ))
     };
-    match code.as_str() {
+    match code {
         "AccessDenied" => what("the role's trust policy does not allow this token").fix(format!(
             "the trust policy of {role} must allow sts:AssumeRoleWithWebIdentity for the federated principal {provider_arn} \
              with the conditions {issuer}:sub = system:serviceaccount:{}:{} and {issuer}:aud = {audiences} (the token's audience)",
@@ -600,7 +593,7 @@ fn sts_error(
                 call.duration.as_secs()
             ))
         }
-        c if is_throttling(c, *status) => Error::upstream(format!(
+        c if is_throttling(c, status) => Error::upstream(format!(
             "STS throttled AssumeRoleWithWebIdentity for service account {sa} after {} attempt(s); STS said {said}",
             tried.attempts
         ))
@@ -612,26 +605,37 @@ fn sts_error(
     }
 }
 
+/// The error for a failed `GetAuthorizationToken` (ECR or ECR Public).
+fn ecr_call_error<E>(
+    error: &SdkError<E>,
+    call: &EcrCall<'_>,
+    net: &net::Settings,
+    attempts: u32,
+    deadline: &Deadline,
+) -> Error
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    let tried = tried(net, attempts);
+    let var = call.service().env_var();
+    call_error(classify(error), &call.call_name(), var, deadline, &tried, |code, message, status| {
+        ecr_error(code, message, status, call, &tried)
+    })
+}
+
 /// Explains an ECR refusal.
 fn ecr_error(
-    failure: Failure,
+    code: &str,
+    message: &str,
+    status: Option<u16>,
     call: &EcrCall<'_>,
-    deadline: &Deadline,
     tried: &Tried,
 ) -> Error {
     let name = call.call_name();
-    let Failure::Service {
-        code,
-        message,
-        status,
-    } = &failure
-    else {
-        return transport_error(failure, &name, call.service().env_var(), deadline, tried);
-    };
     let said = said(code, message);
     let principal = &call.principal;
     let public = matches!(call.registry, Registry::Public);
-    match code.as_str() {
+    match code {
         "AccessDeniedException" | "AccessDenied" => {
             let fix = if public {
                 format!(
@@ -656,7 +660,7 @@ fn ecr_error(
             call.service().name()
         ))
         .fix("check the node's clock (NTP), and that the credentials come from the registry's partition (AWS_ENDPOINT_URL_STS must not point at another partition)"),
-        c if is_throttling(c, *status) => Error::upstream(format!(
+        c if is_throttling(c, status) => Error::upstream(format!(
             "{} throttled GetAuthorizationToken after {} attempt(s); it said {said}",
             call.service().name(),
             tried.attempts
