@@ -143,32 +143,21 @@ pub(crate) struct Finding {
 }
 
 impl Finding {
-    pub(crate) fn error(
+    pub(crate) fn new(
+        severity: Severity,
         rule: Rule,
         file: &Path,
         field: impl Into<String>,
         message: impl Into<String>,
     ) -> Self {
         Finding {
-            severity: Severity::Error,
+            severity,
             rule,
             file: file.display().to_string(),
             provider: None,
             field: field.into(),
             message: message.into(),
             fix: None,
-        }
-    }
-
-    pub(crate) fn warning(
-        rule: Rule,
-        file: &Path,
-        field: impl Into<String>,
-        message: impl Into<String>,
-    ) -> Self {
-        Finding {
-            severity: Severity::Warning,
-            ..Finding::error(rule, file, field, message)
         }
     }
 

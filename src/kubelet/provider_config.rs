@@ -21,7 +21,7 @@ use std::fmt;
 use serde::de::Visitor;
 use serde::{Deserialize, Deserializer};
 
-use super::{Finding, Rule};
+use super::{Finding, Rule, Severity};
 
 /// The config API version that has `tokenAttributes`.
 const CONFIG_V1: &str = "kubelet.config.k8s.io/v1";
@@ -214,11 +214,25 @@ impl Entry {
     }
 
     pub(crate) fn error(&self, rule: Rule, field: &str, message: impl Into<String>) -> Finding {
-        Finding::error(rule, &self.file, self.field(field), message).provider(self.name())
+        Finding::new(
+            Severity::Error,
+            rule,
+            &self.file,
+            self.field(field),
+            message,
+        )
+        .provider(self.name())
     }
 
     pub(crate) fn warning(&self, rule: Rule, field: &str, message: impl Into<String>) -> Finding {
-        Finding::warning(rule, &self.file, self.field(field), message).provider(self.name())
+        Finding::new(
+            Severity::Warning,
+            rule,
+            &self.file,
+            self.field(field),
+            message,
+        )
+        .provider(self.name())
     }
 }
 
@@ -260,7 +274,7 @@ pub(crate) fn load(path: &Path) -> Loaded {
     for file in files {
         match crate::yaml::read(&file) {
             Err(why) => loaded.findings.push(
-                Finding::error(Rule::KubeletRead, &file, "", why)
+                Finding::new(Severity::Error, Rule::KubeletRead, &file, "", why)
                     .fix("the kubelet must be able to read every config file, and check-config reads at most 1 MiB"),
             ),
             Ok(bytes) => {
@@ -283,7 +297,7 @@ pub(crate) fn load(path: &Path) -> Loaded {
 fn config_files(path: &Path) -> Result<Vec<PathBuf>, Box<Finding>> {
     let meta = std::fs::metadata(path).map_err(|e| {
         Box::new(
-            Finding::error(Rule::KubeletRead, path, "", format!("unable to access the path: {e}"))
+            Finding::new(Severity::Error, Rule::KubeletRead, path, "", format!("unable to access the path: {e}"))
                 .fix("pass the file or directory given to the kubelet's --image-credential-provider-config"),
         )
     })?;
@@ -291,7 +305,8 @@ fn config_files(path: &Path) -> Result<Vec<PathBuf>, Box<Finding>> {
         return Ok(vec![path.to_path_buf()]);
     }
     let dir = std::fs::read_dir(path).map_err(|e| {
-        Box::new(Finding::error(
+        Box::new(Finding::new(
+            Severity::Error,
             Rule::KubeletRead,
             path,
             "",
@@ -315,7 +330,8 @@ fn config_files(path: &Path) -> Result<Vec<PathBuf>, Box<Finding>> {
     });
     if files.is_empty() {
         return Err(Box::new(
-            Finding::error(
+            Finding::new(
+                Severity::Error,
                 Rule::KubeletRead,
                 path,
                 "",
@@ -332,7 +348,7 @@ fn config_files(path: &Path) -> Result<Vec<PathBuf>, Box<Finding>> {
 fn decode(file: &Path, bytes: &[u8]) -> (Vec<CredentialProvider>, Vec<Finding>) {
     let mut findings = Vec::new();
     let fail = |rule, message: String| {
-        Finding::error(rule, file, "", message)
+        Finding::new(Severity::Error, rule, file, "", message)
             .fix("the kubelet refuses to start with this file; it decodes the config strictly")
     };
     let Ok(text) = std::str::from_utf8(bytes) else {
@@ -341,7 +357,7 @@ fn decode(file: &Path, bytes: &[u8]) -> (Vec<CredentialProvider>, Vec<Finding>) 
     };
     if let Err(why) = crate::yaml::check_depth(text) {
         findings.push(
-            Finding::error(Rule::KubeletDecode, file, "", why)
+            Finding::new(Severity::Error, Rule::KubeletDecode, file, "", why)
                 .fix("a kubelet config is a few levels deep: check that this is the right file"),
         );
         return (Vec::new(), findings);
@@ -373,7 +389,8 @@ fn decode(file: &Path, bytes: &[u8]) -> (Vec<CredentialProvider>, Vec<Finding>) 
     };
     if documents.next().is_some() {
         findings.push(
-            Finding::warning(
+            Finding::new(
+                Severity::Warning,
                 Rule::KubeletMultipleDocuments,
                 file,
                 "",
@@ -431,7 +448,8 @@ fn token_attributes_unknown(
         .enumerate()
         .filter(|(_, provider)| provider.token_attributes.is_some())
         .map(|(index, provider)| {
-            Finding::error(
+            Finding::new(
+                Severity::Error,
                 Rule::KubeletDecode,
                 file,
                 format!("providers[{index}].tokenAttributes"),

@@ -26,7 +26,8 @@ pub(crate) fn validate(loaded: &Loaded) -> Vec<Finding> {
     let mut findings = Vec::new();
     if loaded.entries.is_empty() && !loaded.has_decode_errors() {
         findings.push(
-            Finding::error(
+            Finding::new(
+                Severity::Error,
                 Rule::KubeletProviders,
                 &loaded.path,
                 "providers",

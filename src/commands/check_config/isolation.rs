@@ -27,7 +27,7 @@ use crate::kubelet::configuration::{
 };
 use crate::kubelet::matching;
 use crate::kubelet::provider_config::{Entry, Loaded};
-use crate::kubelet::{Finding, Rule};
+use crate::kubelet::{Finding, Rule, Severity};
 use crate::providers::fallback::Fallback;
 use std::path::Path;
 
@@ -64,7 +64,8 @@ pub(crate) fn lint(loaded: &Loaded, bin_dir: Option<&Path>, facts: &KubeletFacts
         && loaded.path.is_dir()
     {
         findings.push(
-            Finding::error(
+            Finding::new(
+                Severity::Error,
                 Rule::DirConfigKubeletVersion,
                 &loaded.path,
                 "",
@@ -218,7 +219,8 @@ fn image_reuse(
     let reason = unverified(&config, version);
     if let Some((field, why, fix)) = reason {
         findings.push(
-            Finding::warning(
+            Finding::new(
+                Severity::Warning,
                 Rule::ImageReuse,
                 &file,
                 field,
@@ -291,7 +293,8 @@ fn allowlisted(
             .collect();
         if !covered.is_empty() {
             found.push(
-                Finding::warning(
+                Finding::new(
+                    Severity::Warning,
                     Rule::ImageReuse,
                     file,
                     format!("preloadedImagesVerificationAllowlist[{i}]"),

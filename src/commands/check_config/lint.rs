@@ -328,29 +328,51 @@ fn audience(
 ) {
     let provider = exchanger.provider();
     let expected = route::expected_audiences(exchanger, audience_flag);
-    if refused_audience(audience, &expected) {
-        findings.push(
-            entry
-                .error(
-                    Rule::AudienceMismatch,
-                    "tokenAttributes.serviceAccountTokenAudience",
-                    format!(
-                        "audience {audience:?} is not what the {provider} exchanger expects ({}); \
-                             the plugin refuses the token on every pull",
-                        quoted(&expected)
-                    ),
-                )
-                .fix(format!(
-                    "set serviceAccountTokenAudience: {}{}",
-                    expected.first().map(String::as_str).unwrap_or_default(),
-                    if audience_flag.is_some() {
-                        ", or change --audience"
-                    } else {
-                        ", or pass --audience if your identity provider trusts another audience"
-                    }
-                )),
-        );
-    }
+    let mismatch = audience_mismatch(
+        entry,
+        audience,
+        &expected,
+        |listed| {
+            format!(
+                "is not what the {provider} exchanger expects ({listed}); the plugin refuses the token on every pull"
+            )
+        },
+        || {
+            format!(
+                "set serviceAccountTokenAudience: {}{}",
+                expected.first().map(String::as_str).unwrap_or_default(),
+                if audience_flag.is_some() {
+                    ", or change --audience"
+                } else {
+                    ", or pass --audience if your identity provider trusts another audience"
+                }
+            )
+        },
+    );
+    findings.extend(mismatch);
+}
+
+/// The finding for an entry whose audience (when it sets one) is none of
+/// `expected`: `what` says so given the expected ones, listed; `fix` how
+/// to set it right.
+fn audience_mismatch(
+    entry: &Entry,
+    audience: &str,
+    expected: &[String],
+    what: impl FnOnce(&str) -> String,
+    fix: impl FnOnce() -> String,
+) -> Option<Finding> {
+    let refused =
+        !audience.is_empty() && !crate::token::audience_accepted(expected, &[audience.to_string()]);
+    refused.then(|| {
+        entry
+            .error(
+                Rule::AudienceMismatch,
+                "tokenAttributes.serviceAccountTokenAudience",
+                format!("audience {audience:?} {}", what(&quoted(expected))),
+            )
+            .fix(fix())
+    })
 }
 
 /// Each literal `matchImages` registry against what the exchanger serves.
@@ -458,20 +480,13 @@ fn auto(entry: &Entry, routing: &Routing, findings: &mut Vec<Finding>) {
             })
             .collect();
         expected.dedup();
-        if refused_audience(audience, &expected) {
-            findings.push(
-                entry
-                    .error(
-                        Rule::AudienceMismatch,
-                        "tokenAttributes.serviceAccountTokenAudience",
-                        format!(
-                            "audience {audience:?} is expected by none of the exchangers auto can pick ({})",
-                            quoted(&expected)
-                        ),
-                    )
-                    .fix("set the audience of the provider this entry is for, and name that provider"),
-            );
-        }
+        findings.extend(audience_mismatch(
+            entry,
+            audience,
+            &expected,
+            |listed| format!("is expected by none of the exchangers auto can pick ({listed})"),
+            || "set the audience of the provider this entry is for, and name that provider".into(),
+        ));
     }
     for (i, pattern) in entry.provider.match_images().iter().enumerate() {
         let Some(image) = literal_image(pattern) else {
@@ -498,10 +513,6 @@ fn auto(entry: &Entry, routing: &Routing, findings: &mut Vec<Finding>) {
 /// Whether the plugin refuses every token of the entry: the entry names
 /// an audience, and the serving rule ([`crate::token::audience_accepted`])
 /// refuses a token minted for it.
-fn refused_audience(audience: &str, expected: &[String]) -> bool {
-    !audience.is_empty() && !crate::token::audience_accepted(expected, &[audience.to_string()])
-}
-
 fn cache_duration(entry: &Entry, routing: &Routing, findings: &mut Vec<Finding>) {
     let Some(text) = entry.provider.default_cache_duration.as_deref() else {
         return;
