@@ -67,6 +67,26 @@ macro_rules! sdk_client {
     }};
 }
 
+/// `GetAuthorizationToken` with one of the two ECR SDK crates
+/// (`aws_sdk_ecr`, `aws_sdk_ecrpublic`): different types, the same call and
+/// the same answer once `$data` has picked its authorization data. Gives
+/// the token and its expiry, each if the answer had it.
+macro_rules! authorization_token {
+    ($sdk:ident, $call:expr, $credentials:expr, $net:expr, $deadline:expr, |$output:ident| $data:expr) => {{
+        let region = $call.registry.region();
+        let client = sdk_client!($sdk, Upstream::RegistryToken, $net, $deadline, region, $call.endpoint, $credentials);
+        let name = $call.call_name();
+        let (outcome, attempts) =
+            with_retries(&name, $deadline, || client.get_authorization_token().send()).await?;
+        let $output = outcome.map_err(|e| ecr_call_error(&e, $call, $net, attempts, $deadline))?;
+        let data = $data;
+        (
+            data.and_then(|d| d.authorization_token()).map(Secret::new),
+            data.and_then(|d| d.expires_at()).map(|t| t.secs()),
+        )
+    }};
+}
+
 /// Runs one SDK call (`send` makes a fresh request each time) under the
 /// shared retry policy. Returns the last outcome and the attempts made.
 async fn with_retries<O, E, Fut>(
@@ -237,8 +257,6 @@ pub(crate) async fn get_authorization_token(
     net: &net::Settings,
     deadline: &Deadline,
 ) -> Result<Login> {
-    let name = call.call_name();
-    let region = call.registry.region();
     // No expiry is passed to the SDK: we track it ourselves, and the SDK
     // would refuse credentials a skewed clock says have expired.
     let sdk_credentials = aws_sdk_ecr::config::Credentials::new(
@@ -249,44 +267,12 @@ pub(crate) async fn get_authorization_token(
         "wi-credential-provider",
     );
     let (token, expires_at) = match call.registry {
-        Registry::Private(_) => {
-            let client = sdk_client!(
-                aws_sdk_ecr,
-                Upstream::RegistryToken,
-                net,
-                deadline,
-                region,
-                call.endpoint,
-                sdk_credentials
-            );
-            let (outcome, attempts) =
-                with_retries(&name, deadline, || client.get_authorization_token().send()).await?;
-            let output = outcome.map_err(|e| ecr_call_error(&e, call, net, attempts, deadline))?;
-            let data = output.authorization_data().first();
-            (
-                data.and_then(|d| d.authorization_token()).map(Secret::new),
-                data.and_then(|d| d.expires_at()).map(|t| t.secs()),
-            )
-        }
-        Registry::Public => {
-            let client = sdk_client!(
-                aws_sdk_ecrpublic,
-                Upstream::RegistryToken,
-                net,
-                deadline,
-                region,
-                call.endpoint,
-                sdk_credentials
-            );
-            let (outcome, attempts) =
-                with_retries(&name, deadline, || client.get_authorization_token().send()).await?;
-            let output = outcome.map_err(|e| ecr_call_error(&e, call, net, attempts, deadline))?;
-            let data = output.authorization_data();
-            (
-                data.and_then(|d| d.authorization_token()).map(Secret::new),
-                data.and_then(|d| d.expires_at()).map(|t| t.secs()),
-            )
-        }
+        Registry::Private(_) => authorization_token!(aws_sdk_ecr, call, sdk_credentials, net, deadline, |output| {
+            output.authorization_data().first()
+        }),
+        Registry::Public => authorization_token!(aws_sdk_ecrpublic, call, sdk_credentials, net, deadline, |output| {
+            output.authorization_data()
+        }),
     };
     let token = token.ok_or_else(|| {
         Error::upstream(format!(
