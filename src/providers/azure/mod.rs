@@ -248,7 +248,6 @@ impl Azure {
             ("instance metadata", imds.describe()),
             ("resource", node::RESOURCE.to_string()),
         ];
-        let net = &self.net;
         Ok(Plan::for_node(
             &PROVIDER,
             cx.image,
@@ -261,7 +260,7 @@ impl Azure {
                     tenant: "",
                     client_id: "the node's managed identity",
                 };
-                node::login(&node, &imds, &exchange, net, deadline)
+                node::login(&node, &imds, &exchange, &self.net, deadline)
             }),
         ))
     }
@@ -338,13 +337,12 @@ impl Exchanger for Azure {
             ("acr_endpoint", endpoint.clone()),
             ("scope", entra::SCOPE.to_string()),
         ];
-        let net = &self.net;
         Ok(Plan::for_registry(
             &PROVIDER,
             cx.image,
             inputs,
             Box::new(move |deadline| {
-                let client = net.client(deadline)?;
+                let client = self.net.client(deadline)?;
                 let entra_request = entra::TokenRequest {
                     authority: &authority,
                     tenant: &identity.tenant,

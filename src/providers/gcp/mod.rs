@@ -206,13 +206,12 @@ impl Gcp {
             ("instance metadata", service.describe()),
             ("registry_key", REGISTRY_KEY.to_string()),
         ];
-        let net = &self.net;
         Ok(Plan::for_node(
             &PROVIDER,
             cx.image,
             why,
             inputs,
-            Box::new(move |deadline| node::login(&service, net, deadline)),
+            Box::new(move |deadline| node::login(&service, &self.net, deadline)),
         ))
     }
 }
