@@ -252,7 +252,11 @@ fn refusals_and_faults_name_the_code_and_a_fix() {
     assert_eq!(cg.server.request_count() - before, 4);
     // Malformed JSON, no token, an expired token.
     cg.script([Response::text(200, "{\"token\":")]);
-    assert!(exec(&a, &req).failure().contains("not a token"));
+    assert!(
+        exec(&a, &req)
+            .failure()
+            .contains("not a JSON token response")
+    );
     cg.script([Response::json(
         200,
         serde_json::json!({"refreshToken": "r"}),

@@ -146,6 +146,27 @@ impl Reply {
     pub fn json<T: serde::de::DeserializeOwned>(&self) -> Option<T> {
         serde_json::from_slice(&self.body).ok()
     }
+
+    /// The credential a token service's success carries in the non-empty
+    /// string field `name` of its JSON object, with the object for the
+    /// other fields. `Err` says, for the caller's error, what the body
+    /// lacked: never any of its text.
+    pub(crate) fn token_field(
+        &self,
+        name: &str,
+    ) -> std::result::Result<(serde_json::Value, crate::secret::Secret), String> {
+        let body = self
+            .json::<serde_json::Value>()
+            .filter(serde_json::Value::is_object)
+            .ok_or("a body that is not a JSON token response")?;
+        let token = body
+            .get(name)
+            .and_then(serde_json::Value::as_str)
+            .filter(|t| !t.is_empty())
+            .map(crate::secret::Secret::new)
+            .ok_or_else(|| format!("no {name}"))?;
+        Ok((body, token))
+    }
 }
 
 /// A reply with `status` and `body` and no `Retry-After`, as an upstream

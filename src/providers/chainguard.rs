@@ -43,7 +43,6 @@ use crate::net::{self, http, http::Reply};
 use crate::providers::allowlist::{self, Allowlist};
 use crate::providers::oauth::{self, form_urlencode};
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
-use crate::secret::Secret;
 
 /// Our annotation: the assumable identity's ID.
 const IDENTITY_ANNOTATION: &str = "wi-credential-provider.io/chainguard-identity";
@@ -371,26 +370,16 @@ pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential
     }
     let malformed = |why: String| {
         Error::upstream(format!(
-            "Chainguard's STS at {} answered HTTP {} for identity {} with {why}",
-            d.url, reply.status, d.identity
+            "Chainguard's STS at {} answered HTTP {} for identity {} with {why} ({})",
+            d.url,
+            reply.status,
+            d.identity,
+            crate::redact::body_shape(&reply.body)
         ))
         .fix("check that --chainguard-issuer-url is Chainguard's STS (https://issuer.enforce.dev); a proxy may be answering instead")
     };
-    let body: serde_json::Value = reply
-        .json()
-        .filter(serde_json::Value::is_object)
-        .ok_or_else(|| {
-            malformed(format!(
-                "{}, not a token",
-                crate::redact::body_shape(&reply.body)
-            ))
-        })?;
-    let token = body
-        .get("token")
-        .and_then(serde_json::Value::as_str)
-        .filter(|t| !t.is_empty())
-        .ok_or_else(|| malformed("no token".to_string()))?;
-    let from_jwt = crate::token::unverified_expiry(token);
+    let (body, token) = reply.token_field("token").map_err(malformed)?;
+    let from_jwt = crate::token::unverified_expiry(token.expose());
     let from_expiry = body
         .get("expiry")
         .and_then(serde_json::Value::as_str)
@@ -413,7 +402,7 @@ pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential
     }
     Ok(Credential {
         username: USERNAME.to_string(),
-        password: Secret::new(token),
+        password: token,
         expires_at,
     })
 }
@@ -635,7 +624,7 @@ mod tests {
             (
                 200,
                 "<html/>".to_string(),
-                "not a token",
+                "not a JSON token response (7 bytes, HTML or XML)",
                 "--chainguard-issuer-url",
             ),
             (

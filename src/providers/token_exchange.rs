@@ -636,25 +636,14 @@ pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential
     }
     let malformed = |why: String| {
         Error::upstream(format!(
-            "the token server at {url} answered HTTP {} for {} with {why}",
-            reply.status, d.service_account
+            "the token server at {url} answered HTTP {} for {} with {why} ({})",
+            reply.status,
+            d.service_account,
+            crate::redact::body_shape(&reply.body)
         ))
         .fix("check that --token-exchange-url is the token endpoint; a proxy or another service may be answering instead")
     };
-    let body: serde_json::Value = reply
-        .json()
-        .filter(serde_json::Value::is_object)
-        .ok_or_else(|| {
-            malformed(format!(
-                "{}, not a JSON token response",
-                crate::redact::body_shape(&reply.body)
-            ))
-        })?;
-    let access_token = body
-        .get("access_token")
-        .and_then(serde_json::Value::as_str)
-        .filter(|t| !t.is_empty())
-        .ok_or_else(|| malformed("no access_token".to_string()))?;
+    let (body, access_token) = reply.token_field("access_token").map_err(malformed)?;
     let issued_type = body
         .get("issued_token_type")
         .and_then(serde_json::Value::as_str);
@@ -670,7 +659,7 @@ pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential
     let expires_at = match oauth::expires_in(body.get("expires_in")) {
         Some(s) if s > 0 => now.saturating_add(s),
         Some(_) => return Err(malformed("an expires_in that is not positive".to_string())),
-        None => crate::token::unverified_expiry(access_token).ok_or_else(|| {
+        None => crate::token::unverified_expiry(access_token.expose()).ok_or_else(|| {
             malformed("no expires_in and an access_token that is not a JWT with an exp claim, so its lifetime is unknown".to_string())
         })?,
     };
@@ -693,7 +682,7 @@ pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential
     };
     Ok(Credential {
         username,
-        password: Secret::new(access_token),
+        password: access_token,
         expires_at,
     })
 }

@@ -249,13 +249,9 @@ pub(crate) fn read_token(
     if !reply.is_success() {
         return Err(refused(service, reply, fix));
     }
-    let value: serde_json::Value = reply
-        .json()
-        .ok_or_else(|| malformed(service, reply, "a body that is not a JSON token response"))?;
-    let token = field(&value, name)
-        .map(Secret::new)
-        .ok_or_else(|| malformed(service, reply, &format!("no {name}")))?;
-    Ok((value, token))
+    reply
+        .token_field(name)
+        .map_err(|why| malformed(service, reply, &why))
 }
 
 /// A non-empty string field of a success body.
