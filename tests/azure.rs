@@ -581,11 +581,11 @@ fn acr_refusals_and_garbage_are_reported() {
                 Response::text(200, "{\"refresh_token\":")
                     .with_header("Content-Type", "application/json"),
             ],
-            vec!["without a refresh token", "not JSON"],
+            vec!["with no refresh token", "not JSON"],
         ),
         (
             vec![Response::json(200, json!({"access_token": "x"}))],
-            vec!["without a refresh token"],
+            vec!["with no refresh token"],
         ),
         (
             vec![Response::json(

@@ -147,6 +147,18 @@ impl Reply {
         serde_json::from_slice(&self.body).ok()
     }
 
+    /// The error for an answer from `from` (the upstream, in words) that
+    /// is not what it documents: `why` says what it has or lacks. The body
+    /// is described by its size and kind, never its text, which may quote
+    /// a token back.
+    pub(crate) fn unusable(&self, from: impl std::fmt::Display, why: &str) -> Error {
+        Error::upstream(format!(
+            "{from} answered HTTP {} with {why} ({})",
+            self.status,
+            crate::redact::body_shape(&self.body)
+        ))
+    }
+
     /// The credential a token service's success carries in the non-empty
     /// string field `name` of its JSON object, with the object for the
     /// other fields. `Err` says, for the caller's error, what the body

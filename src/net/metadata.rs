@@ -55,6 +55,14 @@ pub(crate) struct Service {
     pub(crate) silent_fix: &'static str,
 }
 
+/// `the EC2 instance metadata service (IMDSv2) at http://169.254.169.254`,
+/// naming it in messages.
+impl std::fmt::Display for Service {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} at {}", self.name, self.base)
+    }
+}
+
 impl Service {
     /// `base` and where it came from, for plans and `explain`.
     pub(crate) fn describe(&self) -> String {

@@ -369,14 +369,8 @@ pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential
         return Err(refusal(reply, d));
     }
     let malformed = |why: String| {
-        Error::upstream(format!(
-            "Chainguard's STS at {} answered HTTP {} for identity {} with {why} ({})",
-            d.url,
-            reply.status,
-            d.identity,
-            crate::redact::body_shape(&reply.body)
-        ))
-        .fix("check that --chainguard-issuer-url is Chainguard's STS (https://issuer.enforce.dev); a proxy may be answering instead")
+        let from = format!("Chainguard's STS at {}, asked for identity {},", d.url, d.identity);
+        reply.unusable(from, &why).fix("check that --chainguard-issuer-url is Chainguard's STS (https://issuer.enforce.dev); a proxy may be answering instead")
     };
     let (body, token) = reply.token_field("token").map_err(malformed)?;
     let from_jwt = crate::token::unverified_expiry(token.expose());

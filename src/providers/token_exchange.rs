@@ -635,13 +635,8 @@ pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential
         return Err(refusal(reply, d));
     }
     let malformed = |why: String| {
-        Error::upstream(format!(
-            "the token server at {url} answered HTTP {} for {} with {why} ({})",
-            reply.status,
-            d.service_account,
-            crate::redact::body_shape(&reply.body)
-        ))
-        .fix("check that --token-exchange-url is the token endpoint; a proxy or another service may be answering instead")
+        let from = format!("the token server at {url}, asked for {},", d.service_account);
+        reply.unusable(from, &why).fix("check that --token-exchange-url is the token endpoint; a proxy or another service may be answering instead")
     };
     let (body, access_token) = reply.token_field("access_token").map_err(malformed)?;
     let issued_type = body

@@ -218,13 +218,12 @@ pub(crate) fn credentials(
         ));
     }
     let garbage = || {
-        Error::upstream(format!(
-            "{} at {} answered the credentials of role {role} with {}, not the credentials JSON",
-            service.name,
-            service.base,
-            crate::redact::body_shape(&reply.body)
-        ))
-        .fix("check that AWS_EC2_METADATA_SERVICE_ENDPOINT (if set) is EC2's instance metadata service")
+        reply
+            .unusable(
+                format_args!("{service}, asked for the credentials of role {role},"),
+                "a body that is not the credentials JSON",
+            )
+            .fix("check that AWS_EC2_METADATA_SERVICE_ENDPOINT (if set) is EC2's instance metadata service")
     };
     let value: Value = serde_json::from_slice(&reply.body).map_err(|_| garbage())?;
     let object = value.as_object().ok_or_else(garbage)?;

@@ -119,13 +119,9 @@ pub(crate) async fn exchange(
         .and_then(|r| r.refresh_token)
         .filter(|t| !t.is_empty())
         .ok_or_else(|| {
-            Error::upstream(format!(
-                "ACR at {} answered HTTP {} without a refresh token ({})",
-                request.endpoint,
-                reply.status,
-                redact::body_shape(&reply.body)
-            ))
-            .fix("check that the endpoint is an ACR login server (--acr-endpoint) and that no proxy rewrites the answer")
+            reply
+                .unusable(format_args!("ACR at {}", request.endpoint), "no refresh token")
+                .fix("check that the endpoint is an ACR login server (--acr-endpoint) and that no proxy rewrites the answer")
         })?;
     let token = Secret::new(token);
     // ACR verifies its own token; its `exp` only says how long to cache it.

@@ -124,13 +124,12 @@ pub(crate) async fn request_token(
             .and_then(|r| r.access_token)
             .filter(|t| !t.is_empty())
             .ok_or_else(|| {
-                Error::upstream(format!(
-                    "Entra ID at {} answered HTTP {} with a body that is not a token response ({})",
-                    request.authority,
-                    reply.status,
-                    redact::body_shape(&reply.body)
-                ))
-                .fix("check that --azure-authority-host (or AZURE_AUTHORITY_HOST) points at Entra ID and that no proxy rewrites the answer")
+                reply
+                    .unusable(
+                        format_args!("Entra ID at {}", request.authority),
+                        "a body that is not a token response",
+                    )
+                    .fix("check that --azure-authority-host (or AZURE_AUTHORITY_HOST) points at Entra ID and that no proxy rewrites the answer")
             })?;
         return Ok(Secret::new(token));
     }

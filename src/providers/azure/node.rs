@@ -328,14 +328,9 @@ async fn managed_identity_token(
         .fix(fix));
     }
     token.ok_or_else(|| {
-        Error::upstream(format!(
-            "{} at {} answered HTTP {} without an access_token ({})",
-            service.name,
-            service.base,
-            reply.status,
-            crate::redact::body_shape(&reply.body)
-        ))
-        .fix("check that --azure-imds-endpoint (if set) is Azure IMDS")
+        reply
+            .unusable(service, "no access_token")
+            .fix("check that --azure-imds-endpoint (if set) is Azure IMDS")
     })
 }
 

@@ -68,7 +68,7 @@ pub(crate) fn login(
     net: &net::Settings,
     deadline: &Deadline,
 ) -> Result<Credential> {
-    let call = format!("{} at {}", service.name, service.base);
+    let call = service.to_string();
     http::block_on(deadline, &call, async {
         let client = metadata::client(service, net)?;
         let url = service.url(TOKEN_PATH);
@@ -110,14 +110,9 @@ fn read(service: &metadata::Service, reply: &http::Reply, now: i64) -> Result<Cr
         .fix("check the node's service account and its access scopes (devstorage.read_only or cloud-platform)"));
     }
     let (Some(token), Some(expires_in)) = (token, parsed.and_then(|r| r.expires_in)) else {
-        return Err(Error::upstream(format!(
-            "{} at {} answered HTTP {} without an access_token and an integer expires_in ({})",
-            service.name,
-            service.base,
-            reply.status,
-            crate::redact::body_shape(&reply.body)
-        ))
-        .fix(format!("check that {HOST_ENV} (if set) names the GCE metadata server")));
+        return Err(reply
+            .unusable(service, "no access_token and integer expires_in")
+            .fix(format!("check that {HOST_ENV} (if set) names the GCE metadata server")));
     };
     Ok(Credential {
         username: super::USERNAME.to_string(),
@@ -157,7 +152,7 @@ mod tests {
             "<html>",
         ] {
             let e = read(&s, &http::reply(200, bad), 0).unwrap_err().to_string();
-            assert!(e.contains("without an access_token"), "{bad}: {e}");
+            assert!(e.contains("with no access_token"), "{bad}: {e}");
         }
         let e = read(&s, &http::reply(404, "Not Found"), 0)
             .unwrap_err()

@@ -95,12 +95,7 @@ fn lease(value: Option<&Value>) -> Option<i64> {
 /// Reads a 2xx login answer. `what` names the call for messages.
 pub fn read_login(reply: &Reply, what: &str) -> Result<Login> {
     let malformed = |why: &str| {
-        Error::upstream(format!(
-            "{what} answered HTTP {} with {why} ({})",
-            reply.status,
-            crate::redact::body_shape(&reply.body)
-        ))
-        .fix("check that --vault-address points at Vault's API (https://HOST:8200), not a UI, proxy or load balancer page")
+        reply.unusable(what, why).fix("check that --vault-address points at Vault's API (https://HOST:8200), not a UI, proxy or load balancer page")
     };
     let value: Value = reply
         .json()
@@ -124,13 +119,7 @@ pub fn read_login(reply: &Reply, what: &str) -> Result<Login> {
 
 /// Reads a 2xx KV answer (`version` 1 or 2) for `path` (shown in messages).
 pub fn read_secret(reply: &Reply, version: u8, what: &str) -> Result<Secrets> {
-    let malformed = |why: &str| {
-        Error::upstream(format!(
-            "{what} answered HTTP {} with {why} ({})",
-            reply.status,
-            crate::redact::body_shape(&reply.body)
-        ))
-    };
+    let malformed = |why: &str| reply.unusable(what, why);
     let value: Value = reply.json().ok_or_else(|| {
         malformed("a body that is not JSON").fix(
             "check that --vault-address points at Vault's API, not a proxy or load balancer page",
