@@ -274,28 +274,16 @@ pub(crate) async fn get_authorization_token(
             output.authorization_data()
         }),
     };
-    let token = token.ok_or_else(|| {
-        Error::upstream(format!(
-            "{} answered without an authorization token",
-            call.call_name()
-        ))
-        .fix(format!(
+    let unusable = |what: String| {
+        Error::upstream(format!("{} {what}", call.call_name())).fix(format!(
             "check that the endpoint is AWS {} ({} / AWS_ENDPOINT_URL)",
             call.service().name(),
             call.service().env_var()
         ))
-    })?;
-    let (username, password) = decode_authorization_token(&token).map_err(|why| {
-        Error::upstream(format!(
-            "{} returned an authorization token that {why}",
-            call.call_name()
-        ))
-        .fix(format!(
-            "check that the endpoint is AWS {} ({} / AWS_ENDPOINT_URL)",
-            call.service().name(),
-            call.service().env_var()
-        ))
-    })?;
+    };
+    let token = token.ok_or_else(|| unusable("answered without an authorization token".into()))?;
+    let (username, password) = decode_authorization_token(&token)
+        .map_err(|why| unusable(format!("returned an authorization token that {why}")))?;
     Ok(Login {
         username,
         password,
