@@ -33,7 +33,6 @@
 //! issuer and subject. The STS URL, the registry audience and the registries
 //! that receive the token come only from flags.
 
-use crate::deadline::Deadline;
 use crate::duration::{self, unix_now};
 use crate::error::{Error, Result, quote};
 use std::sync::Arc;
@@ -234,7 +233,7 @@ impl Exchanger for Chainguard {
             &PROVIDER,
             cx.image,
             inputs,
-            Box::new(move |deadline: &Deadline| {
+            move |deadline| {
                 let url = format!("{}/sts/exchange", self.issuer);
                 let call = format!("the Chainguard token exchange at {url}");
                 // The query (application/x-www-form-urlencoded, as grpc-gateway reads it).
@@ -277,7 +276,7 @@ impl Exchanger for Chainguard {
                     duration::format_unix(credential.expires_at)
                 );
                 Ok(credential)
-            }),
+            },
         ))
     }
 }

@@ -31,7 +31,6 @@
 
 use std::sync::Arc;
 
-use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result, quote};
 use crate::net;
@@ -145,14 +144,14 @@ impl Guarded for Cloudsmith {
             cx,
             &self.service,
             identity,
-            Box::new(move |deadline: &Deadline| {
+            move |deadline| {
                 let body = serde_json::json!({
                     "oidc_token": token.secret().expose(),
                     "service_slug": slug,
                 });
                 let reply = token_service::post_json(&self.service, &body, deadline)?;
                 self.interpret(&reply, duration::unix_now(), &slug, &issuer)
-            }),
+            },
         ))
     }
 }

@@ -33,7 +33,6 @@
 
 use std::sync::Arc;
 
-use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result};
 use crate::net;
@@ -181,7 +180,7 @@ impl Guarded for Jfrog {
             cx,
             &self.service,
             identity,
-            Box::new(move |deadline: &Deadline| {
+            move |deadline| {
                 let body = self.body(token.secret(), mapping.as_deref());
                 let reply = token_service::post_json(&self.service, &body, deadline)?;
                 let now = duration::unix_now();
@@ -197,7 +196,7 @@ impl Guarded for Jfrog {
                     );
                 }
                 Ok(credential)
-            }),
+            },
         ))
     }
 }

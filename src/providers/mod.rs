@@ -267,7 +267,7 @@ impl<'a> Plan<'a> {
         provider: &'static Provider,
         image: &ImageRef,
         inputs: Vec<(&'static str, String)>,
-        exchange: Exchange<'a>,
+        exchange: impl FnOnce(&Deadline) -> Result<Credential> + 'a,
     ) -> Self {
         Plan {
             provider,
@@ -276,7 +276,7 @@ impl<'a> Plan<'a> {
             cacheable: true,
             inputs,
             identity: fallback::Whose::ServiceAccount,
-            exchange,
+            exchange: Box::new(exchange),
         }
     }
 
@@ -287,7 +287,7 @@ impl<'a> Plan<'a> {
         image: &ImageRef,
         why: String,
         mut inputs: Vec<(&'static str, String)>,
-        exchange: Exchange<'a>,
+        exchange: impl FnOnce(&Deadline) -> Result<Credential> + 'a,
     ) -> Self {
         inputs.insert(0, ("identity", "node".to_string()));
         Plan {

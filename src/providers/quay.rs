@@ -32,7 +32,6 @@ use std::collections::BTreeSet;
 
 use std::sync::Arc;
 
-use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result, quote};
 use crate::net;
@@ -165,7 +164,7 @@ impl Guarded for Quay {
             cx,
             &self.service,
             identity,
-            Box::new(move |deadline: &Deadline| {
+            move |deadline| {
                 let robot_name = robot.as_str();
                 let reply = token_service::call(&self.service, deadline, |client| async move {
                     crate::net::http::send(
@@ -183,7 +182,7 @@ impl Guarded for Quay {
                     .await
                 })?;
                 self.interpret(&reply, duration::unix_now(), &robot, &issuer, &subject)
-            }),
+            },
         ))
     }
 }

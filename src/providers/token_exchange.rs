@@ -38,7 +38,6 @@
 
 use std::path::PathBuf;
 
-use crate::deadline::Deadline;
 use crate::duration::{self, unix_now};
 use crate::error::{Error, Result, quote};
 use std::sync::Arc;
@@ -238,7 +237,7 @@ impl Guarded for TokenExchange {
             &PROVIDER,
             cx.image,
             inputs,
-            Box::new(move |deadline: &Deadline| {
+            move |deadline| {
                 let call = format!("the token exchange at {}", self.url);
                 let service_account = token.service_account().to_string();
                 let claims = token.claims();
@@ -284,7 +283,7 @@ impl Guarded for TokenExchange {
                     duration::format_unix(issued.expires_at)
                 );
                 Ok(issued)
-            }),
+            },
         ))
     }
 }

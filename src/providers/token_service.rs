@@ -26,7 +26,7 @@ use crate::net::{
     self,
     http::{self, Reply},
 };
-use crate::providers::{Context, Credential, Exchange, Plan, Provider, oauth};
+use crate::providers::{Context, Credential, Plan, Provider, oauth};
 use crate::secret::Secret;
 
 /// One vendor token service as configured by the admin, for messages.
@@ -204,7 +204,7 @@ pub(crate) fn plan<'a>(
     cx: &Context<'a>,
     service: &Service,
     identity: impl IntoIterator<Item = (&'static str, String)>,
-    exchange: Exchange<'a>,
+    exchange: impl FnOnce(&Deadline) -> Result<Credential> + 'a,
 ) -> Plan<'a> {
     let mut inputs = vec![
         ("registry", cx.image.registry().to_string()),

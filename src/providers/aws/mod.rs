@@ -210,7 +210,7 @@ impl Aws {
         let mut inputs = ecr.location().to_vec();
         inputs.push(("instance metadata", imds.describe()));
         inputs.push(("ecr endpoint", ecr.endpoint.describe()));
-        let exchange: crate::providers::Exchange<'a> = Box::new(move |deadline| {
+        let exchange = move |deadline: &crate::deadline::Deadline| {
             let node = http::block_on(
                 deadline,
                 &format!("{} at {}", imds.name, imds.base),
@@ -225,7 +225,7 @@ impl Aws {
             );
             let principal = format!("the node's instance profile role {}", node.role);
             login(&ecr.call(principal), &node.credentials, net, deadline)
-        });
+        };
         Ok(Plan::for_node(&PROVIDER, cx.image, why, inputs, exchange))
     }
 }

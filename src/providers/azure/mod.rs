@@ -253,7 +253,7 @@ impl Azure {
             cx.image,
             why,
             inputs,
-            Box::new(move |deadline| {
+            move |deadline| {
                 let exchange = acr::ExchangeRequest {
                     endpoint: &endpoint,
                     service: &server.host,
@@ -261,7 +261,7 @@ impl Azure {
                     client_id: "the node's managed identity",
                 };
                 node::login(&node, &imds, &exchange, &self.net, deadline)
-            }),
+            },
         ))
     }
 }
@@ -341,7 +341,7 @@ impl Exchanger for Azure {
             &PROVIDER,
             cx.image,
             inputs,
-            Box::new(move |deadline| {
+            move |deadline| {
                 let client = self.net.client(deadline)?;
                 let entra_request = entra::TokenRequest {
                     authority: &authority,
@@ -367,7 +367,7 @@ impl Exchanger for Azure {
                         Ok(refresh.into_credential())
                     },
                 )
-            }),
+            },
         ))
     }
 }

@@ -34,7 +34,6 @@ pub mod sts;
 
 use std::time::Duration;
 
-use crate::deadline::Deadline;
 use crate::duration;
 use crate::error::{Error, Result};
 use crate::image::ImageRef;
@@ -211,7 +210,7 @@ impl Gcp {
             cx.image,
             why,
             inputs,
-            Box::new(move |deadline| node::login(&service, &self.net, deadline)),
+            move |deadline| node::login(&service, &self.net, deadline),
         ))
     }
 }
@@ -294,7 +293,7 @@ impl Exchanger for Gcp {
             &PROVIDER,
             cx.image,
             inputs,
-            Box::new(move |deadline: &Deadline| {
+            move |deadline| {
                 let sts_request = sts::Request {
                     endpoint: &self.sts_endpoint,
                     audience: &sts_audience,
@@ -334,7 +333,7 @@ impl Exchanger for Gcp {
                     // the token that justified it either.
                     expires_at: access.expires_at.min(token.claims().expires_at),
                 })
-            }),
+            },
         ))
     }
 }

@@ -337,7 +337,7 @@ impl Guarded for Vault {
             &PROVIDER,
             cx.image,
             inputs,
-            Box::new(move |deadline: &Deadline| {
+            move |deadline| {
                 let call = format!("the Vault login and read at {}", self.address);
                 let (login, secrets, started) = http::block_on(deadline, &call, async {
                     let client = self.net.client(deadline)?;
@@ -366,7 +366,7 @@ impl Guarded for Vault {
                     password,
                     expires_at,
                 })
-            }),
+            },
         ))
     }
 }
