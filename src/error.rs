@@ -9,95 +9,84 @@
 
 use std::fmt;
 
-/// What kind of thing failed: whose move it is to fix it. Tests and
-/// callers match on this, never on the message's words.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Kind {
-    /// The kubelet's request: stdin, its JSON, the image reference.
-    Request,
-    /// The service account token: missing, malformed, expired, or minted
-    /// for another audience.
-    Token,
-    /// A service account annotation: missing, empty or malformed.
-    Annotation,
-    /// The image's registry is not one this provider may serve.
-    Registry,
-    /// The admin's configuration: flags, environment, files given to a
-    /// command.
-    Config,
-    /// An identity service or registry answered, and refused or answered
-    /// something unusable.
-    Upstream,
-    /// A call could not be made or finished: connection, TLS, proxy,
-    /// time-out, the deadline.
-    Network,
-    /// The on-disk credential cache.
-    Cache,
-    /// A bug in the plugin.
-    Internal,
+/// Declares the kinds once: each kind's variant, its stable name (which is
+/// also the name of its constructor, `Error::upstream`), and its usual fix.
+/// [`Kind::ALL`], [`Kind::name`], [`Kind::usual_fix`] and the constructors
+/// are all made from that one list, so none can miss a kind.
+macro_rules! kinds {
+    ($( $(#[$meta:meta])* $variant:ident => $name:ident, $fix:literal; )+) => {
+        /// What kind of thing failed: whose move it is to fix it. Tests and
+        /// callers match on this, never on the message's words.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Kind {
+            $( $(#[$meta])* $variant, )+
+        }
+
+        impl Kind {
+            /// Every kind, for tables and tests that must cover them all.
+            pub const ALL: [Kind; [$(stringify!($name)),+].len()] = [$(Kind::$variant),+];
+
+            /// The kind's stable name: a metric label value, a JSON log
+            /// field, an audit record's `error_kind`. Renaming one breaks
+            /// dashboards.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Kind::$variant => stringify!($name),)+
+                }
+            }
+
+            /// What usually fixes failures of this kind, for `node doctor`,
+            /// which sees counts and kinds rather than each failure's own fix.
+            pub fn usual_fix(self) -> &'static str {
+                match self {
+                    $(Kind::$variant => $fix,)+
+                }
+            }
+        }
+
+        impl Error {
+            $(
+                #[doc = concat!("An error of kind [`Kind::", stringify!($variant), "`] saying what failed.")]
+                pub fn $name(what: impl Into<String>) -> Self {
+                    Self::with_kind(Kind::$variant, what)
+                }
+            )+
+        }
+    };
 }
 
-impl Kind {
-    /// Every kind, for tables and tests that must cover them all.
-    pub const ALL: [Kind; 9] = [
-        Kind::Request,
-        Kind::Token,
-        Kind::Annotation,
-        Kind::Registry,
-        Kind::Config,
-        Kind::Upstream,
-        Kind::Network,
-        Kind::Cache,
-        Kind::Internal,
-    ];
-
-    /// The kind's stable name: a metric label value, a JSON log field, an
-    /// audit record's `error_kind`. Renaming one breaks dashboards.
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::Request => "request",
-            Kind::Token => "token",
-            Kind::Annotation => "annotation",
-            Kind::Registry => "registry",
-            Kind::Config => "config",
-            Kind::Upstream => "upstream",
-            Kind::Network => "network",
-            Kind::Cache => "cache",
-            Kind::Internal => "internal",
-        }
-    }
-
-    /// What usually fixes failures of this kind, for `node doctor`, which
-    /// sees counts and kinds rather than each failure's own fix.
-    pub fn usual_fix(self) -> &'static str {
-        match self {
-            Kind::Request => {
-                "the kubelet sent a request the plugin cannot read: check the kubelet version and the provider entry's apiVersion"
-            }
-            Kind::Token => {
-                "set tokenAttributes in the provider entry and check serviceAccountTokenAudience against --audience"
-            }
-            Kind::Annotation => {
-                "fix the service account's annotation named in the error (the audit log has the service account)"
-            }
-            Kind::Registry => {
-                "narrow the entry's matchImages to the registries the provider serves, or widen --registry"
-            }
-            Kind::Config => {
-                "run `wi-credential-provider check-config` on the kubelet's credential-provider config"
-            }
-            Kind::Upstream => {
-                "the identity service or registry refused: check the trust (role, federated credential, binding) named in the audit log's error"
-            }
-            Kind::Network => {
-                "check that the node reaches the endpoint (DNS, firewall, proxy, --ca-file)"
-            }
-            Kind::Cache => {
-                "check --cache-dir: owned by the plugin's user, mode 0700, on a writable file system"
-            }
-            Kind::Internal => "report it as a bug, with the audit log's line",
-        }
-    }
+kinds! {
+    /// The kubelet's request: stdin, its JSON, the image reference.
+    Request => request,
+        "the kubelet sent a request the plugin cannot read: check the kubelet version and the provider entry's apiVersion";
+    /// The service account token: missing, malformed, expired, or minted
+    /// for another audience.
+    Token => token,
+        "set tokenAttributes in the provider entry and check serviceAccountTokenAudience against --audience";
+    /// A service account annotation: missing, empty or malformed.
+    Annotation => annotation,
+        "fix the service account's annotation named in the error (the audit log has the service account)";
+    /// The image's registry is not one this provider may serve.
+    Registry => registry,
+        "narrow the entry's matchImages to the registries the provider serves, or widen --registry";
+    /// The admin's configuration: flags, environment, files given to a
+    /// command.
+    Config => config,
+        "run `wi-credential-provider check-config` on the kubelet's credential-provider config";
+    /// An identity service or registry answered, and refused or answered
+    /// something unusable.
+    Upstream => upstream,
+        "the identity service or registry refused: check the trust (role, federated credential, binding) named in the audit log's error";
+    /// A call could not be made or finished: connection, TLS, proxy,
+    /// time-out, the deadline.
+    Network => network,
+        "check that the node reaches the endpoint (DNS, firewall, proxy, --ca-file)";
+    /// The on-disk credential cache.
+    Cache => cache,
+        "check --cache-dir: owned by the plugin's user, mode 0700, on a writable file system";
+    /// A bug in the plugin.
+    Internal => internal,
+        "report it as a bug, with the audit log's line";
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,51 +106,6 @@ impl Error {
             what: what.into(),
             fix: None,
         }
-    }
-
-    /// The kubelet's request is unusable.
-    pub fn request(what: impl Into<String>) -> Self {
-        Self::with_kind(Kind::Request, what)
-    }
-
-    /// The service account token is unusable.
-    pub fn token(what: impl Into<String>) -> Self {
-        Self::with_kind(Kind::Token, what)
-    }
-
-    /// A service account annotation is missing or malformed.
-    pub fn annotation(what: impl Into<String>) -> Self {
-        Self::with_kind(Kind::Annotation, what)
-    }
-
-    /// The registry is not one the provider may serve.
-    pub fn registry(what: impl Into<String>) -> Self {
-        Self::with_kind(Kind::Registry, what)
-    }
-
-    /// The admin's configuration is wrong.
-    pub fn config(what: impl Into<String>) -> Self {
-        Self::with_kind(Kind::Config, what)
-    }
-
-    /// An upstream service refused, or answered something unusable.
-    pub fn upstream(what: impl Into<String>) -> Self {
-        Self::with_kind(Kind::Upstream, what)
-    }
-
-    /// A call could not be made or finished.
-    pub fn network(what: impl Into<String>) -> Self {
-        Self::with_kind(Kind::Network, what)
-    }
-
-    /// The on-disk cache failed.
-    pub fn cache(what: impl Into<String>) -> Self {
-        Self::with_kind(Kind::Cache, what)
-    }
-
-    /// A bug.
-    pub fn internal(what: impl Into<String>) -> Self {
-        Self::with_kind(Kind::Internal, what)
     }
 
     pub fn kind(&self) -> Kind {
