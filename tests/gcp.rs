@@ -843,7 +843,11 @@ fn broken_successes_are_refused() {
     );
     google.script_iam(Response::text(200, "<html>proxy login</html>"));
     let line = exec(&google.args(), &req).failure();
-    assert!(line.contains("IAM Credentials answered HTTP 200"), "{line}");
+    assert!(
+        line.contains("IAM Credentials, asked to impersonate")
+            && line.contains("answered HTTP 200 with a body that is not a JSON token response"),
+        "{line}"
+    );
 }
 
 #[test]

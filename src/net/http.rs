@@ -247,6 +247,15 @@ pub(crate) fn is_retryable_status(status: u16) -> bool {
     status == 429 || (500..600).contains(&status)
 }
 
+/// The fix for a refusal that was still worth another attempt
+/// ([`is_retryable_status`]) after the last one: the same advice for every
+/// upstream, with where to look (`check`) if it lasts.
+pub(crate) fn retries_spent(upstream: &str, check: &str) -> String {
+    format!(
+        "{upstream} was throttling or unavailable through every retry; the kubelet retries the pull, check {check} if it persists"
+    )
+}
+
 /// Whether a transport failure is worth another attempt: the connection
 /// failed, stalled or was cut, but not because the server's certificate is
 /// untrusted, which no retry changes.

@@ -348,8 +348,7 @@ fn refusal(reply: &Reply, d: &Describe<'_>) -> Error {
             d.identity
         ),
         _ if http::is_retryable_status(reply.status) => {
-            "Chainguard's STS was throttling or unavailable through every retry; the kubelet retries the pull"
-                .to_string()
+            http::retries_spent("Chainguard's STS", "Chainguard's service status")
         }
         _ => "check --chainguard-issuer-url and the node's proxy settings: the answer is not Chainguard's".to_string(),
     };

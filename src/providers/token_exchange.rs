@@ -613,9 +613,7 @@ fn refusal_fix(code: Option<&str>, description: Option<&str>, status: u16, d: &D
                 .to_string()
         }
         _ if http::is_retryable_status(status) => {
-            "the token server was throttling or unavailable through every retry; the kubelet retries the pull, \
-             check the token server if it persists"
-                .to_string()
+            http::retries_spent("the token server", "the token server")
         }
         _ if status == 401 => {
             "the token server wants client authentication: set --token-exchange-client-id (and \

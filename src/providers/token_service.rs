@@ -170,10 +170,7 @@ pub(crate) fn describe(reply: &Reply) -> String {
 /// and outages get the same advice everywhere.
 pub(crate) fn refused(service: &Service, reply: &Reply, fix: impl FnOnce(u16) -> String) -> Error {
     let fix = if http::is_retryable_status(reply.status) {
-        format!(
-            "{} was throttling or unavailable through every retry; the kubelet retries the pull, check the service's status if it persists",
-            service.vendor
-        )
+        http::retries_spent(service.vendor, "the service's status")
     } else {
         fix(reply.status)
     };

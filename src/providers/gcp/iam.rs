@@ -110,7 +110,7 @@ pub fn interpret(reply: &Reply, request: &Request<'_>) -> Result<AccessToken> {
                 )
             }
             _ if http::is_retryable_status(reply.status) => {
-                "IAM Credentials was throttling or unavailable through every retry; the kubelet retries the pull, check https://status.cloud.google.com if it persists".to_string()
+                http::retries_spent("IAM Credentials", super::STATUS_PAGE)
             }
             _ => "check --gcp-iamcredentials-endpoint and the node's proxy settings".to_string(),
         };
@@ -121,11 +121,9 @@ pub fn interpret(reply: &Reply, request: &Request<'_>) -> Result<AccessToken> {
         .fix(fix));
     }
     let malformed = |why: String| {
-        Error::upstream(format!(
-            "IAM Credentials answered HTTP {} for {sa} with {why}",
-            reply.status
-        ))
-        .fix("check that --gcp-iamcredentials-endpoint points at IAM Credentials; a proxy or captive portal may be answering instead")
+        reply
+            .unusable(format_args!("IAM Credentials, asked to impersonate {sa},"), &why)
+            .fix("check that --gcp-iamcredentials-endpoint points at IAM Credentials; a proxy or captive portal may be answering instead")
     };
     let wire: Wire = reply
         .json()

@@ -60,6 +60,10 @@ const DEFAULT_IAMCREDENTIALS_ENDPOINT: &str = "https://iamcredentials.googleapis
 /// them rather than one per host.
 const REGISTRY_KEY: &str = "gcp";
 
+/// Where Google announces outages, for the fix of a refusal that outlasted
+/// every retry.
+const STATUS_PAGE: &str = "https://status.cloud.google.com";
+
 /// GKE's opt-in annotation for its service-account image-pull mode; only
 /// the exact value `true` opts in, as in auth-provider-gcp.
 pub(crate) const ENABLE_IMAGE_PULL_ANNOTATION: &str = "iam.gke.io/enable-wi-image-pull";

@@ -71,7 +71,7 @@ pub fn interpret(reply: &Reply, now: i64, request: &Request<'_>) -> Result<Acces
                 "STS did not understand the request: if --gcp-sts-endpoint is set, point it at Google STS (https://sts.googleapis.com or its private endpoint)".to_string()
             }
             _ if http::is_retryable_status(reply.status) => {
-                "Google STS was throttling or unavailable through every retry; the kubelet retries the pull, check https://status.cloud.google.com if it persists".to_string()
+                http::retries_spent("Google STS", super::STATUS_PAGE)
             }
             _ => "check --gcp-sts-endpoint and the node's proxy settings; the exchange was refused before the token was examined".to_string(),
         };
@@ -82,11 +82,9 @@ pub fn interpret(reply: &Reply, now: i64, request: &Request<'_>) -> Result<Acces
         .fix(fix));
     }
     let malformed = |why: &str| {
-        Error::upstream(format!(
-            "Google STS answered HTTP {} for audience {audience} with {why}",
-            reply.status
-        ))
-        .fix("check that --gcp-sts-endpoint points at Google STS; a proxy or captive portal may be answering instead")
+        reply
+            .unusable(format_args!("Google STS, asked for audience {audience},"), why)
+            .fix("check that --gcp-sts-endpoint points at Google STS; a proxy or captive portal may be answering instead")
     };
     let wire: Wire = reply
         .json()

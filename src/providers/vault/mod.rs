@@ -536,7 +536,7 @@ impl Vault {
                 "no auth method is mounted at auth/{mount}: check --vault-auth-mount and --vault-auth-method"
             )
         } else if http::is_retryable_status(reply.status) {
-            "Vault was rate limiting, sealed or unavailable through every retry; the kubelet retries the pull".to_string()
+            UNAVAILABLE_FIX.to_string()
         } else {
             "check --vault-address, --vault-auth-method and --vault-auth-mount".to_string()
         };
@@ -592,7 +592,7 @@ impl Vault {
                 )
             }
             s if http::is_retryable_status(s) => {
-                "Vault was rate limiting, sealed or unavailable through every retry; the kubelet retries the pull".to_string()
+                UNAVAILABLE_FIX.to_string()
             }
             _ => "check --vault-kv-mount and --vault-kv-version".to_string(),
         };
@@ -637,6 +637,10 @@ impl Vault {
         }
     }
 }
+
+/// The fix for a refusal still worth retrying after the last attempt.
+const UNAVAILABLE_FIX: &str =
+    "Vault was rate limiting, sealed or unavailable through every retry; the kubelet retries the pull";
 
 /// How long revoking the login token may take.
 const REVOKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
