@@ -11,7 +11,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -195,19 +194,7 @@ pub(crate) fn run(args: &Args, env: &Env) -> ExitCode {
             false
         }
     };
-    let mut stdout = std::io::stdout().lock();
-    if stdout
-        .write_all(out.as_bytes())
-        .and_then(|()| stdout.flush())
-        .is_err()
-    {
-        return ExitCode::from(2);
-    }
-    if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    crate::commands::report(&out, ok)
 }
 
 /// Writes the explanation to `out`. `Ok(true)` when some provider entry of

@@ -47,3 +47,23 @@ pub(crate) fn run(command: &Command, options: &Options, inputs: &Inputs) -> Exit
         Command::Node(command) => node::run(command, &inputs.env),
     }
 }
+
+/// Ends a command that writes a report to stdout: exit status 0 when the
+/// report says all is well (`ok`), 1 when it found a problem, 2 when
+/// stdout could not take it (a closed pipe): the caller saw nothing.
+pub(crate) fn report(text: &str, ok: bool) -> ExitCode {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if out
+        .write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .is_err()
+    {
+        return ExitCode::from(2);
+    }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

@@ -3,7 +3,6 @@
 //! kubelet accepts but never works, and report every finding with its file,
 //! provider and field. Exit status 0 without errors, 1 with.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -148,19 +147,7 @@ pub(crate) fn run(args: &Args, env: &Env) -> ExitCode {
         Output::Json => serde_json::to_string_pretty(&report).unwrap_or_default() + "\n",
         Output::Text => render_text(&report),
     };
-    let mut out = std::io::stdout().lock();
-    if out
-        .write_all(text.as_bytes())
-        .and_then(|()| out.flush())
-        .is_err()
-    {
-        return ExitCode::from(2);
-    }
-    if report.ok() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    crate::commands::report(&text, report.ok())
 }
 
 fn render_text(report: &Report) -> String {

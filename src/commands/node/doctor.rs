@@ -15,7 +15,7 @@ use serde::Serialize;
 use super::discover::{self, Discovery};
 use super::distro::{self, Distro};
 use super::host::Host;
-use super::{Target, print, rbac, restart, stage};
+use super::{Target, rbac, restart, stage};
 use crate::commands::check_config::check::{Output, check_with};
 use crate::commands::check_config::isolation::KubeletFacts;
 use crate::commands::check_config::lint;
@@ -97,14 +97,7 @@ pub(crate) fn run(args: &Args, env: &Env) -> ExitCode {
             t
         }
     };
-    if !print(&text) {
-        return ExitCode::from(2);
-    }
-    if report.ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    crate::commands::report(&text, report.ok)
 }
 
 pub(crate) fn diagnose(target: &Target, env: &Env) -> Report {

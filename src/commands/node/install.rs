@@ -19,7 +19,7 @@ use super::host::Host;
 use super::merge::{self, Format, Replace};
 use super::plan::{self, ConfigTarget, Plan, ReadyProvider};
 use super::stage::{self, Stage};
-use super::{Target, print, rbac, restart};
+use super::{Target, rbac, restart};
 use crate::commands::check_config::check::{Output, check_with};
 use crate::commands::check_config::isolation::KubeletFacts;
 use crate::error::{Error, Result};
@@ -116,24 +116,18 @@ pub(crate) fn run(args: &Args, env: &Env) -> ExitCode {
         dry_run: args.dry_run,
         ..Report::default()
     };
-    let code = match install(args, env, &mut report) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            report.error = Some(e.to_string());
-            ExitCode::FAILURE
-        }
-    };
+    if let Err(e) = install(args, env, &mut report) {
+        report.error = Some(e.to_string());
+    }
     let text = match args.target.output {
         Output::Json => serde_json::to_string_pretty(&report).unwrap_or_default() + "\n",
         Output::Text => render(&report),
     };
-    if !print(&text) {
-        return ExitCode::from(2);
-    }
+    let status = crate::commands::report(&text, report.error.is_none());
     if let Some(e) = &report.error {
         crate::log::write(crate::log::Level::Error, format_args!("node install: {e}"));
     }
-    code
+    status
 }
 
 /// Reads the binary to install, bounded.

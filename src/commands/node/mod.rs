@@ -36,7 +36,6 @@ pub(crate) mod stage;
 pub(crate) mod systemd;
 pub(crate) mod uninstall;
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -129,12 +128,4 @@ pub(crate) fn run(command: &Command, env: &Env) -> ExitCode {
         Command::Uninstall(args) => uninstall::run(args),
         Command::Doctor(args) => doctor::run(args, env),
     }
-}
-
-/// Writes a report to stdout.
-pub(crate) fn print(text: &str) -> bool {
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())
-        .and_then(|()| out.flush())
-        .is_ok()
 }

@@ -18,7 +18,7 @@ use serde::Serialize;
 use super::discover;
 use super::files::{self, Kind, Manifest, Record, Snapshot, State};
 use super::host::Host;
-use super::{Target, install, merge, print, restart};
+use super::{Target, install, merge, restart};
 use crate::commands::check_config::check::Output;
 use crate::error::{Error, Result};
 use crate::options::BINARY;
@@ -77,14 +77,7 @@ pub(crate) fn run(args: &Args) -> ExitCode {
             t
         }
     };
-    if !print(&text) {
-        return ExitCode::from(2);
-    }
-    if result.is_ok() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    crate::commands::report(&text, result.is_ok())
 }
 
 fn uninstall(args: &Args, report: &mut Report) -> Result<()> {
