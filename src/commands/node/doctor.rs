@@ -440,27 +440,21 @@ fn health_check(target: &Target, d: &Discovery) -> Check {
 fn binary_check(host: &Host, bin_dir: &Path) -> Check {
     use std::os::unix::fs::MetadataExt;
     let shown = bin_dir.join(BINARY);
+    let missing = |why: String| {
+        check(
+            Verdict::Fail,
+            "binary",
+            format!("{} {why}", shown.display()),
+            Some("reinstall with node install".into()),
+        )
+    };
     let local = match host.local(&shown) {
         Ok(l) => l,
-        Err(e) => {
-            return check(
-                Verdict::Fail,
-                "binary",
-                format!("{} cannot be found: {e}", shown.display()),
-                Some("reinstall with node install".into()),
-            );
-        }
+        Err(e) => return missing(format!("cannot be found: {e}")),
     };
     let meta = match std::fs::metadata(&local) {
         Ok(m) => m,
-        Err(e) => {
-            return check(
-                Verdict::Fail,
-                "binary",
-                format!("{} cannot be read: {e}", shown.display()),
-                Some("reinstall with node install".into()),
-            );
-        }
+        Err(e) => return missing(format!("cannot be read: {e}")),
     };
     if !meta.is_file() || meta.uid() != 0 || meta.mode() & 0o022 != 0 {
         return check(
