@@ -401,8 +401,8 @@ pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential
 
 #[cfg(test)]
 mod tests {
-
     use super::*;
+    use crate::providers::Pull;
     use crate::net::http::reply;
 
     const ID: &str = "0123456789abcdef0123456789abcdef01234567/0123456789abcdef";
@@ -463,13 +463,8 @@ mod tests {
         let image = ImageRef::parse("cgr.dev/org/app").unwrap();
         let other = format!("{ID}/1111111111111111");
         let pick = |c: &Chainguard, pairs: &[(&str, &str)]| {
-            let annotations = crate::providers::annotations(pairs);
-            let cx = Context {
-                image: &image,
-                annotations: &annotations,
-                token: None,
-            };
-            c.identity(&cx).map_err(|e| e.to_string())
+            let pull = Pull::new(&image.to_string(), pairs);
+            c.identity(&pull.context(None)).map_err(|e| e.to_string())
         };
         assert_eq!(
             pick(

@@ -208,7 +208,7 @@ impl Cloudsmith {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::image::ImageRef;
+    use crate::providers::Pull;
     use crate::net::http::reply;
 
     fn cloudsmith() -> Cloudsmith {
@@ -222,13 +222,8 @@ mod tests {
     }
 
     fn slug(annotations: &[(&str, &str)]) -> Result<String> {
-        let image = ImageRef::parse("docker.cloudsmith.io/acme/repo/app").unwrap();
-        let annotations = crate::providers::annotations(annotations);
-        cloudsmith().service_slug(&Context {
-            image: &image,
-            annotations: &annotations,
-            token: None,
-        })
+        let pull = Pull::new("docker.cloudsmith.io/acme/repo/app", annotations);
+        cloudsmith().service_slug(&pull.context(None))
     }
 
     #[test]

@@ -184,6 +184,33 @@ pub(crate) fn annotations(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// One pull as an exchanger's tests ask for it: the image and the service
+/// account's annotations, owned, lent as a [`Context`].
+#[cfg(test)]
+pub(crate) struct Pull {
+    pub(crate) image: ImageRef,
+    annotations: BTreeMap<String, String>,
+}
+
+#[cfg(test)]
+impl Pull {
+    pub(crate) fn new(image: &str, annotations: &[(&str, &str)]) -> Self {
+        Pull {
+            image: ImageRef::parse(image).unwrap_or_else(|e| panic!("{image}: {e}")),
+            annotations: self::annotations(annotations),
+        }
+    }
+
+    /// The context of this pull, with `token` when the test has one.
+    pub(crate) fn context<'a>(&'a self, token: Option<&'a ServiceAccountToken>) -> Context<'a> {
+        Context {
+            image: &self.image,
+            annotations: &self.annotations,
+            token,
+        }
+    }
+}
+
 /// Registry credentials and when they stop working.
 pub struct Credential {
     pub username: String,

@@ -254,7 +254,7 @@ impl Quay {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::image::ImageRef;
+    use crate::providers::Pull;
     use crate::net::http::reply;
 
     fn quay() -> Quay {
@@ -268,13 +268,7 @@ mod tests {
     }
 
     fn robot(annotations: &[(&str, &str)]) -> Result<String> {
-        let image = ImageRef::parse("quay.io/acme/app").unwrap();
-        let annotations = crate::providers::annotations(annotations);
-        quay().robot(&Context {
-            image: &image,
-            annotations: &annotations,
-            token: None,
-        })
+        quay().robot(&Pull::new("quay.io/acme/app", annotations).context(None))
     }
 
     #[test]

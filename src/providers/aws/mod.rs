@@ -468,6 +468,7 @@ fn login(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::Pull;
     use crate::protocol::CacheKeyType;
     use crate::secret::Secret;
     use crate::token::ServiceAccountToken;
@@ -498,15 +499,9 @@ mod tests {
         token: &ServiceAccountToken,
         annotations: &[(&str, &str)],
     ) -> Result<Vec<(&'static str, String)>> {
-        let image = ImageRef::parse(image).unwrap();
-        let annotations = crate::providers::annotations(annotations);
-        let cx = Context {
-            image: &image,
-            annotations: &annotations,
-            token: Some(token),
-        };
-        let plan = aws.plan(&cx)?;
-        assert_eq!(plan.auth_key, image.registry());
+        let pull = Pull::new(image, annotations);
+        let plan = aws.plan(&pull.context(Some(token)))?;
+        assert_eq!(plan.auth_key, pull.image.registry());
         assert_eq!(plan.cache_key_type, CacheKeyType::Registry);
         assert!(plan.cacheable);
         Ok(plan.inputs)

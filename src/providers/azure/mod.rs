@@ -375,6 +375,7 @@ impl Exchanger for Azure {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::Pull;
     use crate::protocol::CacheKeyType;
     use crate::secret::Secret;
     use crate::token::ServiceAccountToken;
@@ -402,16 +403,10 @@ mod tests {
         image: &str,
         annotations: &[(&str, &str)],
     ) -> Result<Vec<(&'static str, String)>> {
-        let image = ImageRef::parse(image).unwrap();
-        let annotations = crate::providers::annotations(annotations);
+        let pull = Pull::new(image, annotations);
         let token = token();
-        let cx = Context {
-            image: &image,
-            annotations: &annotations,
-            token: Some(&token),
-        };
-        let plan = azure.plan(&cx)?;
-        assert_eq!(plan.auth_key, image.registry());
+        let plan = azure.plan(&pull.context(Some(&token)))?;
+        assert_eq!(plan.auth_key, pull.image.registry());
         assert_eq!(plan.cache_key_type, CacheKeyType::Registry);
         Ok(plan.inputs)
     }

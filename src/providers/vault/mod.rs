@@ -660,6 +660,7 @@ pub(crate) fn expiry(started: i64, token_lease: i64, secret_lease: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::Pull;
     use crate::image::ImageRef;
     use crate::providers::{Exchanger, allowlist::Allowlisted};
     use std::collections::BTreeMap;
@@ -736,13 +737,8 @@ mod tests {
 
     fn plan_error(options: &Options, annotations: &[(&str, &str)]) -> Option<String> {
         let vault = Vault::new(options, Arc::default()).unwrap();
-        let annotations = crate::providers::annotations(annotations);
-        let image = ImageRef::parse("registry.example.com/team/app").unwrap();
-        let cx = Context {
-            image: &image,
-            annotations: &annotations,
-            token: None,
-        };
+        let pull = Pull::new("registry.example.com/team/app", annotations);
+        let cx = pull.context(None);
         // Without a token the plan stops after the annotations are read
         // (role and annotated secret need none); the token is checked first
         // only for a template.
