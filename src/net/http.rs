@@ -181,6 +181,21 @@ impl Reply {
     }
 }
 
+/// For the tests of the code that reads replies: `read` refused the
+/// reply with an error that says `needle` and never shows `secret`, the
+/// credential the reply carried. Returns the error's text.
+#[cfg(test)]
+pub(crate) fn assert_refused<T: std::fmt::Debug>(
+    read: Result<T>,
+    needle: &str,
+    secret: &str,
+) -> String {
+    let e = read.expect_err(needle).to_string();
+    assert!(e.contains(needle), "{needle}: {e}");
+    assert!(!e.contains(secret), "{e}");
+    e
+}
+
 /// A reply with `status` and `body` and no `Retry-After`, as an upstream
 /// would send it, for the tests of the code that reads replies.
 #[cfg(test)]
