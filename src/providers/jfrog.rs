@@ -374,21 +374,18 @@ mod tests {
         );
     }
 
+    /// JFrog's answer `body` with HTTP 200, read at `now`.
+    fn success(body: &str, now: i64) -> Result<Credential> {
+        jfrog(None).interpret(&reply(200, body), now, "iss", "sub", None)
+    }
+
     #[test]
     fn reads_the_answer() {
-        let j = jfrog(None);
-        let c = j
-            .interpret(
-                &reply(
-                    200,
-                    r#"{"access_token":"opaque","username":"k8s-team","expires_in":3600,"token_type":"Bearer","issued_token_type":"urn:ietf:params:oauth:token-type:access_token","scope":"applied-permissions/groups:readers"}"#,
-                ),
-                1000,
-                "iss",
-                "sub",
-                None,
-            )
-            .unwrap();
+        let c = success(
+            r#"{"access_token":"opaque","username":"k8s-team","expires_in":3600,"token_type":"Bearer","issued_token_type":"urn:ietf:params:oauth:token-type:access_token","scope":"applied-permissions/groups:readers"}"#,
+            1000,
+        )
+        .unwrap();
         assert_eq!(
             (c.username.as_str(), c.password.expose(), c.expires_at),
             ("k8s-team", "opaque", 4600)
@@ -405,22 +402,10 @@ mod tests {
                 "no usable username",
             ),
         ] {
-            let e = j
-                .interpret(&reply(200, body), 0, "iss", "sub", None)
-                .unwrap_err()
-                .to_string();
-            assert!(e.contains(needle), "{body}: {e}");
+            crate::net::http::assert_refused(success(body, 0), needle, "opaque");
         }
         // No expires_in and an opaque token: JFrog's documented default.
-        let c = j
-            .interpret(
-                &reply(200, r#"{"access_token":"t","username":"u"}"#),
-                1000,
-                "iss",
-                "sub",
-                None,
-            )
-            .unwrap();
+        let c = success(r#"{"access_token":"t","username":"u"}"#, 1000).unwrap();
         assert_eq!(c.expires_at, 1060);
     }
 
