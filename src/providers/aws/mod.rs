@@ -527,7 +527,9 @@ mod tests {
             )],
         )
         .unwrap();
-        let want: Vec<(&str, String)> = [
+        assert_inputs(
+            got,
+            &[
             ("credential source", "web-identity"),
             ("role arn", "arn:aws-us-gov:iam::123456789012:role/pull"),
             ("session name", "team.api"),
@@ -543,10 +545,13 @@ mod tests {
                 "ecr endpoint",
                 "https://api.ecr-fips.us-gov-west-1.amazonaws.com",
             ),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k, v.to_string()))
-        .collect();
+            ],
+        );
+    }
+
+    /// The plan's inputs are exactly `want`, in order.
+    fn assert_inputs(got: Vec<(&'static str, String)>, want: &[(&str, &str)]) {
+        let want: Vec<(&str, String)> = want.iter().map(|(k, v)| (*k, v.to_string())).collect();
         assert_eq!(got, want);
     }
 
@@ -562,7 +567,9 @@ mod tests {
         assert!(aws.annotation_keys().is_empty());
         let t = token(pod_identity::AUDIENCE);
         let got = inputs(&aws, "public.ecr.aws/team/app", &t, &[]).unwrap();
-        let want: Vec<(&str, String)> = [
+        assert_inputs(
+            got,
+            &[
             ("credential source", "pod-identity"),
             ("partition", "aws"),
             ("region", "us-east-1"),
@@ -572,11 +579,8 @@ mod tests {
                 "ecr endpoint",
                 "https://ecr-public.vpce.example (from AWS_ENDPOINT_URL_ECR_PUBLIC)",
             ),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k, v.to_string()))
-        .collect();
-        assert_eq!(got, want);
+            ],
+        );
     }
 
     #[test]
