@@ -671,16 +671,19 @@ mod tests {
         assert_eq!(ins, "--a=1 --b=2");
     }
 
+    /// `--a=1` appended to `var` in `text`, with `inherited` carried over.
+    fn append_a1(text: &str, var: &str, inherited: &str) -> Option<(String, String)> {
+        plan::append_flags(text, var, &flags(&[("a", "1")]), inherited)
+    }
+
     #[test]
     fn appends_inside_quotes_and_without_a_trailing_newline() {
-        let (text, ins) =
-            plan::append_flags("X=1\nARGS=\"--v=2\"", "ARGS", &flags(&[("a", "1")]), "").unwrap();
+        let (text, ins) = append_a1("X=1\nARGS=\"--v=2\"", "ARGS", "").unwrap();
         assert_eq!(text, "X=1\nARGS=\"--v=2 --a=1\"");
         assert_eq!(ins, " --a=1");
-        let (text, _) = plan::append_flags(
+        let (text, _) = append_a1(
             "NODEADM_KUBELET_ARGS=--a=0 --v=2",
             "NODEADM_KUBELET_ARGS",
-            &flags(&[("a", "1")]),
             "",
         )
         .unwrap();
@@ -689,31 +692,22 @@ mod tests {
 
     #[test]
     fn nothing_when_the_last_value_already_holds() {
-        assert!(
-            plan::append_flags("ARGS=--a=0 --a=1\n", "ARGS", &flags(&[("a", "1")]), "").is_none()
-        );
-        assert!(plan::append_flags("ARGS=--a 1\n", "ARGS", &flags(&[("a", "1")]), "").is_none());
+        assert!(append_a1("ARGS=--a=0 --a=1\n", "ARGS", "").is_none());
+        assert!(append_a1("ARGS=--a 1\n", "ARGS", "").is_none());
     }
 
     #[test]
     fn adds_a_missing_variable() {
-        let (text, ins) = plan::append_flags("OTHER=1", "ARGS", &flags(&[("a", "1")]), "").unwrap();
+        let (text, ins) = append_a1("OTHER=1", "ARGS", "").unwrap();
         assert_eq!(text, "OTHER=1\nARGS=\"--a=1\"\n");
         assert_eq!(ins, "\nARGS=\"--a=1\"\n");
     }
 
     #[test]
     fn a_continued_line_is_extended_at_its_end_and_an_inherited_value_kept() {
-        let (text, _) = plan::append_flags(
-            "ARGS=--v=2 \\\n  --b=1\nX=1\n",
-            "ARGS",
-            &flags(&[("a", "1")]),
-            "",
-        )
-        .unwrap();
+        let (text, _) = append_a1("ARGS=--v=2 \\\n  --b=1\nX=1\n", "ARGS", "").unwrap();
         assert_eq!(text, "ARGS=--v=2 \\\n  --b=1 --a=1\nX=1\n");
-        let (text, _) =
-            plan::append_flags("X=1\n", "ARGS", &flags(&[("a", "1")]), "--d=\"q\"").unwrap();
+        let (text, _) = append_a1("X=1\n", "ARGS", "--d=\"q\"").unwrap();
         assert_eq!(text, "X=1\nARGS=\"--d=\\\"q\\\" --a=1\"\n");
     }
 
