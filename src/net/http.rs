@@ -401,7 +401,14 @@ pub(crate) async fn send(
         },
     )
     .await?;
-    outcome.map_err(|e| transport_error(call, attempts, &e, deadline, client.proxies()))
+    let reply =
+        outcome.map_err(|e| transport_error(call, attempts, &e, deadline, client.proxies()))?;
+    crate::debug!(
+        "{call} answered HTTP {} ({} bytes)",
+        reply.status,
+        reply.body.len()
+    );
+    Ok(reply)
 }
 
 /// The error for a call that never got a reply.

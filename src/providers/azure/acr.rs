@@ -106,11 +106,6 @@ pub(crate) async fn exchange(
     ];
     let endpoint = crate::observe::Endpoint::RegistryToken;
     let reply = http::post_form(client, endpoint, &url, &form, &call, deadline).await?;
-    crate::debug!(
-        "ACR answered HTTP {} ({} bytes)",
-        reply.status,
-        reply.body.len()
-    );
     if !reply.is_success() {
         return Err(explain(request, &reply));
     }

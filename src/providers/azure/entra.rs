@@ -113,11 +113,6 @@ pub(crate) async fn request_token(
     ];
     let endpoint = crate::observe::Endpoint::TokenExchange;
     let reply = http::post_form(client, endpoint, &url, &form, &call, deadline).await?;
-    crate::debug!(
-        "Entra ID answered HTTP {} ({} bytes)",
-        reply.status,
-        reply.body.len()
-    );
     if reply.is_success() {
         let token = reply
             .json::<TokenResponse>()
