@@ -485,17 +485,15 @@ mod tests {
                 .proxy_for(&url::Url::parse(u).unwrap())
                 .map(|p| p.host_str().unwrap_or_default().to_string())
         };
-        assert_eq!(
-            via("https://registry.example/").as_deref(),
-            Some("secure-proxy")
-        );
-        assert_eq!(
-            via("http://registry.example/").as_deref(),
-            Some("any-proxy")
-        );
-        assert_eq!(via("https://registry.internal.example/"), None);
-        assert_eq!(via("http://10.9.9.9/"), None);
-        assert_eq!(via("http://169.254.170.23/"), None);
+        for (target, proxy) in [
+            ("https://registry.example/", Some("secure-proxy")),
+            ("http://registry.example/", Some("any-proxy")),
+            ("https://registry.internal.example/", None),
+            ("http://10.9.9.9/", None),
+            ("http://169.254.170.23/", None),
+        ] {
+            assert_eq!(via(target).as_deref(), proxy, "{target}");
+        }
     }
 
     #[test]

@@ -329,18 +329,22 @@ mod tests {
 
     #[test]
     fn cgroup_lines() {
-        assert_eq!(
-            cgroup_of("0::/system.slice/kubelet.service\n").as_deref(),
-            Some("/system.slice/kubelet.service")
-        );
-        assert_eq!(
-            cgroup_of("0::/../../../system.slice/kubelet.service\n").as_deref(),
-            Some("/system.slice/kubelet.service")
-        );
-        assert_eq!(
-            cgroup_of("4:memory:/x\n1:name=systemd:/runtime.slice/kubelet.service\n").as_deref(),
-            Some("/runtime.slice/kubelet.service")
-        );
+        for (lines, cgroup) in [
+            (
+                "0::/system.slice/kubelet.service\n",
+                "/system.slice/kubelet.service",
+            ),
+            (
+                "0::/../../../system.slice/kubelet.service\n",
+                "/system.slice/kubelet.service",
+            ),
+            (
+                "4:memory:/x\n1:name=systemd:/runtime.slice/kubelet.service\n",
+                "/runtime.slice/kubelet.service",
+            ),
+        ] {
+            assert_eq!(cgroup_of(lines).as_deref(), Some(cgroup), "{lines}");
+        }
         assert!(under_kubepods(
             "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice/cri-containerd-a.scope"
         ));
