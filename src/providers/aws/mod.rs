@@ -482,6 +482,15 @@ mod tests {
         ServiceAccountToken::decode(Secret::new(jwt), 2000).unwrap()
     }
 
+    /// A web-identity exchanger with no AWS variables set.
+    fn web_identity() -> Aws {
+        Aws::with_environment(
+            &options(CredentialSource::WebIdentity),
+            Environment::default(),
+            Arc::default(),
+        )
+    }
+
     fn options(source: CredentialSource) -> Options {
         Options {
             aws_credential_source: source,
@@ -509,11 +518,7 @@ mod tests {
 
     #[test]
     fn web_identity_plan_names_every_input() {
-        let aws = Aws::with_environment(
-            &options(CredentialSource::WebIdentity),
-            Environment::default(),
-            Arc::default(),
-        );
+        let aws = web_identity();
         assert_eq!(aws.audiences(), ["sts.amazonaws.com"]);
         assert_eq!(aws.annotation_keys(), identity::DEFAULT_ROLE_ANNOTATIONS);
         let t = token(STS_AUDIENCE);
@@ -585,11 +590,7 @@ mod tests {
 
     #[test]
     fn hosts_served_and_refused() {
-        let aws = Aws::with_environment(
-            &options(CredentialSource::WebIdentity),
-            Environment::default(),
-            Arc::default(),
-        );
+        let aws = web_identity();
         let serves = |i: &str| aws.serves(&ImageRef::parse(i).unwrap());
         assert!(serves("123456789012.dkr.ecr.us-east-1.amazonaws.com/a"));
         assert!(serves("public.ecr.aws/a/b"));
