@@ -521,44 +521,68 @@ mod tests {
     #[test]
     fn overrides_that_contradict_the_registry_are_refused() {
         let r = registry("123456789012.dkr.ecr.us-east-1.amazonaws.com");
-        let ecr = env(&[(
-            "AWS_ENDPOINT_URL_ECR",
-            "https://api.ecr.us-west-2.amazonaws.com",
-        )]);
-        let e = resolve(Service::Ecr, &r, &ecr).unwrap_err().to_string();
-        assert!(e.contains("region us-west-2"), "{e}");
-        assert!(e.contains("region us-east-1"), "{e}");
-        let vpce = env(&[(
-            "AWS_ENDPOINT_URL_ECR",
-            "https://vpce-0a1b2c3d-x.api.ecr.eu-west-1.vpce.amazonaws.com",
-        )]);
-        assert!(resolve(Service::Ecr, &r, &vpce).is_err());
-        // The same region's VPC endpoint is fine.
-        let same = env(&[(
-            "AWS_ENDPOINT_URL_ECR",
-            "https://vpce-0a1b2c3d-x.api.ecr.us-east-1.vpce.amazonaws.com",
-        )]);
-        assert!(resolve(Service::Ecr, &r, &same).is_ok());
-        // STS credentials work in every region of the partition: the node's
-        // own region's STS endpoint is allowed...
-        let sts = env(&[(
-            "AWS_ENDPOINT_URL_STS",
-            "https://sts.eu-west-1.amazonaws.com",
-        )]);
-        assert!(resolve(Service::Sts, &r, &sts).is_ok());
-        // ... but not another partition's.
-        let cn = env(&[(
-            "AWS_ENDPOINT_URL_STS",
-            "https://sts.cn-north-1.amazonaws.com.cn",
-        )]);
-        let e = resolve(Service::Sts, &r, &cn).unwrap_err().to_string();
-        assert!(e.contains("partition aws-cn"), "{e}");
-        // ECR Public is in us-east-1.
-        let public = env(&[(
-            "AWS_ENDPOINT_URL",
-            "https://api.ecr-public.us-west-2.amazonaws.com",
-        )]);
-        assert!(resolve(Service::EcrPublic, &Registry::Public, &public).is_err());
+        let public = Registry::Public;
+        // (service, registry, variable, URL, what the refusal names; None:
+        // accepted).
+        let cases = [
+            (
+                Service::Ecr,
+                &r,
+                "AWS_ENDPOINT_URL_ECR",
+                "https://api.ecr.us-west-2.amazonaws.com",
+                Some("region us-west-2"),
+            ),
+            (
+                Service::Ecr,
+                &r,
+                "AWS_ENDPOINT_URL_ECR",
+                "https://vpce-0a1b2c3d-x.api.ecr.eu-west-1.vpce.amazonaws.com",
+                Some("region us-east-1"),
+            ),
+            // The same region's VPC endpoint is fine.
+            (
+                Service::Ecr,
+                &r,
+                "AWS_ENDPOINT_URL_ECR",
+                "https://vpce-0a1b2c3d-x.api.ecr.us-east-1.vpce.amazonaws.com",
+                None,
+            ),
+            // STS credentials work in every region of the partition: the
+            // node's own region's STS endpoint is allowed...
+            (
+                Service::Sts,
+                &r,
+                "AWS_ENDPOINT_URL_STS",
+                "https://sts.eu-west-1.amazonaws.com",
+                None,
+            ),
+            // ... but not another partition's.
+            (
+                Service::Sts,
+                &r,
+                "AWS_ENDPOINT_URL_STS",
+                "https://sts.cn-north-1.amazonaws.com.cn",
+                Some("partition aws-cn"),
+            ),
+            // ECR Public is in us-east-1.
+            (
+                Service::EcrPublic,
+                &public,
+                "AWS_ENDPOINT_URL",
+                "https://api.ecr-public.us-west-2.amazonaws.com",
+                Some("us-west-2"),
+            ),
+        ];
+        for (service, registry, variable, url, refused) in cases {
+            let resolved = resolve(service, registry, &env(&[(variable, url)]));
+            match refused {
+                Some(named) => {
+                    let e = resolved.unwrap_err().to_string();
+                    assert!(e.contains(named), "{url}: {e}");
+                }
+                None => assert!(resolved.is_ok(), "{url}"),
+            }
+        }
         // Hosts that are not AWS endpoint names imply nothing.
         for url in [
             "http://127.0.0.1:5000",
