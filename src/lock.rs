@@ -177,18 +177,25 @@ mod tests {
         ));
     }
 
+    /// Another thread that waits up to 5 s for the lock at `path`, and
+    /// hands what it got to `then`.
+    fn wait_in_thread<T: Send + 'static>(
+        path: &Path,
+        owner: u32,
+        then: impl FnOnce(Acquired) -> T + Send + 'static,
+    ) -> std::thread::JoinHandle<T> {
+        let path = path.to_path_buf();
+        std::thread::spawn(move || then(acquire(&path, owner, soon(5_000)).unwrap()))
+    }
+
     #[test]
     fn a_waiter_gets_the_lock_soon_after_release() {
         let dir = tempfile::tempdir().unwrap();
         let (path, owner, first) = held(dir.path());
-        let waiter = {
-            let path = path.clone();
-            std::thread::spawn(move || {
-                let started = Instant::now();
-                let got = acquire(&path, owner, soon(5_000)).unwrap();
-                (matches!(got, Acquired::Held(_)), started.elapsed())
-            })
-        };
+        let started = Instant::now();
+        let waiter = wait_in_thread(&path, owner, move |got| {
+            (matches!(got, Acquired::Held(_)), started.elapsed())
+        });
         std::thread::sleep(Duration::from_millis(100));
         drop(first);
         let (held, waited) = waiter.join().unwrap();
@@ -215,13 +222,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (path, owner, first) = held(dir.path());
         // A waiter opens the current file, then blocks on it.
-        let waiter = {
-            let path = path.clone();
-            std::thread::spawn(move || match acquire(&path, owner, soon(5_000)).unwrap() {
-                Acquired::Held(lock) => lock.file().metadata().unwrap().ino(),
-                Acquired::Busy => panic!("the waiter must get a lock"),
-            })
-        };
+        let waiter = wait_in_thread(&path, owner, |got| match got {
+            Acquired::Held(lock) => lock.file().metadata().unwrap().ino(),
+            Acquired::Busy => panic!("the waiter must get a lock"),
+        });
         std::thread::sleep(Duration::from_millis(50));
         // The holder removes the file; a newcomer creates and locks a new one.
         first.remove_file().unwrap();
