@@ -486,6 +486,12 @@ mod tests {
         );
     }
 
+    /// A cache the test's threads share.
+    fn shared_cache() -> (tempfile::TempDir, std::sync::Arc<Cache>) {
+        let (dir, cache) = cache(HOUR);
+        (dir, std::sync::Arc::new(cache))
+    }
+
     fn cache(max_age: Duration) -> (tempfile::TempDir, Cache) {
         let parent = tempfile::tempdir().unwrap();
         let options = Options {
@@ -629,8 +635,7 @@ mod tests {
 
     #[test]
     fn a_waiter_takes_the_entry_the_holder_wrote_while_still_holding() {
-        let (_dir, cache) = cache(HOUR);
-        let cache = std::sync::Arc::new(cache);
+        let (_dir, cache) = shared_cache();
         let key = store::tests::key('a');
         let Ok(Acquired::Held(holder)) = cache.store.try_lock(&key) else {
             panic!("the lock is free");
@@ -673,8 +678,7 @@ mod tests {
 
     #[test]
     fn waiters_in_other_threads_share_one_exchange() {
-        let (_dir, cache) = cache(HOUR);
-        let cache = std::sync::Arc::new(cache);
+        let (_dir, cache) = shared_cache();
         let key = store::tests::key('e');
         let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let threads: Vec<_> = (0..8)
