@@ -485,6 +485,14 @@ pub(crate) mod tests {
         std::fs::symlink_metadata(path).unwrap().mode() & 0o7777
     }
 
+    /// Reading `k` finds an entry it must not use, for a reason that says
+    /// `why`; `what` names the case.
+    fn assert_unusable(store: &Store, k: &Key, why: &str, what: &str) {
+        let Lookup::Unusable(found) = store.read(k) else {
+            panic!("{what}");
+        };
+        assert!(found.contains(why), "{what}: {found}");
+    }
     #[test]
     fn creates_the_directory_0700_and_files_0600() {
         let (_parent, store) = store();
@@ -573,30 +581,36 @@ pub(crate) mod tests {
         let path = store.entry_path(&k);
 
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let Lookup::Unusable(why) = store.read(&k) else {
-            panic!("a world-readable entry must not be used");
-        };
-        assert!(why.contains("mode 0644"), "{why}");
+        assert_unusable(
+            &store,
+            &k,
+            "mode 0644",
+            "a world-readable entry must not be used",
+        );
 
         std::fs::remove_file(&path).unwrap();
         let elsewhere = store.dir().join("planted");
         std::fs::write(&elsewhere, serialize(&entry(&k)).unwrap()).unwrap();
         std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o600)).unwrap();
         std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
-        let Lookup::Unusable(why) = store.read(&k) else {
-            panic!("a symlinked entry must not be followed");
-        };
-        assert!(why.contains("symbolic link"), "{why}");
+        assert_unusable(
+            &store,
+            &k,
+            "symbolic link",
+            "a symlinked entry must not be followed",
+        );
         // Writing replaces the link itself, not its target.
         store.write(&entry(&k)).unwrap();
         assert!(std::fs::symlink_metadata(&path).unwrap().is_file());
 
         std::fs::remove_file(&path).unwrap();
         std::fs::create_dir(&path).unwrap();
-        let Lookup::Unusable(why) = store.read(&k) else {
-            panic!("a directory is not an entry");
-        };
-        assert!(why.contains("not a regular file"), "{why}");
+        assert_unusable(
+            &store,
+            &k,
+            "not a regular file",
+            "a directory is not an entry",
+        );
     }
 
     #[test]
@@ -655,10 +669,12 @@ pub(crate) mod tests {
         let k = key('f');
         store.write(&entry(&k)).unwrap();
         std::os::unix::fs::chown(store.entry_path(&k), Some(4242), None).unwrap();
-        let Lookup::Unusable(why) = store.read(&k) else {
-            panic!("a foreign entry must not be used");
-        };
-        assert!(why.contains("owned by uid 4242"), "{why}");
+        assert_unusable(
+            &store,
+            &k,
+            "owned by uid 4242",
+            "a foreign entry must not be used",
+        );
     }
 
     #[test]
