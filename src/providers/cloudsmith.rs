@@ -212,7 +212,8 @@ mod tests {
     use crate::net::http::reply;
 
     fn cloudsmith() -> Cloudsmith {
-        Cloudsmith::new(&Options {
+        Cloudsmith::new(
+            &Options {
                 cloudsmith_url: DEFAULT_URL.into(),
                 cloudsmith_org: Some("acme".into()),
             },

@@ -289,7 +289,8 @@ mod tests {
     use crate::net::http::reply;
 
     fn jfrog(project: Option<&str>) -> Jfrog {
-        Jfrog::new(&Options {
+        Jfrog::new(
+            &Options {
                 jfrog_url: Some("https://example.jfrog.io/".into()),
                 jfrog_provider_name: Some("k8s-prod".into()),
                 jfrog_project_key: project.map(str::to_string),

@@ -34,7 +34,7 @@ use crate::token::ServiceAccountToken;
 /// its declaration and from the [`Exchanger`] it builds: the router and
 /// `auto`, `--help` and `--version`, `check-config`, `explain` and the
 /// cache key all read [`ALL`]. Adding a provider is one module that
-/// declares a `PROVIDER` and one line in the `providers!` list below.
+/// declares a `PROVIDER`, its `mod` line and its line in [`ALL`] below.
 pub struct Provider {
     /// `--provider` value, binary-name suffix (`wi-credential-provider-aws`),
     /// log and cache-key name.
@@ -86,33 +86,36 @@ impl Provider {
     }
 }
 
-/// Declares each provider module and lists its `PROVIDER` in [`ALL`], so
-/// that a provider is one line here and cannot be carried without being
-/// listed (or listed without being carried).
-macro_rules! providers {
-    ($($module:ident),+ $(,)?) => {
-        $(pub(crate) mod $module;)+
+// The provider modules, declared as plain items so that rustfmt and
+// rust-analyzer see them (a `mod` inside a macro call is invisible to
+// both). A module left out of [`ALL`] fails the build: its `PROVIDER` is
+// then dead code, and `-D warnings` makes that an error.
+pub(crate) mod aws;
+pub(crate) mod azure;
+pub(crate) mod chainguard;
+pub(crate) mod cloudsmith;
+pub(crate) mod gcp;
+pub(crate) mod jfrog;
+pub(crate) mod passthrough;
+pub(crate) mod quay;
+pub(crate) mod token_exchange;
+pub(crate) mod vault;
 
-        /// Every provider this binary carries, in `auto`'s order of preference.
-        pub static ALL: &[&Provider] = &[$(&$module::PROVIDER),+];
-    };
-}
-
-// One line per provider, in `auto`'s order of preference: the clouds first
-// (their registries are recognisable by host), then the providers `auto`
-// never picks.
-providers! {
-    aws,
-    azure,
-    gcp,
-    passthrough,
-    jfrog,
-    quay,
-    cloudsmith,
-    token_exchange,
-    chainguard,
-    vault,
-}
+/// Every provider this binary carries, in `auto`'s order of preference:
+/// the clouds first (their registries are recognisable by host), then the
+/// providers `auto` never picks.
+pub static ALL: &[&Provider] = &[
+    &aws::PROVIDER,
+    &azure::PROVIDER,
+    &gcp::PROVIDER,
+    &passthrough::PROVIDER,
+    &jfrog::PROVIDER,
+    &quay::PROVIDER,
+    &cloudsmith::PROVIDER,
+    &token_exchange::PROVIDER,
+    &chainguard::PROVIDER,
+    &vault::PROVIDER,
+];
 
 impl PartialEq for Provider {
     fn eq(&self, other: &Self) -> bool {

@@ -258,7 +258,8 @@ mod tests {
     use crate::net::http::reply;
 
     fn quay() -> Quay {
-        Quay::new(&Options {
+        Quay::new(
+            &Options {
                 quay_url: DEFAULT_URL.into(),
                 quay_organization: vec!["acme".into(), "acme-labs".into()],
             },
