@@ -89,7 +89,11 @@ pub(crate) static PROVIDER: Provider = Provider {
     flags: <Options as clap::Args>::augment_args,
     build: |flags, inputs| {
         let own = flags.own()?;
-        Ok(Box::new(Chainguard::new(flags.registries, &own, Arc::clone(&inputs.net))?))
+        Ok(Box::new(Chainguard::new(
+            flags.registries,
+            &own,
+            Arc::clone(&inputs.net),
+        )?))
     },
 };
 
@@ -367,7 +371,10 @@ pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential
         return Err(refusal(reply, d));
     }
     let malformed = |why: String| {
-        let from = format!("Chainguard's STS at {}, asked for identity {},", d.url, d.identity);
+        let from = format!(
+            "Chainguard's STS at {}, asked for identity {},",
+            d.url, d.identity
+        );
         reply.unusable(from, &why).fix("check that --chainguard-issuer-url is Chainguard's STS (https://issuer.enforce.dev); a proxy may be answering instead")
     };
     let (body, token) = reply.token_field("token").map_err(malformed)?;
@@ -402,8 +409,8 @@ pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::Pull;
     use crate::net::http::reply;
+    use crate::providers::Pull;
 
     const ID: &str = "0123456789abcdef0123456789abcdef01234567/0123456789abcdef";
 

@@ -204,12 +204,11 @@ impl Cloudsmith {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::Pull;
     use crate::net::http::reply;
+    use crate::providers::Pull;
 
     fn cloudsmith() -> Cloudsmith {
         Cloudsmith::new(

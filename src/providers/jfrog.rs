@@ -40,8 +40,8 @@ use crate::providers::allowlist::{self, Guarded};
 use crate::providers::oauth;
 use crate::providers::token_service::{self, Pattern, Service};
 use crate::providers::{Context, Credential, Plan, Provider};
-use crate::token::ServiceAccountToken;
 use crate::secret::Secret;
+use crate::token::ServiceAccountToken;
 
 pub(crate) const TOKEN_PATH: &str = "/access/api/v1/oidc/token";
 pub(crate) const GRANT_TYPE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
@@ -70,7 +70,11 @@ static MAPPING: Pattern = Pattern::new(
 
 // The field docs are this provider's --help text, written for a terminal
 // (bare URLs, <PLACEHOLDERS>, HOST[:PORT]), not for rustdoc.
-#[allow(rustdoc::bare_urls, rustdoc::invalid_html_tags, rustdoc::broken_intra_doc_links)]
+#[allow(
+    rustdoc::bare_urls,
+    rustdoc::invalid_html_tags,
+    rustdoc::broken_intra_doc_links
+)]
 #[derive(clap::Args, Clone, Debug, Default)]
 #[command(next_help_heading = "JFrog")]
 #[group(id = "jfrog_options")]
@@ -232,7 +236,6 @@ fn check_name(flag: &str, value: &str) -> Result<()> {
     ))
     .fix(format!("set {flag} to the name as JFrog shows it")))
 }
-
 
 impl Jfrog {
     /// Reads JFrog's answer, seen at `now`.

@@ -64,10 +64,8 @@ pub(crate) const DEFAULT_LIFETIME_SECS: i64 = 3600;
 static ROBOT: Pattern = Pattern::new(
     "<organisation>+<robot>, e.g. acme+ci-bot, lowercase",
     || {
-        regex_lite::Regex::new(
-            r"^([a-z0-9]+(?:[._-][a-z0-9]+)*)\+([a-z0-9]+(?:[._-][a-z0-9]+)*)$",
-        )
-        .ok()
+        regex_lite::Regex::new(r"^([a-z0-9]+(?:[._-][a-z0-9]+)*)\+([a-z0-9]+(?:[._-][a-z0-9]+)*)$")
+            .ok()
     },
 );
 
@@ -254,8 +252,8 @@ impl Quay {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::Pull;
     use crate::net::http::reply;
+    use crate::providers::Pull;
 
     fn quay() -> Quay {
         Quay::new(
@@ -281,7 +279,12 @@ mod tests {
             "acme-labs+ci_bot"
         );
         // Names Quay's validate_username accepts (VALID_USERNAME_REGEX).
-        for valid in ["acme+ci-bot", "acme+build.bot", "acme+2fa-puller", "acme+1bot"] {
+        for valid in [
+            "acme+ci-bot",
+            "acme+build.bot",
+            "acme+2fa-puller",
+            "acme+1bot",
+        ] {
             assert_eq!(robot(&[(ours, valid)]).unwrap(), valid);
         }
         let long = format!("acme+{}", "a".repeat(255));
@@ -356,10 +359,7 @@ mod tests {
 
     #[test]
     fn reads_the_answer() {
-        let jwt = crate::token::jwt(
-            r#"{"alg":"RS256"}"#,
-            r#"{"exp":4600,"sub":"acme+puller"}"#,
-        );
+        let jwt = crate::token::jwt(r#"{"alg":"RS256"}"#, r#"{"exp":4600,"sub":"acme+puller"}"#);
         let q = quay();
         let c = q
             .interpret(

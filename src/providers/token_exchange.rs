@@ -46,8 +46,8 @@ use crate::net::{self, http, http::Reply};
 use crate::providers::allowlist::{self, Guarded};
 use crate::providers::oauth::{self, form_urlencode};
 use crate::providers::{Context, Credential, Plan, Provider};
-use crate::token::ServiceAccountToken;
 use crate::secret::Secret;
+use crate::token::ServiceAccountToken;
 
 pub(crate) const GRANT_TYPE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
 const JWT_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:jwt";
@@ -57,7 +57,11 @@ const MAX_USERNAME_CHARS: usize = 256;
 
 // The field docs are this provider's --help text, written for a terminal
 // (bare URLs, <PLACEHOLDERS>, HOST[:PORT]), not for rustdoc.
-#[allow(rustdoc::bare_urls, rustdoc::invalid_html_tags, rustdoc::broken_intra_doc_links)]
+#[allow(
+    rustdoc::bare_urls,
+    rustdoc::invalid_html_tags,
+    rustdoc::broken_intra_doc_links
+)]
 #[derive(clap::Args, Clone, Debug, Default)]
 #[command(next_help_heading = "Token exchange (RFC 8693)")]
 #[group(id = "token_exchange_options")]
@@ -355,15 +359,11 @@ fn endpoint(options: &Options) -> Result<String> {
 /// A token type URI flag's value, trimmed.
 fn token_type(flag: &str, value: &str) -> Result<String> {
     let v = value.trim();
-    if v.is_empty()
-        || !v.contains(':')
-        || v.chars().any(|c| c.is_whitespace() || c.is_control())
-    {
-        return Err(Error::config(format!(
-            "{flag} {} is not a token type URI",
-            quote(value)
-        ))
-        .fix("write a token type URI such as urn:ietf:params:oauth:token-type:jwt"));
+    if v.is_empty() || !v.contains(':') || v.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(
+            Error::config(format!("{flag} {} is not a token type URI", quote(value)))
+                .fix("write a token type URI such as urn:ietf:params:oauth:token-type:jwt"),
+        );
     }
     Ok(v.to_string())
 }
@@ -407,63 +407,66 @@ fn resources(values: &[String]) -> Result<Vec<String>> {
 /// Where the registry username comes from: exactly one of
 /// `--token-exchange-username` and `--token-exchange-username-field`.
 fn username(options: &Options) -> Result<Username> {
-    Ok(match (
-        options.token_exchange_username.as_deref(),
-        options.token_exchange_username_field.as_deref(),
-    ) {
-        (Some(_), Some(_)) => {
-            return Err(Error::config(
-                "--token-exchange-username and --token-exchange-username-field are both set",
-            )
-            .fix("keep one: a fixed username, or the answer's field that holds it"));
-        }
-        (None, None) => {
-            return Err(Error::config("the token-exchange provider has no registry username")
-                .fix("pass --token-exchange-username NAME (what the registry expects with the issued token), or --token-exchange-username-field FIELD to read it from the token server's answer"));
-        }
-        (Some(name), None) => Username::Fixed(check_username(name).map_err(|why| {
-            Error::config(format!("--token-exchange-username {} {why}", quote(name)))
-                .fix("write the registry account name the issued token belongs to")
-        })?),
-        (None, Some(field)) => {
-            let ok = !field.is_empty()
-                && field.len() <= 64
-                && field
-                    .bytes()
-                    .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-' || c == b'.');
-            if !ok {
-                return Err(Error::config(format!(
-                    "--token-exchange-username-field {} is not a field name",
-                    quote(field)
-                ))
-                .fix("name a top-level field of the answer, such as username"));
+    Ok(
+        match (
+            options.token_exchange_username.as_deref(),
+            options.token_exchange_username_field.as_deref(),
+        ) {
+            (Some(_), Some(_)) => {
+                return Err(Error::config(
+                    "--token-exchange-username and --token-exchange-username-field are both set",
+                )
+                .fix("keep one: a fixed username, or the answer's field that holds it"));
             }
-            Username::Field(field.to_string())
-        }
-    })
+            (None, None) => {
+                return Err(Error::config("the token-exchange provider has no registry username")
+                .fix("pass --token-exchange-username NAME (what the registry expects with the issued token), or --token-exchange-username-field FIELD to read it from the token server's answer"));
+            }
+            (Some(name), None) => Username::Fixed(check_username(name).map_err(|why| {
+                Error::config(format!("--token-exchange-username {} {why}", quote(name)))
+                    .fix("write the registry account name the issued token belongs to")
+            })?),
+            (None, Some(field)) => {
+                let ok = !field.is_empty()
+                    && field.len() <= 64
+                    && field
+                        .bytes()
+                        .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-' || c == b'.');
+                if !ok {
+                    return Err(Error::config(format!(
+                        "--token-exchange-username-field {} is not a field name",
+                        quote(field)
+                    ))
+                    .fix("name a top-level field of the answer, such as username"));
+                }
+                Username::Field(field.to_string())
+            }
+        },
+    )
 }
 
 /// How the plugin authenticates to the token server, if at all.
 fn client(options: &Options) -> Result<Client> {
-    Ok(match (
-        options.token_exchange_client_id.as_deref().map(str::trim),
-        options.token_exchange_client_secret_file.as_deref(),
-    ) {
-        (None, None) => Client::None,
-        (None, Some(_)) => {
-            return Err(Error::config(
-                "--token-exchange-client-secret-file is set without --token-exchange-client-id",
-            )
-            .fix("pass the client ID the secret belongs to with --token-exchange-client-id"));
-        }
-        (Some(""), _) => {
-            return Err(Error::config("--token-exchange-client-id is empty")
+    Ok(
+        match (
+            options.token_exchange_client_id.as_deref().map(str::trim),
+            options.token_exchange_client_secret_file.as_deref(),
+        ) {
+            (None, None) => Client::None,
+            (None, Some(_)) => {
+                return Err(Error::config(
+                    "--token-exchange-client-secret-file is set without --token-exchange-client-id",
+                )
+                .fix("pass the client ID the secret belongs to with --token-exchange-client-id"));
+            }
+            (Some(""), _) => {
+                return Err(Error::config("--token-exchange-client-id is empty")
                 .fix("pass the OAuth client ID registered at the token server, or leave the flag out"));
-        }
-        (Some(id), None) => Client::Public(id.to_string()),
-        (Some(id), Some(path)) => {
-            let shown = path.display();
-            let bytes = crate::file::read_regular(path, MAX_CLIENT_SECRET_FILE_BYTES)
+            }
+            (Some(id), None) => Client::Public(id.to_string()),
+            (Some(id), Some(path)) => {
+                let shown = path.display();
+                let bytes = crate::file::read_regular(path, MAX_CLIENT_SECRET_FILE_BYTES)
                 .map_err(|refused| {
                     let why = match refused {
                         crate::file::Refused::Unreadable(why) => why,
@@ -476,28 +479,28 @@ fn client(options: &Options) -> Result<Client> {
                     ))
                     .fix("point it at a regular file holding only the client secret, readable by the kubelet (root)")
                 })?;
-            let text = String::from_utf8(bytes).map_err(|_| {
-                Error::config(format!(
-                    "--token-exchange-client-secret-file {shown} is not UTF-8 text"
-                ))
-                .fix("write only the client secret in the file")
-            })?;
-            let secret = text.trim_end_matches(['\r', '\n']);
-            if secret.is_empty() || secret.contains(['\r', '\n']) {
-                return Err(Error::config(format!(
+                let text = String::from_utf8(bytes).map_err(|_| {
+                    Error::config(format!(
+                        "--token-exchange-client-secret-file {shown} is not UTF-8 text"
+                    ))
+                    .fix("write only the client secret in the file")
+                })?;
+                let secret = text.trim_end_matches(['\r', '\n']);
+                if secret.is_empty() || secret.contains(['\r', '\n']) {
+                    return Err(Error::config(format!(
                     "--token-exchange-client-secret-file {} is empty or holds more than one line",
                     path.display()
                 ))
                 .fix("write only the client secret in the file"));
+                }
+                Client::Basic {
+                    id: id.to_string(),
+                    secret: Secret::from_admin(secret),
+                }
             }
-            Client::Basic {
-                id: id.to_string(),
-                secret: Secret::from_admin(secret),
-            }
-        }
-    })
+        },
+    )
 }
-
 
 /// Whether an `invalid_request` description is about the subject token
 /// (its issuer, subject, audience, expiry or signature) rather than about
@@ -564,7 +567,12 @@ fn refusal(reply: &Reply, d: &Describe<'_>) -> Error {
 
 /// The fix for a refusal with OAuth error `code` (and `description`) and
 /// HTTP `status`.
-fn refusal_fix(code: Option<&str>, description: Option<&str>, status: u16, d: &Describe<'_>) -> String {
+fn refusal_fix(
+    code: Option<&str>,
+    description: Option<&str>,
+    status: u16,
+    d: &Describe<'_>,
+) -> String {
     match code {
         Some("invalid_grant") => format!(
             "the token server did not accept the service account token: check that it trusts the cluster's issuer ({}) \
@@ -632,7 +640,10 @@ pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential
         return Err(refusal(reply, d));
     }
     let malformed = |why: String| {
-        let from = format!("the token server at {url}, asked for {},", d.service_account);
+        let from = format!(
+            "the token server at {url}, asked for {},",
+            d.service_account
+        );
         reply.unusable(from, &why).fix("check that --token-exchange-url is the token endpoint; a proxy or another service may be answering instead")
     };
     let (body, access_token) = reply.token_field("access_token").map_err(malformed)?;
@@ -682,9 +693,9 @@ pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::{Exchanger, allowlist::Allowlisted};
     use crate::image::ImageRef;
     use crate::net::http::reply;
+    use crate::providers::{Exchanger, allowlist::Allowlisted};
 
     fn options(url: &str) -> Options {
         Options {
@@ -999,8 +1010,9 @@ mod tests {
 
     #[test]
     fn serves_only_allowed_registries() {
-        let x = Allowlisted::<TokenExchange>::new(&registries(), &options("https://a"), Arc::default())
-            .unwrap();
+        let x =
+            Allowlisted::<TokenExchange>::new(&registries(), &options("https://a"), Arc::default())
+                .unwrap();
         let image = |s: &str| ImageRef::parse(s).unwrap();
         assert!(x.serves(&image("registry.example.com/app")));
         assert!(!x.serves(&image("registry.example.com.evil.net/app")));

@@ -146,7 +146,11 @@ impl Endpoint {
 }
 
 /// The endpoint of `service` for `registry`.
-pub(crate) fn resolve(service: Service, registry: &Registry, env: &Environment) -> Result<Endpoint> {
+pub(crate) fn resolve(
+    service: Service,
+    registry: &Registry,
+    env: &Environment,
+) -> Result<Endpoint> {
     if let Some((var, value)) = env.endpoint_override(service) {
         let url = http::endpoint_override(var, value)?;
         check_override(service, var, &url, registry)?;
@@ -358,7 +362,10 @@ pub(crate) fn imds(env: &Environment) -> Result<metadata::Service> {
         )));
     }
     let (base, source) = match (env.get(IMDS_ENDPOINT), env.get(IMDS_ENDPOINT_MODE)) {
-        (Some(value), _) => (http::endpoint_override(IMDS_ENDPOINT, value)?, IMDS_ENDPOINT),
+        (Some(value), _) => (
+            http::endpoint_override(IMDS_ENDPOINT, value)?,
+            IMDS_ENDPOINT,
+        ),
         (None, Some(mode)) if mode.trim().eq_ignore_ascii_case("ipv6") => {
             (DEFAULT_IMDS_V6.to_string(), IMDS_ENDPOINT_MODE)
         }
@@ -370,7 +377,9 @@ pub(crate) fn imds(env: &Environment) -> Result<metadata::Service> {
                 "{IMDS_ENDPOINT_MODE} is {}, neither IPv4 nor IPv6",
                 quote(mode)
             ))
-            .fix(format!("set {IMDS_ENDPOINT_MODE} to IPv4 or IPv6, or unset it")));
+            .fix(format!(
+                "set {IMDS_ENDPOINT_MODE} to IPv4 or IPv6, or unset it"
+            )));
         }
         (None, None) => (DEFAULT_IMDS.to_string(), "default"),
     };

@@ -182,8 +182,12 @@ fn role_name(service: &metadata::Service, reply: &http::Reply) -> Result<String>
 
 fn unexpected(service: &metadata::Service, what: &str, status: u16, reply: &http::Reply) -> Error {
     let fix = match status {
-        401 => "the session token was refused; check that no proxy or iptables rule rewrites traffic to IMDS",
-        _ => "check the instance's metadata options (aws ec2 describe-instances --query 'Reservations[].Instances[].MetadataOptions')",
+        401 => {
+            "the session token was refused; check that no proxy or iptables rule rewrites traffic to IMDS"
+        }
+        _ => {
+            "check the instance's metadata options (aws ec2 describe-instances --query 'Reservations[].Instances[].MetadataOptions')"
+        }
     };
     Error::upstream(format!(
         "{} at {} answered {what} with HTTP {status} ({})",
@@ -301,7 +305,10 @@ mod tests {
         let c = credentials(&service(), "node-role", &http::reply(200, body)).unwrap();
         assert_eq!(c.access_key_id, "ASIAEXAMPLE");
         assert_eq!(c.secret_access_key.expose(), "node-secret-key-1");
-        assert_eq!(c.expires_at, duration::parse_rfc3339("2037-05-17T15:09:54Z"));
+        assert_eq!(
+            c.expires_at,
+            duration::parse_rfc3339("2037-05-17T15:09:54Z")
+        );
         // Keys in another case, and ExpiresAt, as the SDK accepts them.
         let body = r#"{"accesskeyid":"A","secretaccesskey":"S","token":"T","ExpiresAt":"2037-05-17T15:09:54Z"}"#;
         assert!(credentials(&service(), "r", &http::reply(200, body)).is_ok());
@@ -337,7 +344,13 @@ mod tests {
     #[test]
     fn role_names_are_checked_before_they_become_a_path() {
         assert!(is_role_name("eks-node-role_1+=,.@-"));
-        for bad in ["", "../../latest/api/token", "a/b", "role name", &"r".repeat(65)] {
+        for bad in [
+            "",
+            "../../latest/api/token",
+            "a/b",
+            "role name",
+            &"r".repeat(65),
+        ] {
             assert!(!is_role_name(bad), "{bad}");
         }
         let e = role_name(&service(), &http::reply(404, "Not Found"))

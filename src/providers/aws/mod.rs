@@ -348,7 +348,12 @@ impl Aws {
                     .expires_at
                     .map_or("an unknown time".to_string(), duration::format_unix)
             );
-            login(&ecr.call(format!("role {role}")), &credentials, net, deadline)
+            login(
+                &ecr.call(format!("role {role}")),
+                &credentials,
+                net,
+                deadline,
+            )
         }))
     }
 }
@@ -468,8 +473,8 @@ fn login(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::Pull;
     use crate::protocol::CacheKeyType;
+    use crate::providers::Pull;
     use crate::secret::Secret;
     use crate::token::ServiceAccountToken;
 
@@ -535,21 +540,21 @@ mod tests {
         assert_inputs(
             got,
             &[
-            ("credential source", "web-identity"),
-            ("role arn", "arn:aws-us-gov:iam::123456789012:role/pull"),
-            ("session name", "team.api"),
-            ("session duration", "1800s"),
-            ("partition", "aws-us-gov"),
-            ("region", "us-gov-west-1"),
-            (
-                "registry",
-                "123456789012.dkr.ecr-fips.us-gov-west-1.amazonaws.com",
-            ),
-            ("sts endpoint", "https://sts.us-gov-west-1.amazonaws.com"),
-            (
-                "ecr endpoint",
-                "https://api.ecr-fips.us-gov-west-1.amazonaws.com",
-            ),
+                ("credential source", "web-identity"),
+                ("role arn", "arn:aws-us-gov:iam::123456789012:role/pull"),
+                ("session name", "team.api"),
+                ("session duration", "1800s"),
+                ("partition", "aws-us-gov"),
+                ("region", "us-gov-west-1"),
+                (
+                    "registry",
+                    "123456789012.dkr.ecr-fips.us-gov-west-1.amazonaws.com",
+                ),
+                ("sts endpoint", "https://sts.us-gov-west-1.amazonaws.com"),
+                (
+                    "ecr endpoint",
+                    "https://api.ecr-fips.us-gov-west-1.amazonaws.com",
+                ),
             ],
         );
     }
@@ -575,15 +580,15 @@ mod tests {
         assert_inputs(
             got,
             &[
-            ("credential source", "pod-identity"),
-            ("partition", "aws"),
-            ("region", "us-east-1"),
-            ("registry", "ecr-public"),
-            ("pod identity agent", "http://169.254.170.23/v1/credentials"),
-            (
-                "ecr endpoint",
-                "https://ecr-public.vpce.example (from AWS_ENDPOINT_URL_ECR_PUBLIC)",
-            ),
+                ("credential source", "pod-identity"),
+                ("partition", "aws"),
+                ("region", "us-east-1"),
+                ("registry", "ecr-public"),
+                ("pod identity agent", "http://169.254.170.23/v1/credentials"),
+                (
+                    "ecr endpoint",
+                    "https://ecr-public.vpce.example (from AWS_ENDPOINT_URL_ECR_PUBLIC)",
+                ),
             ],
         );
     }

@@ -31,8 +31,8 @@ use super::identity::RoleArn;
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::net::{self, http, sdk_connector};
-use crate::redact;
 use crate::observe::Endpoint as Upstream;
+use crate::redact;
 use crate::secret::Secret;
 use crate::token::ServiceAccountToken;
 
@@ -74,7 +74,15 @@ macro_rules! sdk_client {
 macro_rules! authorization_token {
     ($sdk:ident, $call:expr, $credentials:expr, $net:expr, $deadline:expr, |$output:ident| $data:expr) => {{
         let region = $call.registry.region();
-        let client = sdk_client!($sdk, Upstream::RegistryToken, $net, $deadline, region, $call.endpoint, $credentials);
+        let client = sdk_client!(
+            $sdk,
+            Upstream::RegistryToken,
+            $net,
+            $deadline,
+            region,
+            $call.endpoint,
+            $credentials
+        );
         let name = $call.call_name();
         let (outcome, attempts) =
             with_retries(&name, $deadline, || client.get_authorization_token().send()).await?;
@@ -187,7 +195,14 @@ pub(crate) async fn assume_role_with_web_identity(
     deadline: &Deadline,
 ) -> Result<AwsCredentials> {
     let name = call.call_name();
-    let client = sdk_client!(aws_sdk_sts, Upstream::TokenExchange, net, deadline, call.region, call.endpoint);
+    let client = sdk_client!(
+        aws_sdk_sts,
+        Upstream::TokenExchange,
+        net,
+        deadline,
+        call.region,
+        call.endpoint
+    );
     let duration = i32::try_from(call.duration.as_secs()).unwrap_or(i32::MAX);
     let (outcome, attempts) = with_retries(&name, deadline, || {
         client
@@ -201,9 +216,14 @@ pub(crate) async fn assume_role_with_web_identity(
     .await?;
     let output = outcome.map_err(|e| {
         let tried = tried(net, attempts);
-        call_error(classify(&e), &name, Service::Sts.env_var(), deadline, &tried, |code, message, status| {
-            sts_error(code, message, status, call, &tried)
-        })
+        call_error(
+            classify(&e),
+            &name,
+            Service::Sts.env_var(),
+            deadline,
+            &tried,
+            |code, message, status| sts_error(code, message, status, call, &tried),
+        )
     })?;
     let credentials = output.credentials().ok_or_else(|| {
         Error::upstream(format!("{} answered without credentials", call.call_name()))
@@ -267,12 +287,22 @@ pub(crate) async fn get_authorization_token(
         "wi-credential-provider",
     );
     let (token, expires_at) = match call.registry {
-        Registry::Private(_) => authorization_token!(aws_sdk_ecr, call, sdk_credentials, net, deadline, |output| {
-            output.authorization_data().first()
-        }),
-        Registry::Public => authorization_token!(aws_sdk_ecrpublic, call, sdk_credentials, net, deadline, |output| {
-            output.authorization_data()
-        }),
+        Registry::Private(_) => authorization_token!(
+            aws_sdk_ecr,
+            call,
+            sdk_credentials,
+            net,
+            deadline,
+            |output| { output.authorization_data().first() }
+        ),
+        Registry::Public => authorization_token!(
+            aws_sdk_ecrpublic,
+            call,
+            sdk_credentials,
+            net,
+            deadline,
+            |output| { output.authorization_data() }
+        ),
     };
     let unusable = |what: String| {
         Error::upstream(format!("{} {what}", call.call_name())).fix(format!(
@@ -592,9 +622,14 @@ where
 {
     let tried = tried(net, attempts);
     let var = call.service().env_var();
-    call_error(classify(error), &call.call_name(), var, deadline, &tried, |code, message, status| {
-        ecr_error(code, message, status, call, &tried)
-    })
+    call_error(
+        classify(error),
+        &call.call_name(),
+        var,
+        deadline,
+        &tried,
+        |code, message, status| ecr_error(code, message, status, call, &tried),
+    )
 }
 
 /// Explains an ECR refusal.

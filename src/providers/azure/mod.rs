@@ -50,7 +50,11 @@ const STANDARD_AUTHORITY_ENV: &str = "AZURE_AUTHORITY_HOST";
 // which clap would otherwise all name "Options".
 // The field docs are this provider's --help text, written for a terminal
 // (bare URLs, <PLACEHOLDERS>, HOST[:PORT]), not for rustdoc.
-#[allow(rustdoc::bare_urls, rustdoc::invalid_html_tags, rustdoc::broken_intra_doc_links)]
+#[allow(
+    rustdoc::bare_urls,
+    rustdoc::invalid_html_tags,
+    rustdoc::broken_intra_doc_links
+)]
 #[derive(clap::Args, Clone, Debug, Default)]
 #[group(id = "azure_options")]
 #[command(next_help_heading = "Azure")]
@@ -182,7 +186,9 @@ pub(crate) static PROVIDER: Provider = Provider {
         identity::WI_TENANT_ID,
         identity::AKS_TENANT_ID,
     ],
-    node_identity: Some("the kubelet identity (a managed identity from Azure IMDS), or a service principal from azure.json if asked"),
+    node_identity: Some(
+        "the kubelet identity (a managed identity from Azure IMDS), or a service principal from azure.json if asked",
+    ),
     identity_inputs: &["client_id", "tenant_id", "node identity"],
     flags: <Options as clap::Args>::augment_args,
     build,
@@ -274,7 +280,6 @@ impl Exchanger for Azure {
     fn audiences(&self) -> Vec<String> {
         vec![AUDIENCE.to_string()]
     }
-
 
     fn requires_token(&self) -> bool {
         self.fallback == Fallback::None
@@ -375,8 +380,8 @@ impl Exchanger for Azure {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::Pull;
     use crate::protocol::CacheKeyType;
+    use crate::providers::Pull;
     use crate::secret::Secret;
     use crate::token::ServiceAccountToken;
 

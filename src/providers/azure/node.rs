@@ -221,7 +221,17 @@ fn is_identity_resource_id(id: &str) -> bool {
                 .all(|c| c.is_ascii_alphanumeric() || "-_.()".contains(c))
     };
     match parts.as_slice() {
-        ["", subscriptions, sub, groups, group, providers, namespace, kind, name] => {
+        [
+            "",
+            subscriptions,
+            sub,
+            groups,
+            group,
+            providers,
+            namespace,
+            kind,
+            name,
+        ] => {
             subscriptions.eq_ignore_ascii_case("subscriptions")
                 && groups.eq_ignore_ascii_case("resourceGroups")
                 && providers.eq_ignore_ascii_case("providers")
@@ -236,7 +246,11 @@ fn is_identity_resource_id(id: &str) -> bool {
 fn read_cloud_config(path: &Path) -> Result<CloudConfig> {
     let fix = "name the node's cloud config with --azure-cloud-config (AKS: /etc/kubernetes/azure.json), or pass --azure-node-client-id";
     let bytes = crate::yaml::read(path).map_err(|e| {
-        Error::config(format!("cannot read the cloud config {}: {e}", path.display())).fix(fix)
+        Error::config(format!(
+            "cannot read the cloud config {}: {e}",
+            path.display()
+        ))
+        .fix(fix)
     })?;
     // Registered before anything could quote it.
     let config: CloudConfig = yaml_serde::from_slice(&bytes).map_err(|e| {
@@ -289,10 +303,7 @@ async fn managed_identity_token(
         .to_string();
     let reply = metadata::send(
         service,
-        &format!(
-            "the {} managed identity's token",
-            identity.describe()
-        ),
+        &format!("the {} managed identity's token", identity.describe()),
         || client.get(&url).header("Metadata", "true"),
         transient,
         deadline,
@@ -407,7 +418,10 @@ mod tests {
             identity,
             ManagedIdentity::ClientId("11111111-2222-3333-4444-555555555555".into())
         );
-        assert_eq!(tenant.as_deref(), Some("72f988bf-86f1-41af-91ab-2d7cd011db47"));
+        assert_eq!(
+            tenant.as_deref(),
+            Some("72f988bf-86f1-41af-91ab-2d7cd011db47")
+        );
         let rid = "/subscriptions/0000/resourceGroups/MC_rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/aks-agentpool";
         let (_d, s) = settings(
             &format!(r#"{{"useManagedIdentityExtension":true,"userAssignedIdentityID":"{rid}"}}"#),
@@ -430,7 +444,9 @@ mod tests {
             "not-a-guid",
         ] {
             let (_d, s) = settings(
-                &format!(r#"{{"useManagedIdentityExtension":true,"userAssignedIdentityID":"{bad}"}}"#),
+                &format!(
+                    r#"{{"useManagedIdentityExtension":true,"userAssignedIdentityID":"{bad}"}}"#
+                ),
                 false,
             );
             assert!(s.resolve().is_err(), "{bad}");

@@ -39,8 +39,8 @@ use crate::error::{Error, Result};
 use crate::image::ImageRef;
 use crate::inputs::Inputs;
 use crate::net::{self, http};
-use crate::providers::oauth::ErrorBody;
 use crate::providers::fallback::{self, Fallback, Whose};
+use crate::providers::oauth::ErrorBody;
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
 use crate::secret::Secret;
 use std::sync::Arc;
@@ -72,7 +72,11 @@ pub(crate) const ENABLE_IMAGE_PULL_ANNOTATION: &str = "iam.gke.io/enable-wi-imag
 // every exchanger's struct is called `Options`.
 // The field docs are this provider's --help text, written for a terminal
 // (bare URLs, <PLACEHOLDERS>, HOST[:PORT]), not for rustdoc.
-#[allow(rustdoc::bare_urls, rustdoc::invalid_html_tags, rustdoc::broken_intra_doc_links)]
+#[allow(
+    rustdoc::bare_urls,
+    rustdoc::invalid_html_tags,
+    rustdoc::broken_intra_doc_links
+)]
 #[derive(clap::Args, Clone, Debug)]
 #[group(id = "gcp_options")]
 #[command(next_help_heading = "GCP")]
@@ -188,7 +192,11 @@ impl Gcp {
 
     /// What pods without an identity of their own get (`--fallback`), and
     /// `GCE_METADATA_HOST`.
-    pub(crate) fn with_fallback(mut self, fallback: Fallback, metadata_host: Option<String>) -> Self {
+    pub(crate) fn with_fallback(
+        mut self,
+        fallback: Fallback,
+        metadata_host: Option<String>,
+    ) -> Self {
         self.fallback = fallback;
         self.metadata_host = metadata_host;
         self

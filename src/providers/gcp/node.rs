@@ -41,8 +41,9 @@ pub(crate) fn service(host: Option<&str>) -> Result<metadata::Service> {
                 .ok()
                 .filter(|_| ok)
                 .ok_or_else(|| {
-                    Error::config(format!("{HOST_ENV} is {}, not a host[:port]", quote(host)))
-                        .fix(format!("set {HOST_ENV} to host[:port] (no scheme, no path), or unset it"))
+                    Error::config(format!("{HOST_ENV} is {}, not a host[:port]", quote(host))).fix(
+                        format!("set {HOST_ENV} to host[:port] (no scheme, no path), or unset it"),
+                    )
                 })?;
             (base, HOST_ENV)
         }
@@ -112,7 +113,9 @@ fn read(service: &metadata::Service, reply: &http::Reply, now: i64) -> Result<Cr
     let (Some(token), Some(expires_in)) = (token, parsed.and_then(|r| r.expires_in)) else {
         return Err(reply
             .unusable(service, "no access_token and integer expires_in")
-            .fix(format!("check that {HOST_ENV} (if set) names the GCE metadata server")));
+            .fix(format!(
+                "check that {HOST_ENV} (if set) names the GCE metadata server"
+            )));
     };
     Ok(Credential {
         username: super::USERNAME.to_string(),
@@ -130,7 +133,10 @@ mod tests {
         assert_eq!(service(None).unwrap().base, "http://169.254.169.254");
         let s = service(Some("127.0.0.1:8080")).unwrap();
         assert_eq!(s.base, "http://127.0.0.1:8080");
-        assert_eq!(s.describe(), "http://127.0.0.1:8080 (from GCE_METADATA_HOST)");
+        assert_eq!(
+            s.describe(),
+            "http://127.0.0.1:8080 (from GCE_METADATA_HOST)"
+        );
         for bad in ["http://x", "a/b", "user@host", "h?x", "h#x"] {
             assert!(service(Some(bad)).is_err(), "{bad}");
         }

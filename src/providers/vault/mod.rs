@@ -58,8 +58,8 @@ use crate::error::{Error, Result, quote};
 use crate::net::{self, http, http::Reply};
 use crate::providers::allowlist::{self, Guarded};
 use crate::providers::{Context, Credential, Plan, Provider};
-use crate::token::ServiceAccountToken;
 use crate::secret::Secret;
+use crate::token::ServiceAccountToken;
 use std::sync::Arc;
 
 /// The role to log in as.
@@ -98,7 +98,11 @@ impl Method {
 
 // The field docs are this provider's --help text, written for a terminal
 // (bare URLs, <PLACEHOLDERS>, HOST[:PORT]), not for rustdoc.
-#[allow(rustdoc::bare_urls, rustdoc::invalid_html_tags, rustdoc::broken_intra_doc_links)]
+#[allow(
+    rustdoc::bare_urls,
+    rustdoc::invalid_html_tags,
+    rustdoc::broken_intra_doc_links
+)]
 #[derive(clap::Args, Clone, Debug)]
 #[group(id = "vault_options")]
 #[command(next_help_heading = "Vault")]
@@ -583,7 +587,11 @@ impl Vault {
             404 => {
                 // KV v2 answers a deleted latest version with 404 and its metadata.
                 let body: Option<serde_json::Value> = reply.json();
-                if let Some(data) = body.as_ref().and_then(|b| b.get("data")).filter(|d| d.is_object()) {
+                if let Some(data) = body
+                    .as_ref()
+                    .and_then(|b| b.get("data"))
+                    .filter(|d| d.is_object())
+                {
                     return Err(wire::deleted(&call, Some(data)));
                 }
                 format!(
@@ -591,9 +599,7 @@ impl Vault {
                     self.kv_mount, self.username_field, self.password_field
                 )
             }
-            s if http::is_retryable_status(s) => {
-                UNAVAILABLE_FIX.to_string()
-            }
+            s if http::is_retryable_status(s) => UNAVAILABLE_FIX.to_string(),
             _ => "check --vault-kv-mount and --vault-kv-version".to_string(),
         };
         Err(Error::upstream(what).fix(fix))
@@ -620,7 +626,14 @@ impl Vault {
                 .header("X-Vault-Token", login.client_token.expose()),
         );
         let timeout = REVOKE_TIMEOUT.min(deadline.remaining());
-        match http::send_bounded(crate::observe::Endpoint::TokenRevoke, request, timeout, 4096).await {
+        match http::send_bounded(
+            crate::observe::Endpoint::TokenRevoke,
+            request,
+            timeout,
+            4096,
+        )
+        .await
+        {
             Ok(reply) if reply.is_success() => {
                 crate::debug!("revoked the Vault login token (auth/token/revoke-self)");
             }
@@ -639,12 +652,10 @@ impl Vault {
 }
 
 /// The fix for a refusal still worth retrying after the last attempt.
-const UNAVAILABLE_FIX: &str =
-    "Vault was rate limiting, sealed or unavailable through every retry; the kubelet retries the pull";
+const UNAVAILABLE_FIX: &str = "Vault was rate limiting, sealed or unavailable through every retry; the kubelet retries the pull";
 
 /// How long revoking the login token may take.
 const REVOKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
-
 
 /// When the credential stops being trustworthy: the earlier end of the two
 /// leases, counted from before the login (0 is no lease).
@@ -660,8 +671,8 @@ pub(crate) fn expiry(started: i64, token_lease: i64, secret_lease: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::Pull;
     use crate::image::ImageRef;
+    use crate::providers::Pull;
     use crate::providers::{Exchanger, allowlist::Allowlisted};
     use std::collections::BTreeMap;
 
