@@ -302,6 +302,7 @@ impl CommandLine {
         inputs: &crate::inputs::Inputs,
     ) -> Result<Box<dyn providers::Exchanger>> {
         let flags = providers::Flags::new(
+            provider,
             &self.options.registries,
             self.options.fallback.fallback,
             &self.matches,

@@ -107,17 +107,17 @@ impl Allowlist {
 pub(crate) trait Guarded: Sized + 'static {
     /// Its own flags.
     type Options: clap::FromArgMatches;
-    const PROVIDER: &'static Provider;
     /// What the allowlist guards, for refusals ("the Quay robot token").
     const GUARDS: &'static str;
 
     /// Checks its flags; `net` is how it reaches its upstream.
     fn new(options: &Self::Options, net: Arc<net::Settings>) -> Result<Self>;
 
-    /// The annotation keys it reads: the declared ones unless its flags
-    /// change them ([`Exchanger::annotation_keys`]).
-    fn annotation_keys(&self) -> Vec<String> {
-        crate::providers::names(Self::PROVIDER.annotations)
+    /// The annotation keys it reads when its flags change them
+    /// ([`Exchanger::annotation_keys`]); `None`, the default: the keys its
+    /// [`Provider`] declares.
+    fn annotation_keys(&self) -> Option<Vec<String>> {
+        None
     }
 
     /// [`Exchanger::plan`] for an allowed registry, with the service
@@ -127,6 +127,8 @@ pub(crate) trait Guarded: Sized + 'static {
 
 /// A [`Guarded`] provider behind its `--registry` allowlist.
 pub(crate) struct Allowlisted<G> {
+    /// Its declaration, which names it as its `build`.
+    provider: &'static Provider,
     allowlist: Allowlist,
     pub(crate) own: G,
 }
@@ -134,12 +136,14 @@ pub(crate) struct Allowlisted<G> {
 impl<G: Guarded> Allowlisted<G> {
     /// Checks the allowlist, then the provider's own flags.
     pub(crate) fn new(
+        provider: &'static Provider,
         registries: &Options,
         options: &G::Options,
         net: Arc<net::Settings>,
     ) -> Result<Self> {
         let allowlist = Allowlist::new(registries)?;
         Ok(Allowlisted {
+            provider,
             allowlist,
             own: G::new(options, net)?,
         })
@@ -150,6 +154,7 @@ impl<G: Guarded> Allowlisted<G> {
 /// flags, and the process's network settings (proxies, `--ca-file`).
 pub(crate) fn build<G: Guarded>(flags: &Flags<'_>, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
     Ok(Box::new(Allowlisted::<G>::new(
+        flags.provider,
         flags.registries,
         &flags.own()?,
         Arc::clone(&inputs.net),
@@ -158,11 +163,13 @@ pub(crate) fn build<G: Guarded>(flags: &Flags<'_>, inputs: &Inputs) -> Result<Bo
 
 impl<G: Guarded> Exchanger for Allowlisted<G> {
     fn provider(&self) -> &'static Provider {
-        G::PROVIDER
+        self.provider
     }
 
     fn annotation_keys(&self) -> Vec<String> {
-        self.own.annotation_keys()
+        self.own
+            .annotation_keys()
+            .unwrap_or_else(|| crate::providers::names(self.provider.annotations))
     }
 
     fn allowlist(&self) -> Option<(&Allowlist, &'static str)> {

@@ -99,7 +99,6 @@ pub(crate) struct Cloudsmith {
 
 impl Guarded for Cloudsmith {
     type Options = Options;
-    const PROVIDER: &'static Provider = &PROVIDER;
     const GUARDS: &'static str = "the Cloudsmith token";
 
     fn new(options: &Options, net: Arc<net::Settings>) -> Result<Self> {

@@ -116,7 +116,6 @@ struct Jfrog {
 
 impl Guarded for Jfrog {
     type Options = Options;
-    const PROVIDER: &'static Provider = &PROVIDER;
     const GUARDS: &'static str = "the JFrog access token";
 
     fn new(options: &Options, net: Arc<net::Settings>) -> Result<Self> {

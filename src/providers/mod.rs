@@ -142,6 +142,8 @@ impl fmt::Display for Provider {
 /// matches its own flags are read from. Only the provider a request is
 /// routed to reads its own flags, once.
 pub struct Flags<'a> {
+    /// The provider being built.
+    pub(crate) provider: &'static Provider,
     /// `--registry`: the allowlist of the providers whose registries are
     /// the admin's choice.
     pub(crate) registries: &'a allowlist::Options,
@@ -152,11 +154,13 @@ pub struct Flags<'a> {
 
 impl<'a> Flags<'a> {
     pub(crate) fn new(
+        provider: &'static Provider,
         registries: &'a allowlist::Options,
         fallback: fallback::Fallback,
         matches: &'a clap::ArgMatches,
     ) -> Self {
         Flags {
+            provider,
             registries,
             fallback,
             matches,

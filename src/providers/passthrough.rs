@@ -59,7 +59,6 @@ pub(crate) struct Passthrough {
 
 impl Guarded for Passthrough {
     type Options = Options;
-    const PROVIDER: &'static Provider = &PROVIDER;
     const GUARDS: &'static str = "the service account token";
 
     /// Sends nothing anywhere: the registry is the only upstream.

@@ -119,7 +119,6 @@ pub(crate) struct Quay {
 
 impl Guarded for Quay {
     type Options = Options;
-    const PROVIDER: &'static Provider = &PROVIDER;
     const GUARDS: &'static str = "the Quay robot token";
 
     fn new(options: &Options, net: Arc<net::Settings>) -> Result<Self> {

@@ -181,7 +181,6 @@ pub(crate) struct TokenExchange {
 
 impl Guarded for TokenExchange {
     type Options = Options;
-    const PROVIDER: &'static Provider = &PROVIDER;
     const GUARDS: &'static str = "the exchanged token";
 
     fn new(options: &Options, net: Arc<net::Settings>) -> Result<Self> {
@@ -1010,14 +1009,19 @@ mod tests {
 
     #[test]
     fn serves_only_allowed_registries() {
-        let x =
-            Allowlisted::<TokenExchange>::new(&registries(), &options("https://a"), Arc::default())
-                .unwrap();
+        let x = Allowlisted::<TokenExchange>::new(
+            &PROVIDER,
+            &registries(),
+            &options("https://a"),
+            Arc::default(),
+        )
+        .unwrap();
         let image = |s: &str| ImageRef::parse(s).unwrap();
         assert!(x.serves(&image("registry.example.com/app")));
         assert!(!x.serves(&image("registry.example.com.evil.net/app")));
         assert!(!x.serves(&image("registry.example.com:444/app")));
         let none = Allowlisted::<TokenExchange>::new(
+            &PROVIDER,
             &allowlist::Options::default(),
             &options("https://a"),
             Arc::default(),

@@ -227,7 +227,6 @@ pub(crate) struct Vault {
 
 impl Guarded for Vault {
     type Options = Options;
-    const PROVIDER: &'static Provider = &PROVIDER;
     const GUARDS: &'static str = "the registry credentials read from Vault";
 
     fn new(options: &Options, net: Arc<net::Settings>) -> Result<Self> {
@@ -309,13 +308,13 @@ impl Guarded for Vault {
         })
     }
 
-    fn annotation_keys(&self) -> Vec<String> {
+    fn annotation_keys(&self) -> Option<Vec<String>> {
         let mut keys = vec![ROLE_ANNOTATION.to_string()];
         if self.secrets.prefix.is_some() {
             keys.push(SECRET_ANNOTATION.to_string());
             keys.extend(COMPAT_SECRET_ANNOTATIONS.iter().map(|k| k.to_string()));
         }
-        keys
+        Some(keys)
     }
 
     fn plan<'a>(&'a self, cx: &Context<'a>, token: &'a ServiceAccountToken) -> Result<Plan<'a>> {
@@ -850,7 +849,8 @@ mod tests {
 
     #[test]
     fn only_allowed_registries() {
-        let v = Allowlisted::<Vault>::new(&registries(), &options(), Arc::default()).unwrap();
+        let v = Allowlisted::<Vault>::new(&PROVIDER, &registries(), &options(), Arc::default())
+            .unwrap();
         assert!(v.serves(&ImageRef::parse("registry.example.com/a").unwrap()));
         assert!(!v.serves(&ImageRef::parse("registry.example.com.evil.net/a").unwrap()));
         assert!(!v.serves(&ImageRef::parse("docker.io/library/a").unwrap()));
