@@ -125,6 +125,7 @@ impl Guarded for Cloudsmith {
                 vendor: "Cloudsmith",
                 endpoint_flag: "--cloudsmith-url",
                 url: format!("{base}/openid/{org}/"),
+                lifetime_secs: DEFAULT_LIFETIME_SECS,
                 net,
             },
             org: org.to_string(),
@@ -179,26 +180,25 @@ impl Cloudsmith {
         slug: &str,
         issuer: &str,
     ) -> Result<Credential> {
-        let (_, password) = token_service::read_token(&self.service, reply, "token", |status| {
-            match status {
-            401 | 403 => format!(
-                "Cloudsmith did not accept the token (its message is deliberately generic): check that organisation {} \
-                 has an OpenID Connect provider with URL {issuer}, that its required claims match this token, and \
-                 that service account {slug} is one of that provider's service accounts",
-                self.org
-            ),
-            404 => "Cloudsmith has no OpenID endpoint for this organisation: check --cloudsmith-org and --cloudsmith-url, \
-                    and that OpenID Connect is enabled for the organisation".to_string(),
-            _ => format!("check the service account slug {slug} and --cloudsmith-org {}", self.org),
-        }
-        })?;
-        token_service::credential(
+        token_service::issued(
             &self.service,
+            reply,
             now,
+            "token",
             USERNAME.to_string(),
-            password,
-            None,
-            DEFAULT_LIFETIME_SECS,
+            |status| {
+                match status {
+                    401 | 403 => format!(
+                        "Cloudsmith did not accept the token (its message is deliberately generic): check that organisation {} \
+                         has an OpenID Connect provider with URL {issuer}, that its required claims match this token, and \
+                         that service account {slug} is one of that provider's service accounts",
+                        self.org
+                    ),
+                    404 => "Cloudsmith has no OpenID endpoint for this organisation: check --cloudsmith-org and --cloudsmith-url, \
+                            and that OpenID Connect is enabled for the organisation".to_string(),
+                    _ => format!("check the service account slug {slug} and --cloudsmith-org {}", self.org),
+                }
+            },
         )
     }
 }

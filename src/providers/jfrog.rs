@@ -144,6 +144,7 @@ impl Guarded for Jfrog {
                 vendor: "JFrog",
                 endpoint_flag: "--jfrog-url",
                 url: format!("{base}{TOKEN_PATH}"),
+                lifetime_secs: DEFAULT_LIFETIME_SECS,
                 net,
             },
             provider_name: provider_name.to_string(),
@@ -252,23 +253,23 @@ impl Jfrog {
             "access_token",
             |status| {
                 match status {
-                401 | 403 => format!(
-                    "JFrog did not accept the token: check that the OIDC integration {:?} has the cluster's issuer ({issuer}) \
-                     as its provider URL, with keys JFrog can fetch, and that {} has claims matching {subject}",
-                    self.provider_name,
-                    match mapping {
-                        Some(m) => format!("the identity mapping {m:?}"),
-                        None => "one of its identity mappings".to_string(),
-                    }
-                ),
-                404 => "JFrog has no OIDC token endpoint there: check that --jfrog-url is the platform's base URL \
-                        (Artifactory 7.73.1 cloud or 7.77.3 self-hosted and later)"
-                    .to_string(),
-                _ => format!(
-                    "check --jfrog-provider-name {:?}, --jfrog-project-key and the identity mapping name against the integration in JFrog",
-                    self.provider_name
-                ),
-            }
+                    401 | 403 => format!(
+                        "JFrog did not accept the token: check that the OIDC integration {:?} has the cluster's issuer ({issuer}) \
+                         as its provider URL, with keys JFrog can fetch, and that {} has claims matching {subject}",
+                        self.provider_name,
+                        match mapping {
+                            Some(m) => format!("the identity mapping {m:?}"),
+                            None => "one of its identity mappings".to_string(),
+                        }
+                    ),
+                    404 => "JFrog has no OIDC token endpoint there: check that --jfrog-url is the platform's base URL \
+                            (Artifactory 7.73.1 cloud or 7.77.3 self-hosted and later)"
+                        .to_string(),
+                    _ => format!(
+                        "check --jfrog-provider-name {:?}, --jfrog-project-key and the identity mapping name against the integration in JFrog",
+                        self.provider_name
+                    ),
+                }
             },
         )?;
         let username = token_service::field(&value, "username")
@@ -280,7 +281,6 @@ impl Jfrog {
             username,
             password,
             oauth::expires_in(value.get("expires_in")).filter(|&s| s > 0),
-            DEFAULT_LIFETIME_SECS,
         )
     }
 }

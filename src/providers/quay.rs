@@ -145,6 +145,7 @@ impl Guarded for Quay {
                 vendor: "Quay",
                 endpoint_flag: "--quay-url",
                 url: format!("{base}{TOKEN_PATH}"),
+                lifetime_secs: DEFAULT_LIFETIME_SECS,
                 net,
             },
             organisations,
@@ -226,24 +227,23 @@ impl Quay {
         issuer: &str,
         subject: &str,
     ) -> Result<Credential> {
-        let (_, password) = token_service::read_token(&self.service, reply, "token", |status| {
-            match status {
-            401 | 403 => format!(
-                "Quay did not accept the token for robot {robot}: check that the robot exists and that its federation \
-                 (Robot accounts > Set robot federation) has issuer {issuer} and subject {subject}, and that Quay can \
-                 reach the issuer's discovery document"
-            ),
-            404 => "Quay has no robot federation endpoint there: check --quay-url and that Quay is 3.13 or later".to_string(),
-            _ => format!("check the robot name {robot} and --quay-url"),
-        }
-        })?;
-        token_service::credential(
+        token_service::issued(
             &self.service,
+            reply,
             now,
+            "token",
             robot.to_string(),
-            password,
-            None,
-            DEFAULT_LIFETIME_SECS,
+            |status| {
+                match status {
+                    401 | 403 => format!(
+                        "Quay did not accept the token for robot {robot}: check that the robot exists and that its federation \
+                         (Robot accounts > Set robot federation) has issuer {issuer} and subject {subject}, and that Quay can \
+                         reach the issuer's discovery document"
+                    ),
+                    404 => "Quay has no robot federation endpoint there: check --quay-url and that Quay is 3.13 or later".to_string(),
+                    _ => format!("check the robot name {robot} and --quay-url"),
+                }
+            },
         )
     }
 }

@@ -38,6 +38,9 @@ pub(crate) struct Service {
     pub(crate) endpoint_flag: &'static str,
     /// The full URL the token is sent to.
     pub(crate) url: String,
+    /// The lifetime the vendor documents for the credential it issues,
+    /// assumed when its answer says none ([`expiry`]).
+    pub(crate) lifetime_secs: i64,
     /// How the process reaches upstreams (proxies, trust store).
     pub(crate) net: Arc<net::Settings>,
 }
@@ -254,6 +257,22 @@ pub(crate) fn field(value: &serde_json::Value, name: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// The credential of a success that carries it in the string field
+/// `name` and says nothing else: pulled as `username`, until the issued
+/// token's own `exp` or the vendor's documented lifetime. A refusal gets
+/// `fix` for the vendor's 4xx, as in [`read_token`].
+pub(crate) fn issued(
+    service: &Service,
+    reply: &Reply,
+    now: i64,
+    name: &str,
+    username: String,
+    fix: impl FnOnce(u16) -> String,
+) -> Result<Credential> {
+    let (_, password) = read_token(service, reply, name, fix)?;
+    credential(service, now, username, password, None)
+}
+
 /// The registry credential a service returned: `username` with the
 /// `password` it issued, until [`expiry`] says.
 pub(crate) fn credential(
@@ -262,9 +281,8 @@ pub(crate) fn credential(
     username: String,
     password: Secret,
     expires_in: Option<i64>,
-    fallback_secs: i64,
 ) -> Result<Credential> {
-    let expires_at = expiry(service, now, expires_in, &password, fallback_secs)?;
+    let expires_at = expiry(service, now, expires_in, &password)?;
     Ok(Credential {
         username,
         password,
@@ -275,7 +293,7 @@ pub(crate) fn credential(
 /// When a returned credential stops working, seen at `now`: the earlier of
 /// `expires_in` and the token's own `exp` (read without verifying: the
 /// service verifies its own token, we only need to know how long to cache
-/// it). With neither, `fallback_secs`, the service's documented lifetime.
+/// it). With neither, the service's documented lifetime.
 /// A credential already expired is an error: the clocks disagree, or the
 /// service is misconfigured, and a pull with it would fail anyway.
 pub(crate) fn expiry(
@@ -283,8 +301,8 @@ pub(crate) fn expiry(
     now: i64,
     expires_in: Option<i64>,
     token: &Secret,
-    fallback_secs: i64,
 ) -> Result<i64> {
+    let fallback_secs = service.lifetime_secs;
     let by_field = expires_in.map(|s| now.saturating_add(s));
     let by_claim = crate::token::unverified_expiry(token.expose());
     let expires_at = match (by_field, by_claim) {
@@ -375,6 +393,7 @@ mod tests {
             vendor: "Acme",
             endpoint_flag: "--acme-url",
             url: "https://acme.example/token".into(),
+            lifetime_secs: 3600,
             net: Arc::default(),
         }
     }
@@ -457,17 +476,14 @@ mod tests {
     fn expiry_is_the_earlier_and_never_past() {
         let jwt = |exp: i64| Secret::new(crate::token::jwt("{}", &format!("{{\"exp\":{exp}}}")));
         let s = service();
-        assert_eq!(expiry(&s, 1000, Some(60), &jwt(5000), 3600).unwrap(), 1060);
+        assert_eq!(expiry(&s, 1000, Some(60), &jwt(5000)).unwrap(), 1060);
+        assert_eq!(expiry(&s, 1000, Some(9000), &jwt(5000)).unwrap(), 5000);
+        assert_eq!(expiry(&s, 1000, None, &jwt(5000)).unwrap(), 5000);
         assert_eq!(
-            expiry(&s, 1000, Some(9000), &jwt(5000), 3600).unwrap(),
-            5000
-        );
-        assert_eq!(expiry(&s, 1000, None, &jwt(5000), 3600).unwrap(), 5000);
-        assert_eq!(
-            expiry(&s, 1000, None, &Secret::new("opaque"), 3600).unwrap(),
+            expiry(&s, 1000, None, &Secret::new("opaque")).unwrap(),
             4600
         );
-        let e = expiry(&s, 1000, Some(60), &jwt(999), 3600).unwrap_err();
+        let e = expiry(&s, 1000, Some(60), &jwt(999)).unwrap_err();
         assert!(e.what().contains("expired at 1970-01-01T00:16:39Z"), "{e}");
     }
 }
