@@ -102,8 +102,6 @@ impl Guarded for Cloudsmith {
     const GUARDS: &'static str = "the Cloudsmith token";
 
     fn new(options: &Options, net: Arc<net::Settings>) -> Result<Self> {
-        let base =
-            crate::net::http::endpoint_override("--cloudsmith-url", &options.cloudsmith_url)?;
         let org = options
             .cloudsmith_org
             .as_deref()
@@ -121,13 +119,14 @@ impl Guarded for Cloudsmith {
             .fix("write the slug as it appears in cloudsmith.io/orgs/<slug>/"));
         }
         Ok(Cloudsmith {
-            service: Service {
-                vendor: "Cloudsmith",
-                endpoint_flag: "--cloudsmith-url",
-                url: format!("{base}/openid/{org}/"),
-                lifetime_secs: DEFAULT_LIFETIME_SECS,
+            service: Service::at(
+                "Cloudsmith",
+                "--cloudsmith-url",
+                &options.cloudsmith_url,
+                &format!("/openid/{org}/"),
+                DEFAULT_LIFETIME_SECS,
                 net,
-            },
+            )?,
             org: org.to_string(),
         })
     }

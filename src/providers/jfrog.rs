@@ -124,7 +124,6 @@ impl Guarded for Jfrog {
                 "pass --jfrog-url (WICP_JFROG_URL) with the JFrog Platform base URL, e.g. https://example.jfrog.io",
             )
         })?;
-        let base = crate::net::http::endpoint_override("--jfrog-url", url)?;
         let provider_name = options
             .jfrog_provider_name
             .as_deref()
@@ -140,13 +139,14 @@ impl Guarded for Jfrog {
             check_name("--jfrog-project-key", key)?;
         }
         Ok(Jfrog {
-            service: Service {
-                vendor: "JFrog",
-                endpoint_flag: "--jfrog-url",
-                url: format!("{base}{TOKEN_PATH}"),
-                lifetime_secs: DEFAULT_LIFETIME_SECS,
+            service: Service::at(
+                "JFrog",
+                "--jfrog-url",
+                url,
+                TOKEN_PATH,
+                DEFAULT_LIFETIME_SECS,
                 net,
-            },
+            )?,
             provider_name: provider_name.to_string(),
             project_key: project_key.map(str::to_string),
         })

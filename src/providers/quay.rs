@@ -122,7 +122,6 @@ impl Guarded for Quay {
     const GUARDS: &'static str = "the Quay robot token";
 
     fn new(options: &Options, net: Arc<net::Settings>) -> Result<Self> {
-        let base = crate::net::http::endpoint_override("--quay-url", &options.quay_url)?;
         let mut organisations = BTreeSet::new();
         for org in &options.quay_organization {
             let org = org.trim();
@@ -141,13 +140,14 @@ impl Guarded for Quay {
                 .fix("pass --quay-organization ORG (WICP_QUAY_ORGANIZATION) for each organisation whose robots service accounts may name"));
         }
         Ok(Quay {
-            service: Service {
-                vendor: "Quay",
-                endpoint_flag: "--quay-url",
-                url: format!("{base}{TOKEN_PATH}"),
-                lifetime_secs: DEFAULT_LIFETIME_SECS,
+            service: Service::at(
+                "Quay",
+                "--quay-url",
+                &options.quay_url,
+                TOKEN_PATH,
+                DEFAULT_LIFETIME_SECS,
                 net,
-            },
+            )?,
             organisations,
         })
     }

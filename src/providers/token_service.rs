@@ -46,6 +46,28 @@ pub(crate) struct Service {
 }
 
 impl Service {
+    /// The `vendor`'s token service at `path` below the base URL the admin
+    /// gave with `flag` (`base`, checked by the endpoint rules every
+    /// provider follows), issuing credentials that live `lifetime_secs`
+    /// unless the answer says otherwise.
+    pub(crate) fn at(
+        vendor: &'static str,
+        flag: &'static str,
+        base: &str,
+        path: &str,
+        lifetime_secs: i64,
+        net: Arc<net::Settings>,
+    ) -> Result<Self> {
+        let base = http::endpoint_override(flag, base)?;
+        Ok(Service {
+            vendor,
+            endpoint_flag: flag,
+            url: format!("{base}{path}"),
+            lifetime_secs,
+            net,
+        })
+    }
+
     /// `the JFrog token exchange at https://...`, naming the call in
     /// transport and deadline errors.
     pub(crate) fn call(&self) -> String {
