@@ -157,18 +157,10 @@ impl Guarded for Cloudsmith {
 
 impl Cloudsmith {
     fn service_slug(&self, cx: &Context<'_>) -> Result<String> {
-        token_service::identity(cx, &SERVICE_ANNOTATIONS, &SLUG, "Cloudsmith service account slug")?
+        let value = format!("<service account slug> of organisation {}", self.org);
+        let what = "Cloudsmith service account slug";
+        token_service::required_identity(cx, &SERVICE_ANNOTATIONS, &SLUG, what, &value)
             .map(|(_, slug)| slug)
-            .ok_or_else(|| {
-                Error::annotation(format!(
-                    "the service account has no {} (or {}) annotation naming the Cloudsmith service account",
-                    SERVICE_ANNOTATIONS[0], SERVICE_ANNOTATIONS[1]
-                ))
-                .fix(format!(
-                    "annotate the service account with {}: <service account slug> of organisation {}, and list the key in the provider entry's tokenAttributes.optionalServiceAccountAnnotationKeys",
-                    SERVICE_ANNOTATIONS[0], self.org
-                ))
-            })
     }
 
     /// Reads Cloudsmith's answer, seen at `now`.

@@ -189,17 +189,13 @@ impl Quay {
     /// The robot the service account names, checked against the allowed
     /// organisations.
     fn robot(&self, cx: &Context<'_>) -> Result<String> {
-        let (key, robot) = token_service::identity(cx, &ROBOT_ANNOTATIONS, &ROBOT, "Quay robot account")?
-            .ok_or_else(|| {
-                Error::annotation(format!(
-                    "the service account has no {} (or {}) annotation naming the Quay robot to federate to",
-                    ROBOT_ANNOTATIONS[0], ROBOT_ANNOTATIONS[1]
-                ))
-                .fix(format!(
-                    "annotate the service account with {}: <organisation>+<robot>, and list the key in the provider entry's tokenAttributes.optionalServiceAccountAnnotationKeys",
-                    ROBOT_ANNOTATIONS[0]
-                ))
-            })?;
+        let (key, robot) = token_service::required_identity(
+            cx,
+            &ROBOT_ANNOTATIONS,
+            &ROBOT,
+            "Quay robot account",
+            "<organisation>+<robot>",
+        )?;
         let (org, short) = robot.split_once('+').unwrap_or_default();
         if !ROBOT_SHORT_NAME.contains(&short.len()) {
             return Err(Error::annotation(format!(

@@ -405,6 +405,29 @@ pub(crate) fn identity(
     Ok(None)
 }
 
+/// The identity the service account must name ([`identity`]), or the
+/// error that says which annotation to set: `value` is what to write in
+/// it, for the fix.
+pub(crate) fn required_identity(
+    cx: &Context<'_>,
+    keys: &[&'static str],
+    pattern: &Pattern,
+    what: &str,
+    value: &str,
+) -> Result<(&'static str, String)> {
+    identity(cx, keys, pattern, what)?.ok_or_else(|| {
+        let (first, others) = keys.split_first().map_or(("", &[][..]), |(f, o)| (*f, o));
+        let others: String = others.iter().map(|k| format!(" (or {k})")).collect();
+        Error::annotation(format!(
+            "the service account has no {first}{others} annotation naming the {what}"
+        ))
+        .fix(format!(
+            "annotate the service account with {first}: {value}, and list the key in the provider entry's \
+             tokenAttributes.optionalServiceAccountAnnotationKeys"
+        ))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
