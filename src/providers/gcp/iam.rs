@@ -14,7 +14,7 @@ use crate::error::{Error, Result, quote};
 use crate::net::http::{self, Reply};
 use crate::secret::Secret;
 
-use super::{AccessToken, describe_error};
+use super::{AccessToken, refused};
 use crate::providers::oauth;
 
 /// The scope of the impersonated token: what Artifact Registry and GCR need.
@@ -114,11 +114,8 @@ pub fn interpret(reply: &Reply, request: &Request<'_>) -> Result<AccessToken> {
             }
             _ => "check --gcp-iamcredentials-endpoint and the node's proxy settings".to_string(),
         };
-        return Err(Error::upstream(format!(
-            "IAM Credentials refused to impersonate {sa}: {}",
-            describe_error(reply.status, upstream.as_ref(), reply.body.len())
-        ))
-        .fix(fix));
+        let what = format!("IAM Credentials refused to impersonate {sa}");
+        return Err(refused(&what, reply, fix));
     }
     let malformed = |why: String| {
         reply

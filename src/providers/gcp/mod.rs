@@ -40,7 +40,7 @@ use crate::image::ImageRef;
 use crate::inputs::Inputs;
 use crate::net::{self, http};
 use crate::providers::fallback::{self, Fallback, Whose};
-use crate::providers::oauth::ErrorBody;
+use crate::providers::oauth;
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
 use crate::secret::Secret;
 use std::sync::Arc;
@@ -383,13 +383,19 @@ pub struct AccessToken {
     pub(crate) expires_at: i64,
 }
 
-/// A Google error's one line: the code and description of an RFC 6749 or
-/// Google API error, or the body's size when it is neither.
-fn describe_error(status: u16, error: Option<&ErrorBody>, body_len: usize) -> String {
-    match error {
-        Some(error) => error.summary(status),
-        None => format!("HTTP {status} with a body that is not a Google error ({body_len} bytes)"),
-    }
+/// The error for a Google API's refusal of `what` ("IAM Credentials
+/// refused to impersonate ..."): the code and description of its RFC 6749
+/// or Google API error body, or the body's size when it is neither.
+fn refused(what: &str, reply: &http::Reply, fix: String) -> Error {
+    let said = match oauth::error_body(&reply.body) {
+        Some(error) => error.summary(reply.status),
+        None => format!(
+            "HTTP {} with a body that is not a Google error ({} bytes)",
+            reply.status,
+            reply.body.len()
+        ),
+    };
+    Error::upstream(format!("{what}: {said}")).fix(fix)
 }
 
 #[cfg(test)]

@@ -9,11 +9,11 @@
 
 use crate::deadline::Deadline;
 use crate::duration::unix_now;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::net::http::{self, Reply};
 use crate::secret::Secret;
 
-use super::{AccessToken, describe_error};
+use super::{AccessToken, refused};
 use crate::providers::oauth;
 
 pub const GRANT_TYPE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
@@ -75,11 +75,8 @@ pub fn interpret(reply: &Reply, now: i64, request: &Request<'_>) -> Result<Acces
             }
             _ => "check --gcp-sts-endpoint and the node's proxy settings; the exchange was refused before the token was examined".to_string(),
         };
-        return Err(Error::upstream(format!(
-            "Google STS refused the token exchange for audience {audience}: {}",
-            describe_error(reply.status, upstream.as_ref(), reply.body.len())
-        ))
-        .fix(fix));
+        let what = format!("Google STS refused the token exchange for audience {audience}");
+        return Err(refused(&what, reply, fix));
     }
     let malformed = |why: &str| {
         reply
