@@ -57,30 +57,17 @@ pub(crate) fn redact(text: &str) -> String {
 /// an annotation cannot end a line early, forge one, recolour the
 /// terminal or read backwards; runs on every line [`crate::log`] writes.
 pub(crate) fn escape_hidden(text: &str) -> std::borrow::Cow<'_, str> {
-    escape_each(text, |c| match c {
-        '\n' => Some("\\n".into()),
-        '\r' => Some("\\r".into()),
-        '\t' => Some("\\t".into()),
-        c if is_hidden(c) => Some(format!("\\u{{{:x}}}", u32::from(c)).into()),
-        _ => None,
-    })
-}
-
-/// `text` with each character that `escape` gives a replacement for
-/// replaced by it; borrowed, with no copy, when it has none of them (the
-/// usual case).
-pub(crate) fn escape_each(
-    text: &str,
-    escape: impl Fn(char) -> Option<std::borrow::Cow<'static, str>>,
-) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(|c| escape(c).is_some()) {
+    if !text.chars().any(is_hidden) {
         return std::borrow::Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 16);
     for c in text.chars() {
-        match escape(c) {
-            Some(replacement) => out.push_str(&replacement),
-            None => out.push(c),
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if is_hidden(c) => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+            c => out.push(c),
         }
     }
     std::borrow::Cow::Owned(out)

@@ -190,13 +190,21 @@ fn annotations_digest(annotations: &BTreeMap<String, String>) -> String {
 /// `text` with `\\`, newline, carriage return (and `=` in a name) escaped;
 /// most values hold none of them and are used as they are.
 fn escape(text: &str, name: bool) -> std::borrow::Cow<'_, str> {
-    crate::redact::escape_each(text, |c| match c {
-        '\\' => Some("\\\\".into()),
-        '\n' => Some("\\n".into()),
-        '\r' => Some("\\r".into()),
-        '=' if name => Some("\\=".into()),
-        _ => None,
-    })
+    let special = |b: u8| matches!(b, b'\\' | b'\n' | b'\r') || (name && b == b'=');
+    if !text.bytes().any(special) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '=' if name => out.push_str("\\="),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 fn hex(bytes: &[u8]) -> String {
