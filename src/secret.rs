@@ -302,11 +302,13 @@ fn views(text: &str) -> Vec<View> {
     views
 }
 
-/// The value of a hex digit, either case.
 fn hex(b: u8) -> Option<u8> {
-    char::from(b)
-        .to_digit(16)
-        .and_then(|d| u8::try_from(d).ok())
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
 }
 
 /// `application/x-www-form-urlencoded` and RFC 3986 percent-encoding read
