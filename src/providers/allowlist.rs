@@ -125,6 +125,41 @@ pub(crate) trait Guarded: Sized + 'static {
     fn plan<'a>(&'a self, cx: &Context<'a>, token: &'a ServiceAccountToken) -> Result<Plan<'a>>;
 }
 
+/// What a [`Guarded`] provider declares of itself ([`Provider`]'s fields
+/// of the same names); the rest of its declaration is the same for all of
+/// them ([`declare`]).
+pub(crate) struct About {
+    pub(crate) name: &'static str,
+    pub(crate) summary: &'static str,
+    pub(crate) audience: &'static str,
+    pub(crate) annotations: &'static [&'static str],
+    pub(crate) identity_inputs: &'static [&'static str],
+}
+
+/// The declaration of a provider behind `--registry`: `auto` never picks
+/// it (a token goes to a registry of the admin's choosing only when the
+/// admin chose this provider), it has no node identity, its flags are its
+/// `Options`, and [`build`] builds it. Its password is not the token
+/// itself unless it says so (passthrough).
+pub(crate) const fn declare<G>(about: About) -> Provider
+where
+    G: Guarded,
+    G::Options: clap::Args,
+{
+    Provider {
+        name: about.name,
+        summary: about.summary,
+        audience: about.audience,
+        auto: None,
+        password_is_token: false,
+        annotations: about.annotations,
+        node_identity: None,
+        identity_inputs: about.identity_inputs,
+        flags: <G::Options as clap::Args>::augment_args,
+        build: build::<G>,
+    }
+}
+
 /// A [`Guarded`] provider behind its `--registry` allowlist.
 pub(crate) struct Allowlisted<G> {
     /// Its declaration, which names it as its `build`.

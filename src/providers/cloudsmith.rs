@@ -79,18 +79,13 @@ pub(crate) struct Options {
     pub(crate) cloudsmith_org: Option<String>,
 }
 
-pub(crate) static PROVIDER: Provider = Provider {
+pub(crate) static PROVIDER: Provider = allowlist::declare::<Cloudsmith>(allowlist::About {
     name: "cloudsmith",
     summary: "Cloudsmith OpenID Connect: a service account's API token for the --registry hosts",
     audience: "the audience the Cloudsmith OIDC provider's claims require (--audience; Cloudsmith suggests https://api.cloudsmith.io)",
-    auto: None,
-    password_is_token: false,
     annotations: &SERVICE_ANNOTATIONS,
-    node_identity: None,
     identity_inputs: &["organisation", "service_slug"],
-    flags: <Options as clap::Args>::augment_args,
-    build: allowlist::build::<Cloudsmith>,
-};
+});
 
 pub(crate) struct Cloudsmith {
     service: Service,

@@ -95,18 +95,13 @@ pub(crate) struct Options {
     pub(crate) jfrog_project_key: Option<String>,
 }
 
-pub(crate) static PROVIDER: Provider = Provider {
+pub(crate) static PROVIDER: Provider = allowlist::declare::<Jfrog>(allowlist::About {
     name: "jfrog",
     summary: "JFrog Platform OIDC token exchange: a JFrog access token for the --registry hosts",
     audience: "the audience you pin in the JFrog OIDC integration (--audience; JFrog itself treats it as informational)",
-    auto: None,
-    password_is_token: false,
     annotations: &[IDENTITY_MAPPING_ANNOTATION],
-    node_identity: None,
     identity_inputs: &["provider_name"],
-    flags: <Options as clap::Args>::augment_args,
-    build: allowlist::build::<Jfrog>,
-};
+});
 
 struct Jfrog {
     service: Service,

@@ -41,16 +41,14 @@ pub(crate) struct Options {
 }
 
 pub(crate) static PROVIDER: Provider = Provider {
-    name: "passthrough",
-    summary: "the service account token itself, for registries that verify it (--registry only)",
-    audience: "whatever the registry trusts (--audience)",
-    auto: None,
     password_is_token: true,
-    annotations: &[],
-    node_identity: None,
-    identity_inputs: &["username"],
-    flags: <Options as clap::Args>::augment_args,
-    build: allowlist::build::<Passthrough>,
+    ..allowlist::declare::<Passthrough>(allowlist::About {
+        name: "passthrough",
+        summary: "the service account token itself, for registries that verify it (--registry only)",
+        audience: "whatever the registry trusts (--audience)",
+        annotations: &[],
+        identity_inputs: &["username"],
+    })
 };
 
 pub(crate) struct Passthrough {

@@ -99,18 +99,13 @@ pub(crate) struct Options {
     pub(crate) quay_organization: Vec<String>,
 }
 
-pub(crate) static PROVIDER: Provider = Provider {
+pub(crate) static PROVIDER: Provider = allowlist::declare::<Quay>(allowlist::About {
     name: "quay",
     summary: "Quay robot account federation: a robot's token for the --registry hosts",
     audience: "the audience the robot's federation trusts (--audience)",
-    auto: None,
-    password_is_token: false,
     annotations: &ROBOT_ANNOTATIONS,
-    node_identity: None,
     identity_inputs: &["robot"],
-    flags: <Options as clap::Args>::augment_args,
-    build: allowlist::build::<Quay>,
-};
+});
 
 pub(crate) struct Quay {
     service: Service,

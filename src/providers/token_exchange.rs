@@ -139,18 +139,13 @@ pub(crate) struct Options {
 /// A client secret file is one line; anything this large is not one.
 const MAX_CLIENT_SECRET_FILE_BYTES: u64 = 4096;
 
-pub(crate) static PROVIDER: Provider = Provider {
+pub(crate) static PROVIDER: Provider = allowlist::declare::<TokenExchange>(allowlist::About {
     name: "token-exchange",
     summary: "OAuth 2.0 Token Exchange (RFC 8693) at the admin's token server (--registry only)",
     audience: "whatever the token server trusts (--audience)",
-    auto: None,
-    password_is_token: false,
     annotations: &[],
-    node_identity: None,
     identity_inputs: &["url", "audience", "client"],
-    flags: <Options as clap::Args>::augment_args,
-    build: allowlist::build::<TokenExchange>,
-};
+});
 
 /// Where the registry username comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]

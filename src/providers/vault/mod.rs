@@ -185,23 +185,18 @@ pub(crate) struct Options {
     pub(crate) vault_password_field: String,
 }
 
-pub(crate) static PROVIDER: Provider = Provider {
+pub(crate) static PROVIDER: Provider = allowlist::declare::<Vault>(allowlist::About {
     name: "vault",
     summary: "HashiCorp Vault: log in with the token (Kubernetes or JWT auth), read the registry credentials from KV (--registry only)",
     audience: "the audience the Vault role is bound to (--audience)",
-    auto: None,
-    password_is_token: false,
     annotations: &[
         ROLE_ANNOTATION,
         SECRET_ANNOTATION,
         COMPAT_SECRET_ANNOTATIONS[0],
         COMPAT_SECRET_ANNOTATIONS[1],
     ],
-    node_identity: None,
     identity_inputs: &["role", "secret_path"],
-    flags: <Options as clap::Args>::augment_args,
-    build: allowlist::build::<Vault>,
-};
+});
 
 /// Where the secret path comes from when no annotation names one.
 #[derive(Clone, Debug)]
