@@ -88,17 +88,18 @@ impl Provider {
 
 // The provider modules, declared as plain items so that rustfmt and
 // rust-analyzer see them (a `mod` inside a macro call is invisible to
-// both). A module left out of [`ALL`] fails the build: its `PROVIDER` is
-// then dead code, and `-D warnings` makes that an error.
+// both), in the order of [`ALL`] (rustfmt.toml keeps it). A module left
+// out of [`ALL`] fails the build: its `PROVIDER` is then dead code, and
+// `-D warnings` makes that an error.
 pub(crate) mod aws;
 pub(crate) mod azure;
-pub(crate) mod chainguard;
-pub(crate) mod cloudsmith;
 pub(crate) mod gcp;
-pub(crate) mod jfrog;
 pub(crate) mod passthrough;
+pub(crate) mod jfrog;
 pub(crate) mod quay;
+pub(crate) mod cloudsmith;
 pub(crate) mod token_exchange;
+pub(crate) mod chainguard;
 pub(crate) mod vault;
 
 /// Every provider this binary carries, in `auto`'s order of preference:
