@@ -158,22 +158,8 @@ impl Guarded for Quay {
             &self.service,
             identity,
             move |deadline| {
-                let robot_name = robot.as_str();
-                let reply = token_service::call(&self.service, deadline, |client| async move {
-                    crate::net::http::send(
-                        &client,
-                        crate::observe::Endpoint::TokenExchange,
-                        || {
-                            client
-                                .get(&self.service.url)
-                                .basic_auth(robot_name, Some(token.secret().expose()))
-                                .header(reqwest::header::ACCEPT, "application/json")
-                        },
-                        &self.service.call(),
-                        deadline,
-                    )
-                    .await
-                })?;
+                let reply =
+                    token_service::get_basic(&self.service, &robot, token.secret(), deadline)?;
                 self.interpret(&reply, duration::unix_now(), &robot, &issuer, &subject)
             },
         ))

@@ -88,6 +88,32 @@ pub(crate) fn post_json(
     })
 }
 
+/// Sends a `GET` within the deadline, with `password` (the service
+/// account token) as the HTTP Basic password of `username`: Quay's robot
+/// federation, whose endpoint reads nothing else.
+pub(crate) fn get_basic(
+    service: &Service,
+    username: &str,
+    password: &Secret,
+    deadline: &Deadline,
+) -> Result<Reply> {
+    call(service, deadline, |client| async move {
+        http::send(
+            &client,
+            crate::observe::Endpoint::TokenExchange,
+            || {
+                client
+                    .get(&service.url)
+                    .basic_auth(username, Some(password.expose()))
+                    .header(reqwest::header::ACCEPT, "application/json")
+            },
+            &service.call(),
+            deadline,
+        )
+        .await
+    })
+}
+
 async fn send_json(
     client: &http::Client,
     service: &Service,
