@@ -2,15 +2,17 @@
 //! secret, a cloud config) without letting the file decide how long that
 //! takes: regular files only, bounded.
 //!
-//! The file is opened with `O_NONBLOCK`, so a FIFO put where a bundle was
-//! expected does not wait for a writer, then checked with `fstat` on the
-//! open descriptor (not a `stat` of the path, which could change between
-//! the two), so a FIFO, a device such as `/dev/zero` or a directory is
-//! refused before a byte is read, and a regular file is read to at most
-//! `max` bytes.
+//! The file is opened without blocking ([`platform::open`]: `O_NONBLOCK`
+//! on Linux), so a FIFO put where a bundle was expected does not wait for
+//! a writer, then checked on the open file (not a `stat` of the path,
+//! which could change between the two), so a FIFO, a device such as
+//! `/dev/zero` or a directory is refused before a byte is read, and a
+//! regular file is read to at most `max` bytes.
 
 use std::io::{self, Read};
 use std::path::Path;
+
+use crate::platform;
 
 /// Why a file was not read.
 #[derive(Debug)]
@@ -24,26 +26,59 @@ pub(crate) enum Refused {
 
 /// The bytes of the regular file at `path`, at most `max` of them.
 pub(crate) fn read_regular(path: &Path, max: u64) -> Result<Vec<u8>, Refused> {
-    use std::os::unix::fs::OpenOptionsExt;
     let unreadable = |e: std::io::Error| Refused::Unreadable(e.to_string());
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .map_err(unreadable)?;
-    let meta = file.metadata().map_err(unreadable)?;
-    if !meta.is_file() {
+    let file = platform::open(path, &platform::Open::read()).map_err(unreadable)?;
+    let facts = platform::facts(&file).map_err(unreadable)?;
+    if !facts.is_file() {
         return Err(Refused::Unreadable(format!(
             "it is {}, not a regular file",
-            describe(&meta.file_type())
+            facts.described
         )));
     }
-    if meta.len() > max {
+    if facts.len > max {
         return Err(Refused::TooLarge);
     }
     read_at_most(file, max)
         .map_err(unreadable)?
         .ok_or(Refused::TooLarge)
+}
+
+/// Why a directory may not hold the plugin's own files (the cache, the
+/// metrics state, the audit log): whoever can change it can plant files we
+/// read back, swap the ones we write, or erase evidence. One rule for the
+/// three, as SECURITY.md states it.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum UnsafeDir {
+    /// A symbolic link (or junction): whoever can change the link can
+    /// redirect us.
+    Link,
+    NotADirectory,
+    /// Owned by neither the user running the plugin nor the machine's
+    /// administrator (root; SYSTEM or Administrators).
+    Owner(platform::Owner),
+    /// A group or another user may write it: the permissions, shown.
+    Writable(String),
+}
+
+/// Checks `dir` (what [`platform::facts_at`] says of it) against the rule
+/// of [`UnsafeDir`] for a plugin run by `running`.
+pub(crate) fn check_own_dir(
+    dir: &platform::Facts,
+    running: &platform::Owner,
+) -> Result<(), UnsafeDir> {
+    if dir.is_link() {
+        return Err(UnsafeDir::Link);
+    }
+    if !dir.is_dir() {
+        return Err(UnsafeDir::NotADirectory);
+    }
+    if dir.owner != *running && !dir.owner.is_administrator() {
+        return Err(UnsafeDir::Owner(dir.owner.clone()));
+    }
+    if dir.access.others_write {
+        return Err(UnsafeDir::Writable(dir.access.shown.clone()));
+    }
+    Ok(())
 }
 
 /// Everything `reader` holds, unless that is more than `max` bytes
@@ -52,42 +87,6 @@ pub(crate) fn read_at_most(reader: impl Read, max: u64) -> io::Result<Option<Vec
     let mut bytes = Vec::new();
     reader.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
     Ok((u64::try_from(bytes.len()).unwrap_or(u64::MAX) <= max).then_some(bytes))
-}
-
-/// The effective user ID, which owns every file the plugin keeps (cache,
-/// locks, metrics state, audit log). `geteuid(2)` through rustix's safe
-/// wrapper: no file to read, unlike `/proc/self/status`.
-pub(crate) fn running_uid() -> io::Result<u32> {
-    Ok(rustix::process::geteuid().as_raw())
-}
-
-/// Makes a FIFO at `path`, for the tests of every reader that must refuse
-/// one without blocking.
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-pub(crate) fn mkfifo(path: &Path) {
-    let status = std::process::Command::new("mkfifo")
-        .arg(path)
-        .status()
-        .unwrap();
-    assert!(status.success(), "mkfifo {}", path.display());
-}
-
-fn describe(kind: &std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if kind.is_dir() {
-        "a directory"
-    } else if kind.is_fifo() {
-        "a FIFO"
-    } else if kind.is_char_device() {
-        "a character device"
-    } else if kind.is_block_device() {
-        "a block device"
-    } else if kind.is_socket() {
-        "a socket"
-    } else {
-        "not a regular file"
-    }
 }
 
 #[cfg(test)]
@@ -99,7 +98,7 @@ mod tests {
     fn refuses_a_fifo_a_device_and_a_directory_at_once() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("fifo");
-        mkfifo(&fifo);
+        crate::platform::tests::mkfifo(&fifo);
         let started = Instant::now();
         for (path, what) in [
             (fifo.as_path(), "a FIFO"),

@@ -2,7 +2,7 @@
 //! many plugin processes the kubelet starts at once.
 //!
 //! Each key has its own lock file, `<key>.lock`, locked with
-//! `std::fs::File::lock` (`flock(2)` on Linux): advisory, exclusive, tied to
+//! `std::fs::File::lock` (`flock(2)` on Linux, `LockFileEx` on Windows): advisory, exclusive, tied to
 //! the open file, and released by the kernel when the holder exits or is
 //! killed, so a crashed process never leaves a key locked. Different keys
 //! use different files and never wait on each other.
@@ -16,13 +16,14 @@
 //! Waiting polls `try_lock` with a short backoff, because the wait must end
 //! at a deadline and a blocking `lock()` cannot be interrupted.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use std::fs::TryLockError;
+
+use crate::platform::{self, Open, Owner};
 
 /// First pause between two attempts; doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(1);
@@ -63,13 +64,14 @@ pub enum Acquired {
     Busy,
 }
 
-/// Locks `path`, waiting until `until` at the latest. `uid` is the owner the
-/// lock file must have. Errors are I/O problems (a read-only directory, a
-/// lock file that is not ours): the caller decides to go on without the lock.
-pub(crate) fn acquire(path: &Path, uid: u32, until: Instant) -> io::Result<Acquired> {
+/// Locks `path`, waiting until `until` at the latest. `owner` is who runs
+/// the plugin, whom the lock file must belong to. Errors are I/O problems (a
+/// read-only directory, a lock file that is not ours): the caller decides to
+/// go on without the lock.
+pub(crate) fn acquire(path: &Path, owner: &Owner, until: Instant) -> io::Result<Acquired> {
     let mut backoff = FIRST_BACKOFF;
     'reopen: loop {
-        let file = open(path, uid)?;
+        let file = open(path, owner)?;
         loop {
             match file.try_lock() {
                 Ok(()) => {
@@ -98,25 +100,18 @@ pub(crate) fn acquire(path: &Path, uid: u32, until: Instant) -> io::Result<Acqui
 }
 
 /// Locks `path` only if nobody holds it now.
-pub(crate) fn try_acquire(path: &Path, uid: u32) -> io::Result<Acquired> {
-    acquire(path, uid, Instant::now())
+pub(crate) fn try_acquire(path: &Path, owner: &Owner) -> io::Result<Acquired> {
+    acquire(path, owner, Instant::now())
 }
 
-/// Opens (creating if needed) a lock file: 0600, never through a symlink,
-/// and only if it is a regular file owned by `uid`.
-fn open(path: &Path, uid: u32) -> io::Result<File> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)?;
-    let meta = file.metadata()?;
-    if !meta.file_type().is_file() || meta.uid() != uid {
+/// Opens (creating if needed) a lock file: private, never through a
+/// link, and only if it is a regular file that `owner` may trust.
+fn open(path: &Path, owner: &Owner) -> io::Result<File> {
+    let file = platform::open(path, &Open::read_write())?;
+    let facts = platform::facts(&file)?;
+    if !facts.is_file() || !facts.owner.trusted_by(owner) {
         return Err(io::Error::other(format!(
-            "lock file {} is not a regular file owned by uid {uid}",
+            "lock file {} is not a regular file owned by {owner}",
             path.display()
         )));
     }
@@ -125,9 +120,9 @@ fn open(path: &Path, uid: u32) -> io::Result<File> {
 
 /// Whether `path` still names the open `file`.
 fn same_file(path: &Path, file: &File) -> io::Result<bool> {
-    let held = file.metadata()?;
-    match std::fs::symlink_metadata(path) {
-        Ok(now) => Ok(now.dev() == held.dev() && now.ino() == held.ino()),
+    let held = platform::facts(file)?;
+    match platform::facts_at(path) {
+        Ok(now) => Ok(now.id == held.id),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
         Err(e) => Err(e),
     }
@@ -136,16 +131,17 @@ fn same_file(path: &Path, file: &File) -> io::Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::MetadataExt;
 
-    fn uid(dir: &Path) -> u32 {
-        std::fs::metadata(dir).unwrap().uid()
+    fn uid(dir: &Path) -> Owner {
+        Owner(std::fs::metadata(dir).unwrap().uid())
     }
 
     /// `k.lock` in `dir`, its owner, and the lock, held.
-    fn held(dir: &Path) -> (std::path::PathBuf, u32, KeyLock) {
+    fn held(dir: &Path) -> (std::path::PathBuf, Owner, KeyLock) {
         let path = dir.join("k.lock");
         let owner = uid(dir);
-        let Acquired::Held(lock) = try_acquire(&path, owner).unwrap() else {
+        let Acquired::Held(lock) = try_acquire(&path, &owner).unwrap() else {
             panic!("free");
         };
         (path, owner, lock)
@@ -159,20 +155,20 @@ mod tests {
     fn second_locker_waits_until_the_deadline_then_gets_busy() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("k.lock");
-        let Acquired::Held(first) = acquire(&path, uid(dir.path()), soon(100)).unwrap() else {
+        let Acquired::Held(first) = acquire(&path, &uid(dir.path()), soon(100)).unwrap() else {
             panic!("the first lock must be free");
         };
         let started = Instant::now();
-        let second = acquire(&path, uid(dir.path()), soon(80)).unwrap();
+        let second = acquire(&path, &uid(dir.path()), soon(80)).unwrap();
         assert!(matches!(second, Acquired::Busy), "{second:?}");
         assert!(started.elapsed() >= Duration::from_millis(80));
         assert!(matches!(
-            try_acquire(&path, uid(dir.path())).unwrap(),
+            try_acquire(&path, &uid(dir.path())).unwrap(),
             Acquired::Busy
         ));
         drop(first);
         assert!(matches!(
-            try_acquire(&path, uid(dir.path())).unwrap(),
+            try_acquire(&path, &uid(dir.path())).unwrap(),
             Acquired::Held(_)
         ));
     }
@@ -181,11 +177,11 @@ mod tests {
     /// hands what it got to `then`.
     fn wait_in_thread<T: Send + 'static>(
         path: &Path,
-        owner: u32,
+        owner: Owner,
         then: impl FnOnce(Acquired) -> T + Send + 'static,
     ) -> std::thread::JoinHandle<T> {
         let path = path.to_path_buf();
-        std::thread::spawn(move || then(acquire(&path, owner, soon(5_000)).unwrap()))
+        std::thread::spawn(move || then(acquire(&path, &owner, soon(5_000)).unwrap()))
     }
 
     #[test]
@@ -193,7 +189,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (path, owner, first) = held(dir.path());
         let started = Instant::now();
-        let waiter = wait_in_thread(&path, owner, move |got| {
+        let waiter = wait_in_thread(&path, owner.clone(), move |got| {
             (matches!(got, Acquired::Held(_)), started.elapsed())
         });
         std::thread::sleep(Duration::from_millis(100));
@@ -208,11 +204,11 @@ mod tests {
     fn different_keys_never_wait_on_each_other() {
         let dir = tempfile::tempdir().unwrap();
         let owner = uid(dir.path());
-        let Acquired::Held(_a) = try_acquire(&dir.path().join("a.lock"), owner).unwrap() else {
+        let Acquired::Held(_a) = try_acquire(&dir.path().join("a.lock"), &owner).unwrap() else {
             panic!("free");
         };
         assert!(matches!(
-            try_acquire(&dir.path().join("b.lock"), owner).unwrap(),
+            try_acquire(&dir.path().join("b.lock"), &owner).unwrap(),
             Acquired::Held(_)
         ));
     }
@@ -222,7 +218,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (path, owner, first) = held(dir.path());
         // A waiter opens the current file, then blocks on it.
-        let waiter = wait_in_thread(&path, owner, |got| match got {
+        let waiter = wait_in_thread(&path, owner.clone(), |got| match got {
             Acquired::Held(lock) => lock.file().metadata().unwrap().ino(),
             Acquired::Busy => panic!("the waiter must get a lock"),
         });
@@ -230,7 +226,7 @@ mod tests {
         // The holder removes the file; a newcomer creates and locks a new one.
         first.remove_file().unwrap();
         let old_ino = first.file().metadata().unwrap().ino();
-        let Acquired::Held(newcomer) = try_acquire(&path, owner).unwrap() else {
+        let Acquired::Held(newcomer) = try_acquire(&path, &owner).unwrap() else {
             panic!("the new file is free");
         };
         let new_ino = newcomer.file().metadata().unwrap().ino();
@@ -252,12 +248,12 @@ mod tests {
         let link = dir.path().join("k.lock");
         std::os::unix::fs::symlink(&target, &link).unwrap();
         let owner = uid(dir.path());
-        let err = try_acquire(&link, owner).unwrap_err();
+        let err = try_acquire(&link, &owner).unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::ELOOP), "{err}");
 
         let other = dir.path().join("o.lock");
         std::fs::write(&other, b"").unwrap();
-        let err = try_acquire(&other, owner.wrapping_add(1)).unwrap_err();
+        let err = try_acquire(&other, &Owner(owner.0.wrapping_add(1))).unwrap_err();
         assert!(
             err.to_string().contains("not a regular file owned by"),
             "{err}"

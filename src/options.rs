@@ -343,9 +343,20 @@ fn parse_timeout(text: &str) -> std::result::Result<Duration, String> {
 
 /// The provider the binary's own name implies: `wi-credential-provider-gcp`
 /// means gcp. The kubelet allows one token audience per provider entry, so
-/// admins install the binary under several names, one per provider.
+/// admins install the binary under several names, one per provider. A
+/// Windows name's `.exe` (any case, as Windows compares names) is not part
+/// of it: `wi-credential-provider-aws.exe` means aws, on a Windows node and
+/// in a Windows node's config checked anywhere.
 pub(crate) fn provider_from_program_name(arg0: &OsStr) -> Option<&'static Provider> {
     let name = Path::new(arg0).file_name()?.to_str()?;
+    let name = match name
+        .len()
+        .checked_sub(4)
+        .and_then(|at| name.split_at_checked(at))
+    {
+        Some((stem, ext)) if ext.eq_ignore_ascii_case(".exe") => stem,
+        _ => name,
+    };
     let suffix = name.strip_prefix(BINARY)?.strip_prefix('-')?;
     Provider::find(suffix)
 }
@@ -401,6 +412,12 @@ mod tests {
         assert_eq!(p("wi-credential-provider"), None);
         assert_eq!(p("wi-credential-provider-aw"), None);
         assert_eq!(p("ecr-credential-provider"), None);
+        // Windows: the .exe is not part of the name, in any case.
+        assert_eq!(p("wi-credential-provider-aws.exe"), Some("aws"));
+        assert_eq!(p("wi-credential-provider-azure.EXE"), Some("azure"));
+        assert_eq!(p("wi-credential-provider.exe"), None);
+        assert_eq!(p("wi-credential-provider-aws.exe.exe"), None);
+        assert_eq!(p("wi-credential-provider-aws.ex"), None);
     }
 
     #[test]

@@ -2,24 +2,24 @@
 //!
 //! The kubelet writes the request into a pipe and closes it; a writer that
 //! never closes must not hang the plugin until the kubelet kills it, so the
-//! read has a deadline. A blocking `read(2)` cannot be given one without
-//! unsafe code, and a thread that reads while the main thread waits costs
-//! more than the rest of a cache hit (a clone, a stack, a second malloc
-//! arena). So what stdin is decides how it is read:
+//! read has a deadline. A blocking read cannot be given one without unsafe
+//! code, and a thread that reads while the main thread waits costs more
+//! than the rest of a cache hit (a clone, a stack, a second malloc arena).
+//! So what stdin is decides how it is read ([`platform::stdin`]):
 //!
-//! - a pipe (the kubelet, `cmd | plugin`): non-blocking reads, waiting for
-//!   more in `epoll` (through `mio`) until the deadline;
+//! - a pipe on Linux (the kubelet, `cmd | plugin`): non-blocking reads,
+//!   waiting for more in `epoll` until the deadline ([`platform::read_pipe`]);
 //! - a regular file (`plugin < request.json`): read straight through; a
 //!   file has an end and never waits for a writer;
-//! - anything else (a terminal, a socket, a device): a reading thread, the
-//!   way that works for every kind of file, where start-up cost is moot.
+//! - anything else (a terminal, a socket, a device, and on Windows the
+//!   kubelet's anonymous pipe, which cannot be waited on with a timeout): a
+//!   reading thread, the way that works for every kind of file.
 
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::FileTypeExt;
 
 use crate::deadline::Deadline;
+use crate::platform::{self, Stdin};
 
 /// What became of reading stdin.
 #[derive(Debug, PartialEq, Eq)]
@@ -33,22 +33,25 @@ pub(crate) enum Outcome {
 
 /// Reads stdin to its end, at most `limit + 1` bytes, by `deadline`.
 pub(crate) fn read_within(limit: usize, deadline: &Deadline) -> io::Result<Outcome> {
-    let fd = io::stdin().as_fd().try_clone_to_owned()?;
-    read_fd_within(fd, limit, deadline)
+    read_from(platform::stdin()?, limit, deadline)
 }
 
-/// [`read_within`] for any descriptor (stdin's duplicate in production; a
-/// pipe or file of their own in tests).
-fn read_fd_within(fd: OwnedFd, limit: usize, deadline: &Deadline) -> io::Result<Outcome> {
-    let file = File::from(fd);
-    let kind = file.metadata()?.file_type();
-    if kind.is_file() {
-        return read_to_limit(file, limit).map(Outcome::Complete);
+/// [`read_within`] for any input (stdin in production; a pipe or file of
+/// their own in tests).
+pub(crate) fn read_from(input: Stdin, limit: usize, deadline: &Deadline) -> io::Result<Outcome> {
+    match input {
+        Stdin::File(file) => read_to_limit(file, limit).map(Outcome::Complete),
+        Stdin::Pipe(pipe) => {
+            let mut bytes = request_buffer(limit);
+            let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
+            Ok(if platform::read_pipe(pipe, &mut bytes, cap, deadline)? {
+                Outcome::Complete(bytes)
+            } else {
+                Outcome::TimedOut
+            })
+        }
+        Stdin::Other(file) => read_on_thread(file, limit, deadline),
     }
-    if kind.is_fifo() {
-        return read_pipe(OwnedFd::from(file), limit, deadline);
-    }
-    read_on_thread(file, limit, deadline)
 }
 
 /// A buffer with room for a typical request from the start: a token and a
@@ -64,48 +67,6 @@ fn read_to_limit(input: impl Read, limit: usize) -> io::Result<Vec<u8>> {
     let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
     input.take(cap).read_to_end(&mut bytes)?;
     Ok(bytes)
-}
-
-/// Reads a pipe without blocking, waiting for it in `epoll` between reads.
-/// `mio` registers edge-triggered, so every wake-up reads until the pipe
-/// is empty (`WouldBlock`) before waiting again. The pipe is put back in
-/// blocking mode afterwards: its open file description may be shared.
-fn read_pipe(fd: OwnedFd, limit: usize, deadline: &Deadline) -> io::Result<Outcome> {
-    use mio::{Events, Interest, Poll, Token};
-
-    let mut pipe = mio::unix::pipe::Receiver::from(fd);
-    pipe.set_nonblocking(true)?;
-    let result = (|| {
-        let mut poll = Poll::new()?;
-        poll.registry()
-            .register(&mut pipe, Token(0), Interest::READABLE)?;
-        let mut events = Events::with_capacity(1);
-        let mut bytes = request_buffer(limit);
-        let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
-        loop {
-            // Drain what is there now. `read_to_end` keeps what it read
-            // when the pipe runs dry (`WouldBlock`), and grows the buffer
-            // with the input instead of zeroing a large one up front.
-            let room = cap.saturating_sub(u64::try_from(bytes.len()).unwrap_or(u64::MAX));
-            match (&pipe).take(room).read_to_end(&mut bytes) {
-                Ok(_) => return Ok(Outcome::Complete(bytes)),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            }
-            let remaining = deadline.remaining();
-            if remaining.is_zero() {
-                return Ok(Outcome::TimedOut);
-            }
-            match poll.poll(&mut events, Some(remaining)) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-    })();
-    let _ = pipe.set_nonblocking(false);
-    result
 }
 
 /// Reads on a thread while this one waits until the deadline. When the
@@ -129,12 +90,17 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
     use super::*;
+    use crate::platform::tests::stdin_of;
     use std::io::Write;
+    use std::os::fd::OwnedFd;
     use std::time::{Duration, Instant};
 
-    fn pipe() -> (OwnedFd, File) {
+    fn pipe() -> (Stdin, File) {
         let (reader, writer) = io::pipe().unwrap();
-        (OwnedFd::from(reader), File::from(OwnedFd::from(writer)))
+        (
+            stdin_of(OwnedFd::from(reader)),
+            File::from(OwnedFd::from(writer)),
+        )
     }
 
     fn deadline(ms: u64) -> Deadline {
@@ -149,7 +115,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(100));
             writer.write_all(b"1}").unwrap();
         });
-        let read = read_fd_within(reader, 100, &deadline(5000)).unwrap();
+        let read = read_from(reader, 100, &deadline(5000)).unwrap();
         feeder.join().unwrap();
         assert_eq!(read, Outcome::Complete(b"{\"a\":1}".to_vec()));
     }
@@ -160,7 +126,7 @@ mod tests {
         let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
         let sent = data.clone();
         let feeder = std::thread::spawn(move || writer.write_all(&sent).unwrap());
-        let read = read_fd_within(reader, 1 << 20, &deadline(5000)).unwrap();
+        let read = read_from(reader, 1 << 20, &deadline(5000)).unwrap();
         feeder.join().unwrap();
         assert_eq!(read, Outcome::Complete(data));
     }
@@ -172,7 +138,7 @@ mod tests {
             // The reader stops early and the write then fails: ignore it.
             let _ = writer.write_all(&[b'x'; 200_000]);
         });
-        let read = read_fd_within(reader, 1000, &deadline(5000)).unwrap();
+        let read = read_from(reader, 1000, &deadline(5000)).unwrap();
         assert_eq!(read, Outcome::Complete(vec![b'x'; 1001]));
         feeder.join().unwrap();
     }
@@ -182,7 +148,7 @@ mod tests {
         let (reader, mut writer) = pipe();
         writer.write_all(b"{\"half\":").unwrap();
         let started = Instant::now();
-        let read = read_fd_within(reader, 100, &deadline(300)).unwrap();
+        let read = read_from(reader, 100, &deadline(300)).unwrap();
         let took = started.elapsed();
         assert_eq!(read, Outcome::TimedOut);
         assert!(took >= Duration::from_millis(250), "{took:?}");
@@ -192,10 +158,12 @@ mod tests {
 
     #[test]
     fn the_pipe_is_left_blocking() {
-        let (reader, mut writer) = pipe();
+        let (reader, writer) = io::pipe().unwrap();
+        let mut writer = File::from(OwnedFd::from(writer));
+        let reader = OwnedFd::from(reader);
         let kept = File::from(reader.try_clone().unwrap());
         assert_eq!(
-            read_fd_within(reader, 100, &deadline(100)).unwrap(),
+            read_from(stdin_of(reader), 100, &deadline(100)).unwrap(),
             Outcome::TimedOut
         );
         // The same open pipe, read again: blocking, it waits for the write
@@ -220,27 +188,27 @@ mod tests {
     fn a_regular_file_is_read_whole_and_bounded() {
         let mut file = tempfile::NamedTempFile::new().unwrap();
         file.write_all(b"0123456789").unwrap();
-        let open = || OwnedFd::from(File::open(file.path()).unwrap());
+        let open = || stdin_of(OwnedFd::from(File::open(file.path()).unwrap()));
         assert_eq!(
-            read_fd_within(open(), 100, &deadline(1000)).unwrap(),
+            read_from(open(), 100, &deadline(1000)).unwrap(),
             Outcome::Complete(b"0123456789".to_vec())
         );
         assert_eq!(
-            read_fd_within(open(), 4, &deadline(1000)).unwrap(),
+            read_from(open(), 4, &deadline(1000)).unwrap(),
             Outcome::Complete(b"01234".to_vec())
         );
     }
 
     #[test]
     fn a_device_is_read_on_a_thread() {
-        let null = OwnedFd::from(File::open("/dev/null").unwrap());
+        let null = stdin_of(OwnedFd::from(File::open("/dev/null").unwrap()));
         assert_eq!(
-            read_fd_within(null, 100, &deadline(1000)).unwrap(),
+            read_from(null, 100, &deadline(1000)).unwrap(),
             Outcome::Complete(Vec::new())
         );
-        let zero = OwnedFd::from(File::open("/dev/zero").unwrap());
+        let zero = stdin_of(OwnedFd::from(File::open("/dev/zero").unwrap()));
         assert_eq!(
-            read_fd_within(zero, 10, &deadline(1000)).unwrap(),
+            read_from(zero, 10, &deadline(1000)).unwrap(),
             Outcome::Complete(vec![0; 11])
         );
     }

@@ -110,7 +110,7 @@ mod tests {
     fn a_fifo_is_refused_without_blocking() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("fifo");
-        crate::file::mkfifo(&fifo);
+        crate::platform::tests::mkfifo(&fifo);
         let err = read(&fifo).unwrap_err();
         assert!(err.contains("a FIFO"), "{err}");
         let err = read(Path::new("/dev/zero")).unwrap_err();

@@ -349,3 +349,86 @@ fn the_length_check_reads_code_not_strings_or_comments() {
         [("a".to_string(), 6), ("e".to_string(), 3)]
     );
 }
+
+/// What differs between Linux and Windows lives in `src/platform/`: no
+/// other file (outside its tests) names an operating system, by `cfg` or
+/// by an OS-only API, so a change there cannot silently leave the other
+/// system's build behind.
+#[test]
+fn only_the_platform_module_names_an_operating_system() {
+    const OS_SPECIFIC: [&str; 11] = [
+        "cfg(unix",
+        "cfg(windows",
+        "cfg(target_os",
+        "cfg(not(unix",
+        "cfg(not(windows",
+        "std::os::unix",
+        "std::os::windows",
+        "std::os::fd",
+        "rustix::",
+        "libc::",
+        "windows_sys::",
+    ];
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let platform = src.join("platform");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut found = Vec::new();
+    for file in files.iter().filter(|f| !f.starts_with(&platform)) {
+        let code = code_only(&std::fs::read_to_string(file).unwrap());
+        let tests_at = ["#[cfg(test)]\nmod ", "#[cfg(test)]\npub(crate) mod "]
+            .iter()
+            .filter_map(|m| code.find(m))
+            .min()
+            .unwrap_or(code.len());
+        let outside_tests = &code[..tests_at];
+        for needle in OS_SPECIFIC {
+            if outside_tests.replace(' ', "").contains(needle) {
+                found.push(format!("{}: {needle}", file.display()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "OS-specific code outside src/platform/ (move it behind a platform function):\n{}",
+        found.join("\n")
+    );
+    // The checker sees through spacing.
+    let code = code_only("#[cfg( unix )]\nfn a() {}\n");
+    assert!(code.replace(' ', "").contains("cfg(unix"));
+}
+
+/// `unsafe` is denied crate-wide and allowed in one file: the Win32 calls
+/// of the Windows platform half (the Linux build has no unsafe code of
+/// ours at all).
+#[test]
+fn unsafe_code_lives_in_one_file() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let allowed = src.join("platform/windows/security.rs");
+    let declares = src.join("platform/windows/mod.rs");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    for file in &files {
+        let code = code_only(&std::fs::read_to_string(file).unwrap());
+        let uses_unsafe = code
+            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .any(|word| word == "unsafe");
+        assert!(
+            !uses_unsafe || file == &allowed,
+            "{} uses unsafe; only {} may",
+            file.display(),
+            allowed.display()
+        );
+        let allows = code.contains("allow(unsafe_code)");
+        assert!(
+            !allows || file == &declares,
+            "{} allows unsafe code",
+            file.display()
+        );
+    }
+    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+    assert!(
+        lib.contains("#![deny(unsafe_code)]"),
+        "lib.rs denies unsafe code"
+    );
+}

@@ -56,9 +56,11 @@ pub(crate) struct Options {
     /// the node. Off when unset.
     ///
     /// One exchange then serves all pods of a service account until the
-    /// credential is due for refresh. DIR is created with mode 0700 and must
-    /// be owned by the user running the plugin and writable by nobody else;
-    /// entries are 0600 files. Passthrough tokens are never cached.
+    /// credential is due for refresh. DIR is created private (mode 0700; on
+    /// Windows a DACL for SYSTEM, Administrators and the plugin's user only)
+    /// and must be owned by the user running the plugin (on Windows also
+    /// SYSTEM or Administrators) and writable by nobody else; entries are
+    /// private files (0600). Passthrough tokens are never cached.
     #[arg(long, value_name = "DIR", env = "WICP_CACHE_DIR", global = true)]
     pub(crate) cache_dir: Option<PathBuf>,
 

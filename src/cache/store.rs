@@ -22,9 +22,8 @@
 //! `.<key>.<pid>.<nanos>.tmp` (a write in progress). Other names are never
 //! touched.
 
-use std::fs::{DirBuilder, File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime};
 
@@ -33,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use super::key::{FORMAT_VERSION, Key};
 use crate::error::Error;
 use crate::lock::{self, Acquired};
+use crate::platform::{self, Facts, Open, Owner};
 use crate::secret::Secret;
 use crate::token::ServiceAccount;
 
@@ -94,30 +94,26 @@ pub struct Scan {
 #[derive(Debug)]
 pub struct Store {
     dir: PathBuf,
-    uid: u32,
+    owner: Owner,
 }
 
 impl Store {
     /// Opens `dir`, creating it (mode 0700, parents too) when `create` is
     /// set. Without `create`, a missing directory is `Ok(None)`.
     pub fn open(dir: &Path, create: bool) -> Result<Option<Store>, OpenError> {
-        let uid = crate::file::running_uid().map_err(|e| {
+        let owner = platform::running_owner().map_err(|e| {
             OpenError::Unavailable(format!("cannot tell which user runs the plugin: {e}"))
         })?;
-        let meta = match std::fs::symlink_metadata(dir) {
+        let meta = match platform::facts_at(dir) {
             Ok(meta) => meta,
             Err(e) if e.kind() == io::ErrorKind::NotFound && create => {
-                DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o700)
-                    .create(dir)
-                    .map_err(|e| {
-                        OpenError::Unavailable(format!(
-                            "cannot create the cache directory {}: {e}",
-                            dir.display()
-                        ))
-                    })?;
-                std::fs::symlink_metadata(dir).map_err(|e| {
+                platform::create_private_dir_all(dir).map_err(|e| {
+                    OpenError::Unavailable(format!(
+                        "cannot create the cache directory {}: {e}",
+                        dir.display()
+                    ))
+                })?;
+                platform::facts_at(dir).map_err(|e| {
                     OpenError::Unavailable(format!("cannot inspect {}: {e}", dir.display()))
                 })?
             }
@@ -129,10 +125,10 @@ impl Store {
                 )));
             }
         };
-        check_dir(dir, &meta, uid).map_err(OpenError::Unsafe)?;
+        check_dir(dir, &meta, &owner).map_err(OpenError::Unsafe)?;
         Ok(Some(Store {
             dir: dir.to_path_buf(),
-            uid,
+            owner,
         }))
     }
 
@@ -151,14 +147,10 @@ impl Store {
     /// Reads the entry for `key`.
     pub fn read(&self, key: &Key) -> Lookup {
         let path = self.entry_path(key);
-        let file = match OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(&path)
-        {
+        let file = match platform::open(&path, &Open::read().no_follow()) {
             Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Lookup::Missing,
-            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            Err(e) if platform::is_refused_link(&e) => {
                 return Lookup::Unusable("it is a symbolic link".into());
             }
             Err(e) => return Lookup::Unusable(format!("cannot open it: {e}")),
@@ -208,18 +200,13 @@ impl Store {
             .dir
             .join(format!(".{}.{}.{nanos}.tmp", entry.key, std::process::id()));
         let written = (|| {
-            let mut file = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&temp)?;
+            let mut file = platform::open(&temp, &Open::create_new(0o600))?;
             file.write_all(&bytes)?;
             file.sync_all()?;
             drop(file);
             // The directory is not synced after the rename: that would only
             // make the new name durable, and losing it in a crash is a miss.
-            std::fs::rename(&temp, self.entry_path(&entry.key))
+            platform::rename(&temp, &self.entry_path(&entry.key))
         })();
         bytes.fill(0);
         if written.is_err() {
@@ -239,12 +226,12 @@ impl Store {
 
     /// Locks `key`, waiting until `until` at the latest.
     pub fn lock(&self, key: &Key, until: Instant) -> io::Result<Acquired> {
-        lock::acquire(&self.lock_path(key), self.uid, until)
+        lock::acquire(&self.lock_path(key), &self.owner, until)
     }
 
     /// Locks `key` only if it is free now.
     pub fn try_lock(&self, key: &Key) -> io::Result<Acquired> {
-        lock::try_acquire(&self.lock_path(key), self.uid)
+        lock::try_acquire(&self.lock_path(key), &self.owner)
     }
 
     /// Lists the cache's own files, at most [`MAX_SCAN`] names.
@@ -274,26 +261,23 @@ impl Store {
 
     /// The checks on an opened entry file; its length if it passes.
     fn check_file(&self, file: &File) -> Result<u64, String> {
-        let meta = file
-            .metadata()
-            .map_err(|e| format!("cannot inspect it: {e}"))?;
-        if !meta.file_type().is_file() {
+        let facts = platform::facts(file).map_err(|e| format!("cannot inspect it: {e}"))?;
+        if !facts.is_file() {
             return Err("it is not a regular file".into());
         }
-        if meta.uid() != self.uid {
+        if !facts.owner.trusted_by(&self.owner) {
             return Err(format!(
-                "it is owned by uid {}, not by uid {} which runs the plugin",
-                meta.uid(),
-                self.uid
+                "it is owned by {}, not by {} which runs the plugin",
+                facts.owner, self.owner
             ));
         }
-        if meta.mode() & 0o077 != 0 {
+        if facts.access.shared {
             return Err(format!(
-                "its mode {:04o} lets other users read or write it",
-                meta.mode() & 0o7777
+                "its {} lets other users read or write it",
+                facts.access.shown
             ));
         }
-        Ok(meta.len())
+        Ok(facts.len)
     }
 }
 
@@ -305,38 +289,40 @@ fn is_temp_name(name: &str) -> bool {
         .is_some_and(|(key, _)| Key::parse(key).is_some())
 }
 
-/// Refuses a directory others could tamper with.
-fn check_dir(dir: &Path, meta: &std::fs::Metadata, uid: u32) -> Result<(), Error> {
+/// Refuses a directory others could tamper with ([`crate::file::check_own_dir`]).
+fn check_dir(dir: &Path, meta: &Facts, owner: &Owner) -> Result<(), Error> {
+    use crate::file::UnsafeDir;
     let shown = dir.display();
-    if meta.file_type().is_symlink() {
-        return Err(Error::cache(format!(
+    match crate::file::check_own_dir(meta, owner) {
+        Ok(()) => Ok(()),
+        Err(UnsafeDir::Link) => Err(Error::cache(format!(
             "the cache directory {shown} is a symbolic link, which the plugin refuses to follow"
         ))
-        .fix("point --cache-dir at the directory itself: whoever can change the link could redirect the cache to a directory of their own"));
-    }
-    if !meta.is_dir() {
-        return Err(Error::cache(format!(
+        .fix("point --cache-dir at the directory itself: whoever can change the link could redirect the cache to a directory of their own")),
+        Err(UnsafeDir::NotADirectory) => Err(Error::cache(format!(
             "the cache directory {shown} is not a directory"
         ))
-        .fix("point --cache-dir at a directory, or at a path that does not exist yet (the plugin creates it with mode 0700)"));
-    }
-    if meta.uid() != uid {
-        return Err(Error::cache(format!(
-            "the cache directory {shown} is owned by uid {}, but the plugin runs as uid {uid}",
-            meta.uid()
+        .fix("point --cache-dir at a directory, or at a path that does not exist yet (the plugin creates it with mode 0700)")),
+        Err(UnsafeDir::Owner(theirs)) => Err(Error::cache(format!(
+            "the cache directory {shown} is owned by {theirs}, but the plugin runs as {owner}"
         ))
-        .fix(format!(
-            "chown {uid} {shown}, or point --cache-dir at a directory owned by the user the kubelet runs the plugin as"
-        )));
-    }
-    let mode = meta.mode() & 0o7777;
-    if mode & 0o022 != 0 {
-        return Err(Error::cache(format!(
-            "the cache directory {shown} is writable by group or others (mode {mode:04o})"
+        .fix(if platform::WINDOWS {
+            "point --cache-dir at a directory owned by SYSTEM or Administrators, or at a path that does not exist yet (the plugin creates it private)".to_string()
+        } else {
+            format!(
+                "chown {} {shown}, or point --cache-dir at a directory owned by the user the kubelet runs the plugin as",
+                owner.0
+            )
+        })),
+        Err(UnsafeDir::Writable(permissions)) => Err(Error::cache(format!(
+            "the cache directory {shown} is writable by group or others ({permissions})"
         ))
-        .fix(format!("chmod 0700 {shown}")));
+        .fix(if platform::WINDOWS {
+            format!("remove every write permission for other users from {shown} (icacls {shown} /inheritance:r /grant:r SYSTEM:(OI)(CI)F Administrators:(OI)(CI)F), or let the plugin create the directory")
+        } else {
+            format!("chmod 0700 {shown}")
+        })),
     }
-    Ok(())
 }
 
 #[derive(Serialize, Deserialize)]
@@ -445,7 +431,7 @@ fn category(e: &serde_json::Error) -> &'static str {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     pub(crate) fn entry(key: &Key) -> Entry {
         Entry {
@@ -651,7 +637,7 @@ pub(crate) mod tests {
     /// user for real.
     #[test]
     fn refuses_a_directory_owned_by_another_user() {
-        let uid = crate::file::running_uid().unwrap();
+        let uid = crate::platform::running_owner().unwrap().0;
         assert_eq!(uid, 0, "this test chowns a directory and must run as root");
         let parent = tempfile::tempdir().unwrap();
         let dir = parent.path().join("cache");

@@ -80,14 +80,37 @@ impl Sources {
     /// Loads the roots (see the module's documentation) and builds the one
     /// TLS configuration every client of the process uses.
     pub(crate) fn client_config(&self) -> Result<Arc<rustls::ClientConfig>> {
-        let roots = self.roots_from(&SYSTEM_BUNDLES, &SYSTEM_DIRS)?;
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
+        let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
-            .map_err(|e| Error::internal(format!("cannot set up TLS: {e}")))?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        Ok(Arc::new(config))
+            .map_err(|e| Error::internal(format!("cannot set up TLS: {e}")))?;
+        if crate::platform::HAS_SYSTEM_VERIFIER
+            && self.ssl_cert_file.is_none()
+            && self.ssl_cert_dir.is_none()
+        {
+            // Windows: the machine's certificate store through its chain
+            // engine (which can fetch a missing root, and applies the
+            // store's policy), with --ca-file on top.
+            let extra = match &self.ca_file {
+                Some(path) => ca_file_certificates(path)?,
+                None => Vec::new(),
+            };
+            let verifier = crate::platform::system_verifier(extra, provider).map_err(|e| {
+                Error::config(format!("cannot use the Windows certificate store: {e}"))
+                    .fix("set SSL_CERT_FILE to a PEM bundle of the CAs to trust instead")
+            })?;
+            crate::debug!("trusting the Windows certificate store");
+            return Ok(Arc::new(
+                builder
+                    .dangerous()
+                    .with_custom_certificate_verifier(verifier)
+                    .with_no_client_auth(),
+            ));
+        }
+        let roots = self.roots_from(&SYSTEM_BUNDLES, &SYSTEM_DIRS)?;
+        Ok(Arc::new(
+            builder.with_root_certificates(roots).with_no_client_auth(),
+        ))
     }
 
     /// The trust anchors, with the system's locations as given (tests pass
@@ -178,9 +201,8 @@ impl Roots {
 
     /// Whether the file at `path` has not been read yet, remembering it.
     fn first_read(&mut self, path: &Path) -> bool {
-        use std::os::unix::fs::MetadataExt;
-        match std::fs::metadata(path) {
-            Ok(meta) => self.files.insert((meta.dev(), meta.ino())),
+        match crate::platform::id_of(path) {
+            Ok(id) => self.files.insert(id),
             Err(_) => true,
         }
     }
@@ -194,6 +216,13 @@ impl Roots {
 /// Adds the `--ca-file` bundle: at least one certificate, each usable as a
 /// trust anchor. Returns how many.
 fn add_ca_file(path: &Path, store: &mut Roots) -> Result<usize> {
+    let (added, _) = read_ca_file(path, store)?;
+    Ok(added)
+}
+
+/// Reads the `--ca-file` bundle once into `store`: how many anchors it
+/// added, and the PEM text (for a verifier that takes certificates).
+fn read_ca_file(path: &Path, store: &mut Roots) -> Result<(usize, Vec<u8>)> {
     let shown = quote(&path.display().to_string());
     let fix = "pass a PEM file of CA certificates (-----BEGIN CERTIFICATE-----) readable by the kubelet's user, \
                or unset --ca-file (WICP_CA_FILE)";
@@ -202,7 +231,17 @@ fn add_ca_file(path: &Path, store: &mut Roots) -> Result<usize> {
     let added = add_anchors(&pem, store)
         .map_err(|why| Error::config(format!("the --ca-file {shown} {why}")).fix(fix))?;
     crate::debug!("trusting {added} extra CA certificate(s) from {shown}");
-    Ok(added)
+    Ok((added, pem))
+}
+
+/// The certificates of the `--ca-file` bundle, read and checked once as
+/// [`add_ca_file`] does, for a verifier that takes certificates rather than
+/// trust anchors (the Windows store's).
+fn ca_file_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
+    let (_, pem) = read_ca_file(path, &mut Roots::default())?;
+    Ok(CertificateDer::pem_slice_iter(&pem)
+        .filter_map(std::result::Result::ok)
+        .collect())
 }
 
 /// Adds `SSL_CERT_FILE`, checked as strictly as `--ca-file`: a TLS stack
@@ -314,7 +353,7 @@ mod tests {
     fn a_fifo_anywhere_in_the_trust_sources_never_blocks() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("bundle.pem");
-        crate::file::mkfifo(&fifo);
+        crate::platform::tests::mkfifo(&fifo);
         write(dir.path(), "ca.pem", CA_PEM.as_bytes());
         let started = std::time::Instant::now();
         let err = ca_file(&fifo).unwrap_err().to_string();

@@ -11,9 +11,7 @@
 //! No fsync: a line is evidence, not a credential, and a pull must not wait
 //! for the disk.
 
-use std::fs::OpenOptions;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
@@ -83,25 +81,21 @@ pub(crate) fn append(path: &Path, max_bytes: u64, record: &Record, now: i64) -> 
         _ => Path::new("."),
     };
     files::check_dir(dir).map_err(|why| format!("{}: {why}", dir.display()))?;
-    let uid = crate::file::running_uid()
+    let owner = crate::platform::running_owner()
         .map_err(|e| format!("cannot tell which user runs the plugin: {e}"))?;
     let mut text = crate::log::json_line(line(record, now));
     text.push('\n');
-    let _lock = files::lock(&with_suffix(path, ".lock"), uid)?;
+    let _lock = files::lock(&with_suffix(path, ".lock"), &owner)?;
     let open = || {
-        files::open_own(
-            path,
-            OpenOptions::new().append(true).create(true).mode(0o600),
-            uid,
-        )
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| "the file vanished".to_string())
+        files::open_own(path, &crate::platform::Open::append(), &owner)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| "the file vanished".to_string())
     };
     let mut file = open()?;
     let size = file.metadata().map_err(|e| e.to_string())?.len();
     let len = u64::try_from(text.len()).unwrap_or(u64::MAX);
     if size > 0 && size.saturating_add(len) > max_bytes {
-        std::fs::rename(path, with_suffix(path, ".1"))
+        crate::platform::rename(path, &with_suffix(path, ".1"))
             .map_err(|e| format!("cannot rotate it: {e}"))?;
         file = open()?;
     }

@@ -6,41 +6,45 @@
 //! Every failure is a clause for one warning ("it is a symbolic link"),
 //! never an error: observability never fails a pull.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::lock::{self, Acquired, KeyLock};
+use crate::platform::{self, Open, Owner};
 
-/// Checks that `dir` may hold our files: it exists, is a directory and not
-/// a symbolic link to one, and is not writable by everyone (anyone could
-/// then plant the files we read back).
+/// Checks that `dir` may hold our files, by the cache's rule
+/// ([`crate::file::check_own_dir`]): it exists, is a directory and not a
+/// link to one, is the plugin user's or root's, and no group or other user
+/// may write it (they could erase or forge the audit log, or plant the
+/// state we read back).
 pub(super) fn check_dir(dir: &Path) -> Result<(), String> {
-    let meta = std::fs::symlink_metadata(dir).map_err(|e| match e.kind() {
+    use crate::file::UnsafeDir;
+    let meta = platform::facts_at(dir).map_err(|e| match e.kind() {
         io::ErrorKind::NotFound => "the directory does not exist".to_string(),
         _ => format!("cannot inspect the directory: {e}"),
     })?;
-    if meta.file_type().is_symlink() {
-        return Err("the directory is a symbolic link, which is not followed".into());
-    }
-    if !meta.is_dir() {
-        return Err("it is not a directory".into());
-    }
-    if meta.mode() & 0o002 != 0 {
-        return Err(format!(
-            "the directory is writable by everyone (mode {:04o})",
-            meta.mode() & 0o7777
-        ));
-    }
-    Ok(())
+    let running = platform::running_owner()
+        .map_err(|e| format!("cannot tell which user runs the plugin: {e}"))?;
+    crate::file::check_own_dir(&meta, &running).map_err(|why| match why {
+        UnsafeDir::Link => "the directory is a symbolic link, which is not followed".to_string(),
+        UnsafeDir::NotADirectory => "it is not a directory".to_string(),
+        UnsafeDir::Owner(theirs) => {
+            format!(
+                "the directory is owned by {theirs}, neither the plugin's user ({running}) nor root"
+            )
+        }
+        UnsafeDir::Writable(permissions) => {
+            format!("the directory is writable by group or others ({permissions})")
+        }
+    })
 }
 
 /// Takes the lock file `path` (created 0600, ours, never through a link),
 /// waiting at most [`super::LOCK_WAIT`].
-pub(super) fn lock(path: &Path, uid: u32) -> Result<KeyLock, String> {
-    match lock::acquire(path, uid, Instant::now() + super::LOCK_WAIT) {
+pub(super) fn lock(path: &Path, owner: &Owner) -> Result<KeyLock, String> {
+    match lock::acquire(path, owner, Instant::now() + super::LOCK_WAIT) {
         Ok(Acquired::Held(held)) => Ok(held),
         Ok(Acquired::Busy) => Err(format!(
             "{} stayed locked for {}s",
@@ -51,21 +55,15 @@ pub(super) fn lock(path: &Path, uid: u32) -> Result<KeyLock, String> {
     }
 }
 
-/// Opens our own file at `path` with `options` plus `O_NOFOLLOW` and
-/// `O_NONBLOCK`; refuses anything but a regular file owned by `uid` with
-/// no group or other write bit. `Ok(None)`: there is no such file.
-pub(super) fn open_own(
-    path: &Path,
-    options: &mut OpenOptions,
-    uid: u32,
-) -> io::Result<Option<File>> {
-    let file = match options
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)
-    {
+/// Opens our own file at `path` as `how` says, never through a link;
+/// refuses anything but a regular file that `owner` may trust, only it
+/// may write, and that has no other name (one hard link). `Ok(None)`:
+/// there is no such file.
+pub(super) fn open_own(path: &Path, how: &Open, owner: &Owner) -> io::Result<Option<File>> {
+    let file = match platform::open(path, &how.no_follow()) {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+        Err(e) if platform::is_refused_link(&e) => {
             return Err(io::Error::other(format!(
                 "{} is a symbolic link",
                 path.display()
@@ -73,30 +71,30 @@ pub(super) fn open_own(
         }
         Err(e) => return Err(e),
     };
-    let meta = file.metadata()?;
-    if !meta.is_file() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
+    let facts = platform::facts(&file)?;
+    if !facts.is_file() || !facts.owner.trusted_by(owner) || facts.access.others_write {
         return Err(io::Error::other(format!(
-            "{} is not a regular file owned by uid {uid} and writable only by it",
+            "{} is not a regular file owned by {owner} and writable only by it",
             path.display()
+        )));
+    }
+    // A hard link planted under our name would have us write through it
+    // into whatever file it shares its data with.
+    if facts.links != 1 {
+        return Err(io::Error::other(format!(
+            "{} has {} hard links; a file of ours has one",
+            path.display(),
+            facts.links
         )));
     }
     Ok(Some(file))
 }
 
-/// Opens (creating it 0600) our state file at `path` for reading and
+/// Opens (creating it private) our state file at `path` for reading and
 /// rewriting in place.
-pub(super) fn open_state(path: &Path, uid: u32) -> io::Result<File> {
-    open_own(
-        path,
-        OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600),
-        uid,
-    )?
-    .ok_or_else(|| io::Error::other("it vanished while being opened"))
+pub(super) fn open_state(path: &Path, owner: &Owner) -> io::Result<File> {
+    open_own(path, &Open::read_write(), owner)?
+        .ok_or_else(|| io::Error::other("it vanished while being opened"))
 }
 
 /// Reads `file` from its start, at most `max` bytes.
@@ -111,13 +109,12 @@ pub(super) fn read_to_end(file: &mut File, max: u64) -> io::Result<Vec<u8>> {
 
 /// Writes `bytes` over `file` from its start and cuts it to their length.
 pub(super) fn overwrite(file: &mut File, bytes: &[u8]) -> io::Result<()> {
-    use std::os::unix::fs::FileExt;
-    file.write_all_at(bytes, 0)?;
+    platform::write_at(file, bytes, 0)?;
     file.set_len(u64::try_from(bytes.len()).unwrap_or(u64::MAX))
 }
 
 /// Replaces `path` with `bytes`: a new file beside it (`O_EXCL`, `mode`),
-/// put in place atomically ([`swap_into_place`]). A reader (node-exporter's
+/// put in place atomically ([`platform::swap_into_place`]). A reader (node-exporter's
 /// collector) sees the old file or the new one, never part of one; the
 /// temporary name ends in `.tmp`, which the collector never reads. The
 /// caller holds the directory's lock, so a temporary file already there was
@@ -134,40 +131,17 @@ pub(super) fn replace(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
         _ => {}
     }
     let written = (|| {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&temp)?;
+        let mut file = platform::open(&temp, &Open::create_new(mode))?;
         // The umask may have taken bits `mode` asked for (0644 for the
         // collector's user to read).
-        file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        platform::set_mode(&file, mode)?;
         file.write_all(bytes)?;
-        swap_into_place(&temp, path)
+        platform::swap_into_place(&temp, path)
     })();
     if written.is_err() {
         let _ = std::fs::remove_file(&temp);
     }
     written
-}
-
-/// Puts `temp` at `path` atomically. The two are exchanged
-/// (`renameat2(RENAME_EXCHANGE)`) and the old file, now at `temp`, removed:
-/// a plain rename over an existing file makes ext4 write the new file's
-/// data out first (its `auto_da_alloc` heuristic), which cost every
-/// invocation 0.2 ms of wall time. A file system without the exchange, or
-/// no file at `path` yet, gets the plain rename.
-fn swap_into_place(temp: &Path, path: &Path) -> io::Result<()> {
-    use rustix::fs::{CWD, RenameFlags, renameat_with};
-    use rustix::io::Errno;
-    match renameat_with(CWD, temp, CWD, path, RenameFlags::EXCHANGE) {
-        Ok(()) => std::fs::remove_file(temp),
-        Err(Errno::NOENT | Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP) => {
-            std::fs::rename(temp, path)
-        }
-        Err(e) => Err(e.into()),
-    }
 }
 
 /// `.<name>.tmp` beside `path`: one name, since writers take turns under
@@ -184,6 +158,7 @@ fn temp_name(path: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn refuses_missing_symlinked_and_world_writable_directories() {
@@ -196,24 +171,74 @@ mod tests {
         std::os::unix::fs::symlink(&dir, &link).unwrap();
         assert!(check_dir(&link).unwrap_err().contains("symbolic link"));
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
-        assert!(check_dir(&dir).unwrap_err().contains("everyone"));
+        assert!(
+            check_dir(&dir)
+                .unwrap_err()
+                .contains("writable by group or others")
+        );
+        // Group-writable is refused too (issue: round-4 item 5): a member
+        // of that group could erase or forge the audit log.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o775)).unwrap();
+        let why = check_dir(&dir).unwrap_err();
+        assert!(
+            why.contains("writable by group or others (mode 0775)"),
+            "{why}"
+        );
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        check_dir(&dir).unwrap();
         let file = root.path().join("f");
         std::fs::write(&file, b"").unwrap();
         assert!(check_dir(&file).unwrap_err().contains("not a directory"));
     }
 
     /// Our own file at `path`, read as the state is.
-    fn read_own(path: &Path, uid: u32, max: u64) -> io::Result<Option<Vec<u8>>> {
-        let Some(mut file) = open_own(path, OpenOptions::new().read(true), uid)? else {
+    fn read_own(path: &Path, uid: &Owner, max: u64) -> io::Result<Option<Vec<u8>>> {
+        let Some(mut file) = open_own(path, &Open::read(), uid)? else {
             return Ok(None);
         };
         read_to_end(&mut file, max).map(Some)
     }
 
+    /// A directory of another user (not root) is refused: it could swap
+    /// our files. The test chowns, so it runs as root, as CI does.
+    #[test]
+    fn a_directory_of_another_user_is_refused() {
+        let running = platform::running_owner().unwrap();
+        assert_eq!(
+            running.0, 0,
+            "this test chowns a directory and must run as root"
+        );
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("d");
+        std::fs::create_dir(&dir).unwrap();
+        std::os::unix::fs::chown(&dir, Some(4242), Some(4242)).unwrap();
+        let why = check_dir(&dir).unwrap_err();
+        assert!(why.contains("owned by uid 4242"), "{why}");
+    }
+
+    /// A hard link planted under our name (the state or the audit log)
+    /// would have root write through it into the file it shares its data
+    /// with (issue: round-4 item 4): refused, as a symbolic link is.
+    #[test]
+    fn a_hard_link_under_our_name_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let uid = &platform::running_owner().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"keep").unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let planted = dir.path().join(".wi_credential_provider.state");
+        std::fs::hard_link(&victim, &planted).unwrap();
+        let err = open_state(&planted, uid).unwrap_err();
+        assert!(err.to_string().contains("2 hard links"), "{err}");
+        let err = open_own(&planted, &Open::append(), uid).unwrap_err();
+        assert!(err.to_string().contains("hard links"), "{err}");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+    }
+
     #[test]
     fn a_state_is_rewritten_in_place_shorter_or_longer() {
         let dir = tempfile::tempdir().unwrap();
-        let uid = crate::file::running_uid().unwrap();
+        let uid = &platform::running_owner().unwrap();
         let path = dir.path().join("s");
         let mut f = open_state(&path, uid).unwrap();
         assert!(read_to_end(&mut f, 10).unwrap().is_empty());
@@ -238,7 +263,7 @@ mod tests {
     #[test]
     fn own_files_only_and_replaced_whole() {
         let dir = tempfile::tempdir().unwrap();
-        let uid = crate::file::running_uid().unwrap();
+        let uid = &platform::running_owner().unwrap();
         let path = dir.path().join("x.prom");
         assert!(read_own(&path, uid, 10).unwrap().is_none());
         replace(&path, b"one", 0o644).unwrap();
@@ -258,9 +283,9 @@ mod tests {
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(&path, &link).unwrap();
         assert!(read_own(&link, uid, 10).is_err());
-        assert!(read_own(&path, uid.wrapping_add(1), 10).is_err());
+        assert!(read_own(&path, &Owner(uid.0.wrapping_add(1)), 10).is_err());
         let fifo = dir.path().join("fifo");
-        crate::file::mkfifo(&fifo);
+        crate::platform::tests::mkfifo(&fifo);
         assert!(read_own(&fifo, uid, 10).is_err());
     }
 }

@@ -294,16 +294,16 @@ pub(crate) fn parse_state(bytes: &[u8]) -> Option<State> {
 /// The error is a clause for one warning.
 pub(crate) fn update(dir: &Path, record: &Record, calls: &[Call], now: i64) -> Result<(), String> {
     files::check_dir(dir)?;
-    let uid = crate::file::running_uid()
+    let owner = crate::platform::running_owner()
         .map_err(|e| format!("cannot tell which user runs the plugin: {e}"))?;
-    let _lock = files::lock(&dir.join(LOCK_FILE), uid)?;
+    let _lock = files::lock(&dir.join(LOCK_FILE), &owner)?;
     let state_path = dir.join(STATE_FILE);
-    let mut file = match files::open_state(&state_path, uid) {
+    let mut file = match files::open_state(&state_path, &owner) {
         Ok(file) => file,
         Err(e) => {
             crate::warn!("cannot use the metrics state ({e}); counting again from zero");
             std::fs::remove_file(&state_path)
-                .and_then(|()| files::open_state(&state_path, uid))
+                .and_then(|()| files::open_state(&state_path, &owner))
                 .map_err(|e| format!("cannot replace {}: {e}", state_path.display()))?
         }
     };

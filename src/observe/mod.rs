@@ -11,7 +11,7 @@
 //! counter through its calls.
 //!
 //! Nothing here can fail a pull: a metrics directory or audit log that is
-//! missing, full, read-only, a symbolic link or writable by everyone costs
+//! missing, full, read-only, a symbolic link, not root's or writable by group or others costs
 //! one warning, and the kubelet gets its credential.
 
 pub(crate) mod audit;

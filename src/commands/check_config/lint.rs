@@ -164,11 +164,8 @@ fn binary(entry: &Entry, dir: &Path, findings: &mut Vec<Finding>) {
         )),
         Err(_) => Some(format!("{} does not exist", path.display())),
         Ok(meta) if meta.is_dir() => Some(format!("{} is a directory", path.display())),
-        Ok(meta) => {
-            use std::os::unix::fs::PermissionsExt;
-            (meta.permissions().mode() & 0o111 == 0)
-                .then(|| format!("{} is not executable", path.display()))
-        }
+        Ok(_) => (!crate::platform::facts_followed(&path).is_ok_and(|f| f.access.executable))
+            .then(|| format!("{} is not executable", path.display())),
     };
     if let Some(problem) = problem {
         findings.push(

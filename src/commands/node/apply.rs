@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::files::{self, Kind, Manifest, Record, Snapshot};
-use super::host::Host;
 use crate::error::{Error, Result};
 use crate::options::BINARY;
+use crate::platform::Host;
 
 /// One file a run writes.
 #[derive(Clone, Debug)]
@@ -40,20 +40,12 @@ pub(crate) struct Applied {
 /// another architecture, or a corrupt copy, is not installed, and the
 /// bytes checked are the bytes installed.
 pub(crate) fn answers_version(bytes: &[u8], shown: &Path) -> Result<()> {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let dir = tempfile_dir()?;
-    let copy = dir.join(BINARY);
+    let dir = crate::platform::private_temp_dir("wicp-binary")
+        .map_err(|e| Error::config(format!("cannot create a private temporary directory: {e}")))?;
+    let copy = dir.join(crate::platform::executable_name(BINARY));
     let result = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o700)
-            .open(&copy)
+        crate::platform::write_executable(&copy, bytes)
             .map_err(|e| Error::config(format!("cannot check the binary: {e}")))?;
-        std::io::Write::write_all(&mut f, bytes)
-            .map_err(|e| Error::config(format!("cannot check the binary: {e}")))?;
-        drop(f);
-        let _ = std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o700));
         let out =
             super::exec::run(&copy, &["--version"], Duration::from_secs(10)).map_err(|e| {
                 Error::config(format!(
@@ -72,19 +64,6 @@ pub(crate) fn answers_version(bytes: &[u8], shown: &Path) -> Result<()> {
     })();
     let _ = std::fs::remove_dir_all(&dir);
     result
-}
-
-fn tempfile_dir() -> Result<PathBuf> {
-    use std::os::unix::fs::DirBuilderExt;
-    let mut bytes = [0u8; 8];
-    let _ = rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty());
-    let suffix: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    let dir = std::env::temp_dir().join(format!("wicp-binary.{suffix}"));
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&dir)
-        .map_err(|e| Error::config(format!("cannot create {}: {e}", dir.display())))?;
-    Ok(dir)
 }
 
 /// Refuses to put a provider-name link where another provider's

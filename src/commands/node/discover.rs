@@ -13,10 +13,10 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::distro::{self, Distro};
-use super::host::Host;
 use super::identify;
 use super::systemd::Unit;
 use crate::kubelet::configuration::{KubeletConfig, Version};
+use crate::platform::Host;
 
 pub(crate) const CONFIG_FLAG: &str = "image-credential-provider-config";
 pub(crate) const BIN_DIR_FLAG: &str = "image-credential-provider-bin-dir";
@@ -514,7 +514,7 @@ mod tests {
 
     #[test]
     fn k3s_config_files_then_the_command_line_then_kubelet_arg() {
-        let (_dir, host) = super::super::host::test_root(&[
+        let (_dir, host) = crate::platform::test_root(&[
             (
                 "/etc/rancher/k3s/config.yaml",
                 b"image-credential-provider-config: /a.yaml\nkubelet-arg:\n  - v=2\n",

@@ -22,7 +22,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::host::Host;
+use crate::platform::Host;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]

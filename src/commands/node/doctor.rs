@@ -14,7 +14,6 @@ use serde::Serialize;
 
 use super::discover::{self, Discovery};
 use super::distro::{self, Distro};
-use super::host::Host;
 use super::{Target, rbac, restart, stage};
 use crate::commands::check_config::check::{Output, check_with};
 use crate::commands::check_config::isolation::KubeletFacts;
@@ -24,6 +23,7 @@ use crate::kubelet::Severity;
 use crate::kubelet::matching;
 use crate::kubelet::provider_config::Entry;
 use crate::options::BINARY;
+use crate::platform::Host;
 
 #[derive(clap::Args, Clone, Debug)]
 pub(crate) struct Args {
@@ -438,7 +438,6 @@ fn health_check(target: &Target, d: &Discovery) -> Check {
 /// file in the bin dir is run only when it is a regular file owned by root
 /// and not writable by group or others.
 fn binary_check(host: &Host, bin_dir: &Path) -> Check {
-    use std::os::unix::fs::MetadataExt;
     let shown = bin_dir.join(BINARY);
     let missing = |why: String| {
         check(
@@ -452,19 +451,19 @@ fn binary_check(host: &Host, bin_dir: &Path) -> Check {
         Ok(l) => l,
         Err(e) => return missing(format!("cannot be found: {e}")),
     };
-    let meta = match std::fs::metadata(&local) {
+    let meta = match crate::platform::facts_followed(&local) {
         Ok(m) => m,
         Err(e) => return missing(format!("cannot be read: {e}")),
     };
-    if !meta.is_file() || meta.uid() != 0 || meta.mode() & 0o022 != 0 {
+    if !meta.is_file() || !meta.owner.is_administrator() || meta.access.others_write {
         return check(
             Verdict::Fail,
             "binary",
             format!(
-                "{} is not a root-owned file writable only by root (uid {}, mode {:o}); not run",
+                "{} is not a root-owned file writable only by root ({}, {}); not run",
                 shown.display(),
-                meta.uid(),
-                meta.mode() & 0o7777
+                meta.owner,
+                meta.access.shown
             ),
             Some("reinstall with node install, which writes it root:root 0755".into()),
         );

@@ -23,8 +23,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::host::{Host, Kind as FileKind};
 use crate::error::{Error, Result};
+use crate::platform::{Host, Kind as FileKind};
 
 const BACKUP_SUFFIX: &str = ".wi-credential-provider.bak";
 pub(crate) const MANIFEST: &str = "/var/lib/wi-credential-provider/node-install.json";
@@ -55,7 +55,7 @@ pub(crate) fn backup_path(path: &Path) -> PathBuf {
 
 pub(crate) fn io_error(what: &str, path: &Path, e: std::io::Error) -> Error {
     let fix = if e.kind() == std::io::ErrorKind::PermissionDenied
-        || e.raw_os_error() == Some(libc::EROFS)
+        || e.kind() == std::io::ErrorKind::ReadOnlyFilesystem
     {
         "run as root on the node, or from a privileged pod with the host root mounted read-write (--root /host)"
     } else {
@@ -271,7 +271,7 @@ impl Manifest {
 /// file of ours.
 pub(crate) struct Lock {
     host: Host,
-    _fd: rustix::fd::OwnedFd,
+    _fd: std::fs::File,
 }
 
 impl Drop for Lock {

@@ -20,14 +20,14 @@
 //! reason: a node where the kubelet unit's main process is not what it
 //! claims is not one to write kubelet configuration on.
 
-use std::os::unix::fs::MetadataExt;
+use crate::platform;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Serialize;
 
-use super::host::Host;
 use super::restart;
+use crate::platform::Host;
 
 /// The kubelet (or the k3s/RKE2 process that embeds it), verified.
 #[derive(Clone, Debug, Serialize)]
@@ -155,18 +155,18 @@ fn verify(
     {
         return Err(format!("its cgroup {cgroup} is not the unit's ({want})"));
     }
-    let exe_meta = std::fs::metadata(dir.join("exe"))
+    let exe_meta = platform::facts_followed(&dir.join("exe"))
         .map_err(|e| format!("cannot look at its executable: {e}"))?;
-    if exe_meta.uid() != 0 {
+    if !exe_meta.owner.is_administrator() {
         return Err(format!(
-            "its executable is owned by uid {}, not root",
-            exe_meta.uid()
+            "its executable is owned by {}, not root",
+            exe_meta.owner
         ));
     }
-    if exe_meta.mode() & 0o022 != 0 {
+    if exe_meta.access.others_write {
         return Err(format!(
-            "its executable is writable by group or others (mode {:o})",
-            exe_meta.mode() & 0o7777
+            "its executable is writable by group or others ({})",
+            exe_meta.access.shown
         ));
     }
     let named = match unit_exe {
@@ -175,7 +175,7 @@ fn verify(
             .map_err(|e| format!("cannot read its executable's path: {e}"))?,
     };
     let on_root = host.identity(&named);
-    if on_root != Some((exe_meta.dev(), exe_meta.ino())) {
+    if on_root != Some(exe_meta.id) {
         return Err(format!(
             "its executable is not the file {} on the node's root",
             named.display()
@@ -313,8 +313,12 @@ pub(crate) fn identify(
 /// checked again (root-owned, not writable by others) right before.
 pub(crate) fn version_of(host: &Host, exe: &Path) -> Option<String> {
     let local = host.local(exe).ok()?;
-    let meta = std::fs::metadata(&local).ok()?;
-    if !meta.is_file() || meta.uid() != 0 || meta.mode() & 0o022 != 0 || meta.mode() & 0o111 == 0 {
+    let meta = platform::facts_followed(&local).ok()?;
+    if !meta.is_file()
+        || !meta.owner.is_administrator()
+        || meta.access.others_write
+        || !meta.access.executable
+    {
         return None;
     }
     let out = super::exec::run(&local, &["--version"], Duration::from_secs(5)).ok()?;

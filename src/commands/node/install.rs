@@ -15,7 +15,6 @@ use serde::{Deserialize, Serialize};
 use super::apply::{self, Applied, Change};
 use super::discover::{self, Discovery};
 use super::files::{self, Kind, Snapshot};
-use super::host::Host;
 use super::merge::{self, Format, Replace};
 use super::plan::{self, ConfigTarget, Plan, ReadyProvider};
 use super::stage::{self, Stage};
@@ -26,6 +25,7 @@ use crate::error::{Error, Result};
 use crate::inputs::Env;
 use crate::kubelet::Finding;
 use crate::options::BINARY;
+use crate::platform::Host;
 use crate::providers::fallback::Fallback;
 
 /// Where a failed attempt is remembered, so that the DaemonSet's retries

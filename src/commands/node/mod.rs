@@ -3,7 +3,7 @@
 //! out again, and say what is wrong with a node's set-up.
 //!
 //! These run as root on every node of a fleet, on nodes where tenants run
-//! processes and own files; so [`host`] resolves every path inside
+//! processes and own files; so [`crate::platform::Host`] resolves every path inside
 //! `--root` and writes without following links, [`identify`] trusts only
 //! facts a tenant cannot forge about which process is the kubelet, and
 //! [`exec`] runs nothing without a deadline.
@@ -24,7 +24,6 @@ pub(crate) mod distro;
 pub(crate) mod doctor;
 pub(crate) mod exec;
 pub(crate) mod files;
-pub(crate) mod host;
 pub(crate) mod identify;
 pub(crate) mod install;
 pub mod merge;
@@ -83,8 +82,19 @@ fn parse_version(text: &str) -> Result<Version, String> {
 
 impl Target {
     /// The node's root, opened; every path is resolved inside it.
-    pub(crate) fn host(&self) -> crate::error::Result<host::Host> {
-        host::Host::open(&self.root).map_err(|e| {
+    ///
+    /// Not on Windows yet: what this module knows (systemd units, `/proc`,
+    /// symlinked provider names, the Linux distributions' paths) would be
+    /// wrong there, so nothing is read or written; the admin installs by
+    /// hand (docs/windows.md).
+    pub(crate) fn host(&self) -> crate::error::Result<crate::platform::Host> {
+        if crate::platform::WINDOWS {
+            return Err(crate::error::Error::config(
+                "node install, uninstall and doctor do not support Windows nodes yet (they know Linux kubelets: systemd, /proc, symlinked provider names); nothing was read or changed",
+            )
+            .fix("install by hand: copy the .exe into the kubelet's credential-provider bin dir once per provider (wi-credential-provider-azure.exe, ...) and add entries named with the .exe, with tokenAttributes (docs/windows.md#installing-by-hand)"));
+        }
+        crate::platform::Host::open(&self.root).map_err(|e| {
             crate::error::Error::config(format!(
                 "cannot open the node's root {}: {e}",
                 self.root.display()

@@ -7,11 +7,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::doctor::{Check, Verdict, check};
-use super::host::Host;
 use crate::error::Kind;
 use crate::inputs::Env;
 use crate::kubelet::provider_config::Entry;
 use crate::observe::{audit, metrics};
+use crate::platform::Host;
 
 /// Failures older than this are history, not news.
 pub(super) const RECENT_SECS: i64 = 24 * 3600;
@@ -119,7 +119,7 @@ fn read_state(host: &Host, dir: &Path) -> Result<metrics::State, Check> {
                     dir.display()
                 ),
                 Some(format!(
-                    "check that {} exists, is not writable by everyone and is on a writable file system",
+                    "check that {} exists, is root's, not writable by group or others and on a writable file system",
                     dir.display()
                 )),
             ));

@@ -10,10 +10,10 @@ use yaml_serde::Value;
 
 use super::discover::{self, BIN_DIR_FLAG, CONFIG_FLAG, Discovery};
 use super::distro::{self, Distro};
-use super::host::Host;
 use super::merge::{self, Replace};
 use super::systemd;
 use crate::error::{Error, Result};
+use crate::platform::Host;
 use crate::providers::fallback::Fallback;
 
 /// The ready entry for each provider: the one in config-examples.

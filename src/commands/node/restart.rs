@@ -21,8 +21,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::exec;
-use super::host::Host;
 use crate::error::{Error, Result};
+use crate::platform::Host;
 
 /// Consecutive `ok` answers, one second apart, that count as healthy.
 const HEALTHY_IN_A_ROW: u32 = 3;
@@ -94,38 +94,6 @@ pub(crate) fn systemctl(host: &Host, proc: &Path, args: &[&str]) -> Result<()> {
     systemctl_output(host, proc, args, RESTART_TIMEOUT).map(|_| ())
 }
 
-/// Runs `f` where the kubelet listens: on a thread in PID 1's network
-/// namespace when ours is another one. `proc` is the host's `/proc`.
-fn in_host_network<T: Send>(
-    proc: &Path,
-    f: impl FnOnce() -> T + Send,
-) -> std::result::Result<T, String> {
-    let theirs = std::fs::read_link(proc.join("1/ns/net"));
-    let ours = std::fs::read_link("/proc/thread-self/ns/net")
-        .or_else(|_| std::fs::read_link("/proc/self/ns/net"));
-    match (theirs, ours) {
-        (Ok(a), Ok(b)) if a != b => {
-            let ns = std::fs::File::open(proc.join("1/ns/net"))
-                .map_err(|e| format!("cannot open PID 1's network namespace: {e}"))?;
-            std::thread::scope(|s| {
-                s.spawn(move || {
-                    use rustix::fd::AsFd;
-                    rustix::thread::move_into_link_name_space(
-                        ns.as_fd(),
-                        Some(rustix::thread::LinkNameSpaceType::Network),
-                    )
-                    .map_err(|e| format!("cannot enter PID 1's network namespace: {e}"))?;
-                    Ok(f())
-                })
-                .join()
-                .unwrap_or_else(|_| Err("the probe thread failed".into()))
-            })
-        }
-        // Same namespace, or no way to tell (no hostPID): probe from here.
-        _ => Ok(f()),
-    }
-}
-
 /// One `GET /healthz`: `Ok(())` on `200` with body `ok`.
 pub(crate) fn probe(address: &str, port: u16) -> std::result::Result<(), String> {
     let target = if address.contains(':') {
@@ -174,7 +142,7 @@ pub(crate) fn probe_on_host(
     port: u16,
 ) -> std::result::Result<(), String> {
     match proc {
-        Some(p) => in_host_network(p, || probe(address, port))?,
+        Some(p) => crate::platform::enter_host_network(p, || probe(address, port))?,
         None => probe(address, port),
     }
 }
@@ -214,7 +182,7 @@ pub(crate) fn wait_healthy(
         }
     };
     match proc {
-        Some(p) => in_host_network(p, poll)?,
+        Some(p) => crate::platform::enter_host_network(p, poll)?,
         None => poll(),
     }
 }

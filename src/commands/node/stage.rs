@@ -7,11 +7,10 @@
 //! Install stages the merged config before anything is written; doctor
 //! stages the live one.
 
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
-use super::host::{Host, Kind};
 use crate::error::{Error, Result};
+use crate::platform::{Host, Kind};
 
 /// The staged copy; removed on drop.
 pub(crate) struct Stage {
@@ -28,17 +27,10 @@ impl Drop for Stage {
     }
 }
 
-/// A private temporary directory (0700) with an unpredictable name.
+/// A private temporary directory with an unpredictable name.
 fn private_temp_dir() -> Result<PathBuf> {
-    let mut bytes = [0u8; 8];
-    let _ = rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty());
-    let suffix: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    let dir = std::env::temp_dir().join(format!("wicp-node.{}.{suffix}", std::process::id()));
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&dir)
-        .map_err(|e| Error::config(format!("cannot create {}: {e}", dir.display())))?;
-    Ok(dir)
+    crate::platform::private_temp_dir("wicp-node")
+        .map_err(|e| Error::config(format!("cannot create a private temporary directory: {e}")))
 }
 
 fn io(e: std::io::Error) -> Error {
@@ -95,7 +87,10 @@ pub(crate) fn stage(
                     match host.read_bytes(&path, crate::yaml::MAX_BYTES) {
                         Ok(Some(bytes)) => std::fs::write(staged.join(&name), bytes).map_err(io)?,
                         _ => {
-                            let _ = std::os::unix::fs::symlink("/nonexistent", staged.join(&name));
+                            let _ = crate::platform::symlink(
+                                Path::new("/nonexistent"),
+                                &staged.join(&name),
+                            );
                         }
                     }
                 }
@@ -115,7 +110,7 @@ pub(crate) fn stage(
             let target = host
                 .local(&bin_dir.join(&name))
                 .unwrap_or_else(|_| PathBuf::from("/nonexistent"));
-            let _ = std::os::unix::fs::symlink(target, bin.join(&name));
+            let _ = crate::platform::symlink(&target, &bin.join(&name));
         }
     }
     if let Some(binary) = binary {
@@ -123,7 +118,7 @@ pub(crate) fn stage(
         for name in extra {
             let link = bin.join(name);
             let _ = std::fs::remove_file(&link);
-            std::os::unix::fs::symlink(&binary, &link).map_err(io)?;
+            crate::platform::symlink(&binary, &link).map_err(io)?;
         }
     }
     Ok(stage)

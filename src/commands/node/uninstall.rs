@@ -17,11 +17,11 @@ use serde::Serialize;
 
 use super::discover;
 use super::files::{self, Kind, Manifest, Record, Snapshot, State};
-use super::host::Host;
 use super::{Target, install, merge, restart};
 use crate::commands::check_config::check::Output;
 use crate::error::{Error, Result};
 use crate::options::BINARY;
+use crate::platform::Host;
 
 #[derive(clap::Args, Clone, Debug)]
 pub(crate) struct Args {

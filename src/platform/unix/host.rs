@@ -109,19 +109,7 @@ fn components(path: &Path) -> VecDeque<OsString> {
 }
 
 fn random_suffix() -> String {
-    let mut bytes = [0u8; 8];
-    let filled =
-        rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty()).unwrap_or(0);
-    if filled < bytes.len() {
-        // getrandom does not fail on Linux once the pool is ready; if it
-        // did, O_EXCL still refuses a name that exists.
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or_default();
-        return format!("{nanos:x}{:x}", std::process::id());
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    super::random_hex(8)
 }
 
 impl Host {
@@ -606,7 +594,7 @@ impl Host {
 
     /// Takes an exclusive lock on `path` (created 0600), waiting at most
     /// `wait`. The lock lasts as long as the returned descriptor.
-    pub(crate) fn lock(&self, path: &Path, wait: Duration) -> std::io::Result<OwnedFd> {
+    pub(crate) fn lock(&self, path: &Path, wait: Duration) -> std::io::Result<std::fs::File> {
         let (dir, name) = self.parent_of(path)?;
         let fd = rustix::fs::openat(
             &dir,
@@ -635,7 +623,7 @@ impl Host {
                         .found
                         .map(|(_, s)| (s.st_dev, s.st_ino));
                     if now == Some((held.st_dev, held.st_ino)) {
-                        return Ok(fd);
+                        return Ok(std::fs::File::from(fd));
                     }
                     return self.lock(path, deadline.saturating_duration_since(Instant::now()));
                 }
@@ -755,7 +743,7 @@ mod tests {
     fn fifos_and_devices_are_refused_without_blocking() {
         let (dir, host) = host();
         let fifo = dir.path().join("fifo");
-        crate::file::mkfifo(&fifo);
+        crate::platform::tests::mkfifo(&fifo);
         let err = host.read_file(Path::new("/fifo"), 1024).unwrap_err();
         assert!(err.to_string().contains("a FIFO"), "{err}");
         std::os::unix::fs::symlink("/dev/zero", dir.path().join("zero")).unwrap();

@@ -1,0 +1,240 @@
+//! Everything that differs between a Linux and a Windows node, in one
+//! place: the rest of the crate says neither `cfg(unix)` nor
+//! `cfg(windows)` (tests/architecture.rs checks it).
+//!
+//! What the plugin needs from the operating system is small, and the same
+//! questions on both:
+//!
+//! - **who runs us** ([`running_owner`]): the owner every file we keep
+//!   (cache, locks, metrics state, audit log) must have;
+//! - **what a file is and who may touch it** ([`facts`], [`facts_at`]):
+//!   its kind (a link is never followed), owner, link count, identity, and
+//!   whether anyone but its owner (and the machine's administrators) may
+//!   read or write it. On Linux that is the mode bits; on Windows the
+//!   owner SID and the DACL's allow entries;
+//! - **opening without surprises** ([`open`]): never through a link when
+//!   asked, never blocking on a FIFO or device, and a file we create is
+//!   private from its first byte (mode 0600; on Windows a protected DACL
+//!   for SYSTEM, Administrators and us);
+//! - **putting a file in place atomically** ([`rename`],
+//!   [`swap_into_place`]), **locks** (std's `File::lock`: `flock(2)` or
+//!   `LockFileEx`), **unpredictable names** ([`random_hex`]), **stdin
+//!   with a deadline** ([`stdin`], [`read_pipe`]), and the node's file
+//!   system seen from the installer ([`Host`]).
+//!
+//! The Windows half is the only code in the crate that calls the
+//! operating system through `unsafe` (the Win32 security API has no safe
+//! binding in std or in a maintained crate); it sits in
+//! `platform/windows/`, behind the same safe functions as the Linux half.
+
+use std::fmt;
+use std::io;
+use std::path::Path;
+
+#[cfg(unix)]
+mod unix;
+#[cfg(unix)]
+use unix as os;
+
+#[cfg(windows)]
+mod windows;
+#[cfg(windows)]
+use windows as os;
+
+#[cfg(test)]
+pub(crate) use os::host::test_root;
+pub(crate) use os::host::{Host, Kind};
+pub(crate) use os::{
+    HAS_SYSTEM_VERIFIER, Stdin, create_private_dir_all, enter_host_network, facts, facts_at,
+    facts_followed, id_of, is_refused_link, open, random_hex, read_pipe, rename, running_owner,
+    set_mode, stdin, swap_into_place, symlink, system_verifier, write_at,
+};
+
+/// Helpers for the tests of what uses this module (a FIFO to refuse).
+#[cfg(test)]
+pub(crate) use os::tests;
+
+/// Whether this build is for Windows: for defaults (paths) and messages,
+/// never for a decision that belongs in this module.
+pub(crate) const WINDOWS: bool = cfg!(windows);
+
+/// Who owns a file, or runs this process: a uid on Linux, a SID on
+/// Windows (`S-1-5-18` is SYSTEM).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Owner(pub(crate) os::RawOwner);
+
+impl Owner {
+    /// The machine's administrator: root, or SYSTEM and the Administrators
+    /// group (either may own what SYSTEM creates on Windows).
+    pub(crate) fn is_administrator(&self) -> bool {
+        os::is_administrator(&self.0)
+    }
+
+    /// Whether a file owned by `self` may be trusted by a process run by
+    /// `running`: the same user, or (Windows) the administrators, who own
+    /// what SYSTEM creates.
+    pub(crate) fn trusted_by(&self, running: &Owner) -> bool {
+        self == running || (crate::platform::WINDOWS && self.is_administrator())
+    }
+}
+
+impl fmt::Display for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        os::show_owner(&self.0, f)
+    }
+}
+
+/// A file's identity on its volume (device and inode; volume serial and
+/// file index): two paths with the same one name the same file.
+pub(crate) type FileId = (u64, u64);
+
+/// What the plugin checks about a file before trusting it.
+#[derive(Clone, Debug)]
+pub(crate) struct Facts {
+    pub(crate) kind: Kind,
+    /// "a FIFO", "a directory": for messages.
+    pub(crate) described: &'static str,
+    pub(crate) owner: Owner,
+    pub(crate) len: u64,
+    /// Hard links: more than one means another name can reach the data.
+    pub(crate) links: u64,
+    pub(crate) id: FileId,
+    pub(crate) access: Access,
+}
+
+/// Who besides the owner may use a file, as far as the plugin cares.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Access {
+    /// Anyone but the owner (and, on Windows, SYSTEM and Administrators)
+    /// may read or write it.
+    pub(crate) shared: bool,
+    /// A group or another user may write it (Linux: mode & 0o022).
+    pub(crate) others_write: bool,
+    /// Every user may write it (Linux: mode & 0o002; Windows: Everyone,
+    /// Users or Authenticated Users).
+    pub(crate) everyone_writes: bool,
+    /// It may be run (Linux: an execute bit; Windows: always).
+    pub(crate) executable: bool,
+    /// How it is shown in a message: `mode 0644`, or the SIDs a DACL lets
+    /// in.
+    pub(crate) shown: String,
+}
+
+impl Facts {
+    pub(crate) fn is_file(&self) -> bool {
+        self.kind == Kind::File
+    }
+
+    pub(crate) fn is_dir(&self) -> bool {
+        self.kind == Kind::Dir
+    }
+
+    pub(crate) fn is_link(&self) -> bool {
+        self.kind == Kind::Symlink
+    }
+}
+
+/// How [`open`] opens a file. Every open is non-blocking for FIFOs and
+/// devices on Linux (`O_NONBLOCK | O_NOCTTY | O_CLOEXEC`) and refuses a
+/// device or pipe on Windows.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Open {
+    pub(crate) write: bool,
+    pub(crate) read: bool,
+    pub(crate) append: bool,
+    pub(crate) create: Create,
+    /// Follow a link in the last component (`false`: refuse it, see
+    /// [`is_refused_link`]).
+    pub(crate) follow: bool,
+    /// The mode a created file gets (Linux; the umask still applies unless
+    /// the caller sets it again). On Windows a mode without group or other
+    /// bits means the private DACL; any other, the folder's inherited one.
+    pub(crate) mode: u32,
+}
+
+/// Whether [`open`] creates the file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Create {
+    Never,
+    IfMissing,
+    /// Only if nothing is there (`O_EXCL`, `CREATE_NEW`).
+    New,
+}
+
+impl Open {
+    /// Read an existing file.
+    pub(crate) const fn read() -> Open {
+        Open {
+            write: false,
+            read: true,
+            append: false,
+            create: Create::Never,
+            follow: true,
+            mode: 0o600,
+        }
+    }
+
+    /// Create a new file (nothing may be there) for writing, with `mode`.
+    pub(crate) const fn create_new(mode: u32) -> Open {
+        Open {
+            write: true,
+            read: false,
+            append: false,
+            create: Create::New,
+            follow: false,
+            mode,
+        }
+    }
+
+    /// Read and write, creating the file (0600) when missing.
+    pub(crate) const fn read_write() -> Open {
+        Open {
+            write: true,
+            read: true,
+            append: false,
+            create: Create::IfMissing,
+            follow: false,
+            mode: 0o600,
+        }
+    }
+
+    /// Append, creating the file (0600) when missing.
+    pub(crate) const fn append() -> Open {
+        Open {
+            write: true,
+            read: false,
+            append: true,
+            create: Create::IfMissing,
+            follow: false,
+            mode: 0o600,
+        }
+    }
+
+    /// Never through a link in the last component.
+    pub(crate) const fn no_follow(mut self) -> Open {
+        self.follow = false;
+        self
+    }
+}
+
+/// A private temporary directory (only we may use it) with an
+/// unpredictable name under the system's temporary directory.
+pub(crate) fn private_temp_dir(prefix: &str) -> io::Result<std::path::PathBuf> {
+    let dir =
+        std::env::temp_dir().join(format!("{prefix}.{}.{}", std::process::id(), random_hex(8)));
+    os::create_private_dir(&dir)?;
+    Ok(dir)
+}
+
+/// Writes `bytes` to a new private executable file `path` (0700).
+pub(crate) fn write_executable(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    let mut file = open(path, &Open::create_new(0o700))?;
+    file.write_all(bytes)?;
+    os::make_executable(&file)
+}
+
+/// The file name of executable `name` here: `name.exe` on Windows.
+pub(crate) fn executable_name(name: &str) -> String {
+    format!("{name}{}", std::env::consts::EXE_SUFFIX)
+}
