@@ -19,4 +19,5 @@ pub mod sts;
 pub mod token;
 pub mod token_service;
 pub mod vault;
+pub mod windows;
 pub mod zot;

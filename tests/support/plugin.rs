@@ -10,7 +10,12 @@ use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 
+/// The binary under test: the Linux build, or the Windows `.exe` inside
+/// [`super::windows::on_windows`].
 pub fn bin() -> PathBuf {
+    if super::windows::active() {
+        return super::windows::exe();
+    }
     PathBuf::from(env!("CARGO_BIN_EXE_wi-credential-provider"))
 }
 
@@ -171,9 +176,15 @@ pub fn run(args: &[&str], env: &[(&str, &str)], stdin: &[u8]) -> Run {
 }
 
 /// Runs the binary under another name (a symlink, as admins install it for
-/// several provider entries).
+/// several provider entries; a copy named `NAME.exe` on Windows, as the
+/// Windows installer writes it).
 pub fn run_as(name: &str, args: &[&str], env: &[(&str, &str)], stdin: &[u8]) -> Run {
     let dir = tempfile::tempdir().unwrap();
+    if super::windows::active() {
+        let copy = dir.path().join(format!("{name}.exe"));
+        std::fs::copy(bin(), &copy).unwrap();
+        return run_program(&copy, args, env, stdin);
+    }
     let link = dir.path().join(name);
     std::os::unix::fs::symlink(bin(), &link).unwrap();
     run_program(&link, args, env, stdin)
@@ -182,10 +193,13 @@ pub fn run_as(name: &str, args: &[&str], env: &[(&str, &str)], stdin: &[u8]) -> 
 /// Runs `program` (the binary, or a wrapper that execs it: `unshare`,
 /// `strace`) as [`run`] runs the binary.
 pub fn run_program(program: &Path, args: &[&str], env: &[(&str, &str)], stdin: &[u8]) -> Run {
+    let (program, first) = super::windows::wrap(program);
     let mut child = Command::new(program)
+        .args(first)
         .args(args)
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(super::windows::env())
         .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

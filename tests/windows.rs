@@ -1,0 +1,742 @@
+//! The Windows build (`wi-credential-provider.exe`), exec'd as a Windows
+//! kubelet execs it (request on stdin, one response on stdout, logs on
+//! stderr, the exit status), under Wine, against the same loopback fakes
+//! as the Linux tests: every provider's happy path and one refusal, the
+//! provider from the `.exe` name, the cache (hit, miss, isolation, a
+//! directory others can write refused, the private DACL it creates), the
+//! stdin deadline, JSON logs, and never a secret on stderr.
+//!
+//! Wine 8 runs the real Win32 code paths (CreateFileW, GetSecurityInfo,
+//! LockFileEx, MoveFileExW, BCryptGenRandom, the certificate chain
+//! engine) but does not enforce DACLs against a running process: what is
+//! checked here is that the plugin asks Windows for the right descriptor
+//! and reads back what Windows reports. `make test-windows` builds the
+//! `.exe` and the Wine prefix and runs these (they are ignored in a plain
+//! `cargo test`, which has neither).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::azure::{self, App, CLIENT_ID, FakeAcr, FakeEntra, TENANT};
+use support::chainguard::{self, FakeChainguard, IDENTITY};
+use support::google::{FakeSts as GoogleSts, GCP_CLUSTER, GCP_PROJECT};
+use support::http_server::{Response, TestServer};
+use support::moto::Moto;
+use support::plugin::{Run, request, run, run_as};
+use support::sts::{Expect, FakeSts};
+use support::token::TokenSpec;
+use support::token_service::{FakeService, Trust, assert_no_secrets};
+use support::vault::{FakeVault, Method, Role};
+use support::windows::{self, on_windows};
+use support::{cloudsmith, jfrog, quay};
+
+const WHY: &str = "needs the Windows build under Wine: make test-windows";
+
+fn exec(
+    args: &[String],
+    env: &[(&str, &str)],
+    image: &str,
+    token: &str,
+    annotations: &[(&str, &str)],
+) -> Run {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    on_windows(|| {
+        run(
+            &args,
+            env,
+            request(image, Some(token), annotations).as_bytes(),
+        )
+    })
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
+
+/// The one error line, with the service account it names.
+fn refused(out: &Run, service_account: &str) -> String {
+    let line = out.failure();
+    assert!(line.contains(service_account), "{line}");
+    line
+}
+
+/// Checks a success: the password the kubelet gets is the one `issued`
+/// (by the fake, or stored in it) under `registry`, and neither it nor the
+/// token reached stderr.
+fn served(out: &Run, image: &str, registry: &str, issued: Vec<String>, token: &str) -> Value {
+    let response = out.response_for(image);
+    let expected = issued
+        .last()
+        .unwrap_or_else(|| panic!("the fake issued nothing: {}", out.stderr))
+        .as_str();
+    assert_eq!(
+        response["auth"][registry]["password"], expected,
+        "{response}"
+    );
+    assert_no_secrets(&out.stderr, &[token, expected]);
+    response
+}
+
+#[test]
+#[ignore = "needs the Windows build under Wine: make test-windows"]
+fn the_exe_answers_version_with_every_provider() {
+    let _ = WHY;
+    let out = on_windows(|| run(&["--version"], &[], b""));
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("wi-credential-provider "), "{text}");
+    for name in [
+        "aws",
+        "azure",
+        "chainguard",
+        "cloudsmith",
+        "gcp",
+        "jfrog",
+        "passthrough",
+        "quay",
+        "token-exchange",
+        "vault",
+    ] {
+        assert!(text.contains(name), "{name} missing: {text}");
+    }
+}
+
+#[test]
+#[ignore = "needs the Windows build under Wine: make test-windows"]
+fn passthrough_by_the_exe_name() {
+    let token = TokenSpec::new("team", "puller", "harbor.test").mint();
+    let args = ["--registry", "harbor.test", "--audience", "harbor.test"];
+    let stdin = request("harbor.test/team/app", Some(&token), &[]);
+    // The kubelet execs `<bin dir>\wi-credential-provider-passthrough.exe`.
+    let out = on_windows(|| {
+        run_as(
+            "wi-credential-provider-passthrough",
+            &args,
+            &[],
+            stdin.as_bytes(),
+        )
+    });
+    let response = served(
+        &out,
+        "harbor.test/team/app",
+        "harbor.test",
+        vec![token.clone()],
+        &token,
+    );
+    assert_eq!(
+        response["auth"]["harbor.test"]["username"],
+        "serviceaccount"
+    );
+    // The same name with no provider in it serves nothing by itself.
+    let out = on_windows(|| run_as("wi-credential-provider", &args, &[], stdin.as_bytes()));
+    let line = out.failure();
+    assert!(line.contains("harbor.test"), "{line}");
+    // A token for another audience: refused before anything is returned.
+    let other = TokenSpec::new("team", "puller", "elsewhere.test").mint();
+    let out = on_windows(|| {
+        run_as(
+            "wi-credential-provider-passthrough",
+            &args,
+            &[],
+            request("harbor.test/team/app", Some(&other), &[]).as_bytes(),
+        )
+    });
+    refused(&out, "team/puller");
+    assert_no_secrets(&out.stderr, &[&other]);
+}
+
+fn vendor_args(name: &str, url_flag: &str, url: &str, extra: &[&str]) -> Vec<String> {
+    let mut args = strings(&[
+        "--provider",
+        name,
+        "--registry",
+        "registry.vendor.test",
+        "--audience",
+        "registry.vendor.test",
+        "--log-level",
+        "debug",
+        url_flag,
+        url,
+    ]);
+    args.extend(strings(extra));
+    args
+}
+
+/// A vendor token service (JFrog, Quay, Cloudsmith): the token it issues
+/// is the password; then a 403 is one error line naming the account.
+fn vendor_case(
+    name: &str,
+    fake: &FakeService,
+    url_flag: &str,
+    extra: &[&str],
+    annotations: &[(&str, &str)],
+    forbidden: Response,
+) {
+    const IMAGE: &str = "registry.vendor.test/team/app";
+    let token = TokenSpec::new("team", "puller", "registry.vendor.test").mint();
+    let args = vendor_args(name, url_flag, &fake.url(), extra);
+    let out = exec(&args, &[], IMAGE, &token, annotations);
+    let issued = fake.issued();
+    served(&out, IMAGE, "registry.vendor.test", issued, &token);
+    fake.script([forbidden]);
+    let out = exec(&args, &[], IMAGE, &token, annotations);
+    refused(&out, "team/puller");
+    assert_no_secrets(&out.stderr, &[&token]);
+}
+
+#[test]
+#[ignore = "needs the Windows build under Wine: make test-windows"]
+fn jfrog() {
+    let fake = jfrog::start(
+        Trust::service_account("team", "puller", "registry.vendor.test"),
+        jfrog::Integration {
+            provider_name: "k8s".into(),
+            project_key: None,
+            mapping: "team".into(),
+            username: "k8s-team".into(),
+        },
+    );
+    vendor_case(
+        "jfrog",
+        &fake,
+        "--jfrog-url",
+        &["--jfrog-provider-name", "k8s"],
+        &[],
+        jfrog::error(403, "FORBIDDEN", "no"),
+    );
+}
+
+#[test]
+#[ignore = "needs the Windows build under Wine: make test-windows"]
+fn quay() {
+    let fake = quay::start(
+        Trust::service_account("team", "puller", "registry.vendor.test"),
+        "acme+puller",
+    );
+    vendor_case(
+        "quay",
+        &fake,
+        "--quay-url",
+        &["--quay-organization", "acme"],
+        &[("wi-credential-provider.io/quay-robot", "acme+puller")],
+        quay::error(403, "no"),
+    );
+}
+
+#[test]
+#[ignore = "needs the Windows build under Wine: make test-windows"]
+fn cloudsmith() {
+    let fake = cloudsmith::start(
+        Trust::service_account("team", "puller", "registry.vendor.test"),
+        "acme",
+        "puller",
+    );
+    vendor_case(
+        "cloudsmith",
+        &fake,
+        "--cloudsmith-url",
+        &["--cloudsmith-org", "acme"],
+        &[("wi-credential-provider.io/cloudsmith-service", "puller")],
+        cloudsmith::error(403, "no"),
+    );
+}
+
+#[test]
+#[ignore = "needs the Windows build under Wine: make test-windows"]
+fn chainguard() {
+    const IMAGE: &str = "cgr.dev/example.com/app:latest";
+    let cg = FakeChainguard::start();
+    let token = TokenSpec::new("team", "puller", chainguard::AUDIENCE).mint();
+    let args = strings(&[
+        "--provider",
+        "chainguard",
+        "--chainguard-issuer-url",
+        &cg.url(),
+        "--log-level",
+        "debug",
+    ]);
+    let annotations = [("wi-credential-provider.io/chainguard-identity", IDENTITY)];
+    let out = exec(&args, &[], IMAGE, &token, &annotations);
+    served(&out, IMAGE, "cgr.dev", cg.issued(), &token);
+    cg.script([chainguard::grpc_error(403, 7, "permission denied")]);
+    let out = exec(&args, &[], IMAGE, &token, &annotations);
+    refused(&out, "team/puller");
+}
+
+#[test]
+#[ignore = "needs the Windows build under Wine: make test-windows"]
+fn vault() {
+    const IMAGE: &str = "registry.example.com/team/app";
+    let vault = FakeVault::start(Method::Kubernetes, "kubernetes", None);
+    vault
+        .policy("registry-team", &["secret/data/registry/team/*"])
+        .role("puller", Role::new("team", "puller", &["registry-team"]))
+        .kv2(
+            "registry/team/app",
+            json!({"username": "team-robot", "password": "vault-kept-password"}),
+        );
+    let token = TokenSpec::new("team", "puller", "vault.cluster.test").mint();
+    let args = strings(&[
+        "--provider",
+        "vault",
+        "--registry",
+        "registry.example.com",
+        "--audience",
+        "vault.cluster.test",
+        "--vault-address",
+        &vault.url(),
+        "--vault-secret-prefix",
+        "registry",
+        "--log-level",
+        "debug",
+    ]);
+    let annotations = [
+        ("wi-credential-provider.io/vault-role", "puller"),
+        ("wi-credential-provider.io/vault-secret", "team/app"),
+    ];
+    let out = exec(&args, &[], IMAGE, &token, &annotations);
+    served(
+        &out,
+        IMAGE,
+        "registry.example.com",
+        vec!["vault-kept-password".into()],
+        &token,
+    );
+    for issued in vault.issued_tokens() {
+        assert!(!out.stderr.contains(&issued), "{}", out.stderr);
+    }
+    // A role Vault does not know.
+    let out = exec(
+        &args,
+        &[],
+        IMAGE,
+        &token,
+        &[
+            ("wi-credential-provider.io/vault-role", "nobody"),
+            ("wi-credential-provider.io/vault-secret", "team/app"),
+        ],
+    );
+    refused(&out, "team/puller");
+}
+
+#[test]
+#[ignore = "needs the Windows build under Wine: make test-windows"]
+fn token_exchange() {
+    const IMAGE: &str = "registry.example.com/team/app";
+    let sts = FakeSts::start(Expect {
+        token_audience: "sts.cluster.test".into(),
+        fields: Vec::new(),
+        client: None,
+        subject: "system:serviceaccount:team:puller".into(),
+    });
+    let args = strings(&[
+        "--provider",
+        "token-exchange",
+        "--registry",
+        "registry.example.com",
+        "--audience",
+        "sts.cluster.test",
+        "--token-exchange-url",
+        &sts.url(),
+        "--token-exchange-username",
+        "robot",
+        "--log-level",
+        "debug",
+    ]);
+    let token = TokenSpec::new("team", "puller", "sts.cluster.test").mint();
+    let out = exec(&args, &[], IMAGE, &token, &[]);
+    served(&out, IMAGE, "registry.example.com", sts.issued(), &token);
+    // Another service account: the server grants only team/puller.
+    let other = TokenSpec::new("team", "intruder", "sts.cluster.test").mint();
+    let out = exec(&args, &[], IMAGE, &other, &[]);
+    refused(&out, "team/intruder");
+    assert_no_secrets(&out.stderr, &[&other]);
+}
+
+#[test]
+#[ignore = "needs the Windows build under Wine: make test-windows"]
+fn aws_against_moto() {
+    let moto = Moto::start();
+    let token = TokenSpec::new("team", "puller", "sts.amazonaws.com").mint();
+    let host = "210987654321.dkr.ecr.eu-west-1.amazonaws.com";
+    let image = format!("{host}/team/app");
+    let args = strings(&["--provider", "aws", "--log-level", "debug"]);
+    let role = [(
+        "eks.amazonaws.com/role-arn",
+        "arn:aws:iam::210987654321:role/ecr-pull",
+    )];
+    let out = exec(
+        &args,
+        &[("AWS_ENDPOINT_URL", &moto.url())],
+        &image,
+        &token,
+        &role,
+    );
+    // moto's ECR password names the account STS's credentials belong to:
+    // STS, then ECR signed with what STS returned.
+    let response = served(
+        &out,
+        &image,
+        host,
+        vec!["210987654321-auth-token".into()],
+        &token,
+    );
+    assert_eq!(response["auth"][host]["username"], "AWS");
+    // STS refuses: one line naming the account and the role.
+    let sts = TestServer::start(|_| {
+        Response::text(
+            403,
+            "<ErrorResponse><Error><Type>Sender</Type><Code>AccessDenied</Code>\
+             <Message>Not authorized to perform sts:AssumeRoleWithWebIdentity</Message>\
+             </Error><RequestId>r</RequestId></ErrorResponse>",
+        )
+        .with_header("Content-Type", "text/xml")
+    });
+    let out = exec(
+        &args,
+        &[
+            ("AWS_ENDPOINT_URL_STS", &sts.url()),
+            ("AWS_ENDPOINT_URL_ECR", "http://127.0.0.1:9"),
+        ],
+        &image,
+        &token,
+        &role,
+    );
+    let line = refused(&out, "team/puller");
+    assert!(line.contains("AccessDenied"), "{line}");
+}
+
+fn azure_args(entra: &FakeEntra, acr: &FakeAcr, extra: &[&str]) -> Vec<String> {
+    let mut args = strings(&[
+        "--provider",
+        "azure",
+        "--log-level",
+        "debug",
+        "--azure-authority-host",
+        &entra.url(),
+        "--acr-endpoint",
+        &acr.url(),
+    ]);
+    args.extend(strings(extra));
+    args
+}
+
+const AZURE_IDENTITY: [(&str, &str); 2] = [
+    ("azure.workload.identity/client-id", CLIENT_ID),
+    ("azure.workload.identity/tenant-id", TENANT),
+];
+
+#[test]
+#[ignore = "needs the Windows build under Wine: make test-windows"]
+fn azure() {
+    const IMAGE: &str = "contoso.azurecr.io/team/app";
+    let entra = FakeEntra::start(App::trusting("team", "puller"));
+    let acr = FakeAcr::start("contoso.azurecr.io", &entra);
+    let token = TokenSpec::new("team", "puller", azure::AUDIENCE).mint();
+    let out = exec(
+        &azure_args(&entra, &acr, &[]),
+        &[],
+        IMAGE,
+        &token,
+        &AZURE_IDENTITY,
+    );
+    served(&out, IMAGE, "contoso.azurecr.io", acr.minted(), &token);
+    for issued in entra.issued() {
+        assert!(!out.stderr.contains(&issued), "{}", out.stderr);
+    }
+    // A service account Entra has no federated credential for.
+    let other = TokenSpec::new("team", "other", azure::AUDIENCE).mint();
+    let out = exec(
+        &azure_args(&entra, &acr, &[]),
+        &[],
+        IMAGE,
+        &other,
+        &AZURE_IDENTITY,
+    );
+    let line = refused(&out, "team/other");
+    assert!(line.contains("AADSTS"), "{line}");
+}
+
+#[test]
+#[ignore = "needs the Windows build under Wine: make test-windows"]
+fn gcp() {
+    const IMAGE: &str = "us-docker.pkg.dev/my-project/team/app";
+    let sts = GoogleSts::start();
+    let token = TokenSpec::new("team", "puller", &format!("{GCP_PROJECT}.svc.id.goog")).mint();
+    let args = strings(&[
+        "--provider",
+        "gcp",
+        "--log-level",
+        "debug",
+        "--gcp-project-id",
+        GCP_PROJECT,
+        "--gcp-cluster",
+        GCP_CLUSTER,
+        "--gcp-sts-endpoint",
+        &sts.server.url(),
+    ]);
+    let out = exec(&args, &[], IMAGE, &token, &[]);
+    let response = served(&out, IMAGE, "us-docker.pkg.dev", sts.issued(), &token);
+    assert_eq!(
+        response["auth"]["us-docker.pkg.dev"]["username"],
+        "oauth2accesstoken"
+    );
+    sts.script([Response::json(
+        403,
+        json!({"error": {"code": 403, "message": "Request is prohibited by organization's policy.", "status": "PERMISSION_DENIED"}}),
+    )]);
+    let out = exec(&args, &[], IMAGE, &token, &[]);
+    refused(&out, "team/puller");
+}
+
+/// The cache on Windows: a miss exchanges and stores, a hit answers from
+/// the folder without a call, another service account never gets the
+/// first one's credential, and the folder the plugin creates is private.
+#[test]
+#[ignore = "needs the Windows build under Wine: make test-windows"]
+fn the_cache_hits_misses_and_keeps_service_accounts_apart() {
+    use std::os::unix::fs::PermissionsExt;
+    const IMAGE: &str = "contoso.azurecr.io/team/app";
+    let mut app = App::trusting("team", "puller");
+    app.federated.push(azure::FederatedCredential {
+        issuer: support::token::ISSUER.into(),
+        subject: "system:serviceaccount:team:other".into(),
+        audience: azure::AUDIENCE.into(),
+    });
+    let entra = FakeEntra::start(app);
+    let acr = FakeAcr::start("contoso.azurecr.io", &entra);
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("cache");
+    let cache = windows::path(&dir);
+    let args = azure_args(&entra, &acr, &["--cache-dir", &cache]);
+    let puller = TokenSpec::new("team", "puller", azure::AUDIENCE).mint();
+    let other = TokenSpec::new("team", "other", azure::AUDIENCE).mint();
+
+    let first = exec(&args, &[], IMAGE, &puller, &AZURE_IDENTITY);
+    let password = served(
+        &first,
+        IMAGE,
+        "contoso.azurecr.io",
+        acr.minted(),
+        &puller,
+    )["auth"]["contoso.azurecr.io"]["password"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(entra.server.request_count(), 1);
+    assert!(dir.is_dir(), "the miss created the cache folder");
+
+    let hit = exec(&args, &[], IMAGE, &puller, &AZURE_IDENTITY);
+    served(
+        &hit,
+        IMAGE,
+        "contoso.azurecr.io",
+        vec![password.clone()],
+        &puller,
+    );
+    assert_eq!(entra.server.request_count(), 1, "a hit makes no call");
+
+    let theirs = exec(&args, &[], IMAGE, &other, &AZURE_IDENTITY);
+    let response = theirs.response_for(IMAGE);
+    assert_ne!(
+        response["auth"]["contoso.azurecr.io"]["password"],
+        password.as_str()
+    );
+    assert_eq!(entra.server.request_count(), 2, "another account is a miss");
+
+    // The folder and its entries carry the descriptor the plugin asked
+    // Windows for: access for SYSTEM, Administrators and the user running
+    // the plugin only. Wine 8 keeps no DACL of its own: it turns the
+    // descriptor into the Unix mode of the file, and a descriptor that
+    // grants others nothing leaves no "other" bits (without it, the folder
+    // would get the umask's 0755 and the files 0644).
+    let entries: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    for path in std::iter::once(dir.clone()).chain(entries) {
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode & 0o007, 0, "{}: mode {mode:o}", path.display());
+    }
+}
+
+#[test]
+#[ignore = "needs the Windows build under Wine: make test-windows"]
+fn a_cache_folder_everyone_may_write_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    const IMAGE: &str = "contoso.azurecr.io/team/app";
+    let entra = FakeEntra::start(App::trusting("team", "puller"));
+    let acr = FakeAcr::start("contoso.azurecr.io", &entra);
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("open");
+    std::fs::create_dir(&dir).unwrap();
+    // Wine gives a folder with no stored descriptor the DACL its Unix mode
+    // means: 0777 is an entry that lets Everyone (S-1-1-0) write.
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let token = TokenSpec::new("team", "puller", azure::AUDIENCE).mint();
+    let args = azure_args(&entra, &acr, &["--cache-dir", &windows::path(&dir)]);
+    let out = exec(&args, &[], IMAGE, &token, &AZURE_IDENTITY);
+    let line = out.failure();
+    assert!(line.contains("writable by group or others"), "{line}");
+    assert!(line.contains("S-1-1-0"), "{line}");
+    assert_eq!(entra.server.request_count(), 0, "refused before any call");
+}
+
+#[test]
+#[ignore = "needs the Windows build under Wine: make test-windows"]
+fn a_stdin_that_never_closes_ends_at_the_timeout_with_json_logs() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let (program, first) = on_windows(|| windows::wrap(&windows::exe()));
+    let mut child = Command::new(program)
+        .args(first)
+        .args([
+            "--provider",
+            "passthrough",
+            "--registry",
+            "r.test",
+            "--timeout",
+            "3s",
+            "--log-format",
+            "json",
+        ])
+        .env_clear()
+        .envs(on_windows(windows::env))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"{\"kind\":").unwrap();
+    let started = Instant::now();
+    let out = child.wait_with_output().unwrap();
+    let took = started.elapsed();
+    drop(stdin);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    assert!(
+        took >= Duration::from_secs(3) && took < Duration::from_secs(20),
+        "{took:?}"
+    );
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let lines: Vec<Value> = stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
+        .collect();
+    let errors: Vec<&Value> = lines.iter().filter(|l| l["level"] == "error").collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    assert!(
+        errors[0]["message"].as_str().unwrap().contains("stdin"),
+        "{stderr}"
+    );
+}
+
+/// `node install`, `uninstall` and `doctor` know Linux kubelets only: on
+/// Windows they stop before reading or writing anything, and say how to
+/// install by hand.
+#[test]
+#[ignore = "needs the Windows build under Wine: make test-windows"]
+fn node_commands_refuse_on_windows_and_change_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    let k = root.path().join("k");
+    std::fs::create_dir_all(&k).unwrap();
+    let config = "apiVersion: kubelet.config.k8s.io/v1\r\nkind: CredentialProviderConfig\r\nproviders: []\r\n";
+    std::fs::write(k.join("credential-provider-config.yaml"), config).unwrap();
+    let before = tree(root.path());
+    let windows_root = windows::path(root.path());
+    for command in [
+        vec![
+            "node",
+            "install",
+            "--provider",
+            "azure",
+            "--root",
+            &windows_root,
+        ],
+        vec!["node", "uninstall", "--root", &windows_root],
+    ] {
+        let out = on_windows(|| run(&command, &[], b""));
+        let line = out.failure();
+        assert!(line.contains("do not support Windows nodes yet"), "{line}");
+        assert!(line.contains("docs/windows.md"), "{line}");
+    }
+    let out = on_windows(|| run(&["node", "doctor", "--root", &windows_root], &[], b""));
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("do not support Windows nodes yet"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(tree(root.path()), before, "a file was written or removed");
+}
+
+/// Every path under `dir` with its bytes.
+fn tree(dir: &std::path::Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.push((path.clone(), Vec::new()));
+            out.extend(tree(&path));
+        } else {
+            out.push((path.clone(), std::fs::read(&path).unwrap()));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// TLS on Windows: the certificate store's chain engine with `--ca-file`
+/// on top vouches for a server whose CA only that file names; without it
+/// the same server is refused; `SSL_CERT_FILE` replaces the store.
+#[test]
+#[ignore = "needs the Windows build under Wine: make test-windows"]
+fn tls_trusts_the_store_plus_the_ca_file_or_ssl_cert_file() {
+    use support::net::{CA_PEM, TlsFront};
+    const IMAGE: &str = "us-docker.pkg.dev/my-project/team/app";
+    let sts = GoogleSts::start();
+    let front = TlsFront::start(sts.server.addr());
+    let token = TokenSpec::new("team", "puller", &format!("{GCP_PROJECT}.svc.id.goog")).mint();
+    let args = |extra: &[&str]| {
+        let mut args = strings(&[
+            "--provider",
+            "gcp",
+            "--gcp-project-id",
+            GCP_PROJECT,
+            "--gcp-cluster",
+            GCP_CLUSTER,
+            "--gcp-sts-endpoint",
+            &front.url(),
+        ]);
+        args.extend(strings(extra));
+        args
+    };
+    let ca = windows::path(Path::new(CA_PEM));
+    let out = exec(&args(&["--ca-file", &ca]), &[], IMAGE, &token, &[]);
+    served(&out, IMAGE, "us-docker.pkg.dev", sts.issued(), &token);
+    assert_eq!(front.requests(), 1, "{}", out.stderr);
+
+    let out = exec(&args(&[]), &[], IMAGE, &token, &[]);
+    let line = refused(&out, "team/puller");
+    assert_eq!(
+        front.requests(),
+        1,
+        "no request goes over an untrusted connection"
+    );
+    assert!(line.to_lowercase().contains("certificate"), "{line}");
+
+    let out = exec(&args(&[]), &[("SSL_CERT_FILE", &ca)], IMAGE, &token, &[]);
+    served(&out, IMAGE, "us-docker.pkg.dev", sts.issued(), &token);
+}
