@@ -443,6 +443,95 @@ fn azure_the_kubelet_identity_from_the_cloud_config_for_pods_without_a_client_id
     assert!(line.contains("--azure-node-client-id"), "{line}");
 }
 
+/// Round-4 item 3: under `--fallback node`, an image of another cloud's
+/// registry (`.azurecr.cn`, `.azurecr.de`) gets no node credential: the
+/// node's cloud (here the public one) is not the registry's, and IMDS is
+/// never asked.
+#[test]
+fn azure_the_node_identity_never_goes_to_another_clouds_registry() {
+    let entra = FakeEntra::start(App::trusting("team", "puller"));
+    let imds = metadata::azure_imds(KUBELET_IDENTITY, entra.managed_identity_minter());
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("azure.json");
+    std::fs::write(
+        &config,
+        format!(
+            r#"{{"cloud":"AzurePublicCloud","tenantId":"{TENANT}","useManagedIdentityExtension":true,"userAssignedIdentityID":"{KUBELET_IDENTITY}"}}"#
+        ),
+    )
+    .unwrap();
+    let imds_url = imds.url();
+    for registry in ["contoso.azurecr.cn", "contoso.azurecr.de"] {
+        let acr = FakeAcr::start(registry, &entra);
+        let endpoint = acr.url();
+        let run = run(
+            &[
+                "--provider",
+                "azure",
+                "--fallback",
+                "node",
+                "--azure-cloud-config",
+                config.to_str().unwrap(),
+                "--azure-imds-endpoint",
+                &imds_url,
+                "--acr-endpoint",
+                &endpoint,
+            ],
+            &[],
+            request(&format!("{registry}/team/app"), None, &[]).as_bytes(),
+        );
+        let line = run.failure();
+        assert!(
+            line.contains("the node is in the AzurePublic cloud"),
+            "{line}"
+        );
+        assert_eq!(acr.server.request_count(), 0, "{registry}");
+    }
+    assert_eq!(imds.requests().len(), 0, "IMDS was asked");
+}
+
+/// Round-4 item 13: a service principal's login is its client ID and
+/// secret; with `--cache-dir`, a rotated `aadClientSecret` is served at the
+/// next pull, and the secret is never written into the cache.
+#[test]
+fn azure_a_rotated_service_principal_secret_is_served_at_once() {
+    let entra = FakeEntra::start(App::trusting("team", "puller"));
+    let acr = FakeAcr::start(ACR, &entra);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("azure.json");
+    let cache = dir.path().join("cache");
+    let write = |secret: &str| {
+        std::fs::write(
+            &config,
+            format!(
+                r#"{{"useManagedIdentityExtension":false,"aadClientId":"sp-app","aadClientSecret":"{secret}"}}"#
+            ),
+        )
+        .unwrap();
+    };
+    let args = [
+        "--fallback",
+        "node",
+        "--azure-node-service-principal",
+        "--azure-cloud-config",
+        config.to_str().unwrap(),
+        "--cache-dir",
+        cache.to_str().unwrap(),
+    ];
+    for secret in ["first-sp-secret-0123456789", "rotated-sp-secret-9876543210"] {
+        write(secret);
+        let run = azure(&args, &entra, &acr, None, &[]);
+        let response = run.response();
+        assert_eq!(response["auth"][ACR]["username"], "sp-app");
+        assert_eq!(response["auth"][ACR]["password"], secret, "{}", run.stderr);
+        assert!(!run.stderr.contains(secret), "{}", run.stderr);
+    }
+    for entry in std::fs::read_dir(&cache).into_iter().flatten() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap_or_default();
+        assert!(!text.contains("sp-secret"), "the secret was cached: {text}");
+    }
+}
+
 // ---------------------------------------------------------------------------
 // GCP
 

@@ -244,7 +244,7 @@ impl Azure {
         endpoint: String,
         why: String,
     ) -> Result<Plan<'a>> {
-        let node = self.settings.node.resolve()?;
+        let node = self.settings.node.resolve_for(server.cloud)?;
         let imds = self.settings.node.imds();
         let inputs = vec![
             ("node identity", node.describe()),
@@ -254,21 +254,17 @@ impl Azure {
             ("instance metadata", imds.describe()),
             ("resource", node::RESOURCE.to_string()),
         ];
-        Ok(Plan::for_node(
-            &PROVIDER,
-            cx.image,
-            why,
-            inputs,
-            move |deadline| {
-                let exchange = acr::ExchangeRequest {
-                    endpoint: &endpoint,
-                    service: &server.host,
-                    tenant: "",
-                    client_id: "the node's managed identity",
-                };
-                node::login(&node, &imds, &exchange, &self.net, deadline)
-            },
-        ))
+        let cacheable = node.worth_caching();
+        let plan = Plan::for_node(&PROVIDER, cx.image, why, inputs, move |deadline| {
+            let exchange = acr::ExchangeRequest {
+                endpoint: &endpoint,
+                service: &server.host,
+                tenant: "",
+                client_id: "the node's managed identity",
+            };
+            node::login(&node, &imds, &exchange, &self.net, deadline)
+        });
+        Ok(Plan { cacheable, ..plan })
     }
 }
 

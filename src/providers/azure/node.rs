@@ -46,6 +46,11 @@ pub(crate) const RESOURCE: &str = "https://containerregistry.azure.net";
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 struct CloudConfig {
+    /// cloud-provider-azure's cloud name (`AzurePublicCloud`,
+    /// `AzureChinaCloud`, `AzureUSGovernmentCloud`, `AzureGermanCloud`);
+    /// empty means the public cloud, as there.
+    #[serde(default)]
+    cloud: Option<String>,
     #[serde(default)]
     tenant_id: Option<String>,
     #[serde(default)]
@@ -98,6 +103,15 @@ pub(crate) enum NodeIdentity {
 }
 
 impl NodeIdentity {
+    /// Whether the node's login needs a network call, which the disk
+    /// cache saves. A service principal's login is its client ID and secret
+    /// themselves: caching them would only write one more copy of the
+    /// secret to disk, and serve the old one after `aadClientSecret` is
+    /// rotated.
+    pub(crate) fn worth_caching(&self) -> bool {
+        matches!(self, NodeIdentity::Managed { .. })
+    }
+
     pub(crate) fn describe(&self) -> String {
         match self {
             NodeIdentity::Managed { identity, .. } => {
@@ -136,11 +150,34 @@ impl Settings {
     }
 
     /// Decides the node identity: reads the cloud config if one is named.
+    #[cfg(test)]
     pub(crate) fn resolve(&self) -> Result<NodeIdentity> {
+        self.resolve_for(super::host::Cloud::Public)
+    }
+
+    /// Decides the node identity for a registry in `registry_cloud`: reads
+    /// the cloud config if one is named, and refuses when the node is in
+    /// another cloud. The node's token is its own cloud's; posting it to
+    /// another cloud's login server sends a credential where it means
+    /// nothing (and the service-account path refuses the same).
+    pub(crate) fn resolve_for(&self, registry_cloud: super::host::Cloud) -> Result<NodeIdentity> {
         let config = match &self.cloud_config {
             Some(path) => read_cloud_config(path)?,
             None => CloudConfig::default(),
         };
+        let node_cloud = node_cloud(config.cloud.as_deref(), self.cloud_config.as_deref())?;
+        if node_cloud != registry_cloud {
+            return Err(Error::registry(format!(
+                "the registry is in the {} cloud, but the node is in the {} cloud ({}): its identity is not sent to another cloud's registry",
+                registry_cloud.name(),
+                node_cloud.name(),
+                self.cloud_config.as_deref().map_or_else(
+                    || "no --azure-cloud-config, so the public cloud".to_string(),
+                    |p| format!("cloud in {}", p.display())
+                )
+            ))
+            .fix("pull this registry with a service account annotated with a client ID of its own cloud, or narrow this entry's matchImages to the node's cloud"));
+        }
         let tenant = config.tenant_id.clone().filter(|t| !t.trim().is_empty());
         if let Some(id) = &self.client_id {
             let id = parse_guid(id.trim()).ok_or_else(|| {
@@ -243,28 +280,80 @@ fn is_identity_resource_id(id: &str) -> bool {
     }
 }
 
+/// Reads the cloud config with the one bounded reader ([`crate::yaml`]):
+/// at most 1 MiB, and its depth checked before the parser sees it, which
+/// bounds the parse to milliseconds (a 200 KB file nested 100,000 deep
+/// took 20 s before), far inside any `--timeout`.
 fn read_cloud_config(path: &Path) -> Result<CloudConfig> {
-    let fix = "name the node's cloud config with --azure-cloud-config (AKS: /etc/kubernetes/azure.json), or pass --azure-node-client-id";
+    let fix = "name the node's cloud config with --azure-cloud-config (AKS: /etc/kubernetes/azure.json, on Windows c:\\k\\azure.json), or pass --azure-node-client-id";
+    let shown = path.display();
     let bytes = crate::yaml::read(path).map_err(|e| {
-        Error::config(format!(
-            "cannot read the cloud config {}: {e}",
-            path.display()
-        ))
-        .fix(fix)
+        Error::config(format!("cannot read the cloud config {shown}: {e}")).fix(fix)
     })?;
-    // Registered before anything could quote it.
-    let config: CloudConfig = yaml_serde::from_slice(&bytes).map_err(|e| {
+    let bad = |problem: String| {
         Error::config(format!(
-            "the cloud config {} is not the JSON (or YAML) cloud-provider-azure reads: {}",
-            path.display(),
-            crate::redact::clean(&e.to_string(), 200)
+            "the cloud config {shown} is not the JSON (or YAML) cloud-provider-azure reads: {problem}"
         ))
         .fix(fix)
+    };
+    let text = std::str::from_utf8(&bytes).map_err(|_| bad("it is not UTF-8".into()))?;
+    // The one bounded reader's depth check first: a deeply nested file
+    // would otherwise take the parser seconds, on every node-identity pull.
+    crate::yaml::check_depth(text).map_err(bad)?;
+    // The parser's own message can quote a value, and the client secret is
+    // not registered for masking until the file is parsed: say only what
+    // kind of problem, and where.
+    let config: CloudConfig = yaml_serde::from_str(text).map_err(|e| {
+        let place = e
+            .location()
+            .map(|at| format!(" at line {}, column {}", at.line(), at.column()))
+            .unwrap_or_default();
+        bad(format!("{}{place}", problem_kind(&e.to_string())))
     })?;
     if let Some(secret) = &config.aad_client_secret {
         crate::secret::register(secret);
     }
     Ok(config)
+}
+
+/// The node's cloud from the cloud config's `cloud` (cloud-provider-azure's
+/// names, any case); none or empty is the public cloud, as in
+/// cloud-provider-azure.
+fn node_cloud(name: Option<&str>, path: Option<&Path>) -> Result<super::host::Cloud> {
+    use super::host::Cloud;
+    let name = name.map(str::trim).unwrap_or_default();
+    let cloud = match name.to_ascii_lowercase().as_str() {
+        "" | "azurepubliccloud" => Cloud::Public,
+        "azurechinacloud" => Cloud::China,
+        "azureusgovernmentcloud" => Cloud::UsGovernment,
+        "azuregermancloud" => Cloud::Germany,
+        _ => {
+            return Err(Error::config(format!(
+                "the cloud config {} names the cloud {}, which has no ACR login servers this plugin knows",
+                path.map_or_else(String::new, |p| p.display().to_string()),
+                quote(name)
+            ))
+            .fix("use --fallback none on this cloud, and annotate service accounts with their own identity"));
+        }
+    };
+    Ok(cloud)
+}
+
+/// What kind of problem a YAML parser's message describes, without the
+/// message itself (which can quote the file's values).
+fn problem_kind(message: &str) -> &'static str {
+    const KINDS: [(&str, &str); 6] = [
+        ("invalid type", "a field has the wrong type"),
+        ("invalid value", "a field has a value it cannot take"),
+        ("unknown variant", "a field has a value it cannot take"),
+        ("duplicate", "a key is set twice"),
+        ("recursion limit", "it is nested too deeply"),
+        ("missing field", "a field is missing"),
+    ];
+    KINDS
+        .iter()
+        .find(|(start, _)| message.contains(start))
+        .map_or("it is not valid YAML or JSON", |(_, kind)| kind)
 }
 
 #[derive(Deserialize)]
@@ -484,5 +573,106 @@ mod tests {
         };
         assert!(s.resolve().is_err());
         assert!(transient(410) && transient(404) && transient(503) && !transient(400));
+    }
+
+    /// Round-4 item 13: a service principal's login is its secret itself,
+    /// so it is never written to the disk cache, where a rotated
+    /// `aadClientSecret` would keep the old one coming back.
+    #[test]
+    fn a_service_principal_login_is_not_cached() {
+        let config = r#"{"useManagedIdentityExtension":false,"aadClientId":"sp-app","aadClientSecret":"sp-secret-value-123"}"#;
+        let (_d, s) = settings(config, true);
+        assert!(!s.resolve().unwrap().worth_caching());
+        let s = Settings {
+            client_id: Some("aaaaaaaa-2222-3333-4444-555555555555".into()),
+            ..Settings::default()
+        };
+        assert!(s.resolve().unwrap().worth_caching());
+    }
+
+    /// Round-4 item 12: the cloud config goes through the one bounded
+    /// reader's depth check, so a deeply nested file is refused at once
+    /// instead of parsing for seconds on every node-identity pull.
+    #[test]
+    fn a_deeply_nested_cloud_config_is_refused_at_once() {
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        let block: String = (0..300)
+            .map(|n| format!("{}a{n}:\n", " ".repeat(n)))
+            .collect();
+        for text in [deep, block] {
+            let (_d, s) = settings(&text, true);
+            let started = std::time::Instant::now();
+            let e = s.resolve().err().unwrap().to_string();
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(1),
+                "{:?}",
+                started.elapsed()
+            );
+            assert!(e.contains("nested too deeply"), "{e}");
+        }
+    }
+
+    /// Round-4 item 14: a parse error says what kind of problem and where,
+    /// never the value (the secret is not registered for masking until the
+    /// file is parsed).
+    #[test]
+    fn a_parse_error_never_quotes_the_file() {
+        for config in [
+            r#"{"aadClientSecret":"leaky-secret-value-9","useManagedIdentityExtension":"leaky-secret-value-9"}"#,
+            "{\"aadClientSecret\": \"leaky-secret-value-9\",\n  \"aadClientId\": [\"leaky-secret-value-9\"]}",
+            "{\"aadClientSecret\": leaky-secret-value-9 ]",
+        ] {
+            let (_d, s) = settings(config, true);
+            let e = s.resolve().err().unwrap().to_string();
+            assert!(!e.contains("leaky-secret-value-9"), "{e}");
+            assert!(e.contains("line") && e.contains("column"), "{e}");
+        }
+        let (_d, s) = settings(r#"{"useManagedIdentityExtension":"yes please"}"#, true);
+        let e = s.resolve().err().unwrap().to_string();
+        assert!(e.contains("a field has the wrong type at line 1"), "{e}");
+    }
+
+    /// Round-4 item 3: the node's identity goes only to a registry of the
+    /// node's own cloud (the cloud config's `cloud`, the public cloud when
+    /// none is named), as the service-account path's cloud rules say.
+    #[test]
+    fn the_node_identity_stays_in_the_nodes_cloud() {
+        use crate::providers::azure::host::Cloud;
+        let managed = r#""useManagedIdentityExtension":true,"userAssignedIdentityID":"11111111-2222-3333-4444-555555555555""#;
+        let (_d, public) = settings(
+            &format!(r#"{{"cloud":"AzurePublicCloud",{managed}}}"#),
+            false,
+        );
+        assert!(public.resolve_for(Cloud::Public).is_ok());
+        for other in [Cloud::China, Cloud::Germany, Cloud::UsGovernment] {
+            let e = public.resolve_for(other).err().unwrap().to_string();
+            assert!(e.contains("the node is in the AzurePublic cloud"), "{e}");
+        }
+        let (_d, china) = settings(
+            &format!(r#"{{"cloud":"azurechinacloud",{managed}}}"#),
+            false,
+        );
+        assert!(china.resolve_for(Cloud::China).is_ok());
+        assert!(china.resolve_for(Cloud::Public).is_err());
+        let flag_only = Settings {
+            client_id: Some("aaaaaaaa-2222-3333-4444-555555555555".into()),
+            ..Settings::default()
+        };
+        assert!(flag_only.resolve_for(Cloud::Public).is_ok());
+        let e = flag_only
+            .resolve_for(Cloud::China)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("no --azure-cloud-config, so the public cloud"),
+            "{e}"
+        );
+        let (_d, stack) = settings(
+            &format!(r#"{{"cloud":"AzureStackCloud",{managed}}}"#),
+            false,
+        );
+        let e = stack.resolve_for(Cloud::Public).err().unwrap().to_string();
+        assert!(e.contains("AzureStackCloud"), "{e}");
     }
 }
