@@ -65,7 +65,7 @@ pub mod internal {
         pub use crate::duration::{cache_duration, format_go, format_unix, parse};
     }
     pub mod matching {
-        pub use crate::kubelet::matching::{is_valid_pattern, matches};
+        pub use crate::kubelet::matching::{is_valid_pattern, matches, matches_auth_key};
     }
     pub mod net {
         pub mod http {

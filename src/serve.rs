@@ -162,7 +162,7 @@ pub fn prepare<'a>(
     let mut plan = exchanger.plan(&cx)?;
     scope_to_allowlist(exchanger, image, &mut plan);
     crate::debug!("plan: {plan:?}");
-    if !matching::matches(&plan.auth_key, &image.to_string()) {
+    if !matching::matches_auth_key(&plan.auth_key, &image.to_string()) {
         return Err(Error::internal(format!(
             "internal error: the {} exchanger chose the auth key {} that the kubelet would never match against {image}",
             plan.provider,

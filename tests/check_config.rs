@@ -252,3 +252,28 @@ fn usage_errors_exit_2() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// Round-4 item 1: one reading of `matchImages`, the kubelet's. A stock
+/// node-identity entry written with a scheme never runs, so it overlaps
+/// nothing of ours; check-config reports the scheme (naming the entry and
+/// the fix), and no overlap.
+#[test]
+fn a_node_entry_with_a_scheme_is_reported_for_its_scheme_not_as_an_overlap() {
+    let path = fixtures().join("overlap.node-identity/scheme-node-entry.yaml");
+    let out = check_config(&path, &[]);
+    let rules: Vec<&str> = out.report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["rule"].as_str().unwrap())
+        .collect();
+    assert_eq!(rules, ["match-images.scheme"], "{}", out.stdout);
+    let finding = &out.report["findings"][0];
+    assert_eq!(finding["provider"], "ecr-credential-provider");
+    assert_eq!(finding["field"], "providers[0].matchImages[0]");
+    assert_eq!(
+        finding["fix"],
+        "write it without the scheme: \"*.dkr.ecr.*.amazonaws.com\""
+    );
+    assert_eq!(out.code, Some(1));
+}

@@ -519,7 +519,7 @@ fn an_unusable_directory_costs_a_warning_never_a_pull() {
             "world-writable",
             open.clone(),
             String::new(),
-            "writable by everyone",
+            "writable by group or others",
         ),
         (
             "read-only",

@@ -139,14 +139,18 @@ fn a_path_scoped_registry_gets_a_path_scoped_key() {
     assert_eq!(keys, ["harbor.example.com/team-a"], "{response}");
     // What the kubelet then does with the key: a literal path prefix.
     let key = "harbor.example.com/team-a";
-    assert!(!wi_credential_provider::internal::matching::matches(
-        key,
-        "harbor.example.com/team-b/app"
-    ));
-    assert!(wi_credential_provider::internal::matching::matches(
-        key,
-        "harbor.example.com/team-ab/app"
-    ));
+    assert!(
+        !wi_credential_provider::internal::matching::matches_auth_key(
+            key,
+            "harbor.example.com/team-b/app"
+        )
+    );
+    assert!(
+        wi_credential_provider::internal::matching::matches_auth_key(
+            key,
+            "harbor.example.com/team-ab/app"
+        )
+    );
 
     // The narrowest allowing pattern wins; a trailing slash keeps team-ab out.
     let response = pull(
@@ -337,4 +341,28 @@ fn skopeo_pulls_through_zots_token_endpoint_with_the_passthrough_credentials() {
         seen.refused.iter().any(|r| r.contains("belongs to")),
         "{seen:?}"
     );
+}
+
+/// Round-4 item 1: `--registry` reads a pattern as the kubelet reads a
+/// `matchImages` entry, where a scheme makes it match nothing; so a pattern
+/// with one is refused at start, with the pattern to write instead.
+#[test]
+fn a_registry_pattern_with_a_scheme_is_refused() {
+    let token = TokenSpec::new("team", "puller", "harbor.test").mint();
+    let out = run(
+        &[
+            "--provider",
+            "passthrough",
+            "--registry",
+            "https://harbor.test",
+            "--audience",
+            "harbor.test",
+        ],
+        &[],
+        request("harbor.test/team/app", Some(&token), &[]).as_bytes(),
+    );
+    let line = out.failure();
+    assert!(line.contains("has a scheme (https://)"), "{line}");
+    assert!(line.contains("--registry harbor.test"), "{line}");
+    assert!(!out.stderr.contains(&token));
 }

@@ -58,6 +58,9 @@ rules! {
     MatchImagesQuery = "match-images.query",
     /// A `matchImages` entry without a host.
     MatchImagesEmpty = "match-images.empty",
+    /// A `matchImages` entry with a scheme: the kubelet reads `https:` as its
+    /// host and never runs the plugin.
+    MatchImagesScheme = "match-images.scheme",
     /// `index.docker.io`: the kubelet matches Docker Hub images as docker.io.
     MatchImagesDockerHub = "match-images.docker-hub",
     /// No executable for the provider name in `--bin-dir`.

@@ -4,7 +4,17 @@
 //! `pkg/credentialprovider/keyring.go`) to `matchImages` entries and to the
 //! keys of our response's `auth` map. We implement it here so that every
 //! `auth` key we return, and every `--registry` pattern an admin writes, is
-//! checked with the rules that will actually decide the pull:
+//! checked with the rules that will actually decide the pull.
+//!
+//! The two are read differently before that function, and so are two
+//! functions here. A `matchImages` entry is parsed as
+//! `ParseSchemelessURL(entry)`, which is `url.Parse("https://" + entry)`
+//! (plugin.go `isImageAllowed`): an entry written with a scheme,
+//! `https://harbor.example.com`, becomes the host `https:` and the path
+//! `//harbor.example.com`, and matches no image ever ([`matches`]). An
+//! `auth` key has its `https://` or `http://` removed first
+//! (`BasicDockerKeyring.Add`), so a key with a scheme matches as without
+//! ([`matches_auth_key`]). Then:
 //!
 //! - the host is split on `.` and must have the same number of labels;
 //! - each label is matched with Go's `filepath.Match` (`*`, `?`, `[a-z]`,
@@ -12,12 +22,36 @@
 //! - the port must be equal as a string (no port matches only no port);
 //! - the path is a plain string prefix: `/*` in a pattern is literal.
 
-/// Whether `pattern` (a `matchImages` entry or an `auth` key, without scheme)
-/// matches `image` (`host[:port]/path`). A malformed pattern matches nothing,
-/// as in the kubelet.
+/// Whether `matchImages` entry (or `--registry` pattern) `pattern` matches
+/// `image` (`host[:port]/path`), read as the kubelet reads `matchImages`:
+/// a scheme is not removed, so a pattern with one matches nothing. A
+/// malformed pattern matches nothing, as in the kubelet.
 pub fn matches(pattern: &str, image: &str) -> bool {
-    let pattern = strip_scheme(pattern);
-    let image = strip_scheme(image);
+    urls_match(pattern, image)
+}
+
+/// Whether the key `key` of a response's `auth` map matches `image`, read
+/// as the kubelet's keyring reads it: `https://` or `http://` removed
+/// first.
+pub fn matches_auth_key(key: &str, image: &str) -> bool {
+    urls_match(strip_scheme(key), image)
+}
+
+/// The scheme a `matchImages` entry was written with (`https` for
+/// `https://harbor.example.com`), which makes the kubelet read it as the
+/// host `https:` and never match it.
+pub(crate) fn scheme_of(pattern: &str) -> Option<&str> {
+    let (scheme, _) = pattern.split_once("://")?;
+    (!scheme.is_empty()
+        && scheme
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b)))
+    .then_some(scheme)
+}
+
+/// `URLsMatch` of a pattern and an image, both already without scheme
+/// handling.
+fn urls_match(pattern: &str, image: &str) -> bool {
     let (p_host, p_path) = split_path(pattern);
     let (t_host, t_path) = split_path(image);
     let (p_host, p_port) = split_host_port(p_host);
@@ -42,7 +76,10 @@ pub fn matches(pattern: &str, image: &str) -> bool {
 /// Whether a pattern is well formed under Go's `filepath.Match` for every
 /// host label: used to refuse a bad `--registry` up front.
 pub fn is_valid_pattern(pattern: &str) -> bool {
-    let (host, _) = split_path(strip_scheme(pattern));
+    if scheme_of(pattern).is_some() {
+        return false;
+    }
+    let (host, _) = split_path(pattern);
     let (host, _) = split_host_port(host);
     !host.is_empty() && host.split('.').all(|label| glob(label, "").is_ok())
 }
@@ -50,7 +87,7 @@ pub fn is_valid_pattern(pattern: &str) -> bool {
 /// The path of a pattern, with its leading `/` (`/team-a` for
 /// `harbor.example.com/team-a`), or empty for a host-wide pattern.
 pub(crate) fn pattern_path(pattern: &str) -> &str {
-    split_path(strip_scheme(pattern)).1
+    split_path(pattern).1
 }
 
 fn strip_scheme(s: &str) -> &str {
@@ -87,15 +124,20 @@ fn split_host_port(s: &str) -> (&str, &str) {
     }
 }
 
-/// Whether some image matches both `a` and `b` under [`matches()`]: the same
+/// Whether some image matches both `matchImages` entries `a` and `b` under
+/// [`matches()`] (an entry with a scheme matches nothing, so overlaps
+/// nothing): the same
 /// port, the same number of host labels, label globs with a common word,
 /// and paths of which one is a prefix of the other (an image path starts
 /// with both). Used to find a node-identity provider that the kubelet would
 /// also ask for an image one of our entries serves. A malformed pattern
 /// overlaps nothing, as it matches nothing.
 pub(crate) fn overlaps(a: &str, b: &str) -> bool {
-    let (a_host, a_path) = split_path(strip_scheme(a));
-    let (b_host, b_path) = split_path(strip_scheme(b));
+    if scheme_of(a).is_some() || scheme_of(b).is_some() {
+        return false;
+    }
+    let (a_host, a_path) = split_path(a);
+    let (b_host, b_path) = split_path(b);
     let (a_host, a_port) = split_host_port(a_host);
     let (b_host, b_port) = split_host_port(b_host);
     if a_port != b_port {
@@ -309,8 +351,11 @@ mod tests {
         assert!(matches("[a-c]eg.io", "beg.io/x"));
         assert!(matches("[^a-c]eg.io", "reg.io/x"));
         assert!(matches("r?g.io", "reg.io/x"));
-        assert!(matches("https://reg.io", "reg.io/x"));
         assert!(matches("[::1]:5000", "[::1]:5000/x"));
+        // An auth key's scheme is removed by the keyring before matching.
+        assert!(matches_auth_key("https://reg.io", "reg.io/x"));
+        assert!(matches_auth_key("http://reg.io/team", "reg.io/team/app"));
+        assert!(matches_auth_key("reg.io", "reg.io/x"));
     }
 
     #[test]
@@ -328,6 +373,15 @@ mod tests {
         assert!(!matches("reg.io/team", "reg.io/other"));
         // Case-sensitive.
         assert!(!matches("REG.io", "reg.io/x"));
+        // A matchImages entry with a scheme: plugin.go parses it as
+        // url.Parse("https://" + entry), whose host is "https:" and path
+        // "//reg.io"; it matches no image (round-4 item 1).
+        assert!(!matches("https://reg.io", "reg.io/x"));
+        assert!(!matches("http://*.example.com", "a.example.com/x"));
+        assert!(!is_valid_pattern("https://reg.io"));
+        assert_eq!(scheme_of("https://reg.io"), Some("https"));
+        assert_eq!(scheme_of("reg.io/x://y"), None);
+        assert_eq!(scheme_of("reg.io"), None);
         // Lookalikes.
         assert!(!matches("*.azurecr.io", "evil.azurecr.io.attacker.net/x"));
         assert!(!matches("[^a-z]eg.io", "reg.io/x"));
@@ -382,7 +436,9 @@ mod tests {
         ("r?g.io", "rg.io", false),
         ("*-docker.pkg.dev", "us-docker.pkg.dev", true),
         ("gcr.io", "*.gcr.io", false),
-        ("https://reg.io", "reg.io", true),
+        // A scheme: the kubelet never matches the entry (item 1).
+        ("https://reg.io", "reg.io", false),
+        ("https://*.example.com", "a.example.com", false),
         ("[a.io", "a.io", false),
     ];
 

@@ -19,9 +19,11 @@ use crate::token::ServiceAccountToken;
 pub struct Options {
     /// A registry allowed to receive the credential, for providers that do
     /// not recognise registries by host (passthrough and the token
-    /// exchanges). Repeatable; uses the kubelet's matchImages rules: globs
-    /// only inside host labels (`*.harbor.example.com`), exact port,
-    /// literal path prefix. Any other registry is refused.
+    /// exchanges). Repeatable; read exactly as the kubelet reads a
+    /// matchImages entry: globs only inside host labels
+    /// (`*.harbor.example.com`), exact port, literal path prefix, no scheme
+    /// (refused: in matchImages it never matches). Any other registry is
+    /// refused.
     #[arg(
         long = "registry",
         value_name = "PATTERN",
@@ -38,9 +40,19 @@ pub struct Allowlist {
 }
 
 impl Allowlist {
-    /// Checks every pattern with the kubelet's rules.
+    /// Checks every pattern with the kubelet's `matchImages` rules: a
+    /// pattern means here exactly what it would mean in `matchImages`.
     pub fn new(options: &Options) -> Result<Self> {
         for pattern in &options.registries {
+            if let Some(scheme) = matching::scheme_of(pattern) {
+                return Err(Error::config(format!(
+                    "--registry {pattern:?} has a scheme ({scheme}://), which matchImages does not take: the kubelet would read it as the host {scheme:?} and match nothing"
+                ))
+                .fix(format!(
+                    "write the registry without its scheme: --registry {}",
+                    pattern.split_once("://").map_or(pattern.as_str(), |(_, rest)| rest)
+                )));
+            }
             if !matching::is_valid_pattern(pattern) {
                 return Err(Error::config(format!("--registry {pattern:?} is not a valid pattern"))
                     .fix("write a host[:port][/path] with globs only inside host labels, e.g. *.harbor.example.com"));

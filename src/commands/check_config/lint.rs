@@ -91,6 +91,25 @@ fn match_images(entry: &Entry, findings: &mut Vec<Finding>) {
             );
             continue;
         }
+        if crate::kubelet::matching::scheme_of(pattern).is_some() {
+            // plugin.go: url.Parse("https://" + entry), so the host is
+            // "https:" and the real host lands in the path.
+            let rest = pattern.split_once("://").map_or("", |(_, rest)| rest);
+            findings.push(
+                entry
+                    .error(
+                        Rule::MatchImagesScheme,
+                        &field,
+                        format!(
+                            "{pattern:?} has a scheme: the kubelet parses a matchImages entry as \"https://\" + entry, \
+                             so this one has the host {:?} and never matches an image; the plugin is never run",
+                            url.host
+                        ),
+                    )
+                    .fix(format!("write it without the scheme: {rest:?}")),
+            );
+            continue;
+        }
         if url.host.is_empty() {
             findings.push(
                 entry
