@@ -668,8 +668,16 @@ fn node_commands_refuse_on_windows_and_change_nothing() {
         vec!["node", "uninstall", "--root", &windows_root],
     ] {
         let out = on_windows(|| run(&command, &[], b""));
-        let line = out.failure();
-        assert!(line.contains("do not support Windows nodes yet"), "{line}");
+        assert_eq!(out.code, Some(1), "{}", out.stderr);
+        // The report (stdout) ends with the error; install logs it too.
+        let report = String::from_utf8_lossy(&out.stdout);
+        let line = report.lines().last().unwrap_or_default();
+        assert!(
+            line.starts_with(
+                "error: node install, uninstall and doctor do not support Windows nodes yet"
+            ),
+            "{report}"
+        );
         assert!(line.contains("docs/windows.md"), "{line}");
     }
     let out = on_windows(|| run(&["node", "doctor", "--root", &windows_root], &[], b""));

@@ -278,22 +278,83 @@ pub(crate) fn random_hex(bytes: usize) -> String {
 
 /// The Windows certificate store as a TLS verifier
 /// (`rustls-platform-verifier`: `CertGetCertificateChain` and
-/// `CertVerifyCertificateChainPolicy`), trusting `extra` (`--ca-file`)
-/// too. There is no CA bundle file on Windows to read instead.
+/// `CertVerifyCertificateChainPolicy`), and `extra` (`--ca-file`) on top:
+/// a server either vouches for is trusted. There is no CA bundle file on
+/// Windows to read instead.
+///
+/// The extra roots are checked by rustls' own verifier rather than handed
+/// to the chain engine as an exclusive root store
+/// (`Verifier::new_with_extra_roots`): that needs a chain-engine option
+/// Wine does not implement, and this way the store's answer is the same
+/// whether or not a `--ca-file` is given.
 pub(crate) fn system_verifier(
     extra: Vec<rustls::pki_types::CertificateDer<'static>>,
     provider: std::sync::Arc<rustls::crypto::CryptoProvider>,
 ) -> Result<std::sync::Arc<dyn rustls::client::danger::ServerCertVerifier>, String> {
-    let verifier = if extra.is_empty() {
-        rustls_platform_verifier::Verifier::new(provider)
-    } else {
-        rustls_platform_verifier::Verifier::new_with_extra_roots(extra, provider)
-    };
-    verifier
-        .map(|v| {
-            std::sync::Arc::new(v) as std::sync::Arc<dyn rustls::client::danger::ServerCertVerifier>
-        })
-        .map_err(|e| e.to_string())
+    let store = rustls_platform_verifier::Verifier::new(std::sync::Arc::clone(&provider))
+        .map_err(|e| e.to_string())?;
+    if extra.is_empty() {
+        return Ok(std::sync::Arc::new(store));
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    for der in extra {
+        roots.add(der).map_err(|e| e.to_string())?;
+    }
+    let bundle = rustls::client::WebPkiServerVerifier::builder_with_provider(
+        std::sync::Arc::new(roots),
+        provider,
+    )
+    .build()
+    .map_err(|e| e.to_string())?;
+    Ok(std::sync::Arc::new(StoreOrBundle { store, bundle }))
+}
+
+/// Trusts a server the Windows store or the `--ca-file` bundle vouches for.
+#[derive(Debug)]
+struct StoreOrBundle {
+    store: rustls_platform_verifier::Verifier,
+    bundle: std::sync::Arc<rustls::client::WebPkiServerVerifier>,
+}
+
+impl rustls::client::danger::ServerCertVerifier for StoreOrBundle {
+    fn verify_server_cert(
+        &self,
+        end_entity: &rustls::pki_types::CertificateDer<'_>,
+        intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        server_name: &rustls::pki_types::ServerName<'_>,
+        ocsp_response: &[u8],
+        now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        self.store
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+            .or_else(|by_store| {
+                self.bundle
+                    .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+                    .map_err(|_| by_store)
+            })
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.bundle.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.bundle.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.bundle.supported_verify_schemes()
+    }
 }
 
 /// Windows trusts its certificate store ([`system_verifier`]).
