@@ -362,6 +362,13 @@ fn decode(file: &Path, bytes: &[u8]) -> (Vec<CredentialProvider>, Vec<Finding>) 
         );
         return (Vec::new(), findings);
     }
+    if let Err(why) = crate::yaml::check_strict_keys(text) {
+        findings.push(
+            fail(Rule::KubeletDecode, format!("cannot decode: {why}"))
+                .fix("set each key once per mapping, a merge key (<<) counting as setting every key it merges: the kubelet's strict YAML decoder refuses a key set twice, so drop one of the two"),
+        );
+        return (Vec::new(), findings);
+    }
     let mut documents = yaml_serde::Deserializer::from_str(text);
     let Some(first) = documents.next() else {
         findings.push(fail(
@@ -513,7 +520,7 @@ mod tests {
             ),
             (
                 "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders: [{name: a, name: b}]\n",
-                "duplicate",
+                "line 3: key \"name\" already set in map",
             ),
             (
                 "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders: [{defaultCacheDuration: 0}]\n",

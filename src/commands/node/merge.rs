@@ -82,10 +82,15 @@ pub struct Merged {
 /// Parses a config with the bounded reader's rules (depth, merge keys),
 /// so that what is merged is what the kubelet reads.
 pub fn parse(bytes: &[u8], what: &Path) -> Result<Value> {
-    crate::yaml::parse(bytes).map_err(|e| {
-        Error::config(format!("cannot read {}: {e}", what.display()))
-            .fix("fix the file first: the kubelet would refuse it too")
-    })
+    let strict = std::str::from_utf8(bytes)
+        .map_err(|_| "the file is not UTF-8".to_string())
+        .and_then(crate::yaml::check_strict_keys);
+    strict
+        .and_then(|()| crate::yaml::parse(bytes))
+        .map_err(|e| {
+            Error::config(format!("cannot read {}: {e}", what.display()))
+                .fix("fix the file first: the kubelet would refuse it too")
+        })
 }
 
 /// The provider entries of a config document.
@@ -241,4 +246,28 @@ pub fn remove(bytes: &[u8], path: &Path, names: &[String]) -> Result<(Vec<u8>, u
         map.insert("providers".into(), Value::Sequence(kept));
     }
     Ok((render(&doc, Format::of(path))?, removed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Round-4 item 2: a config the kubelet refuses (a key a merge key
+    /// already set, set again) is refused here too, naming the key and its
+    /// line, instead of being rewritten into a form the kubelet accepts
+    /// (which uninstall would then undo back into the refused one).
+    #[test]
+    fn a_config_the_kubelet_refuses_for_a_merged_key_is_not_merged_into() {
+        let existing = b"apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - &base\n    name: a\n    apiVersion: credentialprovider.kubelet.k8s.io/v1\n    matchImages: [\"a.io\"]\n    defaultCacheDuration: \"10m\"\n  - <<: *base\n    name: b\n";
+        let path = Path::new("/etc/kubernetes/credential-provider.yaml");
+        let Err(e) = merge(Some(existing), path, Format::Yaml, &[], &[]) else {
+            panic!("merged into a config the kubelet refuses");
+        };
+        let shown = e.to_string();
+        assert!(
+            shown.contains("line 10: key \"name\" already set in map"),
+            "{shown}"
+        );
+        assert!(shown.contains("the kubelet would refuse it too"), "{shown}");
+    }
 }
