@@ -961,3 +961,34 @@ fn containerd_pulls_with_the_credentials_from_vault() {
     assert_eq!(pulled, digest);
     assert_quiet(&out, &vault, &token);
 }
+
+/// Round-4 item 10: when Vault refuses the token for the read (403) and
+/// then for the revoke too, it no longer takes the token at all (expired,
+/// revoked): no warning that the role's policies must grant revoke-self,
+/// which would send the admin after the wrong fix.
+#[test]
+fn a_token_vault_refused_for_the_read_gets_no_revoke_self_advice() {
+    let vault = kubernetes_vault();
+    vault.refuse_revocation();
+    let token = token();
+    let out = invoke(
+        &vault,
+        &["--log-level", "debug"],
+        &token,
+        &[(ROLE_KEY, "puller"), (SECRET_KEY, "other-team/app")],
+    );
+    let line = out.failure();
+    assert!(line.contains("403"), "{line}");
+    assert!(
+        !out.stderr
+            .contains("revoke-self, or pass --vault-keep-login-token"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("it no longer takes the token"),
+        "{}",
+        out.stderr
+    );
+    assert_quiet(&out, &vault, &token);
+}

@@ -346,8 +346,11 @@ impl Guarded for Vault {
                         self.method.name(),
                         login.lease_duration
                     );
-                    let secrets = self.read(&client, &secret, &login, &role, deadline).await;
-                    self.revoke(&client, &login, deadline).await;
+                    let refused = std::cell::Cell::new(None);
+                    let secrets = self
+                        .read(&client, &secret, &login, &role, &refused, deadline)
+                        .await;
+                    self.revoke(&client, &login, refused.get(), deadline).await;
                     Ok((login, secrets?, started))
                 })?;
                 let what = format!("the Vault secret {}", self.api_path(&secret));
@@ -547,6 +550,7 @@ impl Vault {
         secret: &str,
         login: &wire::Login,
         role: &str,
+        refused: &std::cell::Cell<Option<u16>>,
         deadline: &Deadline,
     ) -> Result<wire::Secrets> {
         let api_path = self.api_path(secret);
@@ -569,6 +573,7 @@ impl Vault {
         if reply.is_success() {
             return wire::read_secret(&reply, self.kv_version, &call);
         }
+        refused.set(Some(reply.status));
         let shown = wire::describe(&reply, &[&login.client_token]);
         let what = format!(
             "Vault {} the read of {api_path}: {shown}",
@@ -608,8 +613,18 @@ impl Vault {
     /// [`REVOKE_TIMEOUT`] and never past the deadline; a failure is a
     /// warning, since the pull already has what it needs and the token
     /// expires with its lease anyway. Left alone with
-    /// `--vault-keep-login-token`.
-    async fn revoke(&self, client: &http::Client, login: &wire::Login, deadline: &Deadline) {
+    /// `--vault-keep-login-token`. `read_refused` is the status Vault
+    /// refused the read with, if it did: a 403 there and on the revoke
+    /// means Vault no longer takes the token at all (expired, or revoked
+    /// already), not that a policy lacks revoke-self, and there is nothing
+    /// left to revoke.
+    async fn revoke(
+        &self,
+        client: &http::Client,
+        login: &wire::Login,
+        read_refused: Option<u16>,
+        deadline: &Deadline,
+    ) {
         if self.keep_login_token {
             return;
         }
@@ -631,6 +646,9 @@ impl Vault {
             Ok(reply) if reply.is_success() => {
                 crate::debug!("revoked the Vault login token (auth/token/revoke-self)");
             }
+            Ok(reply) if reply.status == 403 && read_refused == Some(403) => crate::debug!(
+                "Vault refused the login token for the revoke as it did for the read (403): it no longer takes the token (expired or already revoked), so there is nothing to revoke"
+            ),
             Ok(reply) => crate::warn!(
                 "Vault refused to revoke the login token (auth/token/revoke-self): {}; it stays valid until its lease ends ({}s); a role whose token_policies leave out Vault's default policy must grant update on auth/token/revoke-self, or pass --vault-keep-login-token",
                 wire::describe(&reply, &[&login.client_token]),
