@@ -43,6 +43,54 @@ pub(crate) fn read_regular(path: &Path, max: u64) -> Result<Vec<u8>, Refused> {
         .ok_or(Refused::TooLarge)
 }
 
+/// The bytes of a file holding a secret the admin gave (azure.json's
+/// `aadClientSecret`, `--token-exchange-client-secret-file`), read as
+/// [`read_regular`] reads, and checked by the rule the cache's files follow:
+/// refused when another user could change it (owned by neither root nor
+/// the plugin's user, or writable by a group or other users), because
+/// whoever can change it chooses the identity every pull of the node uses.
+/// Readable by others is a warning, not a refusal: the secret has already
+/// leaked to them, and refusing would stop every pull on a node whose
+/// layout a stock component chose. Returns the bytes and that warning.
+pub(crate) fn read_secret(path: &Path, max: u64) -> Result<(Vec<u8>, Option<String>), Refused> {
+    let unreadable = |e: std::io::Error| Refused::Unreadable(e.to_string());
+    let file = platform::open(path, &platform::Open::read()).map_err(unreadable)?;
+    let facts = platform::facts(&file).map_err(unreadable)?;
+    if !facts.is_file() {
+        return Err(Refused::Unreadable(format!(
+            "it is {}, not a regular file",
+            facts.described
+        )));
+    }
+    let running = platform::running_owner().map_err(unreadable)?;
+    if facts.owner != running && !facts.owner.is_administrator() {
+        return Err(Refused::Unreadable(format!(
+            "it is owned by {}, neither root nor the plugin's user ({running}): that user could change the secret",
+            facts.owner
+        )));
+    }
+    if facts.access.others_write {
+        return Err(Refused::Unreadable(format!(
+            "other users may write it ({}): they could change the secret",
+            facts.access.shown
+        )));
+    }
+    let warning = facts.access.shared.then(|| {
+        format!(
+            "{} holds a secret and other users may read it ({}); make it readable by its owner only",
+            path.display(),
+            facts.access.shown
+        )
+    });
+    if facts.len > max {
+        return Err(Refused::TooLarge);
+    }
+    let bytes = read_at_most(file, max)
+        .map_err(unreadable)?
+        .ok_or(Refused::TooLarge)?;
+    Ok((bytes, warning))
+}
+
 /// Why a directory may not hold the plugin's own files (the cache, the
 /// metrics state, the audit log): whoever can change it can plant files we
 /// read back, swap the ones we write, or erase evidence. One rule for the
@@ -124,5 +172,47 @@ mod tests {
             read_regular(&dir.path().join("missing"), 4),
             Err(Refused::Unreadable(_))
         ));
+    }
+
+    /// Round-4 item 15: a secret file (azure.json, the token-exchange
+    /// client secret) follows the cache's rule: refused when another user
+    /// could change it, a warning when others may read it, silent at 0600.
+    #[test]
+    fn a_secret_file_another_user_could_change_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("secret");
+        std::fs::write(&path, b"s3cret").unwrap();
+        let mode =
+            |m: u32| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(m)).unwrap();
+        mode(0o600);
+        assert_eq!(read_secret(&path, 100).unwrap(), (b"s3cret".to_vec(), None));
+        mode(0o644);
+        let (_, warning) = read_secret(&path, 100).unwrap();
+        assert!(
+            warning
+                .unwrap()
+                .contains("other users may read it (mode 0644)")
+        );
+        for m in [0o620, 0o602, 0o666] {
+            mode(m);
+            match read_secret(&path, 100) {
+                Err(Refused::Unreadable(why)) => {
+                    assert!(why.contains("other users may write it"), "{why}")
+                }
+                other => panic!("mode {m:o}: {other:?}"),
+            }
+        }
+        mode(0o600);
+        assert_eq!(
+            platform::running_owner().unwrap().0,
+            0,
+            "this test chowns and must run as root"
+        );
+        std::os::unix::fs::chown(&path, Some(4242), None).unwrap();
+        match read_secret(&path, 100) {
+            Err(Refused::Unreadable(why)) => assert!(why.contains("owned by uid 4242"), "{why}"),
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -460,7 +460,7 @@ fn client(options: &Options) -> Result<Client> {
             (Some(id), None) => Client::Public(id.to_string()),
             (Some(id), Some(path)) => {
                 let shown = path.display();
-                let bytes = crate::file::read_regular(path, MAX_CLIENT_SECRET_FILE_BYTES)
+                let (bytes, warning) = crate::file::read_secret(path, MAX_CLIENT_SECRET_FILE_BYTES)
                 .map_err(|refused| {
                     let why = match refused {
                         crate::file::Refused::Unreadable(why) => why,
@@ -471,8 +471,11 @@ fn client(options: &Options) -> Result<Client> {
                     Error::config(format!(
                         "cannot read --token-exchange-client-secret-file {shown}: {why}"
                     ))
-                    .fix("point it at a regular file holding only the client secret, readable by the kubelet (root)")
+                    .fix("point it at a regular file holding only the client secret, owned by root and readable by it only (chmod 0600)")
                 })?;
+                if let Some(warning) = warning {
+                    crate::warn!("{warning}");
+                }
                 let text = String::from_utf8(bytes).map_err(|_| {
                     Error::config(format!(
                         "--token-exchange-client-secret-file {shown} is not UTF-8 text"

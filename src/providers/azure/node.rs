@@ -287,9 +287,22 @@ fn is_identity_resource_id(id: &str) -> bool {
 fn read_cloud_config(path: &Path) -> Result<CloudConfig> {
     let fix = "name the node's cloud config with --azure-cloud-config (AKS: /etc/kubernetes/azure.json, on Windows c:\\k\\azure.json), or pass --azure-node-client-id";
     let shown = path.display();
-    let bytes = crate::yaml::read(path).map_err(|e| {
-        Error::config(format!("cannot read the cloud config {shown}: {e}")).fix(fix)
-    })?;
+    // It holds aadClientSecret: the secret-file rule ([`crate::file::read_secret`]),
+    // within the one bounded reader's size.
+    let (bytes, warning) =
+        crate::file::read_secret(path, crate::yaml::MAX_BYTES).map_err(|refused| {
+            let why = match refused {
+                crate::file::Refused::Unreadable(why) => why,
+                crate::file::Refused::TooLarge => format!(
+                    "it is larger than {} bytes, not a cloud config",
+                    crate::yaml::MAX_BYTES
+                ),
+            };
+            Error::config(format!("cannot read the cloud config {shown}: {why}")).fix(fix)
+        })?;
+    if let Some(warning) = warning {
+        crate::warn!("{warning}");
+    }
     let bad = |problem: String| {
         Error::config(format!(
             "the cloud config {shown} is not the JSON (or YAML) cloud-provider-azure reads: {problem}"
