@@ -244,12 +244,13 @@ fn respond(line: &CommandLine, inputs: &Inputs, record: &mut Record) -> Result<V
     } else {
         None
     };
+    let cached_as = prepared.plan.cached_as().to_string();
     let cached = cache.as_ref().map(|(cache, key)| {
         let whose = token.as_ref().filter(|_| !prepared.plan.identity.is_node());
         let subject = cache::Subject {
             provider: provider.name(),
             service_account: whose.map(|t| t.service_account()),
-            registry: &auth_key,
+            registry: &cached_as,
         };
         (cache, key, subject)
     });

@@ -656,3 +656,57 @@ fn gcp_only_opted_in_service_accounts_use_their_own_identity() {
     let run = gcp(&["--fallback", "node"], &env, None, &[]);
     assert_eq!(run.response()["auth"][GAR]["password"], NODE_TOKEN);
 }
+
+/// Round-4 item 9: the node's access token opens every Google registry
+/// alike, so with `--cache-dir` one entry (and one metadata call) serves
+/// gcr.io, us-docker.pkg.dev and europe-docker.pkg.dev, each answer keyed
+/// by the registry the kubelet asked about.
+#[test]
+fn gcp_one_node_credential_for_every_google_registry() {
+    let gce = metadata::gce(NODE_TOKEN);
+    let host = gce.host();
+    let cache = tempfile::tempdir().unwrap();
+    let cache_dir = cache.path().join("c").display().to_string();
+    let flags = [
+        "--provider",
+        "gcp",
+        "--fallback",
+        "node",
+        "--gcp-workload-identity-provider",
+        POOL_PROVIDER,
+        "--cache-dir",
+        &cache_dir,
+    ];
+    for registry in ["gcr.io", "us-docker.pkg.dev", "europe-docker.pkg.dev"] {
+        let image = format!("{registry}/p/r/app:1");
+        let out = run(
+            &flags,
+            &[("GCE_METADATA_HOST", host.as_str())],
+            request(&image, None, &[]).as_bytes(),
+        );
+        let response = out.response_for(&image);
+        assert_eq!(
+            response["auth"][registry]["password"], NODE_TOKEN,
+            "{}",
+            out.stderr
+        );
+        assert_eq!(response["auth"].as_object().unwrap().len(), 1);
+    }
+    let token_calls = gce
+        .requests()
+        .iter()
+        .filter(|r| r.path.contains("/token"))
+        .count();
+    assert_eq!(token_calls, 1, "one metadata token call for all three");
+    let entries = std::fs::read_dir(&cache_dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "json")
+        })
+        .count();
+    assert_eq!(entries, 1);
+}

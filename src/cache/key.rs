@@ -78,7 +78,7 @@ impl<'a> KeyInputs<'a> {
                 issuer: None,
                 service_account: None,
                 annotations: &NO_ANNOTATIONS,
-                auth_key: &plan.auth_key,
+                auth_key: plan.cached_as(),
                 inputs: &plan.inputs,
                 node: true,
             };

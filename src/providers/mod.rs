@@ -291,6 +291,11 @@ pub struct Plan<'a> {
     /// node's under `--fallback node`. A node credential is cached once for
     /// every pod ([`crate::cache::key`]).
     pub(crate) identity: fallback::Whose,
+    /// For a credential that opens every registry the provider serves
+    /// alike (GCP's node token), the one name the disk cache keeps it
+    /// under instead of the registry host, so that one entry (and one call
+    /// to the upstream) serves them all. `None`: one entry per registry.
+    pub(crate) every_registry: Option<&'static str>,
     pub(crate) exchange: Exchange<'a>,
 }
 
@@ -311,8 +316,16 @@ impl<'a> Plan<'a> {
             cacheable: true,
             inputs,
             identity: fallback::Whose::ServiceAccount,
+            every_registry: None,
             exchange: Box::new(exchange),
         }
+    }
+
+    /// What the disk cache keys and checks the credential by: the registry
+    /// host ([`Plan::auth_key`]), or the one name of
+    /// [`Plan::every_registry`].
+    pub(crate) fn cached_as(&self) -> &str {
+        self.every_registry.unwrap_or(&self.auth_key)
     }
 
     /// The plan of a node-identity credential (`--fallback node`): like

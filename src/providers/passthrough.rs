@@ -81,6 +81,7 @@ impl Guarded for Passthrough {
                 ("username", self.username.clone()),
             ],
             identity: crate::providers::fallback::Whose::ServiceAccount,
+            every_registry: None,
             exchange: Box::new(move |_deadline| {
                 Ok(Credential {
                     username: self.username.clone(),

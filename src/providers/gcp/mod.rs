@@ -217,13 +217,16 @@ impl Gcp {
             ("instance metadata", service.describe()),
             ("registry_key", REGISTRY_KEY.to_string()),
         ];
-        Ok(Plan::for_node(
-            &PROVIDER,
-            cx.image,
-            why,
-            inputs,
-            move |deadline| node::login(&service, &self.net, deadline),
-        ))
+        let plan = Plan::for_node(&PROVIDER, cx.image, why, inputs, move |deadline| {
+            node::login(&service, &self.net, deadline)
+        });
+        // The node's access token opens gcr.io, pkg.dev and every other
+        // Google registry alike: one cache entry, one metadata call, for
+        // all of them (docs/node-identity.md).
+        Ok(Plan {
+            every_registry: Some("every Google registry"),
+            ..plan
+        })
     }
 }
 
