@@ -65,6 +65,9 @@ fn snapshot(root: &Path) -> BTreeMap<String, (Vec<u8>, u32)> {
                 let target = std::fs::read_link(&path).unwrap();
                 out.insert(key, (target.display().to_string().into_bytes(), 0));
             } else if meta.is_dir() {
+                // Directories count too (round-4 items 7 and 8): a refused
+                // install or a rollback must not leave one it created.
+                out.insert(format!("{key}/"), (Vec::new(), meta.mode() & 0o7777));
                 todo.push(path);
             } else {
                 out.insert(key, (std::fs::read(&path).unwrap(), meta.mode() & 0o7777));
@@ -378,6 +381,9 @@ fn eks_refuses_to_leave_the_node_role_entry_beside_ours() {
         "{}",
         show(&out)
     );
+    // Round-4 item 7: not even the state directory the lock lives in.
+    assert!(!original.contains_key("var/lib/wi-credential-provider/"));
+    assert!(!node.path("/var/lib/wi-credential-provider").exists());
     assert!(changed(&original, &node.snapshot()).is_empty());
 }
 
@@ -510,9 +516,16 @@ fn an_unhealthy_kubelet_rolls_everything_back() {
     // Every file is back byte for byte; what the install added is gone,
     // but for the memo of the failed change.
     let diff = changed(&original, &node.snapshot());
+    // The memo keeps its directory; every other directory the install
+    // made is gone too (round-4 item 8: the bin dir's whole chain).
+    assert!(!original.contains_key("usr/libexec/kubernetes/"));
+    assert!(!node.path("/usr/libexec/kubernetes").exists());
     assert_eq!(
         diff,
-        ["var/lib/wi-credential-provider/node-install.failed"],
+        [
+            "var/lib/wi-credential-provider/",
+            "var/lib/wi-credential-provider/node-install.failed"
+        ],
         "not rolled back"
     );
     // The DaemonSet's init container retries: the same change is refused
@@ -537,7 +550,8 @@ fn an_unhealthy_kubelet_rolls_everything_back() {
         "restart kubelet.service\nrestart kubelet.service\n",
         "a retry restarted the kubelet again"
     );
-    assert_eq!(changed(&original, &node.snapshot()).len(), 1);
+    // The memo and its directory.
+    assert_eq!(changed(&original, &node.snapshot()).len(), 2);
     // Once the kubelet is healthy, --retry tries the change once more.
     node.health.healthy.store(true, Ordering::SeqCst);
     let retry = node.run(&[
@@ -1268,9 +1282,16 @@ fn from_the_daemonsets_namespaces_an_unhealthy_kubelet_is_rolled_back_once_and_n
     );
     let diff: Vec<String> = changed(&original, &node.snapshot())
         .into_iter()
-        .filter(|p| !p.starts_with("usr/bin/kubelet"))
+        // The test's own kubelet, put in usr/bin/ after the snapshot.
+        .filter(|p| !p.starts_with("usr/bin/"))
         .collect();
-    assert_eq!(diff, ["var/lib/wi-credential-provider/node-install.failed"]);
+    assert_eq!(
+        diff,
+        [
+            "var/lib/wi-credential-provider/",
+            "var/lib/wi-credential-provider/node-install.failed"
+        ]
+    );
     node.health.healthy.store(true, Ordering::SeqCst);
 }
 
@@ -1648,7 +1669,8 @@ fn a_failed_restart_restores_every_file() {
     assert!(text(&out.stdout).contains("rolled back"), "{}", show(&out));
     let diff: Vec<String> = changed(&original, &node.snapshot())
         .into_iter()
-        .filter(|p| p != "var/lib/wi-credential-provider/node-install.failed")
+        // The memo of the failed change, and the directory that holds it.
+        .filter(|p| !p.starts_with("var/lib/wi-credential-provider/"))
         .collect();
     assert!(diff.is_empty(), "{diff:?}");
 }

@@ -86,8 +86,16 @@ pub(crate) fn check_links(host: &Host, manifest: &Manifest, links: &[PathBuf]) -
 }
 
 /// Writes `changes` and `links` (names linked to our binary) with the
-/// manifest written first. Holds no lock itself: the caller does.
-pub(crate) fn apply(host: &Host, mut changes: Vec<Change>, links: &[PathBuf]) -> Result<Applied> {
+/// manifest written first, naming the directories this run creates (and
+/// `lock_created`, those taking the caller's lock created) so that a
+/// rollback and uninstall take them away again. Holds no lock itself: the
+/// caller does.
+pub(crate) fn apply(
+    host: &Host,
+    mut changes: Vec<Change>,
+    links: &[PathBuf],
+    lock_created: &[PathBuf],
+) -> Result<Applied> {
     let before = Manifest::read(host)?.unwrap_or_default();
     let mut after = before.clone();
     files::sweep_temporaries(host, Path::new(files::MANIFEST));
@@ -128,6 +136,19 @@ pub(crate) fn apply(host: &Host, mut changes: Vec<Change>, links: &[PathBuf]) ->
         .cloned()
         .collect();
     after.binaries.extend(links_added.iter().cloned());
+    let paths = changes
+        .iter()
+        .map(|c| c.path.as_path())
+        .chain(links.iter().map(PathBuf::as_path));
+    for dir in lock_created
+        .iter()
+        .cloned()
+        .chain(paths.flat_map(|p| host.missing_dirs(p)))
+    {
+        if !after.directories.contains(&dir) {
+            after.directories.push(dir);
+        }
+    }
     // The intent: from here on, uninstall knows every change.
     after.write(host)?;
     for change in &mut changes {
@@ -176,6 +197,13 @@ pub(crate) fn roll_back(host: &Host, run: &Applied) -> String {
     for link in &run.links_added {
         if host.read_link(link).as_deref() == Some(Path::new(BINARY)) {
             let _ = host.remove(link);
+        }
+    }
+    // The directories this run created, innermost first, when empty (our
+    // state directory still holds the lock: the lock takes it when it goes).
+    for dir in run.after.directories.iter().rev() {
+        if !run.before.directories.contains(dir) && host.remove_dir(dir).unwrap_or(false) {
+            done.push(format!("removed {}", dir.display()));
         }
     }
     let _ = if run.before.is_empty() {

@@ -221,6 +221,10 @@ pub(crate) struct Manifest {
     pub(crate) files: Vec<Record>,
     /// Our provider-name symlinks (host paths).
     pub(crate) binaries: Vec<PathBuf>,
+    /// The directories installs created (host paths, outermost first):
+    /// removed again, when empty, by a rollback and by uninstall.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) directories: Vec<PathBuf>,
 }
 
 impl Manifest {
@@ -272,17 +276,54 @@ impl Manifest {
 pub(crate) struct Lock {
     host: Host,
     _fd: std::fs::File,
+    /// The directories taking the lock created (our state directory on a
+    /// node that never had it), outermost first.
+    created: Vec<PathBuf>,
+    /// Directories to remove with the lock file when nothing of ours is
+    /// left: those it created, and (uninstall) those installs recorded.
+    remove_when_done: std::cell::RefCell<Vec<PathBuf>>,
+}
+
+impl Lock {
+    /// The directories taking the lock created, for the manifest.
+    pub(crate) fn created(&self) -> &[PathBuf] {
+        &self.created
+    }
+
+    /// Also remove `dirs` (when empty) once the lock goes and no manifest
+    /// is left.
+    pub(crate) fn remove_when_done(&self, dirs: &[PathBuf]) {
+        self.remove_when_done
+            .borrow_mut()
+            .extend(dirs.iter().cloned());
+    }
 }
 
 impl Drop for Lock {
     fn drop(&mut self) {
-        if !self.host.exists(Path::new(MANIFEST)) {
-            let _ = self.host.remove(Path::new(LOCK));
+        if self.host.exists(Path::new(MANIFEST)) {
+            return;
+        }
+        let _ = self.host.remove(Path::new(LOCK));
+        // A refused or undone install leaves no directory of ours behind:
+        // those taking the lock created, and our state directory (named
+        // after us, so ours) when nothing is left in it (the failure memo,
+        // when kept, keeps it), even if a killed run had created it.
+        let mut dirs = self.created.clone();
+        if let Some(ours) = Path::new(LOCK).parent() {
+            dirs.push(ours.to_path_buf());
+        }
+        dirs.extend(self.remove_when_done.borrow().iter().cloned());
+        dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+        dirs.dedup();
+        for dir in dirs {
+            let _ = self.host.remove_dir(&dir);
         }
     }
 }
 
 pub(crate) fn lock(host: &Host) -> Result<Lock> {
+    let created = host.missing_dirs(Path::new(LOCK));
     let fd = host.lock(Path::new(LOCK), LOCK_WAIT).map_err(|e| {
         Error::config(format!("cannot lock {LOCK}: {e}"))
             .fix("wait for the other node install or uninstall to finish, then run again")
@@ -290,7 +331,12 @@ pub(crate) fn lock(host: &Host) -> Result<Lock> {
     let host = host
         .try_clone()
         .map_err(|e| Error::config(format!("cannot lock {LOCK}: {e}")))?;
-    Ok(Lock { host, _fd: fd })
+    Ok(Lock {
+        host,
+        _fd: fd,
+        created,
+        remove_when_done: std::cell::RefCell::new(Vec::new()),
+    })
 }
 
 /// Removes what a killed run may have left: temporary files of ours

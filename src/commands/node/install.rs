@@ -462,7 +462,7 @@ fn install(args: &Args, env: &Env, report: &mut Report) -> Result<()> {
     report.plan = Some(plan.clone());
     let (binary_path, binary) = binary_to_install(args.binary.as_deref())?;
     // Everything below reads what it writes under the lock.
-    let _lock = if args.dry_run {
+    let lock = if args.dry_run {
         None
     } else {
         Some(files::lock(&host)?)
@@ -499,7 +499,8 @@ fn install(args: &Args, env: &Env, report: &mut Report) -> Result<()> {
         refuse_a_known_failure(&host, &fingerprint)?;
     }
     let said = described(&changes, &links);
-    let applied = apply::apply(&host, changes, &links)?;
+    let lock_created = lock.as_ref().map_or(&[][..], files::Lock::created);
+    let applied = apply::apply(&host, changes, &links, lock_created)?;
     report.changed = true;
     report.changes = said;
     if args.restart_kubelet {

@@ -85,13 +85,14 @@ fn uninstall(args: &Args, report: &mut Report) -> Result<()> {
     if Manifest::read(&host)?.is_none() {
         let _ = host.remove(Path::new(install::FAILED));
         // An install killed before its first record left only its lock
-        // file: taking the lock and letting go removes it.
+        // file (and our state directory): taking the lock and letting go
+        // removes both.
         if host.exists(Path::new(files::LOCK)) {
             drop(files::lock(&host)?);
         }
         return Ok(());
     }
-    let _lock = files::lock(&host)?;
+    let lock = files::lock(&host)?;
     let Some(manifest) = Manifest::read(&host)? else {
         return Ok(());
     };
@@ -120,6 +121,14 @@ fn uninstall(args: &Args, report: &mut Report) -> Result<()> {
     }
     Manifest::remove(&host)?;
     let _ = host.remove(Path::new(install::FAILED));
+    // The directories installs created, innermost first, when empty; ours
+    // (which holds the lock file) goes with the lock.
+    for dir in manifest.directories.iter().rev() {
+        if host.remove_dir(dir).unwrap_or(false) {
+            report.changes.push(format!("removed {}", dir.display()));
+        }
+    }
+    lock.remove_when_done(&manifest.directories);
     if args.restart_kubelet && !report.changes.is_empty() {
         let d = discover::discover(&host, &args.target.explicit());
         let unit = restart::unit_to_restart(&host, d.distro.units());

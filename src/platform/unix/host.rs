@@ -592,6 +592,44 @@ impl Host {
         Ok(true)
     }
 
+    /// Removes directory `path` if it is empty (never through a link in its
+    /// last component). `Ok(false)`: it is not there, or not empty.
+    pub(crate) fn remove_dir(&self, path: &Path) -> std::io::Result<bool> {
+        let w = match self.walk(path, false) {
+            Ok(w) => w,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        match &w.found {
+            Some((_, stat)) if Kind::of(stat) == Kind::Dir => {}
+            _ => return Ok(false),
+        }
+        match rustix::fs::unlinkat(&w.parent, w.name.as_os_str(), AtFlags::REMOVEDIR) {
+            Ok(()) => {
+                Self::sync_dir(&w.parent);
+                Ok(true)
+            }
+            Err(Errno::NOTEMPTY | Errno::EXIST | Errno::NOENT) => Ok(false),
+            Err(e) => Err(io(e)),
+        }
+    }
+
+    /// The directories above `path` that do not exist yet, outermost first:
+    /// what writing `path` would create.
+    pub(crate) fn missing_dirs(&self, path: &Path) -> Vec<PathBuf> {
+        let mut missing = Vec::new();
+        let mut dir = path.parent();
+        while let Some(d) = dir.filter(|d| d.parent().is_some()) {
+            if self.kind(d).is_some() {
+                break;
+            }
+            missing.push(d.to_path_buf());
+            dir = d.parent();
+        }
+        missing.reverse();
+        missing
+    }
+
     /// Takes an exclusive lock on `path` (created 0600), waiting at most
     /// `wait`. The lock lasts as long as the returned descriptor.
     pub(crate) fn lock(&self, path: &Path, wait: Duration) -> std::io::Result<std::fs::File> {

@@ -397,6 +397,39 @@ impl Host {
         }
     }
 
+    /// Removes folder `path` if it is empty. `Ok(false)`: it is not there,
+    /// or not empty.
+    pub(crate) fn remove_dir(&self, path: &Path) -> std::io::Result<bool> {
+        let local = match self.walk(path, false) {
+            Ok(l) => l,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        if !std::fs::symlink_metadata(&local).is_ok_and(|m| m.is_dir()) {
+            return Ok(false);
+        }
+        match std::fs::remove_dir(&local) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::DirectoryNotEmpty => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The folders above `path` that do not exist yet, outermost first.
+    pub(crate) fn missing_dirs(&self, path: &Path) -> Vec<PathBuf> {
+        let mut missing = Vec::new();
+        let mut dir = path.parent();
+        while let Some(d) = dir.filter(|d| d.parent().is_some()) {
+            if self.kind(d).is_some() {
+                break;
+            }
+            missing.push(d.to_path_buf());
+            dir = d.parent();
+        }
+        missing.reverse();
+        missing
+    }
+
     /// Takes an exclusive lock on `path` (created private), waiting at
     /// most `wait` (`LockFileEx` through std).
     pub(crate) fn lock(&self, path: &Path, wait: Duration) -> std::io::Result<File> {
