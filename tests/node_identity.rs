@@ -710,3 +710,44 @@ fn gcp_one_node_credential_for_every_google_registry() {
         .count();
     assert_eq!(entries, 1);
 }
+
+/// Round-4 item 16: a `--timeout` that runs out while IMDS is being asked,
+/// after it answered the session-token call, is the deadline's doing: the
+/// error says so and names the call that answered, instead of calling the
+/// service silent and pointing at the hop limit.
+#[test]
+fn a_deadline_spent_between_imds_calls_is_not_called_a_silent_service() {
+    let imds = TestServer::start(|req| {
+        if req.method == "PUT" {
+            Response::text(200, "AQAEAsession-token-for-the-test")
+        } else {
+            Response::hang()
+        }
+    });
+    let url = imds.url();
+    let started = Instant::now();
+    let line = aws(
+        &["--fallback", "node", "--timeout", "1s"],
+        &[("AWS_EC2_METADATA_SERVICE_ENDPOINT", &url)],
+        None,
+        &[],
+    )
+    .failure();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(line.contains("ran out"), "{line}");
+    assert!(
+        line.contains("these answered before it: the IMDSv2"),
+        "{line}"
+    );
+    assert!(!line.contains("hop limit"), "{line}");
+    assert!(line.contains("--timeout"), "{line}");
+    assert_eq!(
+        imds.requests().len(),
+        2,
+        "the token call, then the role call"
+    );
+}

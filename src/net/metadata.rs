@@ -121,6 +121,13 @@ pub(crate) async fn send(
     deadline: &Deadline,
 ) -> Result<Reply> {
     let call = format!("{what} from {} at {}", service.name, service.base);
+    // When the invocation's --timeout, not the metadata budget, bounds this
+    // call, its running out is the deadline's doing, not a silent service
+    // (whose usual cause, a hop limit, would be the wrong fix).
+    let deadline_bound = deadline.remaining() < BUDGET;
+    if deadline.expired() {
+        return Err(ran_out(deadline, &call));
+    }
     let budget = Deadline::after(BUDGET.min(deadline.remaining()));
     let attempt_timeout = ATTEMPT_TIMEOUT.min(budget.remaining());
     let outcome = http::with_retries(
@@ -152,11 +159,45 @@ pub(crate) async fn send(
         },
     )
     .await;
+    let out_of_time = deadline_bound && deadline.expired();
     match outcome {
-        Ok((Ok(reply), _)) => Ok(reply),
+        Ok((Ok(reply), _)) => {
+            answered(&call);
+            Ok(reply)
+        }
+        Ok((Err(e), _)) if out_of_time && e.is_timeout() => Err(ran_out(deadline, &call)),
         Ok((Err(e), attempts)) => Err(unanswered(service, &call, &e, attempts)),
+        Err(_) if out_of_time => Err(ran_out(deadline, &call)),
         Err(_) => Err(silent(service, &call, budget.budget())),
     }
+}
+
+/// The metadata calls of this invocation that got an answer, for
+/// [`ran_out`] to name. One process serves one request, so the process
+/// holds the list.
+static ANSWERED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+fn answered(call: &str) {
+    if let Ok(mut list) = ANSWERED.lock() {
+        list.push(call.to_string());
+    }
+}
+
+/// The invocation's deadline ran out before `call` got an answer (or
+/// before it could start): said as such, with the calls that did answer,
+/// so nobody goes looking for a silent metadata service.
+fn ran_out(deadline: &Deadline, call: &str) -> Error {
+    let before = ANSWERED.lock().map(|list| list.clone()).unwrap_or_default();
+    let answered = if before.is_empty() {
+        String::new()
+    } else {
+        format!("; these answered before it: {}", before.join(", "))
+    };
+    Error::network(format!(
+        "the deadline of {} (--timeout) ran out before {call} answered{answered}",
+        crate::duration::format_go(deadline.budget())
+    ))
+    .fix("raise --timeout (below 60s): the metadata service was answering, but the invocation's time was spent")
 }
 
 /// Statuses worth another attempt at any metadata service: it is updating
