@@ -13,7 +13,8 @@
 //!
 //! Bounded: label values come from fixed sets (providers, outcomes, error
 //! kinds, endpoint kinds, status classes) except the registry host, of
-//! which the first [`MAX_REGISTRIES`] seen are kept and later ones counted
+//! which [`MAX_REGISTRIES`] are kept (a host unseen for
+//! [`REGISTRY_SLOT_AGE`] giving its slot to a new one) and the rest counted
 //! as `other`; the state file is refused past [`MAX_STATE_BYTES`].
 //! No label ever holds a service account, image, role or token.
 
@@ -35,6 +36,10 @@ const LOCK_FILE: &str = ".wi_credential_provider.lock";
 const MAX_REGISTRIES: usize = 64;
 /// The registry label of hosts beyond [`MAX_REGISTRIES`].
 const OTHER_REGISTRY: &str = "other";
+/// A registry label not seen for this long gives its slot to a new host,
+/// so hosts made up once (an image name under a matched pattern) cannot
+/// keep every later registry at `other` for good.
+const REGISTRY_SLOT_AGE: i64 = 7 * 24 * 3600;
 /// A state file larger than this is not ours (a full one is a few KiB).
 pub(crate) const MAX_STATE_BYTES: u64 = 1024 * 1024;
 /// The state's format; another is reset.
@@ -64,6 +69,9 @@ pub(crate) struct State {
     pub(crate) last_failure: BTreeMap<String, f64>,
     /// After the last miss that could look at the cache.
     pub(crate) cache: Option<CacheGauges>,
+    /// registry label: when it was last counted (Unix seconds).
+    #[serde(default)]
+    pub(crate) registry_seen: BTreeMap<String, i64>,
 }
 
 #[derive(Debug, Default, Clone, Serialize, Deserialize, PartialEq)]
@@ -104,7 +112,10 @@ impl State {
     pub(crate) fn add(&mut self, record: &Record, calls: &[Call], now: i64) {
         self.format = FORMAT;
         let provider = record.provider_label();
-        let registry = self.registry_label(record.registry.as_deref().unwrap_or(""));
+        let registry = self.registry_label(record.registry.as_deref().unwrap_or(""), now);
+        if !registry.is_empty() && registry != OTHER_REGISTRY {
+            self.registry_seen.insert(registry.clone(), now);
+        }
         let outcome = record
             .outcome
             .unwrap_or(super::Outcome::Error(crate::error::Kind::Internal));
@@ -157,8 +168,10 @@ impl State {
     }
 
     /// `registry` as a label value: kept while fewer than
-    /// [`MAX_REGISTRIES`] hosts are, else [`OTHER_REGISTRY`].
-    fn registry_label(&self, registry: &str) -> String {
+    /// [`MAX_REGISTRIES`] hosts are, or when the least recently seen of
+    /// them has not been seen for [`REGISTRY_SLOT_AGE`] (its series are
+    /// dropped and it gives up its slot); else [`OTHER_REGISTRY`].
+    fn registry_label(&mut self, registry: &str, now: i64) -> String {
         let value = label_value(registry);
         let known = |r: &str| {
             self.invocations
@@ -177,9 +190,27 @@ impl State {
         hosts.sort_unstable();
         hosts.dedup();
         if hosts.len() < MAX_REGISTRIES {
-            value
-        } else {
-            OTHER_REGISTRY.to_string()
+            return value;
+        }
+        // A state from before registry_seen has no times: its hosts count
+        // as seen now, and age from here.
+        let stalest = hosts
+            .iter()
+            .map(|h| {
+                (
+                    self.registry_seen.get(*h).copied().unwrap_or(now),
+                    h.to_string(),
+                )
+            })
+            .min();
+        match stalest {
+            Some((seen, host)) if now.saturating_sub(seen) >= REGISTRY_SLOT_AGE => {
+                let gone = |k: &String| k.split(SEP).nth(1) == Some(host.as_str());
+                self.invocations.retain(|k, _| !gone(k));
+                self.registry_seen.remove(&host);
+                value
+            }
+            _ => OTHER_REGISTRY.to_string(),
         }
     }
 
@@ -492,6 +523,36 @@ mod tests {
         assert!(
             text.contains("registry=\"other\",outcome=\"hit\",identity=\"service_account\"} 5")
         );
+        // Round-4 item 11: a slot not used for a week goes to a new host.
+        let mut aged = State::default();
+        for i in 0..MAX_REGISTRIES {
+            aged.add(
+                &record("quay", &format!("r{i}.example"), Outcome::Hit),
+                &[],
+                1,
+            );
+        }
+        for i in 1..MAX_REGISTRIES {
+            aged.add(
+                &record("quay", &format!("r{i}.example"), Outcome::Hit),
+                &[],
+                2,
+            );
+        }
+        let day = 24 * 3600;
+        aged.add(&record("quay", "early.example", Outcome::Hit), &[], 6 * day);
+        assert!(
+            aged.render().contains("registry=\"other\""),
+            "a week has not passed"
+        );
+        aged.add(&record("quay", "late.example", Outcome::Hit), &[], 8 * day);
+        let text = aged.render();
+        assert!(text.contains("registry=\"late.example\""), "{text}");
+        assert!(
+            !text.contains("registry=\"r0.example\""),
+            "the stale host's series go"
+        );
+        assert!(text.contains("registry=\"r1.example\""), "{text}");
         // A host already counted keeps its own label.
         state.add(&record("quay", "r0.example", Outcome::Hit), &[], 1);
         assert!(
