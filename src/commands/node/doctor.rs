@@ -54,11 +54,15 @@ pub(super) fn check(
     message: impl Into<String>,
     fix: Option<String>,
 ) -> Check {
+    // Messages quote what the node's files say (an audit record, a unit's
+    // flags): control characters are shown escaped, in text and JSON alike,
+    // never written raw to the admin's terminal.
+    let escape = |text: String| crate::redact::escape_hidden(&text).into_owned();
     Check {
         verdict,
         check: name.to_string(),
-        message: message.into(),
-        fix,
+        message: escape(message.into()),
+        fix: fix.map(escape),
     }
 }
 

@@ -108,7 +108,7 @@ pub(super) fn metrics_check(host: &Host, dir: &Path, now: i64) -> Check {
 fn read_state(host: &Host, dir: &Path) -> Result<metrics::State, Check> {
     let path = dir.join(metrics::STATE_FILE);
     let name = "metrics";
-    let bytes = match host.read_bytes(&path, metrics::MAX_STATE_BYTES) {
+    let bytes = match host.read_own(&path, metrics::MAX_STATE_BYTES, false) {
         Ok(Some(bytes)) => bytes,
         Ok(None) => {
             return Err(check(
@@ -212,7 +212,7 @@ fn recent_failures(records: &[serde_json::Value], now: i64) -> (usize, BTreeMap<
 /// message and fix; one `ok` check when none did.
 pub(super) fn audit_checks(host: &Host, log: &Path, now: i64) -> Vec<Check> {
     let name = "audit";
-    let bytes = match host.read_tail(log, audit::MAX_READ_BYTES) {
+    let bytes = match host.read_own(log, audit::MAX_READ_BYTES, true) {
         Ok(Some(bytes)) => bytes,
         Ok(None) => {
             return vec![check(
@@ -374,5 +374,59 @@ providers:
         let later = NOW + 2 * RECENT_SECS;
         assert_eq!(metrics_check(&host, &dirs[0], later).verdict, Verdict::Ok);
         assert_eq!(audit_checks(&host, &logs[0], later)[0].verdict, Verdict::Ok);
+    }
+
+    /// Round-4 item 6: doctor reads only an audit log (and metrics state)
+    /// the plugin itself would have written, and escapes every control
+    /// character it quotes, in text and JSON.
+    #[test]
+    fn doctor_reads_only_our_files_and_escapes_what_it_quotes() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = tempfile::tempdir().unwrap();
+        let host = Host::open(root.path()).unwrap();
+        let dir = root.path().join("var/log/wicp");
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("audit.log");
+        let at = crate::duration::format_unix(NOW - 10);
+        let line = format!(
+            "{{\"time\":\"{at}\",\"outcome\":\"error\",\"error_kind\":\"upstream\",\"service_account\":\"team/a\",\"error\":\"boom\\u001b[2J\\u0007 gone\",\"fix\":\"run \\u001b]0;x\\u0007this\"}}\n"
+        );
+        std::fs::write(&log, &line).unwrap();
+        std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let shown = Path::new("/var/log/wicp/audit.log");
+        let checks = audit_checks(&host, shown, NOW);
+        assert_eq!(checks.len(), 1, "{checks:?}");
+        let text = format!(
+            "{} {}",
+            checks[0].message,
+            checks[0].fix.clone().unwrap_or_default()
+        );
+        assert!(!text.contains(['\u{1b}', '\u{7}']), "{text:?}");
+        assert!(text.contains("boom\\u{1b}[2J\\u{7} gone"), "{text:?}");
+        let json = serde_json::to_string(&checks[0]).unwrap();
+        assert!(!json.contains("\\u001b"), "{json}");
+
+        // Another user's file, a group-writable one, or one with a second
+        // name: not read at all.
+        for spoil in [0, 1, 2] {
+            std::fs::write(&log, &line).unwrap();
+            std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o600)).unwrap();
+            let extra = dir.join("second-name");
+            let _ = std::fs::remove_file(&extra);
+            match spoil {
+                0 => std::os::unix::fs::chown(&log, Some(4242), None).unwrap(),
+                1 => {
+                    std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o620)).unwrap()
+                }
+                _ => std::fs::hard_link(&log, &extra).unwrap(),
+            }
+            let checks = audit_checks(&host, shown, NOW);
+            assert_eq!(checks.len(), 1, "{checks:?}");
+            assert!(
+                checks[0].message.contains("not a file the plugin writes"),
+                "{checks:?}"
+            );
+            assert!(!checks[0].message.contains("boom"), "{checks:?}");
+        }
     }
 }

@@ -323,21 +323,6 @@ impl Host {
         }))
     }
 
-    /// The last `limit` bytes of regular file `path` (a log that may be
-    /// larger than anyone should read whole), opened as [`Host::read_file`]
-    /// opens it. `Ok(None)`: it does not exist.
-    pub(crate) fn read_tail(&self, path: &Path, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
-        use std::io::{Seek, SeekFrom};
-        let Some((mut file, opened)) = self.open_regular(path)? else {
-            return Ok(None);
-        };
-        let size = u64::try_from(opened.st_size).unwrap_or(0);
-        file.seek(SeekFrom::Start(size.saturating_sub(limit)))?;
-        let mut bytes = Vec::new();
-        file.take(limit).read_to_end(&mut bytes)?;
-        Ok(Some(bytes))
-    }
-
     /// Opens regular file `path` for reading (links followed inside the
     /// root), checking that what was opened is what was looked at.
     fn open_regular(
@@ -372,6 +357,43 @@ impl Host {
             ));
         }
         Ok(Some((std::fs::File::from(fd), opened)))
+    }
+
+    /// The bytes of `path` (its last `limit` with `tail`, else at most
+    /// `limit`), only if it is a file the plugin itself would have written
+    /// there: root's or ours, writable by nobody else, one hard link. What a
+    /// tenant could have planted or edited is refused, not read.
+    pub(crate) fn read_own(
+        &self,
+        path: &Path,
+        limit: u64,
+        tail: bool,
+    ) -> std::io::Result<Option<Vec<u8>>> {
+        use std::io::{Seek, SeekFrom};
+        let Some((mut file, opened)) = self.open_regular(path)? else {
+            return Ok(None);
+        };
+        let me = rustix::process::geteuid().as_raw();
+        if !(opened.st_uid == 0 || opened.st_uid == me)
+            || opened.st_mode & 0o022 != 0
+            || opened.st_nlink != 1
+        {
+            return Err(std::io::Error::other(format!(
+                "it is not a file the plugin writes (uid {}, mode {:04o}, {} links; the plugin's are root's, writable only by it, one link): not read",
+                opened.st_uid,
+                opened.st_mode & 0o7777,
+                opened.st_nlink
+            )));
+        }
+        let size = u64::try_from(opened.st_size).unwrap_or(0);
+        if tail {
+            file.seek(SeekFrom::Start(size.saturating_sub(limit)))?;
+        } else if size > limit {
+            return Err(too_large(limit));
+        }
+        let mut bytes = Vec::new();
+        file.take(limit).read_to_end(&mut bytes)?;
+        Ok(Some(bytes))
     }
 
     /// [`Host::read_file`] as text; `Ok(None)` when missing.

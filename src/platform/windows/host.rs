@@ -235,12 +235,33 @@ impl Host {
         }))
     }
 
-    /// The last `limit` bytes of regular file `path`.
-    pub(crate) fn read_tail(&self, path: &Path, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
+    /// The bytes of `path` (its last `limit` with `tail`), only if it is a
+    /// file the plugin itself would have written: SYSTEM's, Administrators'
+    /// or ours, writable by nobody else, one hard link.
+    pub(crate) fn read_own(
+        &self,
+        path: &Path,
+        limit: u64,
+        tail: bool,
+    ) -> std::io::Result<Option<Vec<u8>>> {
         let Some((mut file, facts)) = self.open_regular(path)? else {
             return Ok(None);
         };
-        file.seek(SeekFrom::Start(facts.len.saturating_sub(limit)))?;
+        let me = super::running_owner()?;
+        if !(facts.owner == me || facts.owner.is_administrator())
+            || facts.access.others_write
+            || facts.links != 1
+        {
+            return Err(std::io::Error::other(format!(
+                "it is not a file the plugin writes ({}, {}, {} links): not read",
+                facts.owner, facts.access.shown, facts.links
+            )));
+        }
+        if tail {
+            file.seek(SeekFrom::Start(facts.len.saturating_sub(limit)))?;
+        } else if facts.len > limit {
+            return Err(too_large(limit));
+        }
         let mut bytes = Vec::new();
         file.take(limit).read_to_end(&mut bytes)?;
         Ok(Some(bytes))
