@@ -26,7 +26,19 @@ pub(crate) enum Refused {
 
 /// The bytes of the regular file at `path`, at most `max` of them.
 pub(crate) fn read_regular(path: &Path, max: u64) -> Result<Vec<u8>, Refused> {
-    let unreadable = |e: std::io::Error| Refused::Unreadable(e.to_string());
+    let (file, _) = open_regular(path, max)?;
+    read_at_most(file, max)
+        .map_err(unreadable)?
+        .ok_or(Refused::TooLarge)
+}
+
+fn unreadable(e: std::io::Error) -> Refused {
+    Refused::Unreadable(e.to_string())
+}
+
+/// Opens `path` without blocking and checks, on the open file, that it is
+/// a regular file of at most `max` bytes.
+fn open_regular(path: &Path, max: u64) -> Result<(std::fs::File, platform::Facts), Refused> {
     let file = platform::open(path, &platform::Open::read()).map_err(unreadable)?;
     let facts = platform::facts(&file).map_err(unreadable)?;
     if !facts.is_file() {
@@ -38,9 +50,7 @@ pub(crate) fn read_regular(path: &Path, max: u64) -> Result<Vec<u8>, Refused> {
     if facts.len > max {
         return Err(Refused::TooLarge);
     }
-    read_at_most(file, max)
-        .map_err(unreadable)?
-        .ok_or(Refused::TooLarge)
+    Ok((file, facts))
 }
 
 /// The bytes of a file holding a secret the admin gave (azure.json's
@@ -53,15 +63,7 @@ pub(crate) fn read_regular(path: &Path, max: u64) -> Result<Vec<u8>, Refused> {
 /// leaked to them, and refusing would stop every pull on a node whose
 /// layout a stock component chose. Returns the bytes and that warning.
 pub(crate) fn read_secret(path: &Path, max: u64) -> Result<(Vec<u8>, Option<String>), Refused> {
-    let unreadable = |e: std::io::Error| Refused::Unreadable(e.to_string());
-    let file = platform::open(path, &platform::Open::read()).map_err(unreadable)?;
-    let facts = platform::facts(&file).map_err(unreadable)?;
-    if !facts.is_file() {
-        return Err(Refused::Unreadable(format!(
-            "it is {}, not a regular file",
-            facts.described
-        )));
-    }
+    let (file, facts) = open_regular(path, max)?;
     let running = platform::running_owner().map_err(unreadable)?;
     if facts.owner != running && !facts.owner.is_administrator() {
         return Err(Refused::Unreadable(format!(
@@ -82,9 +84,6 @@ pub(crate) fn read_secret(path: &Path, max: u64) -> Result<(Vec<u8>, Option<Stri
             facts.access.shown
         )
     });
-    if facts.len > max {
-        return Err(Refused::TooLarge);
-    }
     let bytes = read_at_most(file, max)
         .map_err(unreadable)?
         .ok_or(Refused::TooLarge)?;

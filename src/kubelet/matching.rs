@@ -11,7 +11,7 @@
 //! `ParseSchemelessURL(entry)`, which is `url.Parse("https://" + entry)`
 //! (plugin.go `isImageAllowed`): an entry written with a scheme,
 //! `https://harbor.example.com`, becomes the host `https:` and the path
-//! `//harbor.example.com`, and matches no image ever ([`matches`]). An
+//! `//harbor.example.com`, and matches no image ever ([`matches()`]). An
 //! `auth` key has its `https://` or `http://` removed first
 //! (`BasicDockerKeyring.Add`), so a key with a scheme matches as without
 //! ([`matches_auth_key`]). Then:

@@ -46,8 +46,8 @@ pub(crate) use os::host::test_root;
 pub(crate) use os::host::{Host, Kind};
 pub(crate) use os::{
     HAS_SYSTEM_VERIFIER, Stdin, create_private_dir_all, enter_host_network, facts, facts_at,
-    facts_followed, id_of, is_refused_link, open, random_hex, read_pipe, rename, running_owner,
-    set_mode, stdin, swap_into_place, symlink, system_verifier, write_at,
+    facts_followed, id_of, is_refused_link, open, read_pipe, rename, running_owner, set_mode,
+    stdin, swap_into_place, symlink, system_verifier, write_at,
 };
 
 /// Helpers for the tests of what uses this module (a FIFO to refuse).
@@ -232,6 +232,38 @@ pub(crate) fn write_executable(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let mut file = open(path, &Open::create_new(0o700))?;
     file.write_all(bytes)?;
     os::make_executable(&file)
+}
+
+/// The directories above `path` on `host` that do not exist yet, outermost
+/// first: what writing `path` would create.
+pub(crate) fn missing_dirs(host: &Host, path: &Path) -> Vec<std::path::PathBuf> {
+    let mut missing = Vec::new();
+    let mut dir = path.parent();
+    while let Some(d) = dir.filter(|d| d.parent().is_some()) {
+        if host.kind(d).is_some() {
+            break;
+        }
+        missing.push(d.to_path_buf());
+        dir = d.parent();
+    }
+    missing.reverse();
+    missing
+}
+
+/// `2 * bytes` hex digits from the system's random source, for names no
+/// one can guess ahead. The source does not fail once the system is up; if
+/// it ever did, the clock and PID stand in, and creating the file
+/// exclusively still refuses a name that exists.
+pub(crate) fn random_hex(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    if !os::random_bytes(&mut buf) {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        return format!("{nanos:x}{:x}", std::process::id());
+    }
+    buf.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The file name of executable `name` here: `name.exe` on Windows.

@@ -143,7 +143,7 @@ pub(crate) fn apply(
     for dir in lock_created
         .iter()
         .cloned()
-        .chain(paths.flat_map(|p| host.missing_dirs(p)))
+        .chain(paths.flat_map(|p| crate::platform::missing_dirs(host, p)))
     {
         if !after.directories.contains(&dir) {
             after.directories.push(dir);

@@ -323,7 +323,7 @@ impl Drop for Lock {
 }
 
 pub(crate) fn lock(host: &Host) -> Result<Lock> {
-    let created = host.missing_dirs(Path::new(LOCK));
+    let created = crate::platform::missing_dirs(host, Path::new(LOCK));
     let fd = host.lock(Path::new(LOCK), LOCK_WAIT).map_err(|e| {
         Error::config(format!("cannot lock {LOCK}: {e}"))
             .fix("wait for the other node install or uninstall to finish, then run again")

@@ -109,7 +109,7 @@ fn components(path: &Path) -> VecDeque<OsString> {
 }
 
 fn random_suffix() -> String {
-    super::random_hex(8)
+    crate::platform::random_hex(8)
 }
 
 impl Host {
@@ -634,22 +634,6 @@ impl Host {
             Err(Errno::NOTEMPTY | Errno::EXIST | Errno::NOENT) => Ok(false),
             Err(e) => Err(io(e)),
         }
-    }
-
-    /// The directories above `path` that do not exist yet, outermost first:
-    /// what writing `path` would create.
-    pub(crate) fn missing_dirs(&self, path: &Path) -> Vec<PathBuf> {
-        let mut missing = Vec::new();
-        let mut dir = path.parent();
-        while let Some(d) = dir.filter(|d| d.parent().is_some()) {
-            if self.kind(d).is_some() {
-                break;
-            }
-            missing.push(d.to_path_buf());
-            dir = d.parent();
-        }
-        missing.reverse();
-        missing
     }
 
     /// Takes an exclusive lock on `path` (created 0600), waiting at most

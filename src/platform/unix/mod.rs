@@ -190,22 +190,11 @@ pub(super) fn make_executable(file: &File) -> io::Result<()> {
     file.set_permissions(std::fs::Permissions::from_mode(0o700))
 }
 
-/// `2 * bytes` hex digits from the kernel's random source (`getrandom(2)`),
-/// for names no one can guess ahead. `getrandom` does not fail on Linux
-/// once the pool is ready; if it ever did, the clock and PID stand in, and
-/// `O_EXCL` still refuses a name that exists.
-pub(crate) fn random_hex(bytes: usize) -> String {
-    let mut buf = vec![0u8; bytes];
-    let filled =
-        rustix::rand::getrandom(&mut buf, rustix::rand::GetRandomFlags::empty()).unwrap_or(0);
-    if filled < buf.len() {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or_default();
-        return format!("{nanos:x}{:x}", std::process::id());
-    }
-    buf.iter().map(|b| format!("{b:02x}")).collect()
+/// Fills `buf` from the kernel's random source (`getrandom(2)`).
+pub(super) fn random_bytes(buf: &mut [u8]) -> bool {
+    let wanted = buf.len();
+    rustix::rand::getrandom(buf, rustix::rand::GetRandomFlags::empty())
+        .is_ok_and(|filled| filled == wanted)
 }
 
 /// Linux has no verifier of the system's own: it trusts the CA bundle

@@ -335,7 +335,7 @@ impl Host {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let tmp = dir.join(format!(".{name}.wicp-{}", super::random_hex(8)));
+        let tmp = dir.join(format!(".{name}.wicp-{}", crate::platform::random_hex(8)));
         let result = (|| {
             let mut file = super::open(&tmp, &Open::create_new(mode))?;
             file.write_all(bytes)?;
@@ -397,7 +397,7 @@ impl Host {
             if !replace {
                 return Ok(false);
             }
-            let tmp = dir.join(format!(".wicp-link-{}", super::random_hex(8)));
+            let tmp = dir.join(format!(".wicp-link-{}", crate::platform::random_hex(8)));
             std::os::windows::fs::symlink_file(target, &tmp)?;
             return super::rename(&tmp, &local).map(|()| true);
         }
@@ -434,21 +434,6 @@ impl Host {
             Err(e) if e.kind() == std::io::ErrorKind::DirectoryNotEmpty => Ok(false),
             Err(e) => Err(e),
         }
-    }
-
-    /// The folders above `path` that do not exist yet, outermost first.
-    pub(crate) fn missing_dirs(&self, path: &Path) -> Vec<PathBuf> {
-        let mut missing = Vec::new();
-        let mut dir = path.parent();
-        while let Some(d) = dir.filter(|d| d.parent().is_some()) {
-            if self.kind(d).is_some() {
-                break;
-            }
-            missing.push(d.to_path_buf());
-            dir = d.parent();
-        }
-        missing.reverse();
-        missing
     }
 
     /// Takes an exclusive lock on `path` (created private), waiting at

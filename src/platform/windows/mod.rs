@@ -261,19 +261,10 @@ pub(crate) fn symlink(target: &Path, link: &Path) -> io::Result<()> {
         .or_else(|_| std::fs::copy(target, link).map(|_| ()))
 }
 
-/// `2 * bytes` hex digits from the system's preferred random generator;
-/// the clock and PID stand in if it ever fails (`CREATE_NEW` still
-/// refuses a name that exists).
-pub(crate) fn random_hex(bytes: usize) -> String {
-    let mut buf = vec![0u8; bytes];
-    if !security::random(&mut buf) {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or_default();
-        return format!("{nanos:x}{:x}", std::process::id());
-    }
-    buf.iter().map(|b| format!("{b:02x}")).collect()
+/// Fills `buf` from the system's preferred random generator
+/// (`BCryptGenRandom`).
+pub(super) fn random_bytes(buf: &mut [u8]) -> bool {
+    security::random(buf)
 }
 
 /// The Windows certificate store as a TLS verifier
