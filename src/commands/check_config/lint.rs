@@ -66,6 +66,23 @@ pub(crate) fn runs_this_binary(entry: &Entry, bin_dir: Option<&Path>) -> bool {
         .is_some_and(|target| target == BINARY || target.starts_with(&format!("{BINARY}-")))
 }
 
+/// A `matchImages` entry with a scheme. plugin.go parses an entry as
+/// `url.Parse("https://" + entry)`, so the host is `https:` and the real
+/// host lands in the path: the entry never matches.
+fn scheme_finding(entry: &Entry, field: &str, pattern: &str, host: &str) -> Finding {
+    let rest = pattern.split_once("://").map_or("", |(_, rest)| rest);
+    entry
+        .error(
+            Rule::MatchImagesScheme,
+            field,
+            format!(
+                "{pattern:?} has a scheme: the kubelet parses a matchImages entry as \"https://\" + entry, \
+                 so this one has the host {host:?} and never matches an image; the plugin is never run"
+            ),
+        )
+        .fix(format!("write it without the scheme: {rest:?}"))
+}
+
 fn match_images(entry: &Entry, findings: &mut Vec<Finding>) {
     for (i, pattern) in entry.provider.match_images().iter().enumerate() {
         let field = format!("matchImages[{i}]");
@@ -92,22 +109,7 @@ fn match_images(entry: &Entry, findings: &mut Vec<Finding>) {
             continue;
         }
         if crate::kubelet::matching::scheme_of(pattern).is_some() {
-            // plugin.go: url.Parse("https://" + entry), so the host is
-            // "https:" and the real host lands in the path.
-            let rest = pattern.split_once("://").map_or("", |(_, rest)| rest);
-            findings.push(
-                entry
-                    .error(
-                        Rule::MatchImagesScheme,
-                        &field,
-                        format!(
-                            "{pattern:?} has a scheme: the kubelet parses a matchImages entry as \"https://\" + entry, \
-                             so this one has the host {:?} and never matches an image; the plugin is never run",
-                            url.host
-                        ),
-                    )
-                    .fix(format!("write it without the scheme: {rest:?}")),
-            );
+            findings.push(scheme_finding(entry, &field, pattern, url.host));
             continue;
         }
         if url.host.is_empty() {

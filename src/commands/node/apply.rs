@@ -136,19 +136,7 @@ pub(crate) fn apply(
         .cloned()
         .collect();
     after.binaries.extend(links_added.iter().cloned());
-    let paths = changes
-        .iter()
-        .map(|c| c.path.as_path())
-        .chain(links.iter().map(PathBuf::as_path));
-    for dir in lock_created
-        .iter()
-        .cloned()
-        .chain(paths.flat_map(|p| crate::platform::missing_dirs(host, p)))
-    {
-        if !after.directories.contains(&dir) {
-            after.directories.push(dir);
-        }
-    }
+    record_created_dirs(host, &mut after, &changes, links, lock_created);
     // The intent: from here on, uninstall knows every change.
     after.write(host)?;
     for change in &mut changes {
@@ -170,6 +158,30 @@ pub(crate) fn apply(
         changes,
         links_added,
     })
+}
+
+/// Adds to `manifest` the directories this run is about to create (for
+/// `changes` and `links`), and those taking the lock created.
+fn record_created_dirs(
+    host: &Host,
+    manifest: &mut Manifest,
+    changes: &[Change],
+    links: &[PathBuf],
+    lock_created: &[PathBuf],
+) {
+    let paths = changes
+        .iter()
+        .map(|c| c.path.as_path())
+        .chain(links.iter().map(PathBuf::as_path));
+    for dir in lock_created
+        .iter()
+        .cloned()
+        .chain(paths.flat_map(|p| crate::platform::missing_dirs(host, p)))
+    {
+        if !manifest.directories.contains(&dir) {
+            manifest.directories.push(dir);
+        }
+    }
 }
 
 /// Puts back every file this run changed, byte for byte, removes what it

@@ -341,6 +341,16 @@ pub(super) fn security(file: &File) -> io::Result<Security> {
         });
     }
     // SAFETY: a non-null DACL pointer into `sd`, alive until `_free`.
+    let allowed = unsafe { allowed_entries(dacl)? };
+    Ok(weigh(owner, &allowed))
+}
+
+/// The allow entries of `dacl` that apply to the object itself.
+///
+/// # Safety
+/// `dacl` points to a valid ACL that outlives the call.
+unsafe fn allowed_entries(dacl: *mut ACL) -> io::Result<Vec<Allowed>> {
+    // SAFETY: the caller's promise.
     let count = unsafe { (*dacl).AceCount };
     let mut allowed = Vec::new();
     for index in 0..u32::from(count) {
@@ -368,6 +378,13 @@ pub(super) fn security(file: &File) -> io::Result<Security> {
             mask: allow.Mask,
         });
     }
+    Ok(allowed)
+}
+
+/// Who besides `owner` the allow entries let read or write: SYSTEM,
+/// Administrators, TrustedInstaller, the owner and the running user are
+/// trusted; any other SID allowed to read or write makes the file shared.
+fn weigh(owner: String, allowed: &[Allowed]) -> Security {
     let me = running_sid().unwrap_or_default();
     let trusted = |sid: &str| {
         sid == SYSTEM
@@ -380,7 +397,7 @@ pub(super) fn security(file: &File) -> io::Result<Security> {
     let mut others_write = false;
     let mut everyone_writes = false;
     let mut let_in = Vec::new();
-    for entry in &allowed {
+    for entry in allowed {
         if trusted(&entry.sid) {
             continue;
         }
@@ -404,13 +421,13 @@ pub(super) fn security(file: &File) -> io::Result<Security> {
     } else {
         format!("a DACL that lets {}", let_in.join(", "))
     };
-    Ok(Security {
+    Security {
         owner,
         shared,
         others_write,
         everyone_writes,
         shown,
-    })
+    }
 }
 
 /// Fills `buf` from the system's preferred random generator.

@@ -149,6 +149,25 @@ impl Settings {
         }
     }
 
+    /// Refuses a registry outside the node's cloud (`cloud`, from the
+    /// cloud config).
+    fn same_cloud(&self, cloud: Option<&str>, registry_cloud: super::host::Cloud) -> Result<()> {
+        let node_cloud = node_cloud(cloud, self.cloud_config.as_deref())?;
+        if node_cloud == registry_cloud {
+            return Ok(());
+        }
+        Err(Error::registry(format!(
+            "the registry is in the {} cloud, but the node is in the {} cloud ({}): its identity is not sent to another cloud's registry",
+            registry_cloud.name(),
+            node_cloud.name(),
+            self.cloud_config.as_deref().map_or_else(
+                || "no --azure-cloud-config, so the public cloud".to_string(),
+                |p| format!("cloud in {}", p.display())
+            )
+        ))
+        .fix("pull this registry with a service account annotated with a client ID of its own cloud, or narrow this entry's matchImages to the node's cloud"))
+    }
+
     /// Decides the node identity: reads the cloud config if one is named.
     #[cfg(test)]
     pub(crate) fn resolve(&self) -> Result<NodeIdentity> {
@@ -165,19 +184,7 @@ impl Settings {
             Some(path) => read_cloud_config(path)?,
             None => CloudConfig::default(),
         };
-        let node_cloud = node_cloud(config.cloud.as_deref(), self.cloud_config.as_deref())?;
-        if node_cloud != registry_cloud {
-            return Err(Error::registry(format!(
-                "the registry is in the {} cloud, but the node is in the {} cloud ({}): its identity is not sent to another cloud's registry",
-                registry_cloud.name(),
-                node_cloud.name(),
-                self.cloud_config.as_deref().map_or_else(
-                    || "no --azure-cloud-config, so the public cloud".to_string(),
-                    |p| format!("cloud in {}", p.display())
-                )
-            ))
-            .fix("pull this registry with a service account annotated with a client ID of its own cloud, or narrow this entry's matchImages to the node's cloud"));
-        }
+        self.same_cloud(config.cloud.as_deref(), registry_cloud)?;
         let tenant = config.tenant_id.clone().filter(|t| !t.trim().is_empty());
         if let Some(id) = &self.client_id {
             let id = parse_guid(id.trim()).ok_or_else(|| {
