@@ -1,5 +1,6 @@
 //! The Windows build run the way a Windows kubelet runs it, under Wine:
-//! `make test-windows` (part of `make test`) cross-builds the `.exe`,
+//! `make test-windows` (part of `make test`) cross-builds the `.exe` (dev
+//! profile),
 //! makes a Wine prefix of the tests' own with the one shim Wine 8 needs
 //! (tests/windows/setup.sh), and passes both here through
 //! `WICP_WINDOWS_EXE` and `WINEPREFIX`.

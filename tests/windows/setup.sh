@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Sets up what tests/windows.rs needs, for `make test-windows`: the Windows
-# build of the plugin (x86_64-pc-windows-gnu, release, with Debian's
-# mingw-w64) and a Wine prefix of the tests' own, holding the one shim
+# build of the plugin (x86_64-pc-windows-gnu, with Debian's mingw-w64; the
+# dev profile, the same code as the release without its LTO build, which
+# took CI six minutes; `make release` builds and checks the release .exe)
+# and a Wine prefix of the tests' own, holding the one shim
 # Debian bookworm's Wine 8.0 lacks (tests/windows/processprng-shim.c).
 # Prints the two variables the tests read, for the Makefile to export.
 # `.ci/run` installs mingw-w64, wine64 and the Rust target.
@@ -14,10 +16,10 @@ wine=${WICP_WINE:-/usr/lib/wine/wine64}
 command -v x86_64-w64-mingw32-gcc >/dev/null ||
   { echo "make test-windows needs mingw-w64: apt-get install mingw-w64" >&2; exit 1; }
 
-cargo build --release --locked --target "$target" --bin wi-credential-provider >&2
+cargo build --locked --target "$target" --bin wi-credential-provider >&2
 dir=$(cargo metadata --format-version 1 --no-deps |
   python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
-exe="$dir/$target/release/wi-credential-provider.exe"
+exe="$dir/$target/debug/wi-credential-provider.exe"
 
 prefix="$dir/wine-prefix"
 shim="$prefix/drive_c/windows/system32/bcryptprimitives.dll"
