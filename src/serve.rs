@@ -244,13 +244,15 @@ fn respond(line: &CommandLine, inputs: &Inputs, record: &mut Record) -> Result<V
     } else {
         None
     };
-    let cached_as = prepared.plan.cached_as().to_string();
+    // What the cache keys the credential by (Plan::cached_as), without
+    // borrowing the plan, whose exchange is moved below.
+    let cached_as = prepared.plan.every_registry.unwrap_or(auth_key.as_str());
     let cached = cache.as_ref().map(|(cache, key)| {
         let whose = token.as_ref().filter(|_| !prepared.plan.identity.is_node());
         let subject = cache::Subject {
             provider: provider.name(),
             service_account: whose.map(|t| t.service_account()),
-            registry: &cached_as,
+            registry: cached_as,
         };
         (cache, key, subject)
     });
