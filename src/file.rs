@@ -74,14 +74,14 @@ pub(crate) fn read_secret(path: &Path, max: u64) -> Result<(Vec<u8>, Option<Stri
     if facts.access.others_write {
         return Err(Refused::Unreadable(format!(
             "other users may write it ({}): they could change the secret",
-            facts.access.shown
+            facts.access.shown()
         )));
     }
     let warning = facts.access.shared.then(|| {
         format!(
             "{} holds a secret and other users may read it ({}); make it readable by its owner only",
             path.display(),
-            facts.access.shown
+            facts.access.shown()
         )
     });
     let bytes = read_at_most(file, max)
@@ -123,7 +123,7 @@ pub(crate) fn check_own_dir(
         return Err(UnsafeDir::Owner(dir.owner.clone()));
     }
     if dir.access.others_write {
-        return Err(UnsafeDir::Writable(dir.access.shown.clone()));
+        return Err(UnsafeDir::Writable(dir.access.shown()));
     }
     Ok(())
 }

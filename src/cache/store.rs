@@ -274,7 +274,7 @@ impl Store {
         if facts.access.shared {
             return Err(format!(
                 "its {} lets other users read or write it",
-                facts.access.shown
+                facts.access.shown()
             ));
         }
         Ok(facts.len)

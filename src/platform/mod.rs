@@ -115,9 +115,18 @@ pub(crate) struct Access {
     pub(crate) everyone_writes: bool,
     /// It may be run (Linux: an execute bit; Windows: always).
     pub(crate) executable: bool,
+    /// What [`Access::shown`] shows: the mode (Linux), or the SIDs a DACL
+    /// lets in (Windows). Kept raw: a cache hit checks two files and shows
+    /// neither, so the text is made only for a message.
+    pub(crate) detail: os::AccessDetail,
+}
+
+impl Access {
     /// How it is shown in a message: `mode 0644`, or the SIDs a DACL lets
     /// in.
-    pub(crate) shown: String,
+    pub(crate) fn shown(&self) -> String {
+        os::show_access(&self.detail)
+    }
 }
 
 impl Facts {

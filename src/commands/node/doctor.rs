@@ -467,7 +467,7 @@ fn binary_check(host: &Host, bin_dir: &Path) -> Check {
                 "{} is not a root-owned file writable only by root ({}, {}); not run",
                 shown.display(),
                 meta.owner,
-                meta.access.shown
+                meta.access.shown()
             ),
             Some("reinstall with node install, which writes it root:root 0755".into()),
         );

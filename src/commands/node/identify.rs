@@ -166,7 +166,7 @@ fn verify(
     if exe_meta.access.others_write {
         return Err(format!(
             "its executable is writable by group or others ({})",
-            exe_meta.access.shown
+            exe_meta.access.shown()
         ));
     }
     let named = match unit_exe {

@@ -17,6 +17,13 @@ use crate::deadline::Deadline;
 /// A uid.
 pub(crate) type RawOwner = u32;
 
+/// The mode bits, for [`super::Access::shown`].
+pub(crate) type AccessDetail = u32;
+
+pub(super) fn show_access(mode: &u32) -> String {
+    format!("mode {mode:04o}")
+}
+
 pub(super) fn is_administrator(uid: &u32) -> bool {
     *uid == 0
 }
@@ -66,7 +73,7 @@ fn facts_of(meta: &std::fs::Metadata) -> Facts {
             others_write: mode & 0o022 != 0,
             everyone_writes: mode & 0o002 != 0,
             executable: mode & 0o111 != 0,
-            shown: format!("mode {mode:04o}"),
+            detail: mode,
         },
     }
 }
@@ -358,7 +365,7 @@ pub(crate) mod tests {
         assert_eq!(facts.links, 2);
         assert!(facts.access.shared && facts.access.others_write);
         assert!(!facts.access.everyone_writes && !facts.access.executable);
-        assert_eq!(facts.access.shown, "mode 0620");
+        assert_eq!(facts.access.shown(), "mode 0620");
     }
 
     /// `fd` as [`stdin`] sorts it, for the tests of `crate::stdin`.

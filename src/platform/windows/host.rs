@@ -254,7 +254,9 @@ impl Host {
         {
             return Err(std::io::Error::other(format!(
                 "it is not a file the plugin writes ({}, {}, {} links): not read",
-                facts.owner, facts.access.shown, facts.links
+                facts.owner,
+                facts.access.shown(),
+                facts.links
             )));
         }
         if tail {
