@@ -268,6 +268,59 @@ fn every_example_pod_image_passes_explain() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
+/// The Windows installer: a HostProcess pod (hostProcess needs
+/// hostNetwork) as SYSTEM on Windows nodes only, whose init container runs
+/// the image's .exe against the system drive with the restart and its
+/// rollback, and replaces the stock ACR entry.
+#[test]
+fn the_windows_node_install_daemonset_is_a_host_process_pod() {
+    let docs = documents(&repo().join("node-install/windows/daemonset.yaml"));
+    let sets: Vec<DaemonSet> = of_kind(&docs, "DaemonSet");
+    assert_eq!(sets.len(), 1);
+    let spec = sets[0]
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap();
+    assert_eq!(spec.host_network, Some(true));
+    let os = spec.node_selector.as_ref().unwrap();
+    assert_eq!(
+        os.get("kubernetes.io/os").map(String::as_str),
+        Some("windows")
+    );
+    let windows = spec
+        .security_context
+        .as_ref()
+        .unwrap()
+        .windows_options
+        .as_ref()
+        .unwrap();
+    assert_eq!(windows.host_process, Some(true));
+    assert_eq!(
+        windows.run_as_user_name.as_deref(),
+        Some("NT AUTHORITY\\SYSTEM")
+    );
+    let init = &spec.init_containers.as_ref().unwrap()[0];
+    let command = init.command.as_ref().unwrap().join(" ");
+    for part in [
+        "%CONTAINER_SANDBOX_MOUNT_POINT%\\wi-credential-provider.exe node install",
+        "--root C:\\",
+        "--provider azure",
+        "--replace acr-credential-provider",
+        "--restart-kubelet",
+    ] {
+        assert!(command.contains(part), "{part} not in {command}");
+    }
+    let kustomization = &documents(&repo().join("node-install/windows/kustomization.yaml"))[0];
+    assert_eq!(
+        kustomization["resources"][0].as_str(),
+        Some("daemonset.yaml")
+    );
+}
+
 #[test]
 fn the_node_install_config_and_daemonset_are_sound() {
     assert_clean(&repo().join("node-install/credential-provider.yaml"));

@@ -643,63 +643,378 @@ fn a_stdin_that_never_closes_ends_at_the_timeout_with_json_logs() {
     );
 }
 
-/// `node install`, `uninstall` and `doctor` know Linux kubelets only: on
-/// Windows they stop before reading or writing anything, and say how to
-/// install by hand.
-#[test]
-#[ignore = "needs the Windows build under Wine: make test-windows"]
-fn node_commands_refuse_on_windows_and_change_nothing() {
-    let root = tempfile::tempdir().unwrap();
-    let k = root.path().join("k");
-    std::fs::create_dir_all(&k).unwrap();
-    let config = "apiVersion: kubelet.config.k8s.io/v1\r\nkind: CredentialProviderConfig\r\nproviders: []\r\n";
-    std::fs::write(k.join("credential-provider-config.yaml"), config).unwrap();
-    let before = tree(root.path());
-    let windows_root = windows::path(root.path());
-    for command in [
-        vec![
-            "node",
-            "install",
-            "--provider",
-            "azure",
-            "--root",
-            &windows_root,
-        ],
-        vec!["node", "uninstall", "--root", &windows_root],
-    ] {
-        let out = on_windows(|| run(&command, &[], b""));
-        assert_eq!(out.code, Some(1), "{}", out.stderr);
-        // The report (stdout) ends with the error; install logs it too.
-        let report = String::from_utf8_lossy(&out.stdout);
-        let line = report.lines().last().unwrap_or_default();
-        assert!(
-            line.starts_with(
-                "error: node install, uninstall and doctor do not support Windows nodes yet"
-            ),
-            "{report}"
-        );
-        assert!(line.contains("docs/windows.md"), "{line}");
-    }
-    let out = on_windows(|| run(&["node", "doctor", "--root", &windows_root], &[], b""));
-    assert_eq!(out.code, Some(1), "{}", out.stderr);
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("do not support Windows nodes yet"),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    assert_eq!(tree(root.path()), before, "a file was written or removed");
+/// AgentBaker's credential-provider config for AKS Windows, byte for byte
+/// as `Config-CredentialProvider` writes it (Azure/AgentBaker @06836ee
+/// `staging/cse/windows/configfunc.ps1`: a here-string with the script's
+/// CRLF line ends, `Out-File -encoding ASCII`, which adds a last CRLF).
+const AKS_CONFIG: &str = "apiVersion: kubelet.config.k8s.io/v1\r\nkind: CredentialProviderConfig\r\nproviders:\r\n  - name: acr-credential-provider\r\n    matchImages:\r\n      - \"*.azurecr.io\"\r\n      - \"*.azurecr.cn\"\r\n      - \"*.azurecr.de\"\r\n      - \"*.azurecr.us\"\r\n      - \"*.*.geo.azurecr.io\"\r\n      - \"*.*.geo.azurecr.cn\"\r\n      - \"*.*.geo.azurecr.de\"\r\n      - \"*.*.geo.azurecr.us\"\r\n    defaultCacheDuration: \"10m\"\r\n    apiVersion: credentialprovider.kubelet.k8s.io/v1\r\n    args:\r\n      - c:\\k\\azure.json\r\n\r\n";
+
+/// An AKS Windows node's disk as AgentBaker leaves it, under a temporary
+/// directory: `c:\k\kubeclusterconfig.json` (`Write-KubeClusterConfig`:
+/// `Out-File` without an encoding, so UTF-16LE with its mark, and
+/// `ConfigArgs` as the sorted `--name=value` list, some values the two
+/// characters `""`), `c:\k\kubeletstart.ps1`, the config above, `azure.json`
+/// and the stock plugin installed twice (`Install-CredentialProvider`:
+/// `acr-credential-provider.exe` and its extension-less twin).
+struct AksWindows {
+    dir: tempfile::TempDir,
 }
 
-/// Every path under `dir` with its bytes.
-fn tree(dir: &std::path::Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+impl AksWindows {
+    fn new(release: &str, extra_args: &[String]) -> AksWindows {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let k = root.join("k");
+        let bin = root.join("var/lib/kubelet/credential-provider");
+        std::fs::create_dir_all(&k).unwrap();
+        std::fs::create_dir_all(&bin).unwrap();
+        let mut args = vec![
+            "--azure-container-registry-config=c:\\k\\azure.json".to_string(),
+            "--cloud-config=c:\\k\\azure.json".into(),
+            "--enforce-node-allocatable=\"\"".into(),
+            "--eviction-hard=\"\"".into(),
+            "--image-credential-provider-bin-dir=c:\\var\\lib\\kubelet\\credential-provider".into(),
+            "--image-credential-provider-config=c:\\k\\credential-provider-config.yaml".into(),
+            "--kubeconfig=c:\\k\\config".into(),
+            "--resolv-conf=\"\"".into(),
+        ];
+        args.extend(extra_args.iter().cloned());
+        args.sort();
+        let json = json!({
+            "Cri": {"Name": "containerd", "Images": {"Pause": "mcr.microsoft.com/oss/v2/kubernetes/pause:3.10.2"}},
+            "Cni": {"Name": "azure", "Plugin": {"Name": "bridge"}},
+            "Kubernetes": {
+                "Source": {"Release": release},
+                "ControlPlane": {"IpAddress": "10.0.0.1", "Username": "azureuser", "MasterSubnet": ""},
+                "Kubelet": {"NodeLabels": "kubernetes.azure.com/role=agent", "ConfigArgs": args},
+            },
+            "Install": {"Destination": "c:\\k"},
+        });
+        let text = serde_json::to_string_pretty(&json)
+            .unwrap()
+            .replace('\n', "\r\n");
+        let mut utf16 = vec![0xFF, 0xFE];
+        for unit in format!("{text}\r\n").encode_utf16() {
+            utf16.extend_from_slice(&unit.to_le_bytes());
+        }
+        std::fs::write(k.join("kubeclusterconfig.json"), utf16).unwrap();
+        std::fs::write(
+            k.join("kubeletstart.ps1"),
+            "$Global:ClusterConfiguration = ConvertFrom-Json ((Get-Content \"c:\\k\\kubeclusterconfig.json\" -ErrorAction Stop) | out-string)\r\n",
+        )
+        .unwrap();
+        std::fs::write(k.join("credential-provider-config.yaml"), AKS_CONFIG).unwrap();
+        std::fs::write(
+            k.join("azure.json"),
+            format!("{{\"cloud\":\"AzurePublicCloud\",\"tenantId\":\"{TENANT}\",\"userAssignedIdentityID\":\"{CLIENT_ID}\",\"useManagedIdentityExtension\":true}}\r\n"),
+        )
+        .unwrap();
+        for name in ["acr-credential-provider.exe", "acr-credential-provider"] {
+            std::fs::write(bin.join(name), b"MZ stock acr-credential-provider").unwrap();
+        }
+        AksWindows { dir }
+    }
+
+    fn root(&self) -> String {
+        windows::path(self.dir.path())
+    }
+
+    fn node(&self, command: &str, extra: &[&str]) -> Run {
+        let root = self.root();
+        let mut args = vec!["node", command, "--root", root.as_str()];
+        args.extend_from_slice(extra);
+        on_windows(|| run(&args, &[], b""))
+    }
+
+    fn config(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("k/credential-provider-config.yaml")).unwrap()
+    }
+}
+
+const INSTALL: &[&str] = &[
+    "--provider",
+    "azure",
+    "--fallback",
+    "node",
+    "--replace",
+    "acr-credential-provider",
+];
+
+fn report(out: &Run) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// AKS Windows, kubelet 1.34 (KEP-4412 on by default): install finds the
+/// flags in kubeclusterconfig.json (UTF-16), merges an entry named with
+/// its `.exe` that replaces the stock plugin (and its extension-less
+/// twin's entry), installs a copy of the binary under that name with a
+/// private DACL, is idempotent, `doctor` passes, and `uninstall` puts
+/// every byte back.
+#[test]
+#[ignore = "needs the Windows build under Wine: make test-windows"]
+fn aks_windows_install_is_idempotent_and_uninstall_restores_every_byte() {
+    let health = TestServer::start(|_| Response::text(200, "ok"));
+    let port = health.addr().port();
+    let node = AksWindows::new("1.34.1", &[format!("--healthz-port={port}")]);
+    let before = tree(node.dir.path());
+
+    let dry = node.node("install", &[INSTALL, &["--dry-run"]].concat());
+    assert_eq!(dry.code, Some(0), "{}\n{}", report(&dry), dry.stderr);
+    assert_eq!(tree(node.dir.path()), before, "a dry run wrote");
+    let text = report(&dry);
+    assert!(
+        text.contains("distribution: AKS Windows (AgentBaker)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("c:\\k\\credential-provider-config.yaml (from --image-credential-provider-config in Kubernetes.Kubelet.ConfigArgs in c:\\k\\kubeclusterconfig.json)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("kubelet version: 1.34 (from Kubernetes.Source.Release"),
+        "{text}"
+    );
+
+    let out = node.node("install", INSTALL);
+    assert_eq!(out.code, Some(0), "{}\n{}", report(&out), out.stderr);
+    let config = node.config();
+    assert!(
+        config.contains("name: wi-credential-provider-azure.exe"),
+        "{config}"
+    );
+    assert!(!config.contains("acr-credential-provider"), "{config}");
+    assert!(config.contains("c:\\k\\azure.json"), "{config}");
+    assert!(config.contains("requireServiceAccount: false"), "{config}");
+    let bin = node.dir.path().join("var/lib/kubelet/credential-provider");
+    let copy = std::fs::read(bin.join("wi-credential-provider-azure.exe")).unwrap();
+    assert_eq!(copy, std::fs::read(windows::exe()).unwrap());
+    assert!(!bin.join("wi-credential-provider").exists());
+    // The stock binaries stay: only their entry went.
+    assert!(bin.join("acr-credential-provider.exe").exists());
+
+    let again = node.node("install", INSTALL);
+    assert_eq!(again.code, Some(0), "{}", again.stderr);
+    assert!(
+        report(&again).contains("nothing to change"),
+        "{}",
+        report(&again)
+    );
+
+    let doctor = node.node("doctor", &[]);
+    let said = report(&doctor);
+    assert!(
+        said.contains("wi-credential-provider-azure.exe answers"),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!("127.0.0.1:{port}/healthz answers ok")),
+        "{said}"
+    );
+
+    let undo = node.node("uninstall", &[]);
+    assert_eq!(undo.code, Some(0), "{}\n{}", report(&undo), undo.stderr);
+    assert_eq!(tree(node.dir.path()), before, "uninstall left a difference");
+}
+
+/// AKS Windows with kubelet 1.33, whose KEP-4412 gate is off by default
+/// (AgentBaker does not turn it on for Windows): install refuses before
+/// writing anything and names the gate; with the gate in ConfigArgs it
+/// installs. EKS Windows is detected and refused with the route.
+#[test]
+#[ignore = "needs the Windows build under Wine: make test-windows"]
+fn a_kubelet_without_the_token_gate_and_eks_windows_are_refused_without_a_write() {
+    let node = AksWindows::new("1.33.4", &[]);
+    let before = tree(node.dir.path());
+    let out = node.node("install", INSTALL);
+    assert_eq!(out.code, Some(1), "{}", report(&out));
+    let text = report(&out);
+    assert!(
+        text.contains("kubelet 1.33 does not accept tokenAttributes (KubeletServiceAccountTokenForCredentialProviders is off)"),
+        "{text}"
+    );
+    assert!(text.contains("[token-attributes.kubelet-gate]"), "{text}");
+    assert_eq!(tree(node.dir.path()), before, "a refused install wrote");
+
+    let gated = AksWindows::new(
+        "1.33.4",
+        &["--feature-gates=KubeletServiceAccountTokenForCredentialProviders=true".into()],
+    );
+    let out = gated.node("install", INSTALL);
+    assert_eq!(out.code, Some(0), "{}\n{}", report(&out), out.stderr);
+
+    let eks = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(eks.path().join("Program Files/Amazon/EKS")).unwrap();
+    let root = windows::path(eks.path());
+    let out = on_windows(|| {
+        run(
+            &["node", "install", "--provider", "aws", "--root", &root],
+            &[],
+            b"",
+        )
+    });
+    assert_eq!(out.code, Some(1));
+    let text = report(&out);
+    assert!(text.contains("distribution: EKS Windows"), "{text}");
+    assert!(text.contains("cannot install on EKS Windows"), "{text}");
+    assert!(
+        text.contains("docs/windows.md#installing-by-hand"),
+        "{text}"
+    );
+
+    // Another provider's executable under our name is not replaced.
+    let taken = AksWindows::new("1.34.1", &[]);
+    let bin = taken.dir.path().join("var/lib/kubelet/credential-provider");
+    std::fs::write(
+        bin.join("wi-credential-provider-azure.exe"),
+        b"MZ someone else",
+    )
+    .unwrap();
+    let before = tree(taken.dir.path());
+    let out = taken.node("install", INSTALL);
+    assert_eq!(out.code, Some(1));
+    assert!(
+        report(&out).contains("was not installed by node install"),
+        "{}",
+        report(&out)
+    );
+    assert_eq!(tree(taken.dir.path()), before);
+}
+
+/// `--restart-kubelet` on AKS Windows restarts the `Kubelet` service
+/// through Wine's Service Control Manager (a stand-in service,
+/// tests/windows/kubelet-service.c, that records each start) and waits
+/// for /healthz; when the kubelet does not come back healthy, install
+/// restores every byte, restarts it once more, and remembers the change.
+#[test]
+#[ignore = "needs the Windows build under Wine: make test-windows"]
+fn aks_windows_restart_through_the_service_manager_and_one_rollback() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let healthy = Arc::new(AtomicBool::new(true));
+    let answer = healthy.clone();
+    let health = TestServer::start(move |_| {
+        if answer.load(Ordering::SeqCst) {
+            Response::text(200, "ok")
+        } else {
+            Response::text(500, "[-]ping failed")
+        }
+    });
+    let port = health.addr().port();
+    let log_dir = tempfile::tempdir().unwrap();
+    let log = log_dir.path().join("starts.log");
+    let service = KubeletService::create(&log);
+    let starts = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+
+    let node = AksWindows::new("1.34.1", &[format!("--healthz-port={port}")]);
+    let before = tree(node.dir.path());
+    let restart = [INSTALL, &["--restart-kubelet", "--health-timeout", "20s"]].concat();
+    let out = node.node("install", &restart);
+    assert_eq!(out.code, Some(0), "{}\n{}", report(&out), out.stderr);
+    assert!(
+        report(&out).contains(&format!(
+            "restarted the Windows service Kubelet; healthy at http://127.0.0.1:{port}/healthz"
+        )),
+        "{}",
+        report(&out)
+    );
+    assert_eq!(starts(), 1);
+    let undo = node.node("uninstall", &[]);
+    assert_eq!(undo.code, Some(0), "{}", report(&undo));
+    assert_eq!(tree(node.dir.path()), before);
+
+    healthy.store(false, Ordering::SeqCst);
+    let broken = AksWindows::new("1.34.1", &[format!("--healthz-port={port}")]);
+    let before = tree(broken.dir.path());
+    let out = broken.node("install", &restart);
+    assert_eq!(out.code, Some(1), "{}", report(&out));
+    let text = report(&out);
+    assert!(text.contains("did not come back healthy"), "{text}");
+    assert!(
+        text.contains("restored c:\\k\\credential-provider-config.yaml"),
+        "{text}"
+    );
+    assert!(text.contains(r"C:\k\kubelet.err.log"), "{text}");
+    // Started for the install, then once more after the rollback.
+    assert_eq!(starts(), 3);
+    let mut after = tree(broken.dir.path());
+    let memo = broken
+        .dir
+        .path()
+        .join("var/lib/wi-credential-provider/node-install.failed");
+    after.retain(|(p, _)| p != &memo && p != memo.parent().unwrap());
+    assert_eq!(after, before, "the rollback left a difference");
+    // The same change is not tried again.
+    let out = broken.node("install", &restart);
+    assert_eq!(out.code, Some(1));
+    assert!(
+        report(&out).contains("will not restart")
+            || report(&out).contains("not restarting the kubelet with it again"),
+        "{}",
+        report(&out)
+    );
+    assert_eq!(starts(), 3);
+    drop(service);
+}
+
+/// The stand-in `Kubelet` service, registered in the tests' Wine prefix
+/// and removed on drop.
+struct KubeletService;
+
+impl KubeletService {
+    fn sc(args: &[&str]) -> std::process::Output {
+        let (program, mut full) = windows::wrap(Path::new("sc"));
+        full.extend(args.iter().map(std::ffi::OsString::from));
+        std::process::Command::new(program)
+            .args(full)
+            .envs(windows::env())
+            .output()
+            .unwrap()
+    }
+
+    fn create(log: &Path) -> KubeletService {
+        on_windows(|| {
+            let _ = Self::sc(&["stop", "Kubelet"]);
+            let _ = Self::sc(&["delete", "Kubelet"]);
+            let exe = std::env::var_os("WICP_KUBELET_SERVICE_EXE")
+                .expect("WICP_KUBELET_SERVICE_EXE: run with make test-windows");
+            let bin_path = format!("{} {}", windows::path(Path::new(&exe)), windows::path(log));
+            let out = Self::sc(&["create", "Kubelet", "binPath=", &bin_path]);
+            assert!(out.status.success(), "sc create: {out:?}");
+        });
+        KubeletService
+    }
+}
+
+impl Drop for KubeletService {
+    fn drop(&mut self) {
+        on_windows(|| {
+            let _ = Self::sc(&["stop", "Kubelet"]);
+            let _ = Self::sc(&["delete", "Kubelet"]);
+        });
+    }
+}
+
+/// Every path under `dir` with the sha256 of its bytes (a folder: none).
+fn tree(dir: &std::path::Path) -> Vec<(std::path::PathBuf, String)> {
+    use sha2::Digest;
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         if path.is_dir() {
-            out.push((path.clone(), Vec::new()));
+            out.push((path.clone(), String::new()));
             out.extend(tree(&path));
         } else {
-            out.push((path.clone(), std::fs::read(&path).unwrap()));
+            let bytes = std::fs::read(&path).unwrap();
+            let digest = sha2::Sha256::digest(&bytes);
+            out.push((
+                path.clone(),
+                digest.iter().map(|b| format!("{b:02x}")).collect(),
+            ));
         }
     }
     out.sort();

@@ -8,6 +8,7 @@
 //! earlier one (EKS writes `40-nodeadm.conf` there), which is close enough
 //! to the kubelet's merge for the fields read here.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -22,6 +23,14 @@ const DEFAULT_HEALTHZ_PORT: u16 = 10248;
 
 /// The KEP-2535 feature gate (alpha 1.33, beta and on by default 1.35).
 pub(crate) const ENSURE_SECRET_PULLED_IMAGES: &str = "KubeletEnsureSecretPulledImages";
+
+/// The KEP-4412 feature gate that lets a plugin entry carry
+/// `tokenAttributes` (alpha and off in 1.33, beta and on from 1.34; with
+/// it off the kubelet refuses such a config and exits).
+pub(crate) const SERVICE_ACCOUNT_TOKEN_GATE: &str =
+    "KubeletServiceAccountTokenForCredentialProviders";
+pub(crate) const SERVICE_ACCOUNT_TOKEN_SINCE: Version = Version::new(1, 33);
+pub(crate) const SERVICE_ACCOUNT_TOKEN_ON_SINCE: Version = Version::new(1, 34);
 
 /// A kubelet version, major and minor (`v1.34.2` is 1.34).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -68,6 +77,9 @@ pub(crate) struct KubeletConfig {
     pub(crate) files: Vec<PathBuf>,
     /// `featureGates.KubeletEnsureSecretPulledImages`, when set.
     pub(crate) ensure_secret_pulled_images: Option<bool>,
+    /// `featureGates.KubeletServiceAccountTokenForCredentialProviders`,
+    /// when set.
+    pub(crate) service_account_token_gate: Option<bool>,
     pub(crate) image_pull_credentials_verification_policy: Option<String>,
     pub(crate) preloaded_images_verification_allowlist: Vec<String>,
     pub(crate) healthz_bind_address: Option<String>,
@@ -124,12 +136,15 @@ impl KubeletConfig {
             files.push(path);
         }
         let get = |key: &str| merged.get(key);
-        let gate = get("featureGates")
-            .and_then(|g| g.get(ENSURE_SECRET_PULLED_IMAGES))
-            .and_then(Value::as_bool);
+        let gate = |name: &str| {
+            get("featureGates")
+                .and_then(|g| g.get(name))
+                .and_then(Value::as_bool)
+        };
         Ok(KubeletConfig {
             files,
-            ensure_secret_pulled_images: gate,
+            ensure_secret_pulled_images: gate(ENSURE_SECRET_PULLED_IMAGES),
+            service_account_token_gate: gate(SERVICE_ACCOUNT_TOKEN_GATE),
             image_pull_credentials_verification_policy: get(
                 "imagePullCredentialsVerificationPolicy",
             )
@@ -151,6 +166,58 @@ impl KubeletConfig {
                 .and_then(Value::as_u64)
                 .and_then(|p| u16::try_from(p).ok()),
         })
+    }
+
+    /// The facts the kubelet's command-line `flags` give, laid over this
+    /// file's (a flag wins over the file): `--feature-gates` (merged gate
+    /// by gate), `--healthz-bind-address` and `--healthz-port`. AKS
+    /// Windows passes these only as flags.
+    pub(crate) fn with_flags(mut self, flags: &BTreeMap<String, String>) -> KubeletConfig {
+        if let Some(gates) = flags.get("feature-gates") {
+            for pair in gates.split(',') {
+                let Some((name, value)) = pair.split_once('=') else {
+                    continue;
+                };
+                let value = match value.trim() {
+                    v if v.eq_ignore_ascii_case("true") => true,
+                    v if v.eq_ignore_ascii_case("false") => false,
+                    _ => continue,
+                };
+                match name.trim() {
+                    ENSURE_SECRET_PULLED_IMAGES => self.ensure_secret_pulled_images = Some(value),
+                    SERVICE_ACCOUNT_TOKEN_GATE => self.service_account_token_gate = Some(value),
+                    _ => {}
+                }
+            }
+        }
+        if let Some(address) = flags.get("healthz-bind-address") {
+            self.healthz_bind_address = Some(address.clone());
+        }
+        if let Some(port) = flags.get("healthz-port").and_then(|p| p.parse().ok()) {
+            self.healthz_port = Some(port);
+        }
+        self
+    }
+
+    /// The facts of a kubelet run with flags only (no `--config`), `None`
+    /// when its flags set none of them.
+    pub(crate) fn from_flags(flags: &BTreeMap<String, String>) -> Option<KubeletConfig> {
+        ["feature-gates", "healthz-bind-address", "healthz-port"]
+            .iter()
+            .any(|f| flags.contains_key(*f))
+            .then(|| KubeletConfig::default().with_flags(flags))
+    }
+
+    /// Whether a kubelet of `version` with these gates accepts
+    /// `tokenAttributes` in a plugin entry; `None` when it cannot be told
+    /// (the version is unknown and the gate not set).
+    pub(crate) fn accepts_token_attributes(&self, version: Option<Version>) -> Option<bool> {
+        match (version, self.service_account_token_gate) {
+            (Some(v), _) if v < SERVICE_ACCOUNT_TOKEN_SINCE => Some(false),
+            (_, Some(gate)) => Some(gate),
+            (Some(v), None) => Some(v >= SERVICE_ACCOUNT_TOKEN_ON_SINCE),
+            (None, None) => None,
+        }
     }
 
     /// The kubelet's health endpoint, `None` when `healthzPort: 0` turns it off.
@@ -185,6 +252,42 @@ impl KubeletConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn flags_win_over_the_file_and_decide_token_attributes() {
+        let flags: BTreeMap<String, String> = [
+            (
+                "feature-gates",
+                "KubeletServiceAccountTokenForCredentialProviders=true, Other=false",
+            ),
+            ("healthz-port", "12345"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let config = KubeletConfig::from_flags(&flags).unwrap();
+        assert_eq!(config.healthz(), Some(("127.0.0.1".into(), 12345)));
+        assert_eq!(config.service_account_token_gate, Some(true));
+        assert_eq!(
+            config.accepts_token_attributes(Some(Version::new(1, 33))),
+            Some(true)
+        );
+        assert_eq!(
+            config.accepts_token_attributes(Some(Version::new(1, 32))),
+            Some(false)
+        );
+        let none = KubeletConfig::default();
+        assert_eq!(
+            none.accepts_token_attributes(Some(Version::new(1, 33))),
+            Some(false)
+        );
+        assert_eq!(
+            none.accepts_token_attributes(Some(Version::new(1, 34))),
+            Some(true)
+        );
+        assert_eq!(none.accepts_token_attributes(None), None);
+        assert!(KubeletConfig::from_flags(&BTreeMap::new()).is_none());
+    }
 
     #[test]
     fn versions() {

@@ -95,6 +95,9 @@ rules! {
     ImageReuse = "image-reuse",
     /// A config directory given to a kubelet older than 1.34.
     DirConfigKubeletVersion = "dir-config.kubelet-version",
+    /// `tokenAttributes` for a kubelet without KEP-4412 (below 1.33, or its
+    /// feature gate off): the kubelet refuses the config and exits.
+    TokenAttributesKubeletGate = "token-attributes.kubelet-gate",
 }
 
 impl fmt::Display for Rule {

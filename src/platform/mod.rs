@@ -46,8 +46,8 @@ pub(crate) use os::host::test_root;
 pub(crate) use os::host::{Host, Kind};
 pub(crate) use os::{
     HAS_SYSTEM_VERIFIER, Stdin, create_private_dir_all, enter_host_network, facts, facts_at,
-    facts_followed, id_of, is_refused_link, open, read_pipe, rename, running_owner, set_mode,
-    stdin, swap_into_place, symlink, system_verifier, write_at,
+    facts_followed, id_of, is_refused_link, open, read_pipe, rename, restart_service,
+    running_owner, set_mode, stdin, swap_into_place, symlink, system_verifier, write_at,
 };
 
 /// Helpers for the tests of what uses this module (a FIFO to refuse).

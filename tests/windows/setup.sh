@@ -4,7 +4,8 @@
 # dev profile, the same code as the release without its LTO build, which
 # took CI six minutes; `make release` builds and checks the release .exe)
 # and a Wine prefix of the tests' own, holding the one shim
-# Debian bookworm's Wine 8.0 lacks (tests/windows/processprng-shim.c).
+# Debian bookworm's Wine 8.0 lacks (tests/windows/processprng-shim.c),
+# and a stand-in for AKS's kubelet service (tests/windows/kubelet-service.c).
 # Prints the two variables the tests read, for the Makefile to export.
 # `.ci/run` installs mingw-w64, wine64 and the Rust target.
 set -euo pipefail
@@ -19,7 +20,11 @@ command -v x86_64-w64-mingw32-gcc >/dev/null ||
 cargo build --locked --target "$target" --bin wi-credential-provider >&2
 dir=$(cargo metadata --format-version 1 --no-deps |
   python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
-exe="$dir/$target/debug/wi-credential-provider.exe"
+# Without its debug sections (276 MB to 45 MB): node install copies the
+# binary it runs from, and refuses one over 256 MiB.
+exe="$dir/windows-test/wi-credential-provider.exe"
+mkdir -p "$dir/windows-test"
+x86_64-w64-mingw32-strip -o "$exe" "$dir/$target/debug/wi-credential-provider.exe"
 
 prefix="$dir/wine-prefix"
 shim="$prefix/drive_c/windows/system32/bcryptprimitives.dll"
@@ -30,7 +35,10 @@ fi
 x86_64-w64-mingw32-gcc -shared -O2 -o "$dir/bcryptprimitives.dll" \
   tests/windows/processprng-shim.c tests/windows/processprng-shim.def -ladvapi32
 install -m 0644 "$dir/bcryptprimitives.dll" "$shim"
+# The stand-in for AKS's NSSM `Kubelet` service (node install --restart-kubelet).
+x86_64-w64-mingw32-gcc -O2 -o "$dir/kubelet-service.exe" tests/windows/kubelet-service.c -ladvapi32
 WINEPREFIX="$prefix" WINEDEBUG=-all "$wine" "$exe" --version >/dev/null ||
   { echo "the Windows build does not start under Wine" >&2; exit 1; }
 echo "WICP_WINDOWS_EXE=$exe"
 echo "WINEPREFIX=$prefix"
+echo "WICP_KUBELET_SERVICE_EXE=$dir/kubelet-service.exe"

@@ -23,7 +23,8 @@ use super::lint::runs_this_binary;
 use crate::inputs::Env;
 use crate::kubelet::configuration::{
     DIRECTORY_CONFIG_SINCE, ENSURE_GATE_ON_SINCE, ENSURE_GATE_SINCE, ENSURE_SECRET_PULLED_IMAGES,
-    KubeletConfig, Version,
+    KubeletConfig, SERVICE_ACCOUNT_TOKEN_GATE, SERVICE_ACCOUNT_TOKEN_ON_SINCE,
+    SERVICE_ACCOUNT_TOKEN_SINCE, Version,
 };
 use crate::kubelet::matching;
 use crate::kubelet::provider_config::{Entry, Loaded};
@@ -59,6 +60,7 @@ pub(crate) fn lint(loaded: &Loaded, bin_dir: Option<&Path>, facts: &KubeletFacts
     if !ours.is_empty() && (facts.config.is_some() || facts.version.is_some()) {
         image_reuse(loaded, &ours, facts, &mut findings);
     }
+    token_attributes_gate(loaded, facts, &mut findings);
     if let Some(version) = facts.version
         && version < DIRECTORY_CONFIG_SINCE
         && loaded.path.is_dir()
@@ -77,6 +79,45 @@ pub(crate) fn lint(loaded: &Loaded, bin_dir: Option<&Path>, facts: &KubeletFacts
         );
     }
     findings
+}
+
+/// An entry with `tokenAttributes` for a kubelet that does not accept
+/// them: below 1.33, or `KubeletServiceAccountTokenForCredentialProviders`
+/// off (off by default in 1.33; AKS Windows does not turn it on). The
+/// kubelet's validation refuses the whole config and the kubelet exits.
+fn token_attributes_gate(loaded: &Loaded, facts: &KubeletFacts, findings: &mut Vec<Finding>) {
+    let config = facts.config.clone().unwrap_or_default();
+    if config.accepts_token_attributes(facts.version) != Some(false) {
+        return;
+    }
+    let shown = facts
+        .version
+        .map_or("this kubelet".to_string(), |v| format!("kubelet {v}"));
+    let fix = match facts.version {
+        Some(v) if v < SERVICE_ACCOUNT_TOKEN_SINCE => format!(
+            "upgrade the kubelet to {SERVICE_ACCOUNT_TOKEN_ON_SINCE} or later (per-pod identity needs KEP-4412), or use the node's identity without tokenAttributes"
+        ),
+        _ => format!(
+            "turn on the feature gate: --feature-gates={SERVICE_ACCOUNT_TOKEN_GATE}=true (or featureGates in the KubeletConfiguration), or upgrade the kubelet to {SERVICE_ACCOUNT_TOKEN_ON_SINCE}, where it is on by default"
+        ),
+    };
+    for entry in loaded
+        .entries
+        .iter()
+        .filter(|e| e.provider.token_attributes.is_some())
+    {
+        findings.push(
+            entry
+                .error(
+                    Rule::TokenAttributesKubeletGate,
+                    "tokenAttributes",
+                    format!(
+                        "{shown} does not accept tokenAttributes ({SERVICE_ACCOUNT_TOKEN_GATE} is off): it refuses this config and exits at start"
+                    ),
+                )
+                .fix(fix.clone()),
+        );
+    }
 }
 
 /// Whether a `matchImages` pattern names hosts by a glob rather than one

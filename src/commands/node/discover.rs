@@ -52,8 +52,18 @@ pub(crate) struct Explicit {
 #[derive(Clone, Debug, Serialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub(crate) enum FlagSource {
-    Process { pid: u32, name: String },
-    Unit { unit: String, files: Vec<PathBuf> },
+    Process {
+        pid: u32,
+        name: String,
+    },
+    Unit {
+        unit: String,
+        files: Vec<PathBuf>,
+    },
+    /// AKS Windows: `Kubernetes.Kubelet.ConfigArgs` in this file.
+    ClusterConfig {
+        file: PathBuf,
+    },
     None,
 }
 
@@ -78,6 +88,10 @@ pub(crate) struct Discovery {
     /// Why the node's process table cannot be trusted, when it cannot.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) refusal: Option<String>,
+    /// Why the distribution's own record of the kubelet's flags could not
+    /// be read (AKS Windows' kubeclusterconfig.json), when it could not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) flags_unreadable: Option<String>,
     /// The kubelet flags the unit (and k3s's config files) give now: they
     /// differ from the running process's when a restart is pending.
     #[serde(skip)]
@@ -110,6 +124,7 @@ impl Discovery {
             flag_files: BTreeMap::new(),
             ignored_processes: Vec::new(),
             refusal: None,
+            flags_unreadable: None,
             unit_flags: BTreeMap::new(),
             rancher_config_files: Vec::new(),
             unit: None,
@@ -335,6 +350,29 @@ pub(crate) fn discover(host: &Host, explicit: &Explicit) -> Discovery {
         let (f, files) = flags_of(&[]);
         flags = f;
         d.rancher_config_files = files;
+    } else if distro == Distro::AksWindows {
+        match super::aks_windows::read(host) {
+            Ok(cluster) => {
+                let file = PathBuf::from(distro::AKS_WINDOWS_CLUSTER_CONFIG);
+                from = format!("Kubernetes.Kubelet.ConfigArgs in {}", file.display());
+                flags = parse_flags(&cluster.args);
+                d.unit_flags = flags.clone();
+                d.flags_from = FlagSource::ClusterConfig { file };
+                if explicit.kubelet_version.is_none()
+                    && let Some(v) = cluster.release.as_deref().and_then(Version::parse)
+                {
+                    d.version = Some(v);
+                    d.kubelet_version = Some(Found::new(
+                        v.to_string(),
+                        format!(
+                            "Kubernetes.Source.Release in {}",
+                            distro::AKS_WINDOWS_CLUSTER_CONFIG
+                        ),
+                    ));
+                }
+            }
+            Err(why) => d.flags_unreadable = Some(why),
+        }
     }
     if rancher && !d.rancher_config_files.is_empty() {
         from = format!("{from}, with {}", display_paths(&d.rancher_config_files));
@@ -343,10 +381,15 @@ pub(crate) fn discover(host: &Host, explicit: &Explicit) -> Discovery {
         d.flag_files = flag_files(unit);
     }
     locate(&mut d, explicit, &flags, &from);
-    d.kubelet = d.kubelet_config.as_ref().and_then(|file| {
-        let drop_ins = d.kubelet_config_dir.as_ref().map(|f| f.value.as_path());
-        read_kubelet_config(host, &file.value, drop_ins).ok()
-    });
+    d.kubelet = d
+        .kubelet_config
+        .as_ref()
+        .and_then(|file| {
+            let drop_ins = d.kubelet_config_dir.as_ref().map(|f| f.value.as_path());
+            read_kubelet_config(host, &file.value, drop_ins).ok()
+        })
+        .map(|config| config.with_flags(&flags))
+        .or_else(|| KubeletConfig::from_flags(&flags));
     kubelet_version(host, explicit, &mut d);
     d
 }

@@ -16,6 +16,13 @@
 //! - kubeadm: kubernetes/release `10-kubeadm.conf` (nodes.md §5).
 //! - k3s / RKE2: k3s `pkg/cli/cmds/agent.go` defaults and `ImageCredProvAvailable` (nodes.md §6).
 //! - Bottlerocket, Talos, OpenShift: nodes.md §2 and §7.
+//! - AKS Windows: Azure/AgentBaker @06836ee `staging/cse/windows/kubernetesfunc.ps1`
+//!   (`Write-KubeClusterConfig`: `Kubernetes.Kubelet.ConfigArgs` and `Kubernetes.Source.Release` in
+//!   `c:\k\kubeclusterconfig.json`), `provisioningscripts/kubeletstart.ps1` (rereads it at every
+//!   start), `kubeletfunc.ps1` (`New-NSSMService`: the service `Kubelet`) and `configfunc.ps1`
+//!   (`Config-CredentialProvider`); windows-and-more.md §2 and §10.
+//! - EKS Windows: only an old `Start-EKSBootstrap.ps1` is public (windows-and-more.md §3): detected,
+//!   and refused with the route.
 
 use std::fmt;
 use std::path::Path;
@@ -36,6 +43,8 @@ pub(crate) enum Distro {
     Bottlerocket,
     Talos,
     OpenShift,
+    AksWindows,
+    EksWindows,
     Unknown,
 }
 
@@ -51,6 +60,8 @@ impl fmt::Display for Distro {
             Distro::Bottlerocket => "Bottlerocket",
             Distro::Talos => "Talos",
             Distro::OpenShift => "OpenShift (RHCOS)",
+            Distro::AksWindows => "AKS Windows (AgentBaker)",
+            Distro::EksWindows => "EKS Windows",
             Distro::Unknown => "an unknown distribution",
         })
     }
@@ -75,9 +86,21 @@ pub(crate) const OWN_CONFIG: &str = "/etc/kubernetes/credential-provider.yaml";
 pub(crate) const OWN_BIN_DIR: &str =
     "/usr/libexec/kubernetes/kubelet-plugins/credential-provider/exec";
 
+/// AKS Windows: the file `Write-KubeClusterConfig` writes once, and the
+/// script the `Kubelet` service runs, which rereads it at every start.
+pub(crate) const AKS_WINDOWS_CLUSTER_CONFIG: &str = r"c:\k\kubeclusterconfig.json";
+pub(crate) const AKS_WINDOWS_KUBELET_START: &str = r"c:\k\kubeletstart.ps1";
+/// The NSSM service that runs `kubeletstart.ps1` (`New-NSSMService`).
+pub(crate) const AKS_WINDOWS_SERVICE: &str = "Kubelet";
+/// Where EKS's Windows AMIs keep their bootstrap script.
+pub(crate) const EKS_WINDOWS_DIR: &str = r"c:\Program Files\Amazon\EKS";
+
 impl Distro {
     /// Recognises the distribution under `host`, with the evidence.
     pub(crate) fn detect(host: &Host) -> (Distro, String) {
+        if crate::platform::WINDOWS {
+            return Self::detect_windows(host);
+        }
         let read = |p: &str| {
             host.read_bytes(Path::new(p), 64 * 1024)
                 .ok()
@@ -150,6 +173,37 @@ impl Distro {
             .unwrap_or((Distro::Unknown, "no known distribution marker".into()))
     }
 
+    /// A Windows node: the marker files of the distributions we know.
+    fn detect_windows(host: &Host) -> (Distro, String) {
+        let exists = |p: &str| host.exists(Path::new(p));
+        if exists(AKS_WINDOWS_CLUSTER_CONFIG) && exists(AKS_WINDOWS_KUBELET_START) {
+            return (
+                Distro::AksWindows,
+                format!(
+                    "{AKS_WINDOWS_CLUSTER_CONFIG} and {AKS_WINDOWS_KUBELET_START} (AgentBaker)"
+                ),
+            );
+        }
+        if exists(EKS_WINDOWS_DIR) {
+            return (
+                Distro::EksWindows,
+                format!("{EKS_WINDOWS_DIR} (the EKS Windows AMI's bootstrap)"),
+            );
+        }
+        (
+            Distro::Unknown,
+            "no known Windows distribution marker".into(),
+        )
+    }
+
+    /// The Windows service that runs the kubelet, on a Windows node.
+    pub(crate) fn windows_service(self) -> Option<&'static str> {
+        match self {
+            Distro::AksWindows => Some(AKS_WINDOWS_SERVICE),
+            _ => None,
+        }
+    }
+
     /// k3s's or RKE2's own configuration file (its `--config` default).
     pub(crate) fn rancher_config_file(self) -> &'static str {
         match self {
@@ -186,6 +240,13 @@ impl Distro {
                  /usr/libexec/kubelet-image-credential-provider-plugins is read-only on RHCOS. \
                  Supported route: a MachineConfig that installs the binary and the config",
             ),
+            Distro::EksWindows => Some(
+                "the EKS Windows AMI's kubelet service and credential-provider paths are not public \
+                 (its build is closed; the only public Start-EKSBootstrap.ps1 is from Kubernetes 1.14-1.16), \
+                 so install does not guess where to write. Supported route: read the kubelet's \
+                 --image-credential-provider-config and --image-credential-provider-bin-dir on the node \
+                 (sc.exe qc kubelet) and install by hand (docs/windows.md#installing-by-hand)",
+            ),
             _ => None,
         }
     }
@@ -206,6 +267,10 @@ impl Distro {
             ),
             Distro::Kubeadm => Some(
                 "kubeadm rewrites only /var/lib/kubelet/kubeadm-flags.env; /etc/default/kubelet (or /etc/sysconfig/kubelet) is yours and survives upgrades",
+            ),
+            Distro::AksWindows => Some(
+                "AKS's Windows CSE rewrites c:\\k\\credential-provider-config.yaml and kubeclusterconfig.json on provisioning, \
+                 reimage and node-image upgrade (not at a reboot or a kubelet restart): the DaemonSet re-applies at every pod start",
             ),
             Distro::K3s | Distro::Rke2 => Some(
                 "nothing rewrites /var/lib/rancher/credentialprovider/; k3s/RKE2 pass the flags only when the config is a file and the bin dir exists",

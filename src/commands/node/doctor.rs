@@ -152,8 +152,13 @@ pub(crate) fn diagnose(target: &Target, env: &Env) -> Report {
             "no provider entry runs this plugin",
             Some("run `wi-credential-provider node install --provider ...`".into()),
         ));
+    } else if crate::platform::WINDOWS {
+        // A copy of the binary under each entry's name (no links there).
+        for entry in &ours {
+            checks.push(binary_check(&host, &bin_dir.join(entry.name())));
+        }
     } else {
-        checks.push(binary_check(&host, &bin_dir));
+        checks.push(binary_check(&host, &bin_dir.join(BINARY)));
     }
     observed_checks(&host, &ours, env, &mut checks);
     keyring_checks(&host, &ours, &mut checks);
@@ -331,7 +336,11 @@ fn discovered(d: &Discovery, checks: &mut Vec<Check>) -> Option<(PathBuf, PathBu
             checks.push(check(
                 Verdict::Fail,
                 "discovery",
-                "the kubelet has no credential-provider config and bin dir (flags not found in the process, the systemd unit or the distribution's defaults)",
+                match (&d.flags_unreadable, d.distro) {
+                    (Some(why), _) => format!("the kubelet's flags cannot be read: {why}"),
+                    (None, Distro::AksWindows) => format!("the kubelet has no credential-provider config and bin dir (flags not found in Kubernetes.Kubelet.ConfigArgs of {})", distro::AKS_WINDOWS_CLUSTER_CONFIG),
+                    _ => "the kubelet has no credential-provider config and bin dir (flags not found in the process, the systemd unit or the distribution's defaults)".to_string(),
+                },
                 Some("run `wi-credential-provider node install`".into()),
             ));
             None
@@ -426,23 +435,38 @@ fn rewrite_check(d: &Discovery, config: &Path, ours: &[&Entry], checks: &mut Vec
 fn health_check(target: &Target, d: &Discovery) -> Check {
     match d.health_endpoint() {
         Some((address, port)) => match restart::probe_on_host(target.proc_dir(), &address, port) {
-            Ok(()) => check(Verdict::Ok, "health", format!("http://{address}:{port}/healthz answers ok"), None),
+            Ok(()) => check(
+                Verdict::Ok,
+                "health",
+                format!("http://{address}:{port}/healthz answers ok"),
+                None,
+            ),
             Err(e) => check(
                 Verdict::Fail,
                 "health",
                 format!("http://{address}:{port}/healthz: {e}"),
-                Some("look at the kubelet's journal (journalctl -u kubelet): \"Failed to register CRI auth plugins\" means the credential-provider config is refused".into()),
+                Some(format!(
+                    "look at the kubelet's log ({}): \"Failed to register CRI auth plugins\" means the credential-provider config is refused",
+                    match d.distro.windows_service() {
+                        Some(_) => r"C:\k\kubelet.err.log",
+                        None => "journalctl -u kubelet",
+                    }
+                )),
             ),
         },
-        None => check(Verdict::Warn, "health", "the kubelet's health endpoint is off (healthzPort: 0)", None),
+        None => check(
+            Verdict::Warn,
+            "health",
+            "the kubelet's health endpoint is off (healthzPort: 0)",
+            None,
+        ),
     }
 }
 
 /// Our binary answers `--version` within a deadline, and is root's: the
 /// file in the bin dir is run only when it is a regular file owned by root
 /// and not writable by group or others.
-fn binary_check(host: &Host, bin_dir: &Path) -> Check {
-    let shown = bin_dir.join(BINARY);
+fn binary_check(host: &Host, shown: &Path) -> Check {
     let missing = |why: String| {
         check(
             Verdict::Fail,
@@ -451,7 +475,7 @@ fn binary_check(host: &Host, bin_dir: &Path) -> Check {
             Some("reinstall with node install".into()),
         )
     };
-    let local = match host.local(&shown) {
+    let local = match host.local(shown) {
         Ok(l) => l,
         Err(e) => return missing(format!("cannot be found: {e}")),
     };
@@ -459,7 +483,12 @@ fn binary_check(host: &Host, bin_dir: &Path) -> Check {
         Ok(m) => m,
         Err(e) => return missing(format!("cannot be read: {e}")),
     };
-    if !meta.is_file() || !meta.owner.is_administrator() || meta.access.others_write {
+    // On Windows the account running us (SYSTEM in the DaemonSet, which
+    // is what install writes as) is as trusted as Administrators.
+    let trusted = meta.owner.is_administrator()
+        || (crate::platform::WINDOWS
+            && crate::platform::running_owner().is_ok_and(|me| me == meta.owner));
+    if !meta.is_file() || !trusted || meta.access.others_write {
         return check(
             Verdict::Fail,
             "binary",
@@ -469,7 +498,11 @@ fn binary_check(host: &Host, bin_dir: &Path) -> Check {
                 meta.owner,
                 meta.access.shown()
             ),
-            Some("reinstall with node install, which writes it root:root 0755".into()),
+            Some(if crate::platform::WINDOWS {
+                "reinstall with node install, which writes it with a DACL for SYSTEM and Administrators only".into()
+            } else {
+                "reinstall with node install, which writes it root:root 0755".into()
+            }),
         );
     }
     match super::exec::run(&local, &["--version"], std::time::Duration::from_secs(10)) {

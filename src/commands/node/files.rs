@@ -275,7 +275,10 @@ impl Manifest {
 /// file of ours.
 pub(crate) struct Lock {
     host: Host,
-    _fd: std::fs::File,
+    /// The locked file, closed in `drop` after its name is removed (on
+    /// Windows the name goes only when the last handle closes, and the
+    /// folder holding it cannot be removed before).
+    fd: Option<std::fs::File>,
     /// The directories taking the lock created (our state directory on a
     /// node that never had it), outermost first.
     created: Vec<PathBuf>,
@@ -305,6 +308,7 @@ impl Drop for Lock {
             return;
         }
         let _ = self.host.remove(Path::new(LOCK));
+        drop(self.fd.take());
         // A refused or undone install leaves no directory of ours behind:
         // those taking the lock created, and our state directory (named
         // after us, so ours) when nothing is left in it (the failure memo,
@@ -333,7 +337,7 @@ pub(crate) fn lock(host: &Host) -> Result<Lock> {
         .map_err(|e| Error::config(format!("cannot lock {LOCK}: {e}")))?;
     Ok(Lock {
         host,
-        _fd: fd,
+        fd: Some(fd),
         created,
         remove_when_done: std::cell::RefCell::new(Vec::new()),
     })

@@ -277,17 +277,33 @@ fn validate(
     Ok(())
 }
 
-/// Every change the plan makes, each with what the file held when read.
+/// Every change the plan makes, each with what the file held when read,
+/// and the provider-name links to our binary to add. On Windows each name
+/// gets a copy of the binary instead of a link (a Windows link needs a
+/// privilege, and a kubelet before 1.30 needs the `.exe` file itself);
+/// one not installed by us is not replaced (`manifest`).
 fn changes(
     host: &Host,
     plan: &Plan,
     config: ConfigChange,
     names: &[String],
     binary: &[u8],
+    manifest: &files::Manifest,
 ) -> Result<(Vec<Change>, Vec<PathBuf>)> {
     let mut out = Vec::new();
-    // The binary first: the config names it.
-    out.extend(binary_change(host, &plan.bin_dir, binary)?);
+    // The binaries first: the config names them.
+    if crate::platform::WINDOWS {
+        for name in names {
+            out.extend(copy_change(
+                host,
+                &plan.bin_dir.join(name),
+                binary,
+                manifest,
+            )?);
+        }
+    } else {
+        out.extend(binary_change(host, &plan.bin_dir.join(BINARY), binary)?);
+    }
     if let Some(bytes) = config.bytes {
         let mode = match &config.before.state {
             files::State::File { mode, .. } => *mode,
@@ -324,19 +340,43 @@ fn changes(
     }
     let links: Vec<PathBuf> = names
         .iter()
-        .filter(|n| n.as_str() != BINARY)
+        .filter(|n| n.as_str() != BINARY && !crate::platform::WINDOWS)
         .map(|n| plan.bin_dir.join(n))
         .filter(|l| host.read_link(l).as_deref() != Some(Path::new(BINARY)))
         .collect();
     Ok((out, links))
 }
 
-/// Installing our binary in `bin_dir` (0755), unless the very same is
-/// there.
-fn binary_change(host: &Host, bin_dir: &Path, binary: &[u8]) -> Result<Option<Change>> {
-    let dest = bin_dir.join(BINARY);
+/// A copy of our binary under a provider's name (Windows), unless the
+/// very same is there; refused over another provider's executable.
+fn copy_change(
+    host: &Host,
+    dest: &Path,
+    binary: &[u8],
+    manifest: &files::Manifest,
+) -> Result<Option<Change>> {
+    let now = Snapshot::take(host, dest)?;
+    let ours = manifest.record(dest).is_some();
+    match &now.state {
+        files::State::File { sha256, .. } if !ours && *sha256 != files::sha256(binary) => {
+            Err(Error::config(format!(
+                "{} exists and was not installed by node install; not replacing another provider's executable",
+                dest.display()
+            ))
+            .fix("rename our entry with --config, or remove that file if it is a copy of this plugin installed by hand"))
+        }
+        _ => binary_change(host, dest, binary),
+    }
+}
+
+/// Installing our binary as `dest` (0755), unless the very same is there.
+fn binary_change(host: &Host, dest: &Path, binary: &[u8]) -> Result<Option<Change>> {
+    let dest = dest.to_path_buf();
     let now = Snapshot::take(host, &dest)?;
-    let same = matches!(&now.state, files::State::File { sha256, mode } if *sha256 == files::sha256(binary) && *mode == 0o755);
+    // Windows has no execute bit: a file there is 0600 (private DACL) or
+    // 0644 (the folder's), and the bytes decide.
+    let same = matches!(&now.state, files::State::File { sha256, mode }
+        if *sha256 == files::sha256(binary) && (*mode == 0o755 || crate::platform::WINDOWS));
     if same {
         return Ok(None);
     }
@@ -344,7 +384,13 @@ fn binary_change(host: &Host, bin_dir: &Path, binary: &[u8]) -> Result<Option<Ch
         path: dest.clone(),
         kind: Kind::Own,
         bytes: binary.to_vec(),
-        mode: 0o755,
+        // On Windows a private DACL (SYSTEM, which runs the kubelet, and
+        // Administrators) rather than the folder's inherited one.
+        mode: if crate::platform::WINDOWS {
+            0o700
+        } else {
+            0o755
+        },
         before: now,
         entries: Vec::new(),
         inserted: String::new(),
@@ -477,7 +523,7 @@ fn install(args: &Args, env: &Env, report: &mut Report) -> Result<()> {
     validate(&host, &plan, &config, &names, &binary_path, &facts, report)?;
     apply::answers_version(&binary, &binary_path)?;
     let manifest = files::Manifest::read(&host)?.unwrap_or_default();
-    let (changes, links) = changes(&host, &plan, config, &names, &binary)?;
+    let (changes, links) = changes(&host, &plan, config, &names, &binary, &manifest)?;
     apply::check_links(&host, &manifest, &links)?;
 
     if args.dry_run {
@@ -496,7 +542,7 @@ fn install(args: &Args, env: &Env, report: &mut Report) -> Result<()> {
     }
     let fingerprint = fingerprint(&changes, &links);
     if args.restart_kubelet && !args.retry {
-        refuse_a_known_failure(&host, &fingerprint)?;
+        refuse_a_known_failure(&host, &d, &fingerprint)?;
     }
     let said = described(&changes, &links);
     let lock_created = lock.as_ref().map_or(&[][..], files::Lock::created);
@@ -519,7 +565,15 @@ fn install(args: &Args, env: &Env, report: &mut Report) -> Result<()> {
     }
 }
 
-fn refuse_a_known_failure(host: &Host, fingerprint: &str) -> Result<()> {
+/// Where the kubelet's log is, for a fix.
+fn kubelet_log(d: &Discovery) -> &'static str {
+    match d.distro.windows_service() {
+        Some(_) => r"C:\k\kubelet.err.log, written by the NSSM service",
+        None => "journalctl -u kubelet",
+    }
+}
+
+fn refuse_a_known_failure(host: &Host, d: &Discovery, fingerprint: &str) -> Result<()> {
     let Ok(Some(bytes)) = host.read_bytes(Path::new(FAILED), 64 * 1024) else {
         return Ok(());
     };
@@ -534,7 +588,8 @@ fn refuse_a_known_failure(host: &Host, fingerprint: &str) -> Result<()> {
         failed.at_unix, failed.why
     ))
     .fix(format!(
-        "find why in the kubelet's journal (journalctl -u kubelet), change the config, or pass --retry (or remove {FAILED}) to try the same change once more"
+        "find why in the kubelet's log ({}), change the config, or pass --retry (or remove {FAILED}) to try the same change once more",
+        kubelet_log(d)
     )))
 }
 
@@ -547,11 +602,10 @@ fn restart_or_roll_back(
     fingerprint: &str,
     report: &mut Report,
 ) -> Result<()> {
-    let unit = restart::unit_to_restart(host, d.distro.units());
     let proc = target.proc_dir();
-    let outcome = restart::systemctl(host, &target.proc, &["restart", unit])
+    let outcome = restart::restart_kubelet(host, d, &target.proc)
         .map_err(|e| e.to_string())
-        .and_then(|()| match d.health_endpoint() {
+        .and_then(|unit| match d.health_endpoint() {
             None => Ok(format!(
                 "restarted {unit}; its health endpoint is off (healthzPort: 0), so health was not checked"
             )),
@@ -579,23 +633,23 @@ fn restart_or_roll_back(
             if let Ok(bytes) = serde_json::to_vec_pretty(&failed) {
                 let _ = host.write(Path::new(FAILED), &bytes, 0o600);
             }
-            let again = restart::systemctl(host, &target.proc, &["restart", unit]);
+            let again = restart::restart_kubelet(host, d, &target.proc);
             let health = match (&again, d.health_endpoint()) {
-                (Ok(()), Some((a, p))) => restart::wait_healthy(proc, &a, p, timeout),
+                (Ok(_), Some((a, p))) => restart::wait_healthy(proc, &a, p, timeout),
                 _ => Ok(()),
             };
             report.restart = Some(format!(
-                "restarted {unit}, which did not come back healthy ({why}); rolled back ({restored}) and restarted it again: {}",
+                "restarted the kubelet, which did not come back healthy ({why}); rolled back ({restored}) and restarted {}",
                 match (again, health) {
-                    (Ok(()), Ok(())) => "healthy again".to_string(),
-                    (Err(e), _) => format!("restart failed: {e}"),
-                    (Ok(()), Err(e)) => format!("still unhealthy: {e}"),
+                    (Ok(unit), Ok(())) => format!("{unit} again: healthy again"),
+                    (Err(e), _) => format!("it again: restart failed: {e}"),
+                    (Ok(unit), Err(e)) => format!("{unit} again: still unhealthy: {e}"),
                 }
             ));
             Err(Error::config(format!(
                 "the kubelet was not healthy after the install ({why}); the previous files were restored, and this change will not be retried"
             ))
-            .fix("run `wi-credential-provider node doctor` and read the kubelet's journal (journalctl -u kubelet); fix the config and run again, or pass --retry"))
+            .fix(format!("run `wi-credential-provider node doctor` and read the kubelet's log ({}); fix the config and run again, or pass --retry", kubelet_log(d))))
         }
     }
 }

@@ -105,6 +105,24 @@ pub fn entry_name(entry: &Value) -> &str {
     entry.get("name").and_then(Value::as_str).unwrap_or("")
 }
 
+/// Whether two provider names are one entry: the same, or the same but
+/// for a `.exe` (any case). A Windows kubelet before 1.30 registers a
+/// plugin by its exact name and runs `name.exe`, so AKS-style configs
+/// name it without the extension and ours with it (kubernetes #120291).
+pub fn same_provider(a: &str, b: &str) -> bool {
+    fn stem(name: &str) -> &str {
+        match name
+            .len()
+            .checked_sub(4)
+            .and_then(|at| name.get(at..).map(|ext| (at, ext)))
+        {
+            Some((at, ext)) if ext.eq_ignore_ascii_case(".exe") => name.get(..at).unwrap_or(name),
+            _ => name,
+        }
+    }
+    a == b || stem(a) == stem(b)
+}
+
 /// A new, empty config document.
 pub fn empty_document() -> Value {
     let mut map = Mapping::new();
@@ -146,7 +164,10 @@ pub fn merge(
     let mut placed = vec![false; ours.len()];
     for entry in list {
         let name = entry_name(&entry).to_string();
-        if let Some(i) = ours.iter().position(|o| entry_name(o) == name) {
+        if let Some(i) = ours
+            .iter()
+            .position(|o| same_provider(entry_name(o), &name))
+        {
             if let (Some(mine), Some(slot)) = (ours.get(i), placed.get_mut(i))
                 && !*slot
             {
@@ -192,7 +213,7 @@ fn replaced(
     replace: &[Replace],
     changes: &mut Vec<String>,
 ) -> Option<Value> {
-    match replace.iter().find(|r| r.name == name) {
+    match replace.iter().find(|r| same_provider(&r.name, name)) {
         Some(Replace {
             narrow_to: None, ..
         }) => {
@@ -238,7 +259,7 @@ pub fn remove(bytes: &[u8], path: &Path, names: &[String]) -> Result<(Vec<u8>, u
     let list = providers(&doc);
     let kept: Vec<Value> = list
         .iter()
-        .filter(|e| !names.iter().any(|n| n == entry_name(e)))
+        .filter(|e| !names.iter().any(|n| same_provider(n, entry_name(e))))
         .cloned()
         .collect();
     let removed = list.len() - kept.len();
@@ -256,6 +277,44 @@ mod tests {
     /// already set, set again) is refused here too, naming the key and its
     /// line, instead of being rewritten into a form the kubelet accepts
     /// (which uninstall would then undo back into the refused one).
+    #[test]
+    fn a_name_and_its_exe_twin_are_one_entry() {
+        assert!(same_provider(
+            "acr-credential-provider",
+            "acr-credential-provider.EXE"
+        ));
+        assert!(same_provider("a.exe", "a.exe"));
+        assert!(!same_provider("a", "b.exe"));
+        assert!(!same_provider(".exe", "x"));
+        let existing = b"apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: wi-credential-provider-azure\n    apiVersion: credentialprovider.kubelet.k8s.io/v1\n    matchImages: [\"*.azurecr.io\"]\n    defaultCacheDuration: 1m\n";
+        let ours = providers(&parse(existing, Path::new("x")).unwrap())
+            .into_iter()
+            .map(|mut e| {
+                if let Some(m) = e.as_mapping_mut() {
+                    m.insert("name".into(), "wi-credential-provider-azure.exe".into());
+                }
+                e
+            })
+            .collect::<Vec<_>>();
+        let merged = merge(
+            Some(existing),
+            Path::new("x.yaml"),
+            Format::Yaml,
+            &ours,
+            &[],
+        )
+        .unwrap();
+        let names: Vec<String> = providers(&merged.value)
+            .iter()
+            .map(|e| entry_name(e).to_string())
+            .collect();
+        assert_eq!(names, vec!["wi-credential-provider-azure.exe".to_string()]);
+        assert_eq!(
+            merged.changes,
+            vec!["replaced wi-credential-provider-azure".to_string()]
+        );
+    }
+
     #[test]
     fn a_config_the_kubelet_refuses_for_a_merged_key_is_not_merged_into() {
         let existing = b"apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - &base\n    name: a\n    apiVersion: credentialprovider.kubelet.k8s.io/v1\n    matchImages: [\"a.io\"]\n    defaultCacheDuration: \"10m\"\n  - <<: *base\n    name: b\n";

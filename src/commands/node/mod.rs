@@ -18,6 +18,7 @@
 //! does not come back healthy, [`rbac`] prints what the audiences need.
 //! [`install`], [`uninstall`] and [`doctor`] are the commands.
 
+pub(crate) mod aks_windows;
 pub(crate) mod apply;
 pub(crate) mod discover;
 pub(crate) mod distro;
@@ -44,13 +45,14 @@ use crate::kubelet::configuration::Version;
 /// Where the node is and what is known about its kubelet.
 #[derive(clap::Args, Clone, Debug)]
 pub(crate) struct Target {
-    /// The node's root: `/` on the node, the mounted host root in a
+    /// The node's root: `/` on the node (`C:\` on Windows, where a
+    /// HostProcess pod sees the host's disk), the mounted host root in a
     /// privileged pod (`/host`), or an image being built.
-    #[arg(long, value_name = "DIR", default_value = "/")]
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_ROOT)]
     pub(crate) root: PathBuf,
 
     /// The proc file system to find the running kubelet in (the host's own
-    /// from a pod with hostPID); `none` skips it.
+    /// from a pod with hostPID); `none` skips it. Not read on Windows.
     #[arg(long, value_name = "DIR", default_value = "/proc")]
     pub(crate) proc: PathBuf,
 
@@ -76,36 +78,40 @@ pub(crate) struct Target {
     pub(crate) output: crate::commands::check_config::check::Output,
 }
 
+/// The node's root by default: `/`, or the system drive on Windows.
+const DEFAULT_ROOT: &str = if crate::platform::WINDOWS {
+    r"C:\"
+} else {
+    "/"
+};
+
 fn parse_version(text: &str) -> Result<Version, String> {
     Version::parse(text).ok_or_else(|| format!("{text:?} is not a kubelet version such as v1.34.2"))
 }
 
 impl Target {
     /// The node's root, opened; every path is resolved inside it.
-    ///
-    /// Not on Windows yet: what this module knows (systemd units, `/proc`,
-    /// symlinked provider names, the Linux distributions' paths) would be
-    /// wrong there, so nothing is read or written; the admin installs by
-    /// hand (docs/windows.md).
     pub(crate) fn host(&self) -> crate::error::Result<crate::platform::Host> {
-        if crate::platform::WINDOWS {
-            return Err(crate::error::Error::config(
-                "node install, uninstall and doctor do not support Windows nodes yet (they know Linux kubelets: systemd, /proc, symlinked provider names); nothing was read or changed",
-            )
-            .fix("install by hand: copy the .exe into the kubelet's credential-provider bin dir once per provider (wi-credential-provider-azure.exe, ...) and add entries named with the .exe, with tokenAttributes (docs/windows.md#installing-by-hand)"));
-        }
         crate::platform::Host::open(&self.root).map_err(|e| {
             crate::error::Error::config(format!(
                 "cannot open the node's root {}: {e}",
                 self.root.display()
             ))
-            .fix("pass --root with the directory where the host's / is mounted (/host in the DaemonSet)")
+            .fix(if crate::platform::WINDOWS {
+                "pass --root with the node's system drive (C:\\, the default)"
+            } else {
+                "pass --root with the directory where the host's / is mounted (/host in the DaemonSet)"
+            })
         })
     }
 
-    /// The host's proc file system, `None` with `--proc none`.
+    /// The host's proc file system, `None` with `--proc none` and on
+    /// Windows (which has none: the kubelet's flags are read from its
+    /// distribution's own record, and a HostProcess pod is on the host's
+    /// network).
     pub(crate) fn proc_dir(&self) -> Option<&std::path::Path> {
-        (self.proc.as_os_str() != "none").then_some(self.proc.as_path())
+        (self.proc.as_os_str() != "none" && !crate::platform::WINDOWS)
+            .then_some(self.proc.as_path())
     }
 
     pub(crate) fn explicit(&self) -> discover::Explicit {
@@ -114,7 +120,7 @@ impl Target {
             bin_dir: self.kubelet_bin_dir.clone(),
             kubelet_config: self.kubelet_config.clone(),
             kubelet_version: self.kubelet_version,
-            proc: (self.proc.as_os_str() != "none").then(|| self.proc.clone()),
+            proc: self.proc_dir().map(std::path::Path::to_path_buf),
         }
     }
 }

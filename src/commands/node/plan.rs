@@ -82,7 +82,12 @@ pub(crate) struct Plan {
 /// AKS's cloud config, which the stock acr-credential-provider entry
 /// passes as its argument and `--fallback node` reads the kubelet identity
 /// from.
-const AKS_CLOUD_CONFIG: &str = "/etc/kubernetes/azure.json";
+/// On AKS Windows it is `c:\k\azure.json` (AgentBaker `configfunc.ps1`).
+const AKS_CLOUD_CONFIG: &str = if crate::platform::WINDOWS {
+    r"c:\k\azure.json"
+} else {
+    "/etc/kubernetes/azure.json"
+};
 
 /// Turns a ready entry into one that replaces the stock cloud plugin: the
 /// plugin gets `--fallback node`, the kubelet runs it for pods without a
@@ -118,6 +123,22 @@ fn with_node_fallback(entry: &mut Value, provider: ReadyProvider) {
                 ));
             }
         }
+    }
+}
+
+/// Names a Windows entry with its `.exe`: a kubelet before 1.30 finds a
+/// plugin only by its exact file name but runs `name.exe`, so the name
+/// with the extension is the one that works on every version (kube-up's
+/// GCE Windows names `auth-provider-gcp.exe` the same way). Install puts
+/// a copy of the binary under each such name.
+fn with_exe_name(entry: &mut Value) {
+    let name = merge::entry_name(entry);
+    if name.is_empty() || name.to_ascii_lowercase().ends_with(".exe") {
+        return;
+    }
+    let named = crate::platform::executable_name(name);
+    if let Some(map) = entry.as_mapping_mut() {
+        map.insert(Value::from("name"), Value::from(named));
     }
 }
 
@@ -160,6 +181,9 @@ pub(crate) fn our_entries(
         return Err(Error::config("nothing to install")
             .fix("pass --provider aws|azure|gcp or --config FILE"));
     }
+    if crate::platform::WINDOWS {
+        entries.iter_mut().for_each(with_exe_name);
+    }
     let mut seen = std::collections::BTreeSet::new();
     for e in &entries {
         let name = merge::entry_name(e);
@@ -187,10 +211,21 @@ fn nothing_found(d: &Discovery) -> Error {
         ),
         Distro::Aks => "AKS sets the flags in KUBELET_FLAGS in /etc/default/kubelet when the cluster enables credential providers".into(),
         Distro::GkeCos => "GKE sets the flags in KUBELET_OPTS in /etc/default/kubelet".into(),
+        Distro::AksWindows => match &d.flags_unreadable {
+            Some(why) => format!("{why}: the kubelet's flags are there; look at the file on the node"),
+            None => format!(
+                "AKS puts both flags in Kubernetes.Kubelet.ConfigArgs of {} from Kubernetes 1.30 (1.29 optionally): upgrade the node pool",
+                distro::AKS_WINDOWS_CLUSTER_CONFIG
+            ),
+        },
         _ => "pass --kubelet-credential-config and --kubelet-bin-dir".into(),
     };
+    let looked = match d.distro {
+        Distro::AksWindows => distro::AKS_WINDOWS_CLUSTER_CONFIG,
+        _ => "the kubelet process, the systemd unit and the distribution's defaults",
+    };
     Error::config(format!(
-        "found no kubelet credential-provider set-up on {} (looked at the kubelet process, the systemd unit and the distribution's defaults); nothing was changed",
+        "found no kubelet credential-provider set-up on {} (looked at {looked}); nothing was changed",
         d.distro
     ))
     .fix(how)

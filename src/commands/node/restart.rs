@@ -20,6 +20,7 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use super::discover::Discovery;
 use super::exec;
 use crate::error::{Error, Result};
 use crate::platform::Host;
@@ -92,6 +93,29 @@ pub(crate) fn systemctl_output(
 /// Runs `systemctl ARGS` on the node.
 pub(crate) fn systemctl(host: &Host, proc: &Path, args: &[&str]) -> Result<()> {
     systemctl_output(host, proc, args, RESTART_TIMEOUT).map(|_| ())
+}
+
+/// Restarts the kubelet the way its distribution runs it, and says what
+/// was restarted: a Windows node's kubelet service through the Service
+/// Control Manager, else its systemd unit.
+pub(crate) fn restart_kubelet(host: &Host, d: &Discovery, proc: &Path) -> Result<String> {
+    if let Some(service) = d.distro.windows_service() {
+        crate::platform::restart_service(service, RESTART_TIMEOUT).map_err(|e| {
+            Error::config(format!("cannot restart the Windows service {service}: {e}"))
+                .fix("run node install as SYSTEM (the HostProcess DaemonSet in node-install/windows/) or as an administrator; check the service with sc.exe query kubelet")
+        })?;
+        return Ok(format!("the Windows service {service}"));
+    }
+    if crate::platform::WINDOWS {
+        return Err(Error::config(format!(
+            "install does not know which Windows service runs the kubelet on {}",
+            d.distro
+        ))
+        .fix("restart the kubelet yourself (Restart-Service kubelet) and run node doctor"));
+    }
+    let unit = unit_to_restart(host, d.distro.units());
+    systemctl(host, proc, &["restart", unit])?;
+    Ok(unit.to_string())
 }
 
 /// One `GET /healthz`: `Ok(())` on `200` with body `ok`.

@@ -131,8 +131,7 @@ fn uninstall(args: &Args, report: &mut Report) -> Result<()> {
     lock.remove_when_done(&manifest.directories);
     if args.restart_kubelet && !report.changes.is_empty() {
         let d = discover::discover(&host, &args.target.explicit());
-        let unit = restart::unit_to_restart(&host, d.distro.units());
-        restart::systemctl(&host, &args.target.proc, &["restart", unit])?;
+        let unit = restart::restart_kubelet(&host, &d, &args.target.proc)?;
         report.restart = Some(match d.health_endpoint() {
             Some((a, p)) => {
                 match restart::wait_healthy(args.target.proc_dir(), &a, p, args.health_timeout) {

@@ -323,6 +323,15 @@ pub(crate) fn enter_host_network<T: Send>(
     }
 }
 
+/// Windows services do not exist here: a Linux kubelet is a systemd
+/// unit, restarted with `systemctl` (`commands::node::restart`).
+pub(crate) fn restart_service(name: &str, _timeout: std::time::Duration) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        format!("{name} is a Windows service, and this is not Windows"),
+    ))
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing)]

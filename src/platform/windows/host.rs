@@ -139,8 +139,13 @@ impl Host {
                 }
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    // The rest does not exist yet.
-                    return Ok(here.join(path_rest(path, n + 1)));
+                    // The rest does not exist yet. (Joining an empty rest
+                    // would add a trailing `\`, which CreateFileW refuses.)
+                    let rest = path_rest(path, n + 1);
+                    if rest.as_os_str().is_empty() {
+                        return Ok(here);
+                    }
+                    return Ok(here.join(rest));
                 }
                 Err(e) => return Err(e),
             }

@@ -13,6 +13,8 @@
 pub(crate) mod host;
 #[allow(unsafe_code)]
 mod security;
+#[allow(unsafe_code)]
+mod service;
 
 use std::fmt;
 use std::fs::File;
@@ -260,13 +262,14 @@ pub(super) fn make_executable(_file: &File) -> io::Result<()> {
     Ok(())
 }
 
-/// Makes `link` name the same file as `target`: a symbolic link, which
-/// SYSTEM may create; else a copy (a user without the privilege, as in a
-/// test), which serves the one caller (a staged copy for check-config)
-/// as well.
+/// Makes `link` stand for `target`: on Windows a copy. The one caller
+/// stages a bin dir for check-config, which needs each name to exist and
+/// be what the node's is; a Windows link needs a privilege SYSTEM has but
+/// an administrator's shell may not, and resolves a `\\?\` target
+/// differently across Windows versions (and Wine), so a copy is the one
+/// answer that is the same everywhere.
 pub(crate) fn symlink(target: &Path, link: &Path) -> io::Result<()> {
-    std::os::windows::fs::symlink_file(target, link)
-        .or_else(|_| std::fs::copy(target, link).map(|_| ()))
+    std::fs::copy(target, link).map(|_| ())
 }
 
 /// Fills `buf` from the system's preferred random generator
@@ -405,4 +408,10 @@ pub(crate) fn enter_host_network<T: Send>(
     f: impl FnOnce() -> T + Send,
 ) -> Result<T, String> {
     Ok(f())
+}
+
+/// Restarts the Windows service `name` (stop, then start) through the
+/// Service Control Manager, each state awaited within `timeout`.
+pub(crate) fn restart_service(name: &str, timeout: Duration) -> io::Result<()> {
+    service::restart(name, timeout)
 }
