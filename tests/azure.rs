@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::azure::{
-    self, ACR_ISSUER, App, CLIENT_ID, FakeAcr, FakeEntra, NULL_GUID, TENANT, acr_error,
+    self, ACR_ISSUER, App, CLIENT_ID, FakeAcr, FakeEntra, FakeIdentityBinding, NULL_GUID, TENANT,
+    acr_error,
 };
 use support::http_server::{Response, TestServer};
 use support::plugin::{Run, request, run};
@@ -933,4 +934,164 @@ fn skopeo_and_containerd_pull_with_the_acr_refresh_token() {
                 .all(|pair| pair == [post.clone(), ("GET".to_string(), 200)]),
         "each login: POST refused 400, then GET granted: {calls:?}"
     );
+}
+
+/// The identity-binding flags for `binding`, trusting only the test
+/// cluster CA.
+fn binding_flags(entra: &FakeEntra, acr: &FakeAcr, binding: &FakeIdentityBinding) -> Vec<String> {
+    let mut args = flags(entra, acr);
+    args.extend(
+        [
+            "--azure-identity-binding-sni",
+            azure::BINDING_SNI,
+            "--azure-identity-binding-address",
+            &binding.address(),
+            "--azure-identity-binding-ca",
+            support::net::CLUSTER_CA_PEM,
+        ]
+        .map(str::to_string),
+    );
+    args
+}
+
+/// AKS identity bindings (cloud-provider-azure #9907): the service
+/// account token goes to the pinned binding endpoint only (dialled at the
+/// given address with the binding's SNI name, trusting only the cluster
+/// CA, past an HTTPS proxy that must see nothing), never to Entra ID; the
+/// endpoint's access token goes through the ACR exchange; nothing secret
+/// reaches stderr.
+#[test]
+fn identity_binding_sends_the_token_to_the_pinned_endpoint_then_acr() {
+    let (entra, acr) = fakes(REGISTRY);
+    let binding = FakeIdentityBinding::start(&entra, &[("team", "puller", CLIENT_ID)]);
+    let proxy = TestServer::start(|_req| Response::text(403, "no tunnels here"));
+    let proxy_url = proxy.url();
+    let env = [("HTTPS_PROXY", proxy_url.as_str())];
+    let token = TokenSpec::new("team", "puller", azure::BINDING_AUDIENCE).mint();
+    let out = exec(
+        &binding_flags(&entra, &acr, &binding),
+        &env,
+        &format!("{REGISTRY}/team/app"),
+        &token,
+        &[(AKS_CLIENT, CLIENT_ID)],
+    );
+    let response = out.response();
+    let minted = acr.minted();
+    assert_eq!(minted.len(), 1);
+    assert_eq!(
+        response["auth"][REGISTRY],
+        json!({"username": NULL_GUID, "password": minted[0]})
+    );
+    let requests = binding.server.requests();
+    assert_eq!(requests.len(), 1);
+    let form = requests[0].form();
+    assert_eq!(form["client_assertion"], token);
+    assert_eq!(form["client_id"], CLIENT_ID);
+    assert_eq!(
+        binding.front.server_names(),
+        vec![Some(azure::BINDING_SNI.to_string())]
+    );
+    let acr_form = acr.server.requests()[0].form();
+    assert_eq!(acr_form["access_token"], binding.issued()[0]);
+    assert_eq!(acr_form["service"], REGISTRY);
+    assert_eq!(
+        entra.server.request_count(),
+        0,
+        "the token went to Entra ID"
+    );
+    assert_eq!(proxy.request_count(), 0, "the token went through the proxy");
+    let mut secrets = vec![token];
+    secrets.extend(binding.issued());
+    secrets.extend(minted);
+    assert_no_secrets(&out, &secrets);
+}
+
+/// What the binding path refuses, each with one clear line and nothing
+/// sent where it should not go: a service account the cluster did not
+/// bind (the endpoint's 403, with the RBAC to add), a server whose
+/// certificate the cluster CA did not sign (the ordinary test CA's, for
+/// 127.0.0.1), a token for Entra ID's audience, no client ID, settings
+/// that cannot work, and a request without a token.
+#[test]
+fn identity_binding_refusals() {
+    let (entra, acr) = fakes(REGISTRY);
+    let binding = FakeIdentityBinding::start(&entra, &[("team", "puller", CLIENT_ID)]);
+    let image = format!("{REGISTRY}/team/app");
+    let args = binding_flags(&entra, &acr, &binding);
+
+    let other = TokenSpec::new("team", "intruder", azure::BINDING_AUDIENCE).mint();
+    let line = exec(&args, &[], &image, &other, &[(AKS_CLIENT, CLIENT_ID)]).failure();
+    assert!(
+        line.contains("the AKS identity binding at ib.cluster.test refused"),
+        "{line}"
+    );
+    assert!(line.contains("HTTP 403, unauthorized_client"), "{line}");
+    assert!(line.contains("use-managed-identity"), "{line}");
+    assert!(line.contains("team/intruder"), "{line}");
+
+    // A server with a certificate the cluster CA did not sign.
+    let backend = TestServer::start(|_req| Response::json(200, json!({"access_token": "x"})));
+    let stranger = support::net::TlsFront::start(backend.addr());
+    let mut pinned_elsewhere = flags(&entra, &acr);
+    pinned_elsewhere.extend(
+        [
+            "--azure-identity-binding-sni",
+            "localhost",
+            "--azure-identity-binding-address",
+            &stranger.addr().to_string(),
+            "--azure-identity-binding-ca",
+            support::net::CLUSTER_CA_PEM,
+        ]
+        .map(str::to_string),
+    );
+    let token = TokenSpec::new("team", "puller", azure::BINDING_AUDIENCE).mint();
+    let line = exec(
+        &pinned_elsewhere,
+        &[],
+        &image,
+        &token,
+        &[(AKS_CLIENT, CLIENT_ID)],
+    )
+    .failure();
+    assert!(line.contains("certificate"), "{line}");
+    assert_eq!(
+        backend.request_count(),
+        0,
+        "a request passed an untrusted certificate"
+    );
+
+    // Entra ID's audience is not the binding's.
+    let entra_token = sa_token();
+    let line = exec(&args, &[], &image, &entra_token, &[(AKS_CLIENT, CLIENT_ID)]).failure();
+    assert!(line.contains(azure::BINDING_AUDIENCE), "{line}");
+
+    let line = exec(&args, &[], &image, &token, &[]).failure();
+    assert!(
+        line.contains("--azure-identity-binding-client-id"),
+        "{line}"
+    );
+
+    for bad in [
+        vec!["--azure-identity-binding-sni", "https://ib.cluster.test"],
+        vec!["--azure-identity-binding-sni", "ib.cluster.test"],
+        vec!["--azure-identity-binding-address", "10.0.0.1"],
+    ] {
+        let mut a = flags(&entra, &acr);
+        a.extend(bad.iter().map(|s| s.to_string()));
+        let line = exec(&a, &[], &image, &token, &[(AKS_CLIENT, CLIENT_ID)]).failure();
+        assert!(line.contains("--azure-identity-binding"), "{line}");
+    }
+
+    let args_ref: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run(
+        &args_ref,
+        &[],
+        request(&image, None, &[(AKS_CLIENT, CLIENT_ID)]).as_bytes(),
+    );
+    let line = out.failure();
+    assert!(line.contains("token"), "{line}");
+
+    assert_eq!(binding.issued().len(), 0);
+    assert_eq!(entra.server.request_count(), 0);
+    assert_eq!(acr.server.request_count(), 0);
 }

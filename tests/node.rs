@@ -1730,3 +1730,71 @@ fn set_kubelet_flags(node: &Node, config: &str, bin_dir: &str) {
     )
     .unwrap();
 }
+
+/// An AKS node with service-account image pull on (AgentBaker's
+/// `writeCredentialProviderConfig` with `SERVICE_ACCOUNT_IMAGE_PULL_ENABLED`:
+/// the stock entry's audience `api://AKSIdentityBinding` and its `--ib-*`
+/// args): replacing the stock entry, our azure entry takes the same
+/// identity-binding endpoint with our flags and audience, check-config
+/// accepts it, and a second run changes nothing.
+#[test]
+fn aks_with_identity_bindings_keeps_the_binding_when_replacing_the_stock_entry() {
+    let node = Node::new("aks", true);
+    let config = node.path("/var/lib/kubelet/credential-provider-config.yaml");
+    let stock = std::fs::read_to_string(&config).unwrap().replace(
+        "    args:\n      - /etc/kubernetes/azure.json\n",
+        "    args:\n      - /etc/kubernetes/azure.json\n      - --ib-sni-name=ib-4f1c2d.hcp.eastus.azmk8s.io\n      - --ib-default-client-id=5b8e2c1a-9f3d-4e7b-a6c2-1d0f8e9a7b3c\n      - --ib-apiserver-ip=contoso-dns-4f1c2d.hcp.eastus.azmk8s.io\n    tokenAttributes:\n      serviceAccountTokenAudience: api://AKSIdentityBinding\n      requireServiceAccount: false\n      cacheType: ServiceAccount\n      optionalServiceAccountAnnotationKeys:\n        - kubernetes.azure.com/acr-client-id\n",
+    );
+    assert!(
+        stock.contains("--ib-sni-name"),
+        "the fixture changed: {stock}"
+    );
+    std::fs::write(&config, stock).unwrap();
+    let install = [
+        "install",
+        "--provider",
+        "azure",
+        "--fallback",
+        "node",
+        "--replace",
+        "acr-credential-provider",
+    ];
+    let out = node.run(&install);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert!(
+        text(&out.stdout).contains("acr-credential-provider uses AKS identity bindings"),
+        "{}",
+        show(&out)
+    );
+    let written = std::fs::read_to_string(&config).unwrap();
+    let doc = yaml_to_json(&written);
+    assert_eq!(doc["providers"].as_array().unwrap().len(), 1, "{written}");
+    let ours = &doc["providers"][0];
+    assert_eq!(ours["name"], "wi-credential-provider-azure");
+    let args: Vec<&str> = ours["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    for want in [
+        "--azure-identity-binding-sni=ib-4f1c2d.hcp.eastus.azmk8s.io",
+        "--azure-identity-binding-client-id=5b8e2c1a-9f3d-4e7b-a6c2-1d0f8e9a7b3c",
+        "--azure-identity-binding-address=contoso-dns-4f1c2d.hcp.eastus.azmk8s.io",
+        "--fallback",
+    ] {
+        assert!(args.contains(&want), "{want} not in {args:?}");
+    }
+    assert_eq!(
+        ours["tokenAttributes"]["serviceAccountTokenAudience"],
+        "api://AKSIdentityBinding"
+    );
+    let again = node.run(&install);
+    assert_eq!(again.status.code(), Some(0), "{}", show(&again));
+    assert!(
+        text(&again.stdout).contains("nothing to change"),
+        "{}",
+        show(&again)
+    );
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), written);
+}

@@ -68,6 +68,30 @@ impl Settings {
         http::Client::build(builder, self.tls()?, self.proxies.describe())
     }
 
+    /// A client for one endpoint the admin pinned: `host` (the TLS server
+    /// name and `Host`) is dialled at `address` whatever DNS says, never
+    /// through a proxy, HTTPS only, and trusting only the CAs in `ca`
+    /// ([`trust::only`]). AKS's identity-binding endpoint is reached so:
+    /// the API server's address with the binding's SNI name.
+    pub(crate) fn pinned_client(
+        &self,
+        deadline: &Deadline,
+        host: &str,
+        address: std::net::SocketAddr,
+        ca: &std::path::Path,
+        ca_option: &str,
+    ) -> Result<http::Client> {
+        crate::debug!(
+            "pinned endpoint {host} at {address}: directly, trusting only {}",
+            ca.display()
+        );
+        let builder = http::builder(deadline)
+            .no_proxy()
+            .https_only(true)
+            .resolve(host, address);
+        http::Client::build(builder, trust::only(ca, ca_option)?, None)
+    }
+
     /// A client that ignores the proxy settings, for node-local endpoints
     /// (the EKS Pod Identity Agent on a link-local address): a proxy cannot
     /// reach them, and must not see the token sent to them.

@@ -244,6 +244,31 @@ fn ca_file_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
         .collect())
 }
 
+/// A TLS configuration trusting the CAs of `path` and nothing else (no
+/// system store, no `--ca-file`, no `SSL_CERT_FILE`): for an endpoint
+/// whose only legitimate issuer the admin names, such as an AKS cluster's
+/// CA for its identity-binding endpoint. `what` names the option in
+/// messages.
+pub(crate) fn only(path: &Path, what: &str) -> Result<Arc<rustls::ClientConfig>> {
+    let shown = quote(&path.display().to_string());
+    let fix = format!(
+        "point {what} at the PEM file of the cluster's CA (on AKS /etc/kubernetes/certs/ca.crt)"
+    );
+    let pem = read_bounded(path).map_err(|e| {
+        Error::config(format!("cannot read the {what} {shown}: {e}")).fix(fix.clone())
+    })?;
+    let mut roots = Roots::default();
+    add_anchors(&pem, &mut roots)
+        .map_err(|why| Error::config(format!("the {what} {shown} {why}")).fix(fix))?;
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::internal(format!("cannot set up TLS: {e}")))?
+        .with_root_certificates(roots.store)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
 /// Adds `SSL_CERT_FILE`, checked as strictly as `--ca-file`: a TLS stack
 /// that treated an unreadable one as an empty trust store would report
 /// every server as untrusted, far from the cause.

@@ -614,7 +614,10 @@ fn acr_handle(state: &AcrState, req: &Request) -> Response {
             );
         }
     };
-    if claims["tid"] != form["tenant"].as_str() {
+    // An empty tenant lets ACR take it from the access token (needed only
+    // "when using a grant type that doesn't allow the ACR RP to extract
+    // the tenant from the JWT", msi-acrpull #69); a given one must match.
+    if !form["tenant"].is_empty() && claims["tid"] != form["tenant"].as_str() {
         return acr_error(
             401,
             "UNAUTHORIZED",
@@ -645,4 +648,162 @@ fn acr_handle(state: &AcrState, req: &Request) -> Response {
         .unwrap_or_else(|p| p.into_inner())
         .push(refresh.clone());
     Response::json(200, json!({"refresh_token": refresh}))
+}
+
+/// The audience of identity-binding service account tokens.
+pub const BINDING_AUDIENCE: &str = "api://AKSIdentityBinding";
+/// The SNI name the test cluster CA's certificate is for.
+pub const BINDING_SNI: &str = "ib.cluster.test";
+
+struct BindingState {
+    /// (namespace, service account, client ID) allowed to use an identity:
+    /// the cluster's `use-managed-identity` RBAC.
+    bound: Vec<(String, String, String)>,
+    mint: Box<dyn Fn(&str) -> String + Send + Sync>,
+    /// The TLS front's port, for the `Host` header check.
+    port: std::sync::OnceLock<u16>,
+    script: Script,
+    violations: Violations,
+    issued: Mutex<Vec<String>>,
+}
+
+/// A faithful fake of AKS's identity-binding endpoint, from
+/// cloud-provider-azure #9907 (`identity_bindings_credentials.go`): TLS
+/// with a certificate for [`BINDING_SNI`] from a CA of its own
+/// (tests/fixtures/tls/cluster-ca.pem), `POST /`, exactly
+/// `Content-Type: application/x-www-form-urlencoded`, exactly the five
+/// form fields with their constant values, the assertion a service
+/// account token for [`BINDING_AUDIENCE`] whose account is bound to the
+/// client ID; it answers `{"access_token", "expires_in"}` with an access
+/// token `entra`'s fake ACR accepts for that identity. Anything else is a
+/// violation, checked on drop.
+pub struct FakeIdentityBinding {
+    pub server: TestServer,
+    pub front: super::net::TlsFront,
+    state: Arc<BindingState>,
+}
+
+impl FakeIdentityBinding {
+    pub fn start(entra: &FakeEntra, bound: &[(&str, &str, &str)]) -> Self {
+        let state = Arc::new(BindingState {
+            bound: bound
+                .iter()
+                .map(|(ns, sa, id)| (ns.to_string(), sa.to_string(), id.to_string()))
+                .collect(),
+            mint: Box::new(entra.managed_identity_minter()),
+            port: std::sync::OnceLock::new(),
+            script: Script::default(),
+            violations: Violations::default(),
+            issued: Mutex::new(Vec::new()),
+        });
+        let handler_state = Arc::clone(&state);
+        let server = TestServer::start(move |req| binding_handle(&handler_state, req));
+        let front = super::net::TlsFront::start_with(
+            server.addr(),
+            super::net::BINDING_PEM,
+            super::net::BINDING_KEY,
+        );
+        let _ = state.port.set(front.addr().port());
+        FakeIdentityBinding {
+            server,
+            front,
+            state,
+        }
+    }
+
+    /// What `--azure-identity-binding-address` takes: `127.0.0.1:PORT`.
+    pub fn address(&self) -> String {
+        self.front.addr().to_string()
+    }
+
+    pub fn script(&self, responses: impl IntoIterator<Item = Response>) {
+        self.state.script.push(responses);
+    }
+
+    /// The access tokens issued so far.
+    pub fn issued(&self) -> Vec<String> {
+        self.state
+            .issued
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+impl Drop for FakeIdentityBinding {
+    fn drop(&mut self) {
+        self.state.violations.check("identity binding");
+    }
+}
+
+fn binding_handle(state: &BindingState, req: &Request) -> Response {
+    let port = state.port.get().copied().unwrap_or_default();
+    let host = req.header("host").unwrap_or_default();
+    if host != format!("{BINDING_SNI}:{port}") {
+        state.violations.add(format!("Host {host:?}"));
+    }
+    let form = match check_form(
+        req,
+        "/",
+        &[
+            "grant_type",
+            "client_assertion_type",
+            "client_assertion",
+            "client_id",
+            "scope",
+        ],
+    ) {
+        Ok(form) => form,
+        Err(why) => {
+            state.violations.add(why.clone());
+            return Response::json(
+                400,
+                json!({"error": "invalid_request", "error_description": why}),
+            );
+        }
+    };
+    for (key, want) in [
+        ("grant_type", "client_credentials"),
+        ("client_assertion_type", ASSERTION_TYPE),
+        ("scope", SCOPE),
+    ] {
+        if form[key] != want {
+            state.violations.add(format!("{key}={:?}", form[key]));
+        }
+    }
+    if let Some(scripted) = state.script.next() {
+        return scripted;
+    }
+    let claims = match token::verify(&form["client_assertion"], BINDING_AUDIENCE) {
+        Ok(claims) => claims,
+        Err(why) => {
+            return Response::json(
+                401,
+                json!({"error": "invalid_client", "error_description": format!("assertion rejected: {why}")}),
+            );
+        }
+    };
+    let k8s = &claims["kubernetes.io"];
+    let (ns, sa) = (
+        k8s["namespace"].as_str().unwrap_or_default(),
+        k8s["serviceaccount"]["name"].as_str().unwrap_or_default(),
+    );
+    let client_id = &form["client_id"];
+    if !state
+        .bound
+        .iter()
+        .any(|(n, s, id)| n == ns && s == sa && id == client_id)
+    {
+        return Response::json(
+            403,
+            json!({"error": "unauthorized_client", "error_description": format!("service account {ns}/{sa} may not use managed identity {client_id}")}),
+        );
+    }
+    let access = (state.mint)(client_id);
+    state
+        .issued
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(access.clone());
+    Response::json(200, json!({"access_token": access, "expires_in": 3600}))
 }

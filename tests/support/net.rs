@@ -27,6 +27,20 @@ use std::time::Duration;
 use base64::Engine as _;
 
 pub const CA_PEM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls/ca.pem");
+/// A second CA standing in for an AKS cluster's, and the certificate it
+/// signed for `ib.cluster.test` (the identity-binding endpoint's SNI name).
+pub const CLUSTER_CA_PEM: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/tls/cluster-ca.pem"
+);
+pub const BINDING_PEM: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/tls/binding.pem"
+);
+pub const BINDING_KEY: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/tls/binding.key"
+);
 const SERVER_PEM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls/server.pem");
 const SERVER_KEY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls/server.key");
 
@@ -174,17 +188,24 @@ pub struct TlsFront {
     runner: Runner,
     handshakes: Arc<AtomicUsize>,
     completed: Arc<AtomicUsize>,
+    /// The TLS server name each client sent (SNI), in order.
+    server_names: Arc<std::sync::Mutex<Vec<Option<String>>>>,
 }
 
 impl TlsFront {
     pub fn start(backend: SocketAddr) -> TlsFront {
+        Self::start_with(backend, SERVER_PEM, SERVER_KEY)
+    }
+
+    /// Like [`TlsFront::start`], with another certificate (PEM file) and key.
+    pub fn start_with(backend: SocketAddr, cert_pem: &str, key_pem: &str) -> TlsFront {
         use rustls::pki_types::pem::PemObject;
         use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(SERVER_PEM)
-            .expect("server.pem")
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert_pem)
+            .expect("certificate file")
             .collect::<Result<_, _>>()
-            .expect("server.pem certificates");
-        let key = PrivateKeyDer::from_pem_file(SERVER_KEY).expect("server.key");
+            .expect("certificates");
+        let key = PrivateKeyDer::from_pem_file(key_pem).expect("key file");
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let config = Arc::new(
             rustls::ServerConfig::builder_with_provider(provider)
@@ -196,8 +217,10 @@ impl TlsFront {
         );
         let handshakes = Arc::new(AtomicUsize::new(0));
         let completed = Arc::new(AtomicUsize::new(0));
+        let server_names = Arc::new(std::sync::Mutex::new(Vec::new()));
         let runner = {
             let (handshakes, completed) = (Arc::clone(&handshakes), Arc::clone(&completed));
+            let names = Arc::clone(&server_names);
             Runner::start(move |stream, tracker| {
                 let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
                 // The handshake goes out in several small writes: without
@@ -216,6 +239,10 @@ impl TlsFront {
                     return;
                 };
                 drop(reader);
+                names
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(tls.conn.server_name().map(str::to_string));
                 completed.fetch_add(1, Ordering::SeqCst);
                 let Ok(mut plain) = TcpStream::connect(backend) else {
                     return;
@@ -242,7 +269,16 @@ impl TlsFront {
             runner,
             handshakes,
             completed,
+            server_names,
         }
+    }
+
+    /// The TLS server name (SNI) of each completed handshake.
+    pub fn server_names(&self) -> Vec<Option<String>> {
+        self.server_names
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// `https://127.0.0.1:PORT`.

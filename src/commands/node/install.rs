@@ -183,11 +183,16 @@ fn config_change(
         host.read_bytes(&base, crate::yaml::MAX_BYTES)
             .map_err(|e| Error::config(format!("cannot read {}: {e}", base.display())))?
     };
+    let mut ours = ours.to_vec();
+    let carried = existing
+        .as_deref()
+        .and_then(|bytes| merge::parse(bytes, &base).ok())
+        .and_then(|doc| plan::carry_identity_binding(&doc, &mut ours));
     let merged = merge::merge(
         existing.as_deref(),
         &base,
         Format::of(&target),
-        ours,
+        &ours,
         replace,
     )?;
     let replaced_link = matches!(before.state, files::State::Symlink { .. });
@@ -206,6 +211,7 @@ fn config_change(
     if said.is_empty() && bytes.is_some() {
         said.push(format!("wrote {}", target.display()));
     }
+    said.extend(carried);
     Ok((
         ConfigChange {
             target,

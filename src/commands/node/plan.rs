@@ -126,6 +126,122 @@ fn with_node_fallback(entry: &mut Value, provider: ReadyProvider) {
     }
 }
 
+/// The stock plugin's identity-binding flags and ours (cloud-provider-azure
+/// #9907; AgentBaker's `writeCredentialProviderConfig` passes them with
+/// `SERVICE_ACCOUNT_IMAGE_PULL_ENABLED`).
+const IDENTITY_BINDING_FLAGS: [(&str, &str); 4] = [
+    ("--ib-sni-name=", "--azure-identity-binding-sni="),
+    ("--ib-apiserver-ip=", "--azure-identity-binding-address="),
+    (
+        "--ib-default-client-id=",
+        "--azure-identity-binding-client-id=",
+    ),
+    ("--ib-default-tenant-id=", "--azure-tenant-id="),
+];
+
+/// On an AKS node whose stock `acr-credential-provider` entry uses AKS
+/// identity bindings (`--ib-sni-name`, audience `api://AKSIdentityBinding`),
+/// our azure entries take the same endpoint with our flags and audience,
+/// so that replacing the stock entry keeps pods' pulls working the way the
+/// cluster is set up (their identities have no federated credential of
+/// their own for this cluster). Returns what was carried, for the report.
+pub(crate) fn carry_identity_binding(existing: &Value, ours: &mut [Value]) -> Option<String> {
+    let entries = merge::providers(existing);
+    let args_of = |entry: &Value| -> Vec<String> {
+        entry
+            .get("args")
+            .and_then(Value::as_sequence)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect()
+    };
+    let has_sni = |args: &[String]| {
+        args.iter()
+            .any(|a| a.starts_with("--azure-identity-binding-sni="))
+    };
+    // The stock entry's flags, translated; else (a later run, after
+    // --replace removed it) what an earlier run gave our own entry.
+    let stock: Vec<String> = entries
+        .iter()
+        .filter(|e| merge::same_provider(merge::entry_name(e), "acr-credential-provider"))
+        .flat_map(args_of)
+        .filter_map(|arg| {
+            IDENTITY_BINDING_FLAGS
+                .iter()
+                .find_map(|(theirs, mine)| arg.strip_prefix(theirs).map(|v| format!("{mine}{v}")))
+        })
+        .collect();
+    let from_stock = has_sni(&stock);
+    let args = if from_stock {
+        stock
+    } else {
+        let names: Vec<&str> = ours.iter().map(merge::entry_name).collect();
+        entries
+            .iter()
+            .filter(|e| {
+                names
+                    .iter()
+                    .any(|n| merge::same_provider(n, merge::entry_name(e)))
+            })
+            .map(args_of)
+            .find(|a| has_sni(a))?
+            .into_iter()
+            .filter(|a| {
+                IDENTITY_BINDING_FLAGS
+                    .iter()
+                    .any(|(_, mine)| a.starts_with(mine))
+            })
+            .collect()
+    };
+    let mut carried = Vec::new();
+    for entry in ours.iter_mut() {
+        let name = merge::entry_name(entry).to_ascii_lowercase();
+        if !name
+            .trim_end_matches(".exe")
+            .ends_with("wi-credential-provider-azure")
+        {
+            continue;
+        }
+        let Some(map) = entry.as_mapping_mut() else {
+            continue;
+        };
+        let list = map
+            .entry(Value::from("args"))
+            .or_insert_with(|| Value::Sequence(Vec::new()));
+        let Some(seq) = list.as_sequence_mut() else {
+            continue;
+        };
+        if seq
+            .iter()
+            .filter_map(Value::as_str)
+            .any(|a| a.starts_with("--azure-identity-binding-sni"))
+        {
+            continue;
+        }
+        seq.extend(args.iter().cloned().map(Value::from));
+        if let Some(attrs) = map
+            .get_mut("tokenAttributes")
+            .and_then(Value::as_mapping_mut)
+        {
+            attrs.insert(
+                Value::from("serviceAccountTokenAudience"),
+                Value::from(crate::providers::azure::binding::AUDIENCE),
+            );
+        }
+        carried.push(name);
+    }
+    (from_stock && !carried.is_empty()).then(|| {
+        format!(
+            "acr-credential-provider uses AKS identity bindings: {} use the same endpoint ({}) and audience {}",
+            carried.join(", "),
+            args.join(" "),
+            crate::providers::azure::binding::AUDIENCE
+        )
+    })
+}
+
 /// Names a Windows entry with its `.exe`: a kubelet before 1.30 finds a
 /// plugin only by its exact file name but runs `name.exe`, so the name
 /// with the extension is the one that works on every version (kube-up's

@@ -33,7 +33,7 @@ use crate::secret::Secret;
 pub(crate) const SCOPE: &str = "https://containerregistry.azure.net/.default";
 
 pub(crate) const GRANT_TYPE: &str = "client_credentials";
-const ASSERTION_TYPE: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
+pub(crate) const ASSERTION_TYPE: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
 
 /// What the request needs, all checked before the network.
 pub(crate) struct TokenRequest<'a> {

@@ -100,7 +100,7 @@ pub(crate) fn resolve(
 /// The first of `keys` present in `annotations`, with its key. A present
 /// but empty value is an error: `client-id: ""` is a mistake to report,
 /// not a reason to quietly try the next key.
-fn first<'a>(
+pub(crate) fn first<'a>(
     annotations: &'a BTreeMap<String, String>,
     keys: &[&'static str],
 ) -> Result<Option<(&'a str, &'static str)>> {
@@ -143,7 +143,7 @@ pub(crate) fn parse_guid(value: &str) -> Option<String> {
     ok.then(|| value.to_ascii_lowercase())
 }
 
-fn parse_client_id(value: &str) -> Option<String> {
+pub(crate) fn parse_client_id(value: &str) -> Option<String> {
     parse_guid(value).filter(|g| g != "00000000-0000-0000-0000-000000000000")
 }
 

@@ -20,11 +20,16 @@
 //! instead ([`node`]): the kubelet identity from Azure IMDS, through the
 //! same ACR exchange.
 //!
+//! With `--azure-identity-binding-sni`, step 1 goes to the AKS cluster's
+//! identity-binding endpoint instead of Entra ID ([`binding`]); step 2 is
+//! the same.
+//!
 //! The registry host decides everything else: it must be an ACR login
 //! server ([`host`]), and its suffix picks the cloud and so the Entra ID
 //! authority.
 
 pub(crate) mod acr;
+pub(crate) mod binding;
 pub(crate) mod entra;
 pub mod host;
 pub(crate) mod identity;
@@ -100,6 +105,39 @@ pub(crate) struct Options {
     /// only): a test server.
     #[arg(long, value_name = "URL", env = "WICP_AZURE_IMDS_ENDPOINT")]
     pub(crate) azure_imds_endpoint: Option<String>,
+
+    /// AKS identity bindings: the TLS server name of the cluster's
+    /// identity-binding endpoint (the stock plugin's --ib-sni-name). The
+    /// service account token (audience api://AKSIdentityBinding) then goes
+    /// there instead of to Entra ID (azure only).
+    #[arg(long, value_name = "NAME", env = "WICP_AZURE_IDENTITY_BINDING_SNI")]
+    pub(crate) azure_identity_binding_sni: Option<String>,
+
+    /// Where the identity-binding endpoint is dialled: the API server's IP
+    /// address or DNS name, HOST[:PORT] (--ib-apiserver-ip; port 443 by
+    /// default). Never through a proxy (azure only).
+    #[arg(
+        long,
+        value_name = "HOST[:PORT]",
+        env = "WICP_AZURE_IDENTITY_BINDING_ADDRESS"
+    )]
+    pub(crate) azure_identity_binding_address: Option<String>,
+
+    /// The only CA trusted for the identity-binding endpoint, default the
+    /// cluster CA /etc/kubernetes/certs/ca.crt (c:\k\ca.crt on Windows)
+    /// (azure only).
+    #[arg(long, value_name = "PATH", env = "WICP_AZURE_IDENTITY_BINDING_CA")]
+    pub(crate) azure_identity_binding_ca: Option<std::path::PathBuf>,
+
+    /// The managed identity for service accounts without a
+    /// kubernetes.azure.com/acr-client-id annotation, with identity
+    /// bindings (--ib-default-client-id) (azure only).
+    #[arg(
+        long,
+        value_name = "GUID",
+        env = "WICP_AZURE_IDENTITY_BINDING_CLIENT_ID"
+    )]
+    pub(crate) azure_identity_binding_client_id: Option<String>,
 }
 
 impl Options {
@@ -125,6 +163,7 @@ struct Settings {
     authority: Option<String>,
     acr_endpoint: Option<String>,
     node: node::Settings,
+    binding: Option<binding::Binding>,
 }
 
 impl Settings {
@@ -164,6 +203,7 @@ impl Settings {
             default_tenant,
             authority,
             acr_endpoint,
+            binding: binding::Binding::from_options(options)?,
             node: node::Settings {
                 client_id: options.azure_node_client_id.clone(),
                 cloud_config: options.azure_cloud_config.clone(),
@@ -228,11 +268,18 @@ impl Azure {
         self
     }
 
-    /// A service account opted in with a client-id annotation.
+    /// A service account opted in with a client-id annotation (or, with
+    /// identity bindings and a default identity, by having a token).
     fn whose(&self, cx: &Context<'_>) -> Whose {
-        let opted_in = identity::CLIENT_ID_KEYS
-            .iter()
-            .any(|key| cx.annotation(key).is_some());
+        let default_binding = self
+            .settings
+            .binding
+            .as_ref()
+            .is_some_and(|b| b.default_client_id.is_some());
+        let opted_in = default_binding
+            || identity::CLIENT_ID_KEYS
+                .iter()
+                .any(|key| cx.annotation(key).is_some());
         let opt_in = format!("no {} annotation", identity::CLIENT_ID_KEYS.join(" or "));
         fallback::whose(self.fallback, cx.token, opted_in, &opt_in)
     }
@@ -268,13 +315,81 @@ impl Azure {
     }
 }
 
+impl Azure {
+    /// With identity bindings: the token to the cluster's binding
+    /// endpoint (pinned address, SNI, cluster CA, no proxy), its access
+    /// token through the ACR exchange.
+    fn binding_plan<'a>(
+        &'a self,
+        cx: &Context<'a>,
+        server: host::LoginServer,
+        endpoint: String,
+        binding: &'a binding::Binding,
+    ) -> Result<Plan<'a>> {
+        let (client_id, tenant) =
+            binding.identity(cx.annotations, self.settings.default_tenant.as_deref())?;
+        let token = cx.token()?;
+        let inputs = vec![
+            ("client_id", client_id.clone()),
+            ("tenant_id", tenant.clone()),
+            ("identity_binding", binding.describe()),
+            ("cloud", server.cloud.name().to_string()),
+            ("registry", server.host.clone()),
+            ("acr_endpoint", endpoint.clone()),
+            ("scope", entra::SCOPE.to_string()),
+        ];
+        Ok(Plan::for_registry(
+            &PROVIDER,
+            cx.image,
+            inputs,
+            move |deadline| {
+                let acr_client = self.net.client(deadline)?;
+                let acr_request = acr::ExchangeRequest {
+                    endpoint: &endpoint,
+                    service: &server.host,
+                    tenant: &tenant,
+                    client_id: &client_id,
+                };
+                http::block_on(
+                    deadline,
+                    "the identity-binding token request and ACR exchange",
+                    async {
+                        let address = binding.address(deadline).await?;
+                        let client = self.net.pinned_client(
+                            deadline,
+                            &binding.sni,
+                            address,
+                            &binding.ca,
+                            "--azure-identity-binding-ca",
+                        )?;
+                        let access = binding::request_token(
+                            &client,
+                            binding,
+                            &client_id,
+                            token.secret(),
+                            deadline,
+                        )
+                        .await?;
+                        let refresh =
+                            acr::exchange(&acr_client, &acr_request, &access, deadline).await?;
+                        Ok(refresh.into_credential())
+                    },
+                )
+            },
+        ))
+    }
+}
+
 impl Exchanger for Azure {
     fn provider(&self) -> &'static Provider {
         &PROVIDER
     }
 
     fn audiences(&self) -> Vec<String> {
-        vec![AUDIENCE.to_string()]
+        match self.settings.binding {
+            Some(_) => vec![binding::AUDIENCE.to_string()],
+            None => vec![AUDIENCE.to_string()],
+        }
     }
 
     fn requires_token(&self) -> bool {
@@ -305,6 +420,13 @@ impl Exchanger for Azure {
                 .clone()
                 .unwrap_or_else(|| format!("https://{}", server.host));
             return self.node_plan(cx, server, endpoint, why);
+        }
+        if let Some(binding) = &settings.binding {
+            let endpoint = settings
+                .acr_endpoint
+                .clone()
+                .unwrap_or_else(|| format!("https://{}", server.host));
+            return self.binding_plan(cx, server, endpoint, binding);
         }
         let identity = identity::resolve(cx.annotations, settings.default_tenant.as_deref())?;
         let authority = match (&settings.authority, server.cloud.authority_host()) {
