@@ -97,6 +97,9 @@ pub mod internal {
         pub mod route {
             pub use crate::providers::route::{choose, require_served};
         }
+        pub mod mirror {
+            pub use crate::providers::mirror::Rule;
+        }
         pub mod aws {
             pub use crate::providers::aws::host;
         }

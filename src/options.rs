@@ -111,6 +111,9 @@ pub(crate) struct Options {
     pub(crate) fallback: providers::fallback::Options,
 
     #[command(flatten)]
+    pub(crate) mirrors: providers::mirror::Options,
+
+    #[command(flatten)]
     pub(crate) cache: cache::Options,
 }
 

@@ -25,6 +25,7 @@ use crate::observe::{self, Identity, Outcome, Record};
 use crate::options::{self, CommandLine};
 use crate::protocol::{self, Response};
 use crate::providers::fallback::Whose;
+use crate::providers::mirror::Rule;
 use crate::providers::route;
 use crate::providers::{Context, Exchanger, Plan, Provider};
 use crate::stdin;
@@ -143,6 +144,11 @@ impl Prepared<'_> {
 /// a pull would silently go out without credentials. Every plan goes
 /// through here, so no provider can send a token or credential for a
 /// registry it does not serve.
+///
+/// With a mirror rule (`mirrored`: the rule and the image as the kubelet
+/// asked for it), `image` is the image on the mirror: everything above is
+/// done for it, and the plan is then keyed by the rule's source registry,
+/// which the kubelet matched ([`mirror`](crate::providers::mirror)).
 pub fn prepare<'a>(
     exchanger: &'a dyn Exchanger,
     audience: Option<&str>,
@@ -150,6 +156,7 @@ pub fn prepare<'a>(
     token: Option<&'a ServiceAccountToken>,
     annotations: &'a BTreeMap<String, String>,
     api_version: &str,
+    mirrored: Option<(&Rule, &ImageRef)>,
 ) -> Result<Prepared<'a>> {
     route::require_served(exchanger, image)?;
     let audiences = route::admit_token(exchanger, audience, token, api_version)?;
@@ -161,7 +168,6 @@ pub fn prepare<'a>(
     };
     let mut plan = exchanger.plan(&cx)?;
     scope_to_allowlist(exchanger, image, &mut plan);
-    crate::debug!("plan: {plan:?}");
     if !matching::matches_auth_key(&plan.auth_key, &image.to_string()) {
         return Err(Error::internal(format!(
             "internal error: the {} exchanger chose the auth key {} that the kubelet would never match against {image}",
@@ -170,7 +176,19 @@ pub fn prepare<'a>(
         ))
         .fix("report this as a bug"));
     }
+    if let Some((rule, asked)) = mirrored {
+        key_by_source(&mut plan, rule, asked);
+    }
+    crate::debug!("plan: {plan:?}");
     Ok(Prepared { audiences, plan })
+}
+
+/// A mirrored plan answers under the source registry, the key the
+/// kubelet looks the credential up by; the rule is one of its inputs, so
+/// the cache keeps mirrored and direct answers apart.
+fn key_by_source(plan: &mut Plan<'_>, rule: &Rule, asked: &ImageRef) {
+    plan.auth_key = asked.registry().to_string();
+    plan.inputs.push(("registry_mirror", rule.to_string()));
 }
 
 /// Narrows a plan's auth key to the path of the `--registry` pattern that
@@ -221,19 +239,21 @@ fn respond(line: &CommandLine, inputs: &Inputs, record: &mut Record) -> Result<V
     let Received {
         request,
         image,
+        mirrored,
         provider,
         token,
-    } = receive(line.choice, &deadline, record)?;
+    } = receive(line.choice, &options.mirrors, &deadline, record)?;
     route::require_node_identity(provider, options.fallback.fallback)?;
     let exchanger = line.build(provider, inputs)?;
     let annotations = &request.service_account_annotations;
     let prepared = prepare(
         exchanger.as_ref(),
         options.audience.as_deref(),
-        &image,
+        mirrored.as_ref().map_or(&image, |(_, on_mirror)| on_mirror),
         token.as_ref(),
         annotations,
         request.api_version.as_str(),
+        mirrored.as_ref().map(|(rule, _)| (*rule, &image)),
     )?;
     note_identity(record, provider, &prepared.plan, options.observe.enabled());
     let auth_key = prepared.plan.auth_key.clone();
@@ -289,19 +309,46 @@ fn respond(line: &CommandLine, inputs: &Inputs, record: &mut Record) -> Result<V
     record.cache = Some(cache_words);
     if log::enabled(Level::Info) {
         let whose = whose(&prepared.plan.identity, record);
-        let cache_duration = duration::format_go(cache_duration);
-        let text = format!(
-            "{provider} credentials for {whose} on {auth_key} ({image}), cacheDuration {cache_duration}"
+        let on_mirror = mirrored.as_ref().map(|(_, on_mirror)| on_mirror);
+        let text = success_text(
+            provider,
+            &whose,
+            &auth_key,
+            &image,
+            on_mirror,
+            cache_duration,
         );
         log_success(text, outcome, cache_words, record);
     }
     Ok(json)
 }
 
+/// The one info line of a success.
+fn success_text(
+    provider: &Provider,
+    whose: &str,
+    auth_key: &str,
+    image: &ImageRef,
+    on_mirror: Option<&ImageRef>,
+    cache_duration: std::time::Duration,
+) -> String {
+    let via = on_mirror
+        .map(|target| format!(" via the mirror {target}"))
+        .unwrap_or_default();
+    format!(
+        "{provider} credentials for {whose} on {auth_key} ({image}{via}), cacheDuration {}",
+        duration::format_go(cache_duration)
+    )
+}
+
 /// A request, read and routed.
-struct Received {
+struct Received<'m> {
     request: protocol::Request,
+    /// The image the kubelet asked about.
     image: ImageRef,
+    /// With a `--registry-mirror` rule for its registry: the rule and the
+    /// image on the mirror, which is what was routed.
+    mirrored: Option<(&'m Rule, ImageRef)>,
     provider: &'static Provider,
     token: Option<ServiceAccountToken>,
 }
@@ -309,16 +356,22 @@ struct Received {
 /// Reads the request, parses its image, routes it (`choice`, or `auto`
 /// when `None`) and decodes its token, noting each in `record` as it is
 /// learnt, so that a failure names what was known.
-fn receive(
+fn receive<'m>(
     choice: Option<&'static Provider>,
+    mirrors: &'m crate::providers::mirror::Options,
     deadline: &Deadline,
     record: &mut Record,
-) -> Result<Received> {
+) -> Result<Received<'m>> {
     let request = read_request_within(deadline)?;
     let image = ImageRef::parse(&request.image)?;
     record.registry = Some(image.registry().to_string());
     record.image = Some(request.image.clone());
-    let provider = route::choose(choice, &image)?;
+    let mirrored = match mirrors.for_image(&image) {
+        Some(rule) => Some((rule, rule.target_image(&image)?)),
+        None => None,
+    };
+    let routed = mirrored.as_ref().map_or(&image, |(_, on_mirror)| on_mirror);
+    let provider = route::choose(choice, routed)?;
     record.provider = Some(provider.name());
     let token = decode_token(&request, record)?;
     if log::is_json() {
@@ -327,6 +380,7 @@ fn receive(
     Ok(Received {
         request,
         image,
+        mirrored,
         provider,
         token,
     })
@@ -549,6 +603,7 @@ mod tests {
             Some(token),
             annotations,
             "credentialprovider.kubelet.k8s.io/v1",
+            None,
         )
     }
 

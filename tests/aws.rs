@@ -1579,3 +1579,103 @@ fn an_endless_sts_reply_is_cut_at_the_bound_with_bounded_memory() {
     );
     assert!(!stderr.contains(&token));
 }
+
+/// An ECR pull-through cache as a registry mirror: the kubelet asks about
+/// `docker.io/library/nginx`; with `--registry-mirror
+/// docker.io=<account>.dkr.ecr.<region>.amazonaws.com/docker-hub` the
+/// exchange is for the cache's registry and region (STS, then a signed
+/// ECR GetAuthorizationToken in us-west-2), the answer keyed `docker.io`
+/// only; and `auto` routes by the target too.
+#[test]
+fn an_ecr_pull_through_cache_serves_docker_io_keyed_by_docker_io() {
+    let role = "arn:aws:iam::123456789012:role/pull";
+    let sts = TestServer::start(move |_req| {
+        sts_success(
+            STS_AKID,
+            STS_SECRET,
+            STS_SESSION_TOKEN,
+            now() + 3600,
+            role,
+            "team.puller",
+        )
+    });
+    let ecr = TestServer::start(|_req| {
+        Response::json(
+            200,
+            json!({"authorizationData": [{
+                "authorizationToken": b64("AWS:cache-password"),
+                "expiresAt": now() + 12 * 3600,
+                "proxyEndpoint": "https://123456789012.dkr.ecr.us-west-2.amazonaws.com",
+            }]}),
+        )
+        .with_header("Content-Type", "application/x-amz-json-1.1")
+    });
+    let token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
+    let mirror = "docker.io=123456789012.dkr.ecr.us-west-2.amazonaws.com/docker-hub";
+    let env = [
+        ("AWS_ENDPOINT_URL_STS", sts.url()),
+        ("AWS_ENDPOINT_URL_ECR", ecr.url()),
+    ];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let out = plugin(
+        &["--registry-mirror", mirror],
+        &env,
+        "docker.io/library/nginx",
+        &token,
+        &[(ECR_ROLE_ANNOTATION, role)],
+    );
+    let response = out.response();
+    let auth = response["auth"].as_object().unwrap();
+    assert_eq!(auth.keys().collect::<Vec<_>>(), ["docker.io"], "{response}");
+    assert_eq!(
+        auth_entry(&response, "docker.io"),
+        ("AWS", "cache-password")
+    );
+    assert!(
+        out.stderr
+            .contains(&format!("\"registry_mirror\", \"{mirror}\"")),
+        "{}",
+        out.stderr
+    );
+    for req in ecr.requests() {
+        assert_signed_ecr_request(
+            &req,
+            "AmazonEC2ContainerRegistry_V20150921.GetAuthorizationToken",
+            "ecr",
+            "us-west-2",
+            STS_AKID,
+            STS_SESSION_TOKEN,
+        );
+    }
+    assert_eq!(ecr.request_count(), 1);
+
+    // `auto` (no --provider) routes the mirrored image by its target.
+    let args = ["--registry-mirror", mirror, "--log-level", "debug"];
+    let auto = run(
+        &args,
+        &env,
+        request(
+            "docker.io/library/nginx",
+            Some(&token),
+            &[(ECR_ROLE_ANNOTATION, role)],
+        )
+        .as_bytes(),
+    );
+    assert_eq!(
+        auth_entry(&auto.response(), "docker.io"),
+        ("AWS", "cache-password")
+    );
+
+    // A mirror whose target is not ECR is refused before any call.
+    let calls = sts.request_count();
+    let refused = plugin(
+        &["--registry-mirror", "docker.io=quay.io/mirror"],
+        &env,
+        "docker.io/library/nginx",
+        &token,
+        &[(ECR_ROLE_ANNOTATION, role)],
+    );
+    let line = refused.failure();
+    assert!(line.contains("quay.io"), "{line}");
+    assert_eq!(sts.request_count(), calls);
+}

@@ -1095,3 +1095,36 @@ fn identity_binding_refusals() {
     assert_eq!(entra.server.request_count(), 0);
     assert_eq!(acr.server.request_count(), 0);
 }
+
+/// An ACR cache rule as a registry mirror: the kubelet asks about
+/// `mcr.microsoft.com/...`; with `--registry-mirror
+/// mcr.microsoft.com=contoso.azurecr.io` the Entra and ACR exchanges are
+/// for contoso.azurecr.io and the refresh token is keyed
+/// `mcr.microsoft.com`, the key the kubelet looks up.
+#[test]
+fn an_acr_cache_rule_serves_mcr_keyed_by_mcr() {
+    let (entra, acr) = fakes(REGISTRY);
+    let token = sa_token();
+    let mut args = flags(&entra, &acr);
+    args.extend([
+        "--registry-mirror".to_string(),
+        format!("mcr.microsoft.com={REGISTRY}"),
+    ]);
+    let out = exec(
+        &args,
+        &[],
+        "mcr.microsoft.com/dotnet/runtime",
+        &token,
+        IDENTITY,
+    );
+    let response = out.response();
+    let minted = acr.minted();
+    assert_eq!(minted.len(), 1);
+    assert_eq!(
+        response["auth"],
+        json!({"mcr.microsoft.com": {"username": NULL_GUID, "password": minted[0]}})
+    );
+    let form = acr.server.requests()[0].form();
+    assert_eq!(form["service"], REGISTRY);
+    assert_no_secrets(&out, &all_secrets(&token, &entra, &acr));
+}

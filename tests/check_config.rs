@@ -120,6 +120,8 @@ const WARNING_FIXTURES: &[(&str, i32)] = &[
     ("overlap.node-identity/fail-replaced.yaml", 0),
     ("image-reuse/fail.yaml", 0),
     ("image-reuse/fail-allowlist.yaml", 0),
+    // A source the kubelet never asks about: the rule does nothing.
+    ("registry-mirror/fail-source.yaml", 0),
 ];
 
 #[test]

@@ -1063,3 +1063,29 @@ fn a_malformed_annotation_fails_before_the_network() {
     assert_eq!(google.sts.request_count(), 0);
     assert_eq!(google.iam.request_count(), 0);
 }
+
+/// An Artifact Registry remote repository as a registry mirror: the
+/// kubelet asks about `docker.io/library/nginx`; with `--registry-mirror
+/// docker.io=us-docker.pkg.dev/my-project/dockerhub-remote` the Google
+/// exchange runs as for any Artifact Registry image and the access token
+/// is keyed `docker.io` only.
+#[test]
+fn an_artifact_registry_remote_repository_serves_docker_io_keyed_by_docker_io() {
+    let google = FakeGoogle::start(Pool::Federation { allowed: vec![] });
+    let t = TokenSpec::new(
+        "team",
+        "puller",
+        &format!("//iam.googleapis.com/{PROVIDER}"),
+    )
+    .mint();
+    let mut args = google.args();
+    args.extend([
+        "--registry-mirror".into(),
+        "docker.io=us-docker.pkg.dev/my-project/dockerhub-remote".into(),
+    ]);
+    let response = exec(&args, &request("docker.io/library/nginx", Some(&t), &[])).response();
+    let auth = response["auth"].as_object().unwrap();
+    assert_eq!(auth.keys().collect::<Vec<_>>(), ["docker.io"], "{response}");
+    assert_eq!(auth["docker.io"]["username"], "oauth2accesstoken");
+    assert_eq!(google.sts.request_count(), 1);
+}

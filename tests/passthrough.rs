@@ -366,3 +366,109 @@ fn a_registry_pattern_with_a_scheme_is_refused() {
     assert!(line.contains("--registry harbor.test"), "{line}");
     assert!(!out.stderr.contains(&token));
 }
+
+/// Registry mirrors end to end with containerd (docs/mirrors.md). The pod
+/// names an image on SOURCE; `--registry-mirror SOURCE=TARGET` makes the
+/// plugin do the exchange for TARGET (here passthrough to a registry that
+/// takes the service account token) and key the answer by SOURCE, the only
+/// key the kubelet looks up. containerd, configured by a `hosts.toml` for
+/// SOURCE whose `server` is the mirror (as the docs say), pulls from the
+/// mirror with that credential, and SOURCE (a tripwire that challenges
+/// every request and records it) is never contacted. Then the trap the
+/// docs and `node doctor` warn about: the same `hosts.toml` without
+/// `server`. containerd appends SOURCE as the last host, so when the
+/// mirror lacks an image it falls back to SOURCE and hands it the
+/// credential (containerd `core/remotes/docker/config/hosts.go`).
+#[test]
+fn a_mirror_rule_keys_the_credential_by_the_source_and_containerd_pulls_from_the_mirror() {
+    use base64::Engine;
+    use support::containerd::Containerd;
+    use support::http_server::{Response, TestServer};
+    use support::registry::{Registry, TokenPost};
+
+    const AUDIENCE: &str = "mirror.cluster.test";
+    let mirror = Registry::start_with_token_service(TokenPost::OAuth2, |_username, password| {
+        support::token::verify(password, AUDIENCE).is_ok()
+    });
+    let digest = mirror.push_test_image("team/app", "v1");
+    let upstream = TestServer::start(|_req| {
+        Response::text(401, "").with_header("WWW-Authenticate", "Basic realm=\"upstream\"")
+    });
+    let source = upstream.addr().to_string();
+    let target = mirror.host().to_string();
+    let rule = format!("{source}={target}");
+    let args = [
+        "--provider",
+        "passthrough",
+        "--registry",
+        &target,
+        "--audience",
+        AUDIENCE,
+        "--registry-mirror",
+        &rule,
+    ];
+    let token = TokenSpec::new("team", "puller", AUDIENCE).mint();
+    let out = run(
+        &args,
+        &[],
+        request(&format!("{source}/team/app"), Some(&token), &[]).as_bytes(),
+    );
+    let response = out.response();
+    let auth = response["auth"].as_object().unwrap();
+    assert_eq!(auth.keys().collect::<Vec<_>>(), [&source], "{response}");
+    let username = auth[&source]["username"].as_str().unwrap().to_string();
+    let password = auth[&source]["password"].as_str().unwrap().to_string();
+    assert_eq!(password, token);
+    assert!(
+        out.stderr.contains(&format!("on {source}")),
+        "{}",
+        out.stderr
+    );
+
+    let hosts = tempfile::tempdir().unwrap();
+    let dir = hosts.path().join(&source);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mirror_host =
+        format!("[host.\"http://{target}\"]\n  capabilities = [\"pull\", \"resolve\"]\n");
+    std::fs::write(
+        dir.join("hosts.toml"),
+        format!("server = \"http://{target}\"\n\n{mirror_host}"),
+    )
+    .unwrap();
+    let containerd = Containerd::start();
+    let pulled = containerd
+        .pull_via_hosts(
+            &format!("{source}/team/app:v1"),
+            &username,
+            &password,
+            hosts.path(),
+        )
+        .unwrap_or_else(|e| panic!("containerd did not pull through the mirror:\n{e}"));
+    assert_eq!(pulled, digest);
+    assert_eq!(upstream.request_count(), 0, "the upstream was contacted");
+
+    // Without `server`: the upstream is the last host, and is offered the
+    // credential when the mirror does not have the image.
+    std::fs::write(dir.join("hosts.toml"), mirror_host).unwrap();
+    let err = containerd
+        .pull_via_hosts(
+            &format!("{source}/team/other:v1"),
+            &username,
+            &password,
+            hosts.path(),
+        )
+        .expect_err("the mirror has no team/other");
+    let basic = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{username}:{password}"))
+    );
+    let offered = upstream
+        .requests()
+        .iter()
+        .filter(|r| r.header("authorization") == Some(basic.as_str()))
+        .count();
+    assert!(
+        offered > 0,
+        "containerd did not offer the upstream the credential: {err}"
+    );
+}

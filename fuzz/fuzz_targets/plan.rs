@@ -94,6 +94,7 @@ fuzz_target!(|data: &[u8]| {
             token.as_ref(),
             &annotations,
             "credentialprovider.kubelet.k8s.io/v1",
+            None,
         ) {
             // The credential is for the image's own registry (narrowed to
             // the allowing pattern's path, cached per image), and the plan

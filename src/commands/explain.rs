@@ -30,6 +30,7 @@ use crate::kubelet::matching;
 use crate::kubelet::provider_config::{Entry, PROVIDER_V1, TokenAttributes, load};
 use crate::kubelet::{Finding, Severity, validate};
 use crate::providers::fallback::{Fallback, Whose};
+use crate::providers::mirror::Rule;
 use crate::providers::route;
 use crate::secret::Secret;
 use crate::serve;
@@ -507,6 +508,25 @@ fn explain_entry(
     }
 }
 
+/// The `--registry-mirror` rule for `image`, if any, said in `out`, and
+/// the image on the mirror, which is what is routed and planned.
+fn mirrored<'r>(
+    routing: &'r entry::Routing,
+    image: &ImageRef,
+    out: &mut String,
+) -> Result<(Option<&'r Rule>, Option<ImageRef>)> {
+    let Some(rule) = routing.line.options.mirrors.for_image(image) else {
+        return Ok((None, None));
+    };
+    let target = rule.target_image(image)?;
+    let _ = writeln!(
+        out,
+        "    mirror: {rule} (--registry-mirror): the exchange is for {target}, the answer keyed by {}",
+        rule.source
+    );
+    Ok((Some(rule), Some(target)))
+}
+
 /// The binary's own steps up to, not including, the network: route, then
 /// [`serve::prepare`], the very function a real request goes through.
 fn plan(
@@ -528,17 +548,20 @@ fn plan(
         (Some(_), Some(_)) => "--provider / WICP_PROVIDER".to_string(),
         (Some(_), None) => "the entry's name".to_string(),
     };
-    let provider = route::choose(routing.line.choice, image)?;
+    let (mirror, on_mirror) = mirrored(&routing, image, out)?;
+    let routed = on_mirror.as_ref().unwrap_or(image);
+    let provider = route::choose(routing.line.choice, routed)?;
     let _ = writeln!(out, "    provider: {provider} (chosen by {how})");
     route::require_node_identity(provider, routing.line.options.fallback.fallback)?;
     let exchanger = routing.build(provider)?;
     let prepared = serve::prepare(
         exchanger.as_ref(),
         routing.line.options.audience.as_deref(),
-        image,
+        routed,
         token,
         annotations,
         PROVIDER_V1,
+        mirror.map(|rule| (rule, image)),
     )?;
     if token.is_some() {
         let _ = writeln!(

@@ -95,6 +95,10 @@ rules! {
     ImageReuse = "image-reuse",
     /// A config directory given to a kubelet older than 1.34.
     DirConfigKubeletVersion = "dir-config.kubelet-version",
+    /// A `--registry-mirror` whose target the routed exchanger does not
+    /// serve (an error), or whose source no `matchImages` entry matches,
+    /// so the kubelet never asks (a warning).
+    RegistryMirror = "registry-mirror",
     /// `tokenAttributes` for a kubelet without KEP-4412 (below 1.33, or its
     /// feature gate off): the kubelet refuses the config and exits.
     TokenAttributesKubeletGate = "token-attributes.kubelet-gate",

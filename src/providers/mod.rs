@@ -13,6 +13,7 @@
 
 pub(crate) mod allowlist;
 pub(crate) mod fallback;
+pub(crate) mod mirror;
 pub(crate) mod oauth;
 pub(crate) mod route;
 pub(crate) mod token_service;

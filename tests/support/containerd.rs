@@ -130,9 +130,35 @@ impl Containerd {
     /// ctr splits `--user` at the first `:`, so `username` must not contain one (no plugin
     /// username does: `serviceaccount`, `AWS`, the null GUID, `oauth2accesstoken`).
     pub fn pull(&self, image: &str, username: &str, password: &str) -> Result<String, String> {
+        self.pull_with(image, username, password, &[])
+    }
+
+    /// [`Containerd::pull`] with the registry hosts configured by
+    /// `hosts_dir` (`<dir>/<registry host>/hosts.toml`, containerd's
+    /// `config_path` layout): mirrors, and the upstream fallback. ctr offers
+    /// the login to every host that challenges, as the CRI plugin does with
+    /// the kubelet's (server-less) credential.
+    pub fn pull_via_hosts(
+        &self,
+        image: &str,
+        username: &str,
+        password: &str,
+        hosts_dir: &Path,
+    ) -> Result<String, String> {
+        let dir = hosts_dir.to_str().expect("a UTF-8 hosts dir");
+        self.pull_with(image, username, password, &["--hosts-dir", dir])
+    }
+
+    fn pull_with(
+        &self,
+        image: &str,
+        username: &str,
+        password: &str,
+        extra: &[&str],
+    ) -> Result<String, String> {
         assert!(!username.contains(':'), "ctr cannot pass {username:?}");
         let user = format!("{username}:{password}");
-        let out = self.ctr(&[
+        let mut args = vec![
             "images",
             "pull",
             "--plain-http",
@@ -140,8 +166,10 @@ impl Containerd {
             "native",
             "--user",
             &user,
-            image,
-        ]);
+        ];
+        args.extend_from_slice(extra);
+        args.push(image);
+        let out = self.ctr(&args);
         if !out.status.success() {
             return Err(output_text(&out));
         }

@@ -234,6 +234,7 @@ fn plugin(entry: &Entry, kubelet_env: &Env, findings: &mut Vec<Finding>) {
         }
     };
     name_and_args(entry, &routing, findings);
+    mirrors(entry, &routing, findings);
     match routing.line.choice {
         Some(provider) => match routing.build(provider) {
             Ok(exchanger) => pinned(entry, &routing, exchanger.as_ref(), findings),
@@ -248,6 +249,62 @@ fn plugin(entry: &Entry, kubelet_env: &Env, findings: &mut Vec<Finding>) {
         None => auto(entry, &routing, findings),
     }
     cache_duration(entry, &routing, findings);
+}
+
+/// Each `--registry-mirror` rule: its target must be served by the
+/// exchanger the mirrored image routes to (the request would be refused),
+/// and its source should be one the entry's `matchImages` match (else the
+/// kubelet never asks, and the rule does nothing).
+fn mirrors(entry: &Entry, routing: &Routing, findings: &mut Vec<Finding>) {
+    for rule in &routing.line.options.mirrors.registry_mirror {
+        let asked = format!("{}/library/probe", rule.source);
+        if !entry
+            .provider
+            .match_images()
+            .iter()
+            .any(|pattern| crate::kubelet::matching::matches(pattern, &asked))
+        {
+            findings.push(
+                entry
+                    .warning(
+                        Rule::RegistryMirror,
+                        "args",
+                        format!(
+                            "--registry-mirror {rule}: no matchImages entry matches the source {}, so the kubelet never asks this entry about its images",
+                            rule.source
+                        ),
+                    )
+                    .fix(format!("add {:?} to matchImages", rule.source)),
+            );
+        }
+        let Ok(target) = ImageRef::parse(&asked).and_then(|image| rule.target_image(&image)) else {
+            continue;
+        };
+        let served = route::choose(routing.line.choice, &target)
+            .and_then(|provider| routing.build(provider))
+            .map(|exchanger| (exchanger.serves(&target), exchanger.provider().name()));
+        let (ok, provider) = match served {
+            Ok((ok, name)) => (ok, name.to_string()),
+            Err(_) => (
+                false,
+                routing.line.choice.map_or(AUTO, |p| p.name()).to_string(),
+            ),
+        };
+        if !ok {
+            findings.push(
+                entry
+                    .error(
+                        Rule::RegistryMirror,
+                        "args",
+                        format!(
+                            "--registry-mirror {rule}: the {provider} exchanger does not serve the target {}, so every pull of {} is refused",
+                            rule.target, rule.source
+                        ),
+                    )
+                    .fix("map the source to a registry this provider serves (an ECR pull-through cache for aws, an ACR cache rule for azure, an Artifact Registry remote repository for gcp), or use the provider of the target"),
+            );
+        }
+    }
 }
 
 fn name_and_args(entry: &Entry, routing: &Routing, findings: &mut Vec<Finding>) {
@@ -332,7 +389,7 @@ fn pinned(
             annotations(entry, exchanger, attrs, findings);
         }
     }
-    registries_served(entry, exchanger, findings);
+    registries_served(entry, routing, exchanger, findings);
 }
 
 /// The entry's audience against what the exchanger admits (`--audience`,
@@ -394,12 +451,22 @@ fn audience_mismatch(
 }
 
 /// Each literal `matchImages` registry against what the exchanger serves.
-fn registries_served(entry: &Entry, exchanger: &dyn Exchanger, findings: &mut Vec<Finding>) {
+fn registries_served(
+    entry: &Entry,
+    routing: &Routing,
+    exchanger: &dyn Exchanger,
+    findings: &mut Vec<Finding>,
+) {
     let provider = exchanger.provider();
     for (i, pattern) in entry.provider.match_images().iter().enumerate() {
         let Some(image) = literal_image(pattern) else {
             continue;
         };
+        // A mirrored source is exchanged for its target: [`mirrors`]
+        // checks that one.
+        if routing.line.options.mirrors.for_image(&image).is_some() {
+            continue;
+        }
         if !exchanger.serves(&image) {
             let fix = exchanger
                 .refusal(&image)
@@ -510,6 +577,9 @@ fn auto(entry: &Entry, routing: &Routing, findings: &mut Vec<Finding>) {
         let Some(image) = literal_image(pattern) else {
             continue;
         };
+        if routing.line.options.mirrors.for_image(&image).is_some() {
+            continue;
+        }
         if let Err(e) = route::choose(None, &image) {
             findings.push(
                 entry

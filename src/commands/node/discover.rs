@@ -351,28 +351,7 @@ pub(crate) fn discover(host: &Host, explicit: &Explicit) -> Discovery {
         flags = f;
         d.rancher_config_files = files;
     } else if distro == Distro::AksWindows {
-        match super::aks_windows::read(host) {
-            Ok(cluster) => {
-                let file = PathBuf::from(distro::AKS_WINDOWS_CLUSTER_CONFIG);
-                from = format!("Kubernetes.Kubelet.ConfigArgs in {}", file.display());
-                flags = parse_flags(&cluster.args);
-                d.unit_flags = flags.clone();
-                d.flags_from = FlagSource::ClusterConfig { file };
-                if explicit.kubelet_version.is_none()
-                    && let Some(v) = cluster.release.as_deref().and_then(Version::parse)
-                {
-                    d.version = Some(v);
-                    d.kubelet_version = Some(Found::new(
-                        v.to_string(),
-                        format!(
-                            "Kubernetes.Source.Release in {}",
-                            distro::AKS_WINDOWS_CLUSTER_CONFIG
-                        ),
-                    ));
-                }
-            }
-            Err(why) => d.flags_unreadable = Some(why),
-        }
+        (flags, from) = aks_windows_flags(host, explicit, &mut d);
     }
     if rancher && !d.rancher_config_files.is_empty() {
         from = format!("{from}, with {}", display_paths(&d.rancher_config_files));
@@ -392,6 +371,41 @@ pub(crate) fn discover(host: &Host, explicit: &Explicit) -> Discovery {
         .or_else(|| KubeletConfig::from_flags(&flags));
     kubelet_version(host, explicit, &mut d);
     d
+}
+
+/// AKS Windows: the kubelet's flags from `kubeclusterconfig.json`, with
+/// where they were read, and its version from the same file (unless the
+/// admin gave one); an unreadable file is noted in `d`.
+fn aks_windows_flags(
+    host: &Host,
+    explicit: &Explicit,
+    d: &mut Discovery,
+) -> (BTreeMap<String, String>, String) {
+    let cluster = match super::aks_windows::read(host) {
+        Ok(cluster) => cluster,
+        Err(why) => {
+            d.flags_unreadable = Some(why);
+            return (BTreeMap::new(), String::new());
+        }
+    };
+    let file = PathBuf::from(distro::AKS_WINDOWS_CLUSTER_CONFIG);
+    let from = format!("Kubernetes.Kubelet.ConfigArgs in {}", file.display());
+    let flags = parse_flags(&cluster.args);
+    d.unit_flags = flags.clone();
+    d.flags_from = FlagSource::ClusterConfig { file };
+    if explicit.kubelet_version.is_none()
+        && let Some(v) = cluster.release.as_deref().and_then(Version::parse)
+    {
+        d.version = Some(v);
+        d.kubelet_version = Some(Found::new(
+            v.to_string(),
+            format!(
+                "Kubernetes.Source.Release in {}",
+                distro::AKS_WINDOWS_CLUSTER_CONFIG
+            ),
+        ));
+    }
+    (flags, from)
 }
 
 /// The kubelet's flags as `args` (a unit's or a process's command line)

@@ -160,6 +160,7 @@ pub(crate) fn diagnose(target: &Target, env: &Env) -> Report {
     } else {
         checks.push(binary_check(&host, &bin_dir.join(BINARY)));
     }
+    checks.extend(super::mirrors::checks(&host, &ours, env));
     observed_checks(&host, &ours, env, &mut checks);
     keyring_checks(&host, &ours, &mut checks);
     rewrite_check(&d, &config, &ours, &mut checks);

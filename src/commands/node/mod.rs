@@ -28,6 +28,7 @@ pub(crate) mod files;
 pub(crate) mod identify;
 pub(crate) mod install;
 pub mod merge;
+mod mirrors;
 mod observed;
 pub(crate) mod plan;
 pub(crate) mod rbac;

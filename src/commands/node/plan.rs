@@ -146,6 +146,33 @@ const IDENTITY_BINDING_FLAGS: [(&str, &str); 4] = [
 /// cluster is set up (their identities have no federated credential of
 /// their own for this cluster). Returns what was carried, for the report.
 pub(crate) fn carry_identity_binding(existing: &Value, ours: &mut [Value]) -> Option<String> {
+    let (args, from_stock) = binding_args(existing, ours)?;
+    let mut carried = Vec::new();
+    for entry in ours.iter_mut() {
+        let name = merge::entry_name(entry).to_ascii_lowercase();
+        if name
+            .trim_end_matches(".exe")
+            .ends_with("wi-credential-provider-azure")
+            && with_binding_args(entry, &args)
+        {
+            carried.push(name);
+        }
+    }
+    (from_stock && !carried.is_empty()).then(|| {
+        format!(
+            "acr-credential-provider uses AKS identity bindings: {} use the same endpoint ({}) and audience {}",
+            carried.join(", "),
+            args.join(" "),
+            crate::providers::azure::binding::AUDIENCE
+        )
+    })
+}
+
+/// The identity-binding args our azure entries should carry, and whether
+/// they come from the stock entry (translated) rather than from what an
+/// earlier run gave our own entry (a later run, after `--replace` removed
+/// the stock one).
+fn binding_args(existing: &Value, ours: &[Value]) -> Option<(Vec<String>, bool)> {
     let entries = merge::providers(existing);
     let args_of = |entry: &Value| -> Vec<String> {
         entry
@@ -161,8 +188,6 @@ pub(crate) fn carry_identity_binding(existing: &Value, ours: &mut [Value]) -> Op
         args.iter()
             .any(|a| a.starts_with("--azure-identity-binding-sni="))
     };
-    // The stock entry's flags, translated; else (a later run, after
-    // --replace removed it) what an earlier run gave our own entry.
     let stock: Vec<String> = entries
         .iter()
         .filter(|e| merge::same_provider(merge::entry_name(e), "acr-credential-provider"))
@@ -173,73 +198,59 @@ pub(crate) fn carry_identity_binding(existing: &Value, ours: &mut [Value]) -> Op
                 .find_map(|(theirs, mine)| arg.strip_prefix(theirs).map(|v| format!("{mine}{v}")))
         })
         .collect();
-    let from_stock = has_sni(&stock);
-    let args = if from_stock {
-        stock
-    } else {
-        let names: Vec<&str> = ours.iter().map(merge::entry_name).collect();
-        entries
-            .iter()
-            .filter(|e| {
-                names
-                    .iter()
-                    .any(|n| merge::same_provider(n, merge::entry_name(e)))
-            })
-            .map(args_of)
-            .find(|a| has_sni(a))?
-            .into_iter()
-            .filter(|a| {
-                IDENTITY_BINDING_FLAGS
-                    .iter()
-                    .any(|(_, mine)| a.starts_with(mine))
-            })
-            .collect()
-    };
-    let mut carried = Vec::new();
-    for entry in ours.iter_mut() {
-        let name = merge::entry_name(entry).to_ascii_lowercase();
-        if !name
-            .trim_end_matches(".exe")
-            .ends_with("wi-credential-provider-azure")
-        {
-            continue;
-        }
-        let Some(map) = entry.as_mapping_mut() else {
-            continue;
-        };
-        let list = map
-            .entry(Value::from("args"))
-            .or_insert_with(|| Value::Sequence(Vec::new()));
-        let Some(seq) = list.as_sequence_mut() else {
-            continue;
-        };
-        if seq
-            .iter()
-            .filter_map(Value::as_str)
-            .any(|a| a.starts_with("--azure-identity-binding-sni"))
-        {
-            continue;
-        }
-        seq.extend(args.iter().cloned().map(Value::from));
-        if let Some(attrs) = map
-            .get_mut("tokenAttributes")
-            .and_then(Value::as_mapping_mut)
-        {
-            attrs.insert(
-                Value::from("serviceAccountTokenAudience"),
-                Value::from(crate::providers::azure::binding::AUDIENCE),
-            );
-        }
-        carried.push(name);
+    if has_sni(&stock) {
+        return Some((stock, true));
     }
-    (from_stock && !carried.is_empty()).then(|| {
-        format!(
-            "acr-credential-provider uses AKS identity bindings: {} use the same endpoint ({}) and audience {}",
-            carried.join(", "),
-            args.join(" "),
-            crate::providers::azure::binding::AUDIENCE
-        )
-    })
+    let names: Vec<&str> = ours.iter().map(merge::entry_name).collect();
+    let own = entries
+        .iter()
+        .filter(|e| {
+            names
+                .iter()
+                .any(|n| merge::same_provider(n, merge::entry_name(e)))
+        })
+        .map(args_of)
+        .find(|a| has_sni(a))?
+        .into_iter()
+        .filter(|a| {
+            IDENTITY_BINDING_FLAGS
+                .iter()
+                .any(|(_, mine)| a.starts_with(mine))
+        })
+        .collect();
+    Some((own, false))
+}
+
+/// Adds `args` and the binding's audience to `entry`, unless it already
+/// names a binding; whether it did.
+fn with_binding_args(entry: &mut Value, args: &[String]) -> bool {
+    let Some(map) = entry.as_mapping_mut() else {
+        return false;
+    };
+    let list = map
+        .entry(Value::from("args"))
+        .or_insert_with(|| Value::Sequence(Vec::new()));
+    let Some(seq) = list.as_sequence_mut() else {
+        return false;
+    };
+    if seq
+        .iter()
+        .filter_map(Value::as_str)
+        .any(|a| a.starts_with("--azure-identity-binding-sni"))
+    {
+        return false;
+    }
+    seq.extend(args.iter().cloned().map(Value::from));
+    if let Some(attrs) = map
+        .get_mut("tokenAttributes")
+        .and_then(Value::as_mapping_mut)
+    {
+        attrs.insert(
+            Value::from("serviceAccountTokenAudience"),
+            Value::from(crate::providers::azure::binding::AUDIENCE),
+        );
+    }
+    true
 }
 
 /// Names a Windows entry with its `.exe`: a kubelet before 1.30 finds a

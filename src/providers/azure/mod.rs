@@ -214,6 +214,16 @@ impl Settings {
     }
 }
 
+impl Settings {
+    /// Where the ACR exchange goes: `--acr-endpoint`, else the login
+    /// server itself.
+    fn acr_endpoint_for(&self, server: &host::LoginServer) -> String {
+        self.acr_endpoint
+            .clone()
+            .unwrap_or_else(|| format!("https://{}", server.host))
+    }
+}
+
 pub(crate) static PROVIDER: Provider = Provider {
     name: "azure",
     summary: "Entra ID workload identity federation, then ACR's token exchange",
@@ -415,17 +425,11 @@ impl Exchanger for Azure {
             .fix("the azure exchanger only sends Entra ID tokens to ACR; narrow this provider's matchImages to *.azurecr.io (and the other clouds' suffixes)")
         })?;
         if let Whose::Node { why } = self.whose(cx) {
-            let endpoint = settings
-                .acr_endpoint
-                .clone()
-                .unwrap_or_else(|| format!("https://{}", server.host));
+            let endpoint = settings.acr_endpoint_for(&server);
             return self.node_plan(cx, server, endpoint, why);
         }
         if let Some(binding) = &settings.binding {
-            let endpoint = settings
-                .acr_endpoint
-                .clone()
-                .unwrap_or_else(|| format!("https://{}", server.host));
+            let endpoint = settings.acr_endpoint_for(&server);
             return self.binding_plan(cx, server, endpoint, binding);
         }
         let identity = identity::resolve(cx.annotations, settings.default_tenant.as_deref())?;
@@ -440,10 +444,7 @@ impl Exchanger for Azure {
                 .fix("pass --azure-authority-host (or AZURE_AUTHORITY_HOST) naming the authority that serves this registry"));
             }
         };
-        let endpoint = settings
-            .acr_endpoint
-            .clone()
-            .unwrap_or_else(|| format!("https://{}", server.host));
+        let endpoint = settings.acr_endpoint_for(&server);
         let token = cx.token()?;
         let claims = token.claims();
         let federation = entra::Federation {
