@@ -1128,3 +1128,59 @@ fn an_acr_cache_rule_serves_mcr_keyed_by_mcr() {
     assert_eq!(form["service"], REGISTRY);
     assert_no_secrets(&out, &all_secrets(&token, &entra, &acr));
 }
+
+/// Annotations name an identity, never where the token goes: a service
+/// account annotated with the stock plugin's flag names (and a client ID
+/// that is a URL) cannot point the identity-binding exchange at another
+/// host. A listener at the address the annotations name sees nothing; the
+/// configured endpoint gets the one well-formed request, and a client ID
+/// that is not a GUID is refused before any request.
+#[test]
+fn identity_binding_annotations_cannot_move_the_endpoint() {
+    let (entra, acr) = fakes(REGISTRY);
+    let binding = FakeIdentityBinding::start(&entra, &[("team", "puller", CLIENT_ID)]);
+    let attacker = TestServer::start(|_req| Response::json(200, json!({"access_token": "stolen"})));
+    let attacker_address = attacker.addr().to_string();
+    let image = format!("{REGISTRY}/team/app");
+    let token = TokenSpec::new("team", "puller", azure::BINDING_AUDIENCE).mint();
+    let args = binding_flags(&entra, &acr, &binding);
+    let hostile = [
+        (AKS_CLIENT, CLIENT_ID),
+        ("kubernetes.azure.com/ib-sni-name", "attacker.test"),
+        (
+            "kubernetes.azure.com/ib-apiserver-ip",
+            attacker_address.as_str(),
+        ),
+        (
+            "azure.workload.identity/authority-host",
+            attacker_address.as_str(),
+        ),
+    ];
+    let response = exec(&args, &[], &image, &token, &hostile).response();
+    assert_eq!(
+        response["auth"][REGISTRY]["password"],
+        acr.minted()[0].as_str()
+    );
+    assert_eq!(binding.server.request_count(), 1);
+    assert_eq!(
+        binding.front.server_names(),
+        vec![Some(azure::BINDING_SNI.to_string())]
+    );
+
+    let url_client = format!("https://{attacker_address}/");
+    let line = exec(
+        &args,
+        &[],
+        &image,
+        &token,
+        &[(AKS_CLIENT, url_client.as_str())],
+    )
+    .failure();
+    assert!(line.contains("not a client ID"), "{line}");
+    assert_eq!(binding.server.request_count(), 1);
+    assert_eq!(
+        attacker.request_count(),
+        0,
+        "the token went where an annotation said"
+    );
+}

@@ -985,6 +985,13 @@ impl KubeletService {
             let bin_path = format!("{} {}", windows::path(Path::new(&exe)), windows::path(log));
             let out = Self::sc(&["create", "Kubelet", "binPath=", &bin_path]);
             assert!(out.status.success(), "sc create: {out:?}");
+            // Wine's sc.exe says nothing when the service manager drops
+            // the service: make sure it is there.
+            let query = Self::sc(&["query", "Kubelet"]);
+            assert!(
+                String::from_utf8_lossy(&query.stdout).contains("SERVICE_NAME: Kubelet"),
+                "sc create left no Kubelet service: {query:?}"
+            );
         });
         KubeletService
     }

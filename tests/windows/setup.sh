@@ -31,6 +31,10 @@ shim="$prefix/drive_c/windows/system32/bcryptprimitives.dll"
 if [ ! -f "$prefix/system.reg" ]; then
   rm -rf "$prefix"
   WINEPREFIX="$prefix" WINEDEBUG=-all "$wine" wineboot --init >/dev/null 2>&1
+  # wineboot returns while the new prefix is still being set up; until its
+  # wineserver has finished, a service created with sc.exe is lost (the
+  # node-install restart test creates one).
+  WINEPREFIX="$prefix" "$(dirname "$wine")/wineserver" -w
 fi
 x86_64-w64-mingw32-gcc -shared -O2 -o "$dir/bcryptprimitives.dll" \
   tests/windows/processprng-shim.c tests/windows/processprng-shim.def -ladvapi32

@@ -72,8 +72,9 @@ fn open(name: &str) -> io::Result<Handle> {
     Ok(Handle(service))
 }
 
-fn state(service: &Handle) -> io::Result<u32> {
-    let mut status = SERVICE_STATUS {
+/// A status for a call to fill.
+fn no_status() -> SERVICE_STATUS {
+    SERVICE_STATUS {
         dwServiceType: 0,
         dwCurrentState: 0,
         dwControlsAccepted: 0,
@@ -81,7 +82,11 @@ fn state(service: &Handle) -> io::Result<u32> {
         dwServiceSpecificExitCode: 0,
         dwCheckPoint: 0,
         dwWaitHint: 0,
-    };
+    }
+}
+
+fn state(service: &Handle) -> io::Result<u32> {
+    let mut status = no_status();
     // SAFETY: `service` is open with SERVICE_QUERY_STATUS and `status` is
     // a local the call fills.
     if unsafe { QueryServiceStatus(service.0, &mut status) } == 0 {
@@ -112,15 +117,7 @@ fn wait_for(service: &Handle, wanted: u32, deadline: Instant, what: &str) -> io:
 pub(crate) fn restart(name: &str, timeout: Duration) -> io::Result<()> {
     let deadline = Instant::now() + timeout;
     let service = open(name)?;
-    let mut status = SERVICE_STATUS {
-        dwServiceType: 0,
-        dwCurrentState: 0,
-        dwControlsAccepted: 0,
-        dwWin32ExitCode: 0,
-        dwServiceSpecificExitCode: 0,
-        dwCheckPoint: 0,
-        dwWaitHint: 0,
-    };
+    let mut status = no_status();
     // SAFETY: `service` is open with SERVICE_STOP; `status` is a local.
     if unsafe { ControlService(service.0, SERVICE_CONTROL_STOP, &mut status) } == 0 {
         // SAFETY: reads this thread's last error, set by the call above.
