@@ -3,7 +3,8 @@
 //!
 //! The data flows one way, and the modules say so:
 //! process inputs (`options`, `inputs`) -> request (`stdin`, `protocol`) ->
-//! token claims (`token`) -> route and plan (`providers`) -> cache
+//! token claims (`token`), or the SPIFFE identity they select (`spiffe`)
+//! -> route and plan (`providers`) -> cache
 //! (`cache`) -> response (`protocol`), driven by `serve`. The admin
 //! `commands` reuse those parts. Below them sit the shared pieces: the
 //! network (`net`), `error`, `secret`, `redact`,
@@ -40,6 +41,7 @@ mod providers;
 mod redact;
 mod secret;
 mod serve;
+mod spiffe;
 mod stdin;
 mod token;
 mod version;

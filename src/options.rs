@@ -114,6 +114,9 @@ pub(crate) struct Options {
     pub(crate) mirrors: providers::mirror::Options,
 
     #[command(flatten)]
+    pub(crate) identity: crate::spiffe::Options,
+
+    #[command(flatten)]
     pub(crate) cache: cache::Options,
 }
 

@@ -245,10 +245,11 @@ fn respond(line: &CommandLine, inputs: &Inputs, record: &mut Record) -> Result<V
     } = receive(line.choice, &options.mirrors, &deadline, record)?;
     route::require_node_identity(provider, options.fallback.fallback)?;
     let exchanger = line.build(provider, inputs)?;
+    let (token, audience) = identity(options, exchanger.as_ref(), token, &deadline)?;
     let annotations = &request.service_account_annotations;
     let prepared = prepare(
         exchanger.as_ref(),
-        options.audience.as_deref(),
+        audience.as_deref(),
         mirrored.as_ref().map_or(&image, |(_, on_mirror)| on_mirror),
         token.as_ref(),
         annotations,
@@ -256,6 +257,9 @@ fn respond(line: &CommandLine, inputs: &Inputs, record: &mut Record) -> Result<V
         mirrored.as_ref().map(|(rule, _)| (*rule, &image)),
     )?;
     note_identity(record, provider, &prepared.plan, options.observe.enabled());
+    if let Some(id) = token.as_ref().and_then(ServiceAccountToken::spiffe_id) {
+        record.principal.insert(0, ("spiffe id", id.to_string()));
+    }
     let auth_key = prepared.plan.auth_key.clone();
     let cache_key_type = prepared.plan.cache_key_type;
     let cache = if prepared.plan.cacheable {
@@ -268,7 +272,11 @@ fn respond(line: &CommandLine, inputs: &Inputs, record: &mut Record) -> Result<V
     // borrowing the plan, whose exchange is moved below.
     let cached_as = prepared.plan.every_registry.unwrap_or(auth_key.as_str());
     let cached = cache.as_ref().map(|(cache, key)| {
-        let whose = token.as_ref().filter(|_| !prepared.plan.identity.is_node());
+        // A node credential, or one shared by a SPIFFE identity, is no
+        // one service account's.
+        let whose = token
+            .as_ref()
+            .filter(|t| !prepared.plan.identity.is_node() && t.spiffe_id().is_none());
         let subject = cache::Subject {
             provider: provider.name(),
             service_account: whose.map(|t| t.service_account()),
@@ -289,9 +297,18 @@ fn respond(line: &CommandLine, inputs: &Inputs, record: &mut Record) -> Result<V
     }
     let credential = served.credential;
 
+    // Under `--identity spiffe` the kubelet keeps the credential no longer
+    // than the SVID it was obtained with: the kubelet does not ask the
+    // agent again before it asks us, and the SVID is what says which
+    // identity the pod has now. (The disk cache keeps it longer: it is
+    // keyed by the SPIFFE ID of an SVID fetched on every pull.)
+    let svid_expiry = token
+        .as_ref()
+        .filter(|t| t.spiffe_id().is_some())
+        .map_or(i64::MAX, |svid| svid.claims().expires_at);
     let cache_duration = kubelet_cache_duration(
         served.created_at,
-        credential.expires_at,
+        credential.expires_at.min(svid_expiry),
         options.max_cache_duration,
         image.registry(),
     );
@@ -308,7 +325,10 @@ fn respond(line: &CommandLine, inputs: &Inputs, record: &mut Record) -> Result<V
     record.outcome = Some(outcome);
     record.cache = Some(cache_words);
     if log::enabled(Level::Info) {
-        let whose = whose(&prepared.plan.identity, record);
+        let mut whose = whose(&prepared.plan.identity, record);
+        if let Some(id) = token.as_ref().and_then(ServiceAccountToken::spiffe_id) {
+            whose = format!("{whose} as {id}");
+        }
         let on_mirror = mirrored.as_ref().map(|(_, on_mirror)| on_mirror);
         let text = success_text(
             provider,
@@ -321,6 +341,31 @@ fn respond(line: &CommandLine, inputs: &Inputs, record: &mut Record) -> Result<V
         log_success(text, outcome, cache_words, record);
     }
     Ok(json)
+}
+
+/// The token a pull presents and the audience it must carry. With the
+/// service account identity: the kubelet's token and `--audience`, as
+/// they came. Under `--identity spiffe`: the JWT-SVID the SPIRE agent
+/// mints for the workload the kubelet's token names, in its place, and
+/// the audience it was minted for; the kubelet's token goes no further.
+/// A request without a token is left to the usual checks (`--fallback
+/// node`, or the error that asks for `tokenAttributes`).
+fn identity(
+    options: &options::Options,
+    exchanger: &dyn Exchanger,
+    token: Option<ServiceAccountToken>,
+    deadline: &Deadline,
+) -> Result<(Option<ServiceAccountToken>, Option<String>)> {
+    let (Some(spiffe), Some(kubelet)) = (options.identity.spiffe()?, token.as_ref()) else {
+        return Ok((token, options.audience.clone()));
+    };
+    let audience = spiffe.audience(
+        options.audience.as_deref(),
+        &exchanger.audiences(),
+        exchanger.provider().name(),
+    )?;
+    let svid = crate::spiffe::present(&spiffe, &audience, kubelet, deadline)?;
+    Ok((Some(svid), Some(audience)))
 }
 
 /// The one info line of a success.

@@ -56,6 +56,10 @@ pub struct Claims {
     pub(crate) issued_at: i64,
     pub service_account: ServiceAccount,
     pub(crate) pod: Option<Pod>,
+    /// Under `--identity spiffe`: the SPIFFE ID of the JWT-SVID presented
+    /// in the service account token's place (`subject` is the same ID);
+    /// it keys the cache instead of the service account.
+    pub(crate) spiffe_id: Option<String>,
 }
 
 /// A decoded service account token: the raw token (secret) and its claims.
@@ -157,6 +161,134 @@ impl ServiceAccountToken {
              or pass --audience with the audience your identity provider trusts",
             expected.first().map(String::as_str).unwrap_or_default()
         )))
+    }
+}
+
+/// What the plugin reads of a JWT-SVID the SPIRE agent returned
+/// (`--identity spiffe`), without verifying it: the agent minted it a
+/// moment ago over its admin socket, and the party it is presented to
+/// verifies it against the SPIRE issuer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SvidClaims {
+    spiffe_id: String,
+    issuer: Option<String>,
+    audiences: Vec<String>,
+    expires_at: i64,
+    issued_at: i64,
+}
+
+#[derive(Deserialize)]
+struct WireSvidClaims {
+    iss: Option<String>,
+    sub: Option<String>,
+    aud: Option<WireAudience>,
+    exp: Option<serde_json::Number>,
+    iat: Option<serde_json::Number>,
+}
+
+impl SvidClaims {
+    /// Reads the JWT-SVID `raw`, which the agent said is `spiffe_id`'s
+    /// until `expires_at`: its `sub` must be that ID, and it must carry an
+    /// audience and not have expired. The earlier of the two expiries
+    /// counts.
+    pub(crate) fn read(raw: &Secret, spiffe_id: &str, expires_at: i64) -> Result<SvidClaims> {
+        let bad = |why: String| {
+            Error::upstream(format!("the JWT-SVID the SPIRE agent returned for {spiffe_id} {why}"))
+                .fix("check the SPIRE agent's and server's versions and logs: the agent returns a signed JWT per entry")
+        };
+        let token = raw.expose();
+        let parts: Vec<&str> = token.split('.').collect();
+        let (true, [header, payload, signature]) =
+            (token.len() <= MAX_TOKEN_BYTES, parts.as_slice())
+        else {
+            return Err(bad("is not a JWT of at most 64 KiB".to_string()));
+        };
+        if signature.is_empty() || require_signed(header).is_err() {
+            return Err(bad("is not signed".to_string()));
+        }
+        let claims: WireSvidClaims = segment(payload, "payload")
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .ok_or_else(|| bad("has no JSON claims".to_string()))?;
+        if claims.sub.as_deref() != Some(spiffe_id) {
+            return Err(bad(format!(
+                "names another subject ({})",
+                quote(claims.sub.as_deref().unwrap_or(""))
+            )));
+        }
+        let audiences = match claims.aud {
+            Some(WireAudience::One(a)) => vec![a],
+            Some(WireAudience::Many(a)) => a,
+            None => Vec::new(),
+        };
+        if audiences.is_empty() {
+            return Err(bad("has no audience".to_string()));
+        }
+        let exp = number(claims.exp, "exp").map_err(|_| bad("has no numeric exp".to_string()))?;
+        let now = crate::duration::unix_now();
+        let expires_at = exp.min(expires_at);
+        if expires_at <= now {
+            return Err(bad(format!(
+                "expired at {} ({} s ago)",
+                format_unix(expires_at),
+                now.saturating_sub(expires_at)
+            ))
+            .fix("check the node's clock against the SPIRE server's"));
+        }
+        Ok(SvidClaims {
+            spiffe_id: spiffe_id.to_string(),
+            issuer: claims.iss.filter(|i| !i.is_empty()),
+            audiences,
+            expires_at,
+            issued_at: claims.iat.and_then(|n| n.as_i64()).unwrap_or(now),
+        })
+    }
+
+    /// What `explain` plans with, without asking the agent: an SVID of
+    /// `audience` for an ID only the agent knows.
+    pub(crate) fn stand_in(audience: &str, now: i64) -> SvidClaims {
+        SvidClaims {
+            spiffe_id: "spiffe://<the ID the SPIRE agent returns>".to_string(),
+            issuer: None,
+            audiences: vec![audience.to_string()],
+            expires_at: now.saturating_add(300),
+            issued_at: now,
+        }
+    }
+
+    /// The `iss` claim, present only when the SPIRE server sets
+    /// `jwt_issuer`: without it no OIDC federation (AWS, GCP, Entra, Zot,
+    /// Quay) can trust the SVID.
+    pub(crate) fn issuer(&self) -> Option<&str> {
+        self.issuer.as_deref()
+    }
+}
+
+impl ServiceAccountToken {
+    /// The JWT-SVID `raw` standing in for `kubelet`'s token: presented
+    /// wherever the token would be, with the SVID's own audiences, issuer
+    /// and expiry, and still named for the service account in messages.
+    pub(crate) fn presenting_svid(
+        raw: Secret,
+        svid: SvidClaims,
+        kubelet: &ServiceAccountToken,
+    ) -> ServiceAccountToken {
+        let claims = Claims {
+            issuer: svid.issuer.unwrap_or_default(),
+            subject: svid.spiffe_id.clone(),
+            audiences: svid.audiences,
+            expires_at: svid.expires_at,
+            issued_at: svid.issued_at,
+            service_account: kubelet.claims.service_account.clone(),
+            pod: kubelet.claims.pod.clone(),
+            spiffe_id: Some(svid.spiffe_id),
+        };
+        ServiceAccountToken { raw, claims }
+    }
+
+    /// The SPIFFE ID presented in the token's place, under `--identity spiffe`.
+    pub(crate) fn spiffe_id(&self) -> Option<&str> {
+        self.claims.spiffe_id.as_deref()
     }
 }
 
@@ -335,6 +467,7 @@ pub fn decode_claims(token: &str) -> Result<Claims> {
         issued_at: number(claims.iat, "iat")?,
         service_account,
         pod,
+        spiffe_id: None,
     })
 }
 
@@ -353,6 +486,61 @@ pub(crate) fn jwt(header: &str, claims: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A JWT-SVID is taken only for the SPIFFE ID the agent named, with
+    /// an audience, signed and unexpired; the earlier expiry counts.
+    #[test]
+    fn an_svid_is_read_only_as_what_the_agent_said() {
+        let id = "spiffe://example.org/ns/team/sa/puller";
+        let now = crate::duration::unix_now();
+        let header = r#"{"alg":"ES256","kid":"k"}"#;
+        let svid = |claims: String| Secret::new(jwt(header, &claims));
+        let good = format!(
+            r#"{{"sub":"{id}","aud":["zot"],"exp":{},"iat":{now},"iss":"https://oidc"}}"#,
+            now + 300
+        );
+        let claims =
+            SvidClaims::read(&svid(good.clone()), id, now + 100).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(claims.expires_at, now + 100);
+        assert_eq!(claims.issuer(), Some("https://oidc"));
+        assert_eq!(claims.audiences, vec!["zot".to_string()]);
+        let no_iss = format!(r#"{{"sub":"{id}","aud":"zot","exp":{}}}"#, now + 300);
+        assert_eq!(
+            SvidClaims::read(&svid(no_iss), id, now + 300)
+                .ok()
+                .and_then(|c| c.issuer),
+            None
+        );
+        for (claims, why) in [
+            (
+                format!(
+                    r#"{{"sub":"spiffe://example.org/other","aud":"zot","exp":{}}}"#,
+                    now + 300
+                ),
+                "another subject",
+            ),
+            (
+                format!(r#"{{"sub":"{id}","exp":{}}}"#, now + 300),
+                "no audience",
+            ),
+            (
+                format!(r#"{{"sub":"{id}","aud":"zot","exp":{}}}"#, now - 1),
+                "expired",
+            ),
+            (format!(r#"{{"sub":"{id}","aud":"zot"}}"#), "no numeric exp"),
+        ] {
+            let e = SvidClaims::read(&svid(claims), id, now + 300).unwrap_err();
+            assert!(e.to_string().contains(why), "{why}: {e}");
+        }
+        let unsigned = Secret::new(jwt(r#"{"alg":"none"}"#, &good));
+        assert!(
+            SvidClaims::read(&unsigned, id, now + 300)
+                .unwrap_err()
+                .to_string()
+                .contains("not signed")
+        );
+        assert!(SvidClaims::read(&Secret::new("opaque"), id, now + 300).is_err());
+    }
 
     #[test]
     fn the_audience_rule() {

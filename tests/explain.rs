@@ -368,3 +368,35 @@ metadata:
         "{stdout}"
     );
 }
+
+/// Under `--identity spiffe`, explain names the selectors and the SVID's
+/// audience it would ask the agent for, and contacts nothing.
+#[test]
+fn spiffe_mode_shows_the_selectors_and_the_svid_audience() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("config-examples/spiffe-zot");
+    let out = Command::new(support::plugin::bin())
+        .env_clear()
+        .args([
+            "explain",
+            "--image",
+            "zot.example.com/team/app:1.4.2",
+            "--service-account",
+        ])
+        .arg(root.join("workload.yaml"))
+        .arg("--config")
+        .arg(root.join("credential-provider-config.yaml"))
+        .output()
+        .unwrap();
+    let shown = text(&out.stdout);
+    assert!(out.status.success(), "{shown}{}", text(&out.stderr));
+    for line in [
+        "identity source: spiffe: a JWT-SVID from the SPIRE agent at /run/spire/admin/admin.sock",
+        "SPIRE selectors: k8s:ns:team, k8s:sa:app-puller, and the pulling pod's k8s:pod-name and k8s:pod-uid",
+        "SVID audience: \"zot.example.com\"",
+        "jwt_issuer",
+        "identity: the SPIFFE ID SPIRE registered",
+        "network: not contacted",
+    ] {
+        assert!(shown.contains(line), "{line:?} missing from:\n{shown}");
+    }
+}

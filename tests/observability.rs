@@ -41,6 +41,7 @@ fn sts() -> FakeSts {
         fields: Vec::new(),
         client: None,
         subject: SUBJECT.into(),
+        verify: support::token::verify,
     })
 }
 

@@ -30,6 +30,7 @@ fn expect(fields: &[(&str, &str)], client: Option<(&str, &str)>) -> Expect {
             .collect(),
         client: client.map(|(a, b)| (a.to_string(), b.to_string())),
         subject: SUBJECT.into(),
+        verify: support::token::verify,
     }
 }
 

@@ -337,6 +337,7 @@ fn token_exchange() {
         fields: Vec::new(),
         client: None,
         subject: "system:serviceaccount:team:puller".into(),
+        verify: support::token::verify,
     });
     let args = strings(&[
         "--provider",

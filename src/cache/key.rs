@@ -14,6 +14,9 @@
 //! - the token's `issuer` and the service account's namespace, name and UID
 //!   (a service account deleted and recreated under the same name has a new
 //!   UID, so it never inherits the old one's credentials);
+//! - under `--identity spiffe`, the SPIFFE ID presented instead of the
+//!   service account (one `spiffe_id` line, with the SVID's issuer and
+//!   audience above it): every pod of one SPIFFE identity shares the entry;
 //! - for a node-identity credential (`--fallback node`) the four lines
 //!   above and `annotations` are one line, `identity=node`: the credential
 //!   is the same for every pod, so it is kept once per registry, and no
@@ -48,6 +51,10 @@ pub struct KeyInputs<'a> {
     /// The token's issuer, when there is a token.
     pub(crate) issuer: Option<&'a str>,
     pub(crate) service_account: Option<&'a ServiceAccount>,
+    /// Under `--identity spiffe`: the SPIFFE ID presented, which takes the
+    /// service account's place, so that every pod of one identity shares
+    /// the entry.
+    pub(crate) spiffe_id: Option<&'a str>,
     /// Every annotation the kubelet passed, not only those the exchanger
     /// reads: an exchanger that later reads one more must not see entries
     /// made without it.
@@ -77,6 +84,7 @@ impl<'a> KeyInputs<'a> {
                 audiences: &[],
                 issuer: None,
                 service_account: None,
+                spiffe_id: None,
                 annotations: &NO_ANNOTATIONS,
                 auth_key: plan.cached_as(),
                 inputs: &plan.inputs,
@@ -87,7 +95,10 @@ impl<'a> KeyInputs<'a> {
             provider: plan.provider.name(),
             audiences,
             issuer: token.map(|t| t.claims().issuer.as_str()),
-            service_account: token.map(|t| t.service_account()),
+            service_account: token
+                .filter(|t| t.spiffe_id().is_none())
+                .map(|t| t.service_account()),
+            spiffe_id: token.and_then(|t| t.spiffe_id()),
             annotations,
             auth_key: &plan.auth_key,
             inputs: &plan.inputs,
@@ -159,13 +170,14 @@ pub(crate) fn canonical(inputs: &KeyInputs<'_>) -> String {
         line("audience", audience);
     }
     line("issuer", inputs.issuer.unwrap_or(""));
-    match inputs.service_account {
-        Some(sa) => {
+    match (inputs.spiffe_id, inputs.service_account) {
+        (Some(id), _) => line("spiffe_id", id),
+        (None, Some(sa)) => {
             line("sa.namespace", &sa.namespace);
             line("sa.name", &sa.name);
             line("sa.uid", &sa.uid);
         }
-        None => line("sa", "none"),
+        (None, None) => line("sa", "none"),
     }
     line("annotations", &annotations_digest(inputs.annotations));
     line("auth_key", inputs.auth_key);
@@ -263,6 +275,7 @@ mod tests {
                 audiences: &self.audiences,
                 issuer: Some(&self.issuer),
                 service_account: Some(&self.sa),
+                spiffe_id: None,
                 annotations: &self.annotations,
                 auth_key: &self.auth_key,
                 inputs: &self.inputs,
@@ -310,6 +323,7 @@ mod tests {
             audiences: &[],
             issuer: None,
             service_account: None,
+            spiffe_id: None,
             annotations: &annotations,
             auth_key: "europe-docker.pkg.dev",
             inputs: &[("registry", "gcp".to_string())],
@@ -348,6 +362,7 @@ mod tests {
         let other = sa("another-uid");
         let from_other = KeyInputs {
             service_account: Some(&other),
+            spiffe_id: None,
             ..node.clone()
         };
         assert_eq!(Key::derive(&node), Key::derive(&from_other));
@@ -360,6 +375,38 @@ mod tests {
             ..f.inputs()
         };
         assert_ne!(Key::derive(&node), Key::derive(&anonymous));
+    }
+
+    /// Under `--identity spiffe` the SPIFFE ID takes the service
+    /// account's place: two service accounts of one identity share the
+    /// key, two identities never do, and no service account's key is a
+    /// SPIFFE key.
+    #[test]
+    fn a_spiffe_id_keys_instead_of_the_service_account() {
+        let f = Fixture::new();
+        let other = ServiceAccount {
+            name: "other".into(),
+            ..f.sa.clone()
+        };
+        let as_id = |sa, id| KeyInputs {
+            service_account: None,
+            spiffe_id: Some(id),
+            ..KeyInputs {
+                service_account: Some(sa),
+                ..f.inputs()
+            }
+        };
+        let id = "spiffe://example.org/puller";
+        assert_eq!(
+            Key::derive(&as_id(&f.sa, id)),
+            Key::derive(&as_id(&other, id))
+        );
+        assert_ne!(
+            Key::derive(&as_id(&f.sa, id)),
+            Key::derive(&as_id(&f.sa, "spiffe://example.org/other"))
+        );
+        assert_ne!(Key::derive(&as_id(&f.sa, id)), f.key());
+        assert!(canonical(&as_id(&f.sa, id)).contains("\nspiffe_id=spiffe://example.org/puller\n"));
     }
 
     #[test]

@@ -34,7 +34,7 @@ use crate::providers::mirror::Rule;
 use crate::providers::route;
 use crate::secret::Secret;
 use crate::serve;
-use crate::token::ServiceAccountToken;
+use crate::token::{ServiceAccountToken, SvidClaims};
 
 #[derive(clap::Args, Clone, Debug)]
 pub(crate) struct Args {
@@ -554,9 +554,30 @@ fn plan(
     let _ = writeln!(out, "    provider: {provider} (chosen by {how})");
     route::require_node_identity(provider, routing.line.options.fallback.fallback)?;
     let exchanger = routing.build(provider)?;
+    let options = &routing.line.options;
+    let svid = match (options.identity.spiffe()?, token) {
+        (Some(spiffe), Some(kubelet)) => {
+            let audience = spiffe.audience(
+                options.audience.as_deref(),
+                &exchanger.audiences(),
+                provider.name(),
+            )?;
+            write_spiffe(&spiffe, &audience, kubelet, out);
+            let claims = SvidClaims::stand_in(&audience, duration::unix_now());
+            let raw = kubelet.secret().clone();
+            Some((
+                ServiceAccountToken::presenting_svid(raw, claims, kubelet),
+                audience,
+            ))
+        }
+        _ => None,
+    };
+    let token = svid.as_ref().map(|(svid, _)| svid).or(token);
     let prepared = serve::prepare(
         exchanger.as_ref(),
-        routing.line.options.audience.as_deref(),
+        svid.as_ref()
+            .map(|(_, audience)| audience.as_str())
+            .or(options.audience.as_deref()),
         routed,
         token,
         annotations,
@@ -605,6 +626,37 @@ fn plan(
     Ok(())
 }
 
+/// Under `--identity spiffe`: what the agent would be asked, and what
+/// federation needs of the SVID.
+fn write_spiffe(
+    spiffe: &crate::spiffe::Spiffe<'_>,
+    audience: &str,
+    kubelet: &ServiceAccountToken,
+    out: &mut String,
+) {
+    let _ = writeln!(
+        out,
+        "    identity source: spiffe: a JWT-SVID from the SPIRE agent at {} (FetchJWTSVIDs) in place of the token, which goes no further",
+        spiffe.socket.display()
+    );
+    let _ = writeln!(
+        out,
+        "    SPIRE selectors: {}{} (from the token's claims, never annotations; exactly one registration entry must match)",
+        crate::spiffe::describe(&crate::spiffe::selectors(kubelet)),
+        if kubelet.claims().pod.is_none() {
+            ", and the pulling pod's k8s:pod-name and k8s:pod-uid"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(out, "    SVID audience: {audience:?}");
+    let _ = writeln!(
+        out,
+        "    SVID issuer: the SVID has an iss claim only when the SPIRE server sets jwt_issuer; \
+         OIDC federation (clouds, Zot, Quay, JFrog) needs it, equal to the OIDC discovery provider's URL"
+    );
+}
+
 /// Whose identity the plan pulls with.
 fn write_identity(
     provider: &crate::providers::Provider,
@@ -619,6 +671,12 @@ fn write_identity(
                 out,
                 "    identity: the node's, {} (because {why}); every pod on the node that did not opt in shares it",
                 provider.node_identity.unwrap_or("")
+            );
+        }
+        Whose::ServiceAccount if token.and_then(ServiceAccountToken::spiffe_id).is_some() => {
+            let _ = writeln!(
+                out,
+                "    identity: the SPIFFE ID SPIRE registered for those selectors (--identity spiffe), never the node's"
             );
         }
         Whose::ServiceAccount => {
@@ -657,6 +715,13 @@ fn write_cache(
             let _ = writeln!(
                 out,
                 "    on-disk cache: off (the entry sets no --cache-dir)"
+            );
+        }
+        (Some(dir), true) if token.and_then(ServiceAccountToken::spiffe_id).is_some() => {
+            let _ = writeln!(
+                out,
+                "    on-disk cache: {}, keyed by the SPIFFE ID the agent returns and the audience, shared by every pod of that identity",
+                dir.display()
             );
         }
         (Some(dir), true) => {

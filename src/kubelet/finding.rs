@@ -99,6 +99,9 @@ rules! {
     /// serve (an error), or whose source no `matchImages` entry matches,
     /// so the kubelet never asks (a warning).
     RegistryMirror = "registry-mirror",
+    /// `--identity spiffe` without its admin socket, SPIFFE flags without
+    /// it, or no audience for the JWT-SVID.
+    Spiffe = "spiffe",
     /// `tokenAttributes` for a kubelet without KEP-4412 (below 1.33, or its
     /// feature gate off): the kubelet refuses the config and exits.
     TokenAttributesKubeletGate = "token-attributes.kubelet-gate",

@@ -54,6 +54,16 @@ pub(crate) fn block_on<T>(
     call: &str,
     future: impl Future<Output = Result<T>>,
 ) -> Result<T> {
+    block_on_or(deadline, || deadline_exceeded(deadline, call), future)
+}
+
+/// [`block_on`] for a call whose deadline error is its own (`late`): a
+/// local agent, where a firewall or proxy is not the likely cause.
+pub(crate) fn block_on_or<T>(
+    deadline: &Deadline,
+    late: impl FnOnce() -> Error,
+    future: impl Future<Output = Result<T>>,
+) -> Result<T> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -61,7 +71,7 @@ pub(crate) fn block_on<T>(
     runtime.block_on(async {
         match tokio::time::timeout_at(deadline.instant().into(), future).await {
             Ok(result) => result,
-            Err(_) => Err(deadline_exceeded(deadline, call)),
+            Err(_) => Err(late()),
         }
     })
 }

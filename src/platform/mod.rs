@@ -20,7 +20,8 @@
 //!   [`swap_into_place`]), **locks** (std's `File::lock`: `flock(2)` or
 //!   `LockFileEx`), **unpredictable names** ([`random_hex`]), **stdin
 //!   with a deadline** ([`stdin`], [`read_pipe`]), and the node's file
-//!   system seen from the installer ([`Host`]).
+//!   system seen from the installer ([`Host`]), and **a node agent's local
+//!   endpoint** ([`connect_local`]: a Unix socket, or a named pipe).
 //!
 //! The Windows half is the only code in the crate that calls the
 //! operating system through `unsafe` (the Win32 security API has no safe
@@ -45,8 +46,8 @@ use windows as os;
 pub(crate) use os::host::test_root;
 pub(crate) use os::host::{Host, Kind};
 pub(crate) use os::{
-    HAS_SYSTEM_VERIFIER, Stdin, create_private_dir_all, enter_host_network, facts, facts_at,
-    facts_followed, id_of, is_refused_link, open, read_pipe, rename, restart_service,
+    HAS_SYSTEM_VERIFIER, Stdin, connect_local, create_private_dir_all, enter_host_network, facts,
+    facts_at, facts_followed, id_of, is_refused_link, open, read_pipe, rename, restart_service,
     running_owner, set_mode, stdin, swap_into_place, symlink, system_verifier, write_at,
 };
 

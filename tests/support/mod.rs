@@ -15,6 +15,7 @@ pub mod net;
 pub mod plugin;
 pub mod quay;
 pub mod registry;
+pub mod spire;
 pub mod sts;
 pub mod token;
 pub mod token_service;

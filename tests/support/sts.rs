@@ -38,6 +38,10 @@ pub struct Expect {
     pub client: Option<(String, String)>,
     /// Only this subject is granted a token.
     pub subject: String,
+    /// Verifies the subject token for an audience as the server trusts its
+    /// issuer: `token::verify` for the cluster's, `spire::verify` for a
+    /// SPIRE server's.
+    pub verify: fn(&str, &str) -> Result<serde_json::Value, String>,
 }
 
 pub struct FakeSts {
@@ -154,7 +158,7 @@ fn handle(expect: &Expect, state: &Mutex<State>, req: &Request) -> Response {
         );
     }
     let subject_token = &pairs[1].1;
-    let claims = match token::verify(subject_token, &expect.token_audience) {
+    let claims = match (expect.verify)(subject_token, &expect.token_audience) {
         Ok(claims) => claims,
         Err(e) => {
             return oauth_error(

@@ -384,8 +384,12 @@ fn pinned(
                         .fix("set cacheType: Token"),
                 );
             }
-            let audience_flag = routing.line.options.audience.as_deref();
-            audience(entry, exchanger, attrs.audience(), audience_flag, findings);
+            // Under --identity spiffe the token's audience is read by no
+            // one but the plugin: the SVID's is checked instead.
+            if !spiffe(entry, routing, Some(exchanger), findings) {
+                let audience_flag = routing.line.options.audience.as_deref();
+                audience(entry, exchanger, attrs.audience(), audience_flag, findings);
+            }
             annotations(entry, exchanger, attrs, findings);
         }
     }
@@ -537,6 +541,46 @@ fn annotations(
     findings.push(finding.fix(fix));
 }
 
+/// The `--identity` flags: whether the entry pulls with SPIFFE
+/// identities, with an error finding when its flags do not fit together
+/// or leave the JWT-SVID without an audience (for `exchanger`, when the
+/// entry is pinned to one).
+fn spiffe(
+    entry: &Entry,
+    routing: &Routing,
+    exchanger: Option<&dyn Exchanger>,
+    findings: &mut Vec<Finding>,
+) -> bool {
+    let options = &routing.line.options;
+    let spiffe = match options.identity.spiffe() {
+        Ok(Some(spiffe)) => spiffe,
+        Ok(None) => return false,
+        Err(e) => {
+            let finding = entry.error(Rule::Spiffe, "args", e.what().to_string());
+            findings.push(match e.remedy() {
+                Some(fix) => finding.fix(fix),
+                None => finding,
+            });
+            return options.identity.source() == crate::spiffe::Source::Spiffe;
+        }
+    };
+    if let Some(exchanger) = exchanger {
+        let provider = exchanger.provider().name();
+        if let Err(e) = spiffe.audience(
+            options.audience.as_deref(),
+            &exchanger.audiences(),
+            provider,
+        ) {
+            let finding = entry.error(Rule::Spiffe, "args", e.what().to_string());
+            findings.push(match e.remedy() {
+                Some(fix) => finding.fix(fix),
+                None => finding,
+            });
+        }
+    }
+    true
+}
+
 /// An entry that routes by registry host.
 fn auto(entry: &Entry, routing: &Routing, findings: &mut Vec<Finding>) {
     // The providers auto can pick, built as this entry would build them;
@@ -546,7 +590,8 @@ fn auto(entry: &Entry, routing: &Routing, findings: &mut Vec<Finding>) {
         .filter(|p| p.auto.is_some())
         .filter_map(|p| routing.build(p).ok())
         .collect();
-    if let Some(attrs) = &entry.provider.token_attributes {
+    let spiffe = spiffe(entry, routing, None, findings);
+    if let Some(attrs) = entry.provider.token_attributes.as_ref().filter(|_| !spiffe) {
         findings.push(
             entry
                 .warning(

@@ -323,6 +323,12 @@ pub(crate) fn enter_host_network<T: Send>(
     }
 }
 
+/// Connects to a node agent's local endpoint at `path`: a Unix socket
+/// (the SPIRE agent's `admin_socket_path`), for the async gRPC client.
+pub(crate) async fn connect_local(path: &Path) -> io::Result<tokio::net::UnixStream> {
+    tokio::net::UnixStream::connect(path).await
+}
+
 /// Windows services do not exist here: a Linux kubelet is a systemd
 /// unit, restarted with `systemctl` (`commands::node::restart`).
 pub(crate) fn restart_service(name: &str, _timeout: std::time::Duration) -> io::Result<()> {

@@ -410,6 +410,15 @@ pub(crate) fn enter_host_network<T: Send>(
     Ok(f())
 }
 
+/// Connects to a node agent's local endpoint at `path`: a named pipe
+/// (`\\.\pipe\<name>`, the SPIRE agent's
+/// `experimental.admin_named_pipe_name`), for the async gRPC client.
+pub(crate) async fn connect_local(
+    path: &Path,
+) -> io::Result<tokio::net::windows::named_pipe::NamedPipeClient> {
+    tokio::net::windows::named_pipe::ClientOptions::new().open(path)
+}
+
 /// Restarts the Windows service `name` (stop, then start) through the
 /// Service Control Manager, each state awaited within `timeout`.
 pub(crate) fn restart_service(name: &str, timeout: Duration) -> io::Result<()> {

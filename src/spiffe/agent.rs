@@ -1,0 +1,179 @@
+//! The one call to the SPIRE agent: `FetchJWTSVIDs` of its Delegated
+//! Identity API, over the agent's admin socket.
+//!
+//! One HTTP/2 connection per pull (hyper's client connection, already in
+//! the tree through reqwest), driven by tonic's unary client with prost's
+//! codec. A pull makes one call, so there is nothing to pool, and no
+//! channel (load balancing, reconnection) to carry.
+//!
+//! The agent answers with gRPC status codes; what each means for an admin
+//! is said in one place, [`refusal`], from what SPIRE's
+//! `pkg/agent/api/delegatedidentity/v1/service.go` returns.
+
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use hyper::client::conn::http2;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+
+use super::wire::{FETCH_JWT_SVIDS, FetchJwtSvidsRequest, FetchJwtSvidsResponse, JwtSvid};
+use crate::deadline::Deadline;
+use crate::error::{Error, Result, quote};
+use crate::net::http::block_on_or;
+
+/// An answer holds one JWT-SVID per matching entry, each a few
+/// kilobytes; more is not an answer.
+const MAX_RESPONSE_BYTES: usize = 256 * 1024;
+
+/// The longest part of the agent's own message quoted in an error.
+const MAX_QUOTED: usize = 300;
+
+/// Asks the agent at `socket` for the JWT-SVIDs of `request`, within the
+/// deadline.
+pub(super) fn fetch(
+    socket: &Path,
+    request: FetchJwtSvidsRequest,
+    deadline: &Deadline,
+) -> Result<Vec<JwtSvid>> {
+    block_on_or(deadline, || too_slow(socket, deadline), async {
+        let stream = crate::platform::connect_local(socket)
+            .await
+            .map_err(|e| unreachable_socket(socket, &e))?;
+        let (sender, connection) = http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .map_err(|e| not_grpc(socket, &e.to_string()))?;
+        // The connection is driven beside the call and dropped with the
+        // runtime when the call ends.
+        tokio::spawn(connection);
+        let mut client = tonic::client::Grpc::with_origin(
+            Connection(sender),
+            // The authority grpc-go clients send over a Unix socket.
+            ::http::Uri::from_static("http://localhost"),
+        )
+        .max_decoding_message_size(MAX_RESPONSE_BYTES);
+        client
+            .ready()
+            .await
+            .map_err(|e| not_grpc(socket, &e.to_string()))?;
+        let mut call = tonic::Request::new(request);
+        call.set_timeout(deadline.remaining());
+        let codec =
+            tonic_prost::ProstCodec::<FetchJwtSvidsRequest, FetchJwtSvidsResponse>::default();
+        let path = ::http::uri::PathAndQuery::from_static(FETCH_JWT_SVIDS);
+        match client.unary(call, path, codec).await {
+            Ok(response) => Ok(response.into_inner().svids),
+            Err(status) => Err(refusal(socket, &status)),
+        }
+    })
+}
+
+/// hyper's HTTP/2 sender as the service tonic's client calls.
+struct Connection(http2::SendRequest<tonic::body::Body>);
+
+type Answer = ::http::Response<hyper::body::Incoming>;
+
+impl tower_service::Service<::http::Request<tonic::body::Body>> for Connection {
+    type Response = Answer;
+    type Error = hyper::Error;
+    type Future = Pin<Box<dyn Future<Output = std::result::Result<Answer, hyper::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<std::result::Result<(), hyper::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: ::http::Request<tonic::body::Body>) -> Self::Future {
+        Box::pin(self.0.send_request(request))
+    }
+}
+
+fn unreachable_socket(socket: &Path, error: &std::io::Error) -> Error {
+    let place = socket.display();
+    let fix = match error.kind() {
+        std::io::ErrorKind::NotFound => format!(
+            "start the SPIRE agent with admin_socket_path = \"{place}\" (the Delegated Identity API is off without it), \
+             and mount that directory into the kubelet's view of the node; or pass --spire-admin-socket with the agent's admin socket"
+        ),
+        std::io::ErrorKind::PermissionDenied => format!(
+            "the kubelet runs the plugin as root: check the permissions of {place} and of its directory"
+        ),
+        _ => {
+            format!("check that the SPIRE agent is running and serving its admin socket at {place}")
+        }
+    };
+    Error::network(format!(
+        "cannot connect to the SPIRE agent's admin socket {place}: {error}"
+    ))
+    .fix(fix)
+}
+
+fn too_slow(socket: &Path, deadline: &Deadline) -> Error {
+    Error::network(format!(
+        "the SPIRE agent at {} did not answer FetchJWTSVIDs within the deadline of {}",
+        socket.display(),
+        crate::duration::format_go(deadline.budget())
+    ))
+    .fix("check the SPIRE agent's log and load (it answers from its cache in milliseconds), or raise --timeout (below 60s)")
+}
+
+fn not_grpc(socket: &Path, error: &str) -> Error {
+    Error::network(format!(
+        "the SPIRE agent's admin socket {} did not speak gRPC: {}",
+        socket.display(),
+        clipped(error)
+    ))
+    .fix("point --spire-admin-socket at the agent's admin_socket_path, not at another service's socket")
+}
+
+/// What the agent's refusal means, and the fix.
+fn refusal(socket: &Path, status: &tonic::Status) -> Error {
+    use tonic::Code;
+    let said = clipped(status.message());
+    let what = format!(
+        "the SPIRE agent at {} refused FetchJWTSVIDs: {:?} {}",
+        socket.display(),
+        status.code(),
+        quote(&said)
+    );
+    match status.code() {
+        Code::PermissionDenied if said.contains("authorized delegate") => Error::upstream(what).fix(
+            "add the plugin's SPIFFE ID to the agent's authorized_delegates (see docs/spiffe.md: it is the ID of \
+             the registration entry with -selector unix:uid:0 -selector unix:path:<the plugin's path>)",
+        ),
+        Code::PermissionDenied => Error::upstream(what).fix(
+            "no registration entry matched: register one for the pod's selectors (k8s:ns, k8s:sa; \
+             an entry matches when all its selectors are among those sent, which `explain` shows), \
+             and one for the plugin itself (unix:uid:0, unix:path) listed in authorized_delegates",
+        ),
+        Code::Unimplemented => Error::upstream(what).fix(
+            "this socket does not serve the Delegated Identity API: point --spire-admin-socket at the agent's \
+             admin_socket_path, not at its Workload API socket",
+        ),
+        Code::Unavailable | Code::DeadlineExceeded | Code::ResourceExhausted => {
+            Error::network(what).fix("the agent could not reach its SPIRE server or is overloaded: check the agent's log")
+        }
+        // tonic's own status for an answer that is no FetchJWTSVIDsResponse.
+        Code::Internal if said.starts_with("failed to decode") => Error::upstream(format!(
+            "the SPIRE agent at {} answered FetchJWTSVIDs with something that is not a FetchJWTSVIDsResponse ({said})",
+            socket.display()
+        ))
+        .fix("check that --spire-admin-socket is a SPIRE agent's admin socket, and the agent's version"),
+        Code::Cancelled | Code::Unknown | Code::Internal if is_transport(status) => {
+            not_grpc(socket, &said)
+        }
+        _ => Error::upstream(what).fix("check the SPIRE agent's log for this call"),
+    }
+}
+
+/// Whether a status was made on our side from a failed transport or an
+/// undecodable answer, rather than sent by the agent.
+fn is_transport(status: &tonic::Status) -> bool {
+    status.metadata().is_empty() && std::error::Error::source(status).is_some()
+}
+
+/// The agent's text, bounded, on one line, with anything token-shaped
+/// masked.
+fn clipped(text: &str) -> String {
+    crate::redact::clean(text, MAX_QUOTED)
+}

@@ -1,0 +1,467 @@
+//! `--identity spiffe`: the binary as the kubelet runs it, with a JWT-SVID
+//! from a SPIRE agent's Delegated Identity API (the fake of
+//! tests/support/spire.rs, real gRPC on a Unix socket) presented in the
+//! service account token's place: to Debian's docker-registry through
+//! passthrough and skopeo, and as the subject token of an RFC 8693 token
+//! exchange. The kubelet's token gives the selectors and goes nowhere.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::plugin::{Run, request, run};
+use support::spire::{self, SpireAgent, entry, id_of};
+use support::sts::{Expect, FakeSts};
+use support::token::TokenSpec;
+
+/// The audience of the kubelet's token in SPIFFE mode: only this plugin
+/// reads it.
+const KUBELET_AUDIENCE: &str = "spire-selectors.wi-credential-provider";
+const REGISTRY_AUDIENCE: &str = "registry.cluster.test";
+const STS_AUDIENCE: &str = "sts.cluster.test";
+const REGISTRY: &str = "registry.example.com";
+const IMAGE: &str = "registry.example.com/team/app:v1";
+
+fn kubelet_token(name: &str) -> String {
+    TokenSpec::new("team", name, KUBELET_AUDIENCE).mint()
+}
+
+/// The four selectors the kubelet's token for team/`name` vouches for.
+fn selectors_for(name: &str) -> Vec<String> {
+    let spec = TokenSpec::new("team", name, KUBELET_AUDIENCE);
+    vec![
+        "k8s:ns:team".to_string(),
+        format!("k8s:sa:{name}"),
+        format!("k8s:pod-name:{}", spec.pod_name),
+        format!("k8s:pod-uid:{}", spec.pod_uid),
+    ]
+}
+
+fn spiffe_args(agent: &SpireAgent, rest: &[&str]) -> Vec<String> {
+    socket_args(&agent.socket_arg(), rest)
+}
+
+fn socket_args(socket: &str, rest: &[&str]) -> Vec<String> {
+    let mut args = vec![
+        "--identity".to_string(),
+        "spiffe".to_string(),
+        "--spire-admin-socket".to_string(),
+        socket.to_string(),
+    ];
+    args.extend(rest.iter().map(|s| s.to_string()));
+    args
+}
+
+fn exec(args: &[String], image: &str, token: &str, annotations: &[(&str, &str)]) -> Run {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    run(
+        &args,
+        &[],
+        request(image, Some(token), annotations).as_bytes(),
+    )
+}
+
+fn sts_trusting(subject: &str) -> FakeSts {
+    FakeSts::start(Expect {
+        token_audience: STS_AUDIENCE.into(),
+        fields: Vec::new(),
+        client: None,
+        subject: subject.into(),
+        verify: spire::verify,
+    })
+}
+
+fn exchange_args(agent: &SpireAgent, sts: &FakeSts, rest: &[&str]) -> Vec<String> {
+    let url = sts.url();
+    let mut args = spiffe_args(
+        agent,
+        &[
+            "--provider",
+            "token-exchange",
+            "--registry",
+            REGISTRY,
+            "--token-exchange-url",
+            &url,
+            "--token-exchange-username-field",
+            "username",
+            "--spiffe-audience",
+            STS_AUDIENCE,
+        ],
+    );
+    args.extend(rest.iter().map(|s| s.to_string()));
+    args
+}
+
+/// skopeo pulls from a registry that trusts only the SPIRE issuer, with
+/// the SVID the plugin returned; the agent was asked for exactly the
+/// token's selectors and the registry's audience, and the kubelet's token
+/// reached neither the agent nor the registry nor stderr.
+#[test]
+fn skopeo_pulls_with_the_svid_and_the_kubelet_token_goes_nowhere() {
+    use support::registry::Registry;
+
+    let agent = SpireAgent::start(vec![entry(
+        &id_of("team", "puller"),
+        &["k8s:ns:team", "k8s:sa:puller"],
+    )]);
+    let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+    let record = Arc::clone(&seen);
+    let registry = Registry::start_with_token_auth(move |_username, password| {
+        record.lock().unwrap().push(password.to_string());
+        spire::verify(password, REGISTRY_AUDIENCE)
+            .is_ok_and(|claims| claims["sub"] == id_of("team", "puller").as_str())
+    });
+    registry.push_test_image("team/app", "v1");
+    let host = registry.host().to_string();
+    let token = kubelet_token("puller");
+
+    let args = spiffe_args(
+        &agent,
+        &[
+            "--provider",
+            "passthrough",
+            "--registry",
+            &host,
+            "--spiffe-audience",
+            REGISTRY_AUDIENCE,
+            "--log-level",
+            "debug",
+        ],
+    );
+    let out = exec(&args, &format!("{host}/team/app"), &token, &[]);
+    let response = out.response();
+    let auth = &response["auth"][host.as_str()];
+    let password = auth["password"].as_str().unwrap();
+    assert_ne!(password, token);
+    let claims = spire::verify(password, REGISTRY_AUDIENCE).unwrap();
+    assert_eq!(claims["sub"], id_of("team", "puller").as_str());
+    registry
+        .pull(
+            "team/app",
+            "v1",
+            auth["username"].as_str().unwrap(),
+            password,
+        )
+        .expect("skopeo pulls with the SVID");
+
+    let requests = agent.requests();
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert_eq!(spire::selectors_of(&requests[0]), selectors_for("puller"));
+    assert_eq!(requests[0]["audience"], json!([REGISTRY_AUDIENCE]));
+    assert_eq!(requests[0]["pid"], 0);
+    let sent = requests[0].to_string();
+    assert!(!sent.contains(&token), "the agent got the kubelet's token");
+    assert!(
+        seen.lock().unwrap().iter().all(|p| p != &token),
+        "the registry got the kubelet's token"
+    );
+    assert!(!out.stderr.contains(&token) && !out.stderr.contains(password));
+    assert!(
+        out.stderr
+            .contains(&format!("team/puller as {}", id_of("team", "puller"))),
+        "{}",
+        out.stderr
+    );
+}
+
+/// The SVID is the token exchange's subject token; the service the
+/// exchange trusts only the SPIRE issuer and one SPIFFE ID, and the
+/// credential's cacheDuration is bounded by the SVID's lifetime (two
+/// minutes here, against the exchanged token's fifteen).
+#[test]
+fn the_svid_is_the_subject_token_and_bounds_cache_duration() {
+    let agent = SpireAgent::start(vec![entry(
+        &id_of("team", "puller"),
+        &["k8s:ns:team", "k8s:sa:puller"],
+    )]);
+    agent.configure(json!({
+        "entries": [entry(&id_of("team", "puller"), &["k8s:ns:team", "k8s:sa:puller"])],
+        "ttl": 120,
+    }));
+    let sts = sts_trusting(&id_of("team", "puller"));
+    let token = kubelet_token("puller");
+    let out = exec(&exchange_args(&agent, &sts, &[]), IMAGE, &token, &[]);
+    let response = out.response_for(IMAGE);
+    assert_eq!(
+        response["auth"][REGISTRY]["password"],
+        sts.issued()[0].as_str()
+    );
+    let seconds: u64 = response["cacheDuration"]
+        .as_str()
+        .unwrap()
+        .trim_end_matches('s')
+        .split('m')
+        .fold(0, |total, part| {
+            total * 60 + part.parse::<u64>().unwrap_or(0)
+        });
+    assert!(
+        (1..=120).contains(&seconds),
+        "cacheDuration {} is not bounded by the SVID",
+        response["cacheDuration"]
+    );
+    assert_eq!(agent.requests()[0]["audience"], json!([STS_AUDIENCE]));
+}
+
+/// Without --spiffe-audience, --audience names the SVID's audience.
+#[test]
+fn audience_names_the_svids_audience_without_spiffe_audience() {
+    let agent = SpireAgent::start(vec![entry(&id_of("team", "puller"), &["k8s:sa:puller"])]);
+    let sts = sts_trusting(&id_of("team", "puller"));
+    let url = sts.url();
+    let args = spiffe_args(
+        &agent,
+        &[
+            "--provider",
+            "token-exchange",
+            "--registry",
+            REGISTRY,
+            "--token-exchange-url",
+            &url,
+            "--token-exchange-username-field",
+            "username",
+            "--audience",
+            STS_AUDIENCE,
+        ],
+    );
+    exec(&args, IMAGE, &kubelet_token("puller"), &[]).response_for(IMAGE);
+    assert_eq!(agent.requests()[0]["audience"], json!([STS_AUDIENCE]));
+}
+
+/// Pods of one SPIFFE identity share a cached credential; the SVID is
+/// fetched on every pull, so a re-registration takes effect at once: the
+/// other identity's pull exchanges anew (and is refused here), it is
+/// never served the first identity's credential.
+#[test]
+fn one_identity_shares_the_cache_and_another_never_does() {
+    let cache = tempfile::tempdir().unwrap();
+    let cache_dir = cache.path().display().to_string();
+    let shared = "spiffe://cluster.test/ns/team";
+    let agent = SpireAgent::start(vec![entry(shared, &["k8s:ns:team"])]);
+    let sts = sts_trusting(shared);
+    let args = exchange_args(&agent, &sts, &["--cache-dir", &cache_dir]);
+
+    let first = exec(&args, IMAGE, &kubelet_token("puller"), &[]).response_for(IMAGE);
+    let second = exec(&args, IMAGE, &kubelet_token("builder"), &[]).response_for(IMAGE);
+    assert_eq!(sts.issued().len(), 1, "one exchange for one identity");
+    assert_eq!(first["auth"], second["auth"]);
+    assert_eq!(
+        agent.requests().len(),
+        2,
+        "an SVID is fetched on every pull"
+    );
+
+    agent.configure(
+        json!({"entries": [entry("spiffe://cluster.test/ns/team/sa/builder", &["k8s:ns:team"])]}),
+    );
+    let line = exec(&args, IMAGE, &kubelet_token("builder"), &[]).failure();
+    assert!(line.contains("service account team/builder"), "{line}");
+    assert!(line.contains("invalid_grant"), "{line}");
+    assert_eq!(sts.issued().len(), 1);
+}
+
+/// Annotations, which tenants write, cannot add or change selectors, nor
+/// move the socket or the audience.
+#[test]
+fn hostile_annotations_change_no_selector() {
+    let agent = SpireAgent::start(vec![entry(&id_of("team", "puller"), &["k8s:sa:puller"])]);
+    let args = spiffe_args(
+        &agent,
+        &[
+            "--provider",
+            "passthrough",
+            "--registry",
+            REGISTRY,
+            "--spiffe-audience",
+            REGISTRY_AUDIENCE,
+        ],
+    );
+    let hostile = [
+        ("spiffe.io/selector", "k8s:ns:kube-system"),
+        ("k8s:sa", "admin"),
+        (
+            "wi-credential-provider/spire-admin-socket",
+            "/tmp/evil.sock",
+        ),
+        ("wi-credential-provider/spiffe-audience", "evil.example.com"),
+        (
+            "spiffe.io/spiffe-id",
+            "spiffe://cluster.test/ns/kube-system/sa/admin",
+        ),
+    ];
+    exec(&args, IMAGE, &kubelet_token("puller"), &hostile).response_for(IMAGE);
+    let requests = agent.requests();
+    assert_eq!(spire::selectors_of(&requests[0]), selectors_for("puller"));
+    assert_eq!(requests[0]["audience"], json!([REGISTRY_AUDIENCE]));
+}
+
+/// One failed pull: one line naming the service account, the words of
+/// its fix, and never the kubelet's token.
+fn assert_fails(agent: &SpireAgent, extra: &[&str], words: &[&str]) -> String {
+    assert_fails_at(&agent.socket_arg(), extra, words)
+}
+
+fn assert_fails_at(socket: &str, extra: &[&str], words: &[&str]) -> String {
+    let token = kubelet_token("puller");
+    let mut rest = vec![
+        "--provider",
+        "passthrough",
+        "--registry",
+        REGISTRY,
+        "--spiffe-audience",
+        REGISTRY_AUDIENCE,
+    ];
+    rest.extend_from_slice(extra);
+    let out = exec(&socket_args(socket, &rest), IMAGE, &token, &[]);
+    let line = out.failure();
+    assert!(line.contains("service account team/puller"), "{line}");
+    for word in words {
+        assert!(line.contains(word), "{word:?} missing from: {line}");
+    }
+    assert!(!out.stderr.contains(&token), "{}", out.stderr);
+    line
+}
+
+#[test]
+fn every_refusal_of_the_agent_is_one_clear_line() {
+    let puller = id_of("team", "puller");
+    let agent = SpireAgent::start(vec![]);
+    assert_fails(&agent, &[], &["no identity issued", "register"]);
+
+    agent.configure(
+        json!({"entries": [entry(&puller, &["k8s:sa:puller"])], "mode": "not-delegate"}),
+    );
+    assert_fails(
+        &agent,
+        &[],
+        &["authorized delegate", "authorized_delegates"],
+    );
+
+    agent
+        .configure(json!({"entries": [entry(&puller, &["k8s:sa:puller"])], "mode": "unavailable"}));
+    assert_fails(&agent, &[], &["Unavailable", "agent's log"]);
+
+    agent.configure(json!({"entries": [
+        entry(&puller, &["k8s:sa:puller"]),
+        entry("spiffe://cluster.test/ns/team", &["k8s:ns:team"]),
+    ]}));
+    assert_fails(
+        &agent,
+        &[],
+        &[
+            "2 JWT-SVIDs",
+            &puller,
+            "spiffe://cluster.test/ns/team",
+            "exactly one",
+        ],
+    );
+
+    agent.configure(json!({"entries": [entry(&puller, &["k8s:sa:puller"])], "mode": "garbage"}));
+    assert_fails(&agent, &[], &["not a FetchJWTSVIDsResponse"]);
+}
+
+#[test]
+fn a_hung_agent_ends_at_the_deadline() {
+    let agent = SpireAgent::start(vec![]);
+    agent.configure(json!({"mode": "hang"}));
+    let started = Instant::now();
+    assert_fails(
+        &agent,
+        &["--timeout", "3s"],
+        &["did not answer", "deadline of 3s", "agent's log"],
+    );
+    assert!(started.elapsed() < Duration::from_secs(15));
+}
+
+#[test]
+fn a_missing_or_foreign_socket_is_named_with_its_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("absent.sock").display().to_string();
+    let line = assert_fails_at(&missing, &[], &["admin_socket_path"]);
+    assert!(line.contains(&missing), "{line}");
+
+    // A socket that answers, but not in HTTP/2.
+    let foreign = dir.path().join("foreign.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&foreign).unwrap();
+    let serving = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        if let Ok((mut stream, _)) = listener.accept() {
+            let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n");
+            let mut sink = [0u8; 1024];
+            let _ = stream.read(&mut sink);
+        }
+    });
+    let foreign = foreign.display().to_string();
+    assert_fails_at(&foreign, &[], &["gRPC"]);
+    serving.join().unwrap();
+}
+
+/// The flags mean something only together: SPIFFE mode needs the socket,
+/// and a SPIFFE setting without it is refused rather than ignored.
+#[test]
+fn spiffe_settings_without_spiffe_mode_are_refused() {
+    let token = kubelet_token("puller");
+    let out = run(
+        &[
+            "--provider",
+            "passthrough",
+            "--registry",
+            REGISTRY,
+            "--identity",
+            "spiffe",
+        ],
+        &[],
+        request(IMAGE, Some(&token), &[]).as_bytes(),
+    );
+    assert_ne!(out.code, Some(0));
+    assert!(
+        out.stderr.contains("--spire-admin-socket"),
+        "{}",
+        out.stderr
+    );
+    let out = run(
+        &[
+            "--provider",
+            "passthrough",
+            "--registry",
+            REGISTRY,
+            "--audience",
+            KUBELET_AUDIENCE,
+        ],
+        &[("WICP_SPIRE_ADMIN_SOCKET", "/run/spire/admin.sock")],
+        request(IMAGE, Some(&token), &[]).as_bytes(),
+    );
+    let line = out.failure();
+    assert!(line.contains("--identity spiffe"), "{line}");
+}
+
+/// An SVID without `iss` (the SPIRE server has no jwt_issuer) is still
+/// presented, with a warning saying what federation needs.
+#[test]
+fn an_svid_without_an_issuer_is_warned_about() {
+    let agent = SpireAgent::start(vec![]);
+    agent.configure(
+        json!({"entries": [entry(&id_of("team", "puller"), &["k8s:sa:puller"])], "issuer": null}),
+    );
+    let args = spiffe_args(
+        &agent,
+        &[
+            "--provider",
+            "passthrough",
+            "--registry",
+            REGISTRY,
+            "--spiffe-audience",
+            REGISTRY_AUDIENCE,
+        ],
+    );
+    let out = exec(&args, IMAGE, &kubelet_token("puller"), &[]);
+    out.response_for(IMAGE);
+    assert!(out.stderr.contains("jwt_issuer"), "{}", out.stderr);
+}
