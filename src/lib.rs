@@ -26,6 +26,7 @@ mod deadline;
 mod duration;
 mod error;
 mod file;
+mod hex;
 mod image;
 mod inputs;
 mod invocation;

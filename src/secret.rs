@@ -22,8 +22,20 @@ use zeroize::Zeroize;
 
 /// A secret string. Cloning is allowed (the cache and the response both need
 /// it), printing is not.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct Secret(String);
+
+/// In constant time for values of one length (subtle's `ct_eq`), so that
+/// how long a comparison takes says nothing about where two secrets
+/// differ. A length difference is not hidden.
+impl PartialEq for Secret {
+    fn eq(&self, other: &Self) -> bool {
+        use subtle::ConstantTimeEq;
+        self.0.as_bytes().ct_eq(other.0.as_bytes()).into()
+    }
+}
+
+impl Eq for Secret {}
 
 impl Secret {
     pub fn new(value: impl Into<String>) -> Self {
@@ -465,6 +477,20 @@ pub(crate) fn mask_known(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secrets_compare_by_value() {
+        assert_eq!(
+            Secret::from_admin("same-value"),
+            Secret::from_admin("same-value")
+        );
+        assert_ne!(
+            Secret::from_admin("same-value"),
+            Secret::from_admin("same-valuf")
+        );
+        assert_ne!(Secret::from_admin("same"), Secret::from_admin("same-value"));
+        assert_eq!(Secret::from_admin(""), Secret::from_admin(""));
+    }
 
     #[test]
     fn a_made_secret_is_masked_whole_and_in_parts() {

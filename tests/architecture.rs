@@ -2,7 +2,9 @@
 //! depend on each other in one direction only (request -> token -> route
 //! -> provider -> cache -> response, commands on top, shared pieces
 //! below). A cycle among them is how a layout starts to rot (the old
-//! `cli`/`config`/`explain` circle), so `cargo test` refuses one.
+//! `cli`/`config`/`explain` circle), so `cargo test` refuses one, at every
+//! depth: the children of `commands::node` or `providers::azure` may not
+//! use each other in a circle either (`doctor` and `observed` once did).
 //!
 //! Dependencies are read from the source text: every `crate::name` path,
 //! including `use crate::{a, b::c}` groups, in every file below
@@ -172,6 +174,224 @@ fn the_checker_finds_a_cycle_and_reads_groups() {
     assert_eq!(
         find_cycle(&g).unwrap(),
         ["a", "b", "c", "a"].map(String::from)
+    );
+}
+
+/// A file's module path: `src/commands/node/doctor.rs` is
+/// `commands::node::doctor`, `src/providers/aws/mod.rs` is
+/// `providers::aws`, `src/lib.rs` the root.
+fn module_path(src: &Path, file: &Path) -> Vec<String> {
+    let mut path: Vec<String> = file
+        .strip_prefix(src)
+        .unwrap()
+        .components()
+        .map(|c| {
+            c.as_os_str()
+                .to_string_lossy()
+                .trim_end_matches(".rs")
+                .to_string()
+        })
+        .collect();
+    if matches!(
+        path.last().map(String::as_str),
+        Some("mod" | "lib" | "main")
+    ) {
+        path.pop();
+    }
+    path
+}
+
+/// The paths one `use` tree or expression names, from just after its
+/// `crate::`/`super::`/`self::`: `a::{b, c::d}` is `a::b` and `a::c::d`.
+fn expand(text: &str) -> Vec<Vec<String>> {
+    fn tree(chars: &[char], at: &mut usize) -> Vec<Vec<String>> {
+        let mut prefix: Vec<String> = Vec::new();
+        loop {
+            if chars.get(*at) == Some(&'{') {
+                *at += 1;
+                return group(chars, at, &prefix);
+            }
+            let start = *at;
+            while chars
+                .get(*at)
+                .is_some_and(|c| c.is_alphanumeric() || *c == '_')
+            {
+                *at += 1;
+            }
+            if *at == start {
+                return vec![prefix];
+            }
+            prefix.push(chars[start..*at].iter().collect());
+            if chars.get(*at) == Some(&':') && chars.get(*at + 1) == Some(&':') {
+                *at += 2;
+            } else {
+                return vec![prefix];
+            }
+        }
+    }
+    fn group(chars: &[char], at: &mut usize, prefix: &[String]) -> Vec<Vec<String>> {
+        let mut all = Vec::new();
+        loop {
+            while chars
+                .get(*at)
+                .is_some_and(|c| c.is_whitespace() || *c == ',')
+            {
+                *at += 1;
+            }
+            match chars.get(*at) {
+                None => return all,
+                Some('}') => {
+                    *at += 1;
+                    return all;
+                }
+                _ => {}
+            }
+            let before = *at;
+            for tail in tree(chars, at) {
+                all.push(prefix.iter().cloned().chain(tail).collect());
+            }
+            if *at == before {
+                *at += 1;
+            }
+        }
+    }
+    let chars: Vec<char> = text.chars().collect();
+    tree(&chars, &mut 0)
+}
+
+/// Every module path `text` names, absolute, for code in module `here`.
+fn named_paths(text: &str, here: &[String]) -> Vec<Vec<String>> {
+    let mut found = Vec::new();
+    let bytes = text.as_bytes();
+    for (at, _) in text.match_indices("::") {
+        // The start of the path this `::` ends the first segment of.
+        let start = text[..at]
+            .rfind(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .map_or(0, |i| i + 1);
+        if start > 0 && (bytes[start - 1] == b':' || bytes[start - 1].is_ascii_alphanumeric()) {
+            continue;
+        }
+        let mut base: Vec<String> = match &text[start..at] {
+            "crate" => Vec::new(),
+            "self" => here.to_vec(),
+            "super" => here[..here.len().saturating_sub(1)].to_vec(),
+            _ => continue,
+        };
+        let mut rest = &text[at + 2..];
+        while let Some(next) = rest.strip_prefix("super::") {
+            base.pop();
+            rest = next;
+        }
+        for tail in expand(rest) {
+            found.push(base.iter().cloned().chain(tail).collect());
+        }
+    }
+    found
+}
+
+/// For every module with submodules, the graph of its children: `a`
+/// uses `b` when code anywhere below `a` names `b` (or anything in it),
+/// by `crate::`, `super::` or `self::`. The top level is one of them.
+fn graphs_at_every_depth(src: &Path) -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let is_child = |parent: &[String], name: &str| {
+        let dir = parent.iter().fold(src.to_path_buf(), |d, p| d.join(p));
+        name != "mod" && (dir.join(format!("{name}.rs")).is_file() || dir.join(name).is_dir())
+    };
+    let mut graphs: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    for file in &files {
+        let here = module_path(src, file);
+        let text = code_only(&std::fs::read_to_string(file).unwrap());
+        // A file's `mod tests` is one level down: its `super::` is the file.
+        let (code, tests) = match text.find("mod tests {") {
+            Some(at) => text.split_at(at),
+            None => (text.as_str(), ""),
+        };
+        let in_tests: Vec<String> = here.iter().cloned().chain(["tests".to_string()]).collect();
+        let named = named_paths(code, &here)
+            .into_iter()
+            .chain(named_paths(tests, &in_tests));
+        for to in named {
+            let shared = here.iter().zip(&to).take_while(|(a, b)| a == b).count();
+            let (Some(from_child), Some(to_child)) = (here.get(shared), to.get(shared)) else {
+                continue;
+            };
+            let parent = &here[..shared];
+            if from_child == "tests" || !is_child(parent, to_child) || !is_child(parent, from_child)
+            {
+                continue;
+            }
+            graphs
+                .entry(parent.join("::"))
+                .or_default()
+                .entry(from_child.clone())
+                .or_default()
+                .insert(to_child.clone());
+        }
+    }
+    graphs
+}
+
+#[test]
+fn no_module_circle_at_any_depth() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let graphs = graphs_at_every_depth(&src);
+    for parent in [
+        "",
+        "commands",
+        "commands::node",
+        "providers",
+        "providers::azure",
+    ] {
+        assert!(
+            graphs.contains_key(parent),
+            "no graph for {parent:?}: {:?}",
+            graphs.keys()
+        );
+    }
+    let circles: Vec<String> = graphs
+        .iter()
+        .filter_map(|(parent, graph)| {
+            let cycle = find_cycle(graph)?;
+            Some(format!("in crate::{parent}: {}", cycle.join(" -> ")))
+        })
+        .collect();
+    assert!(
+        circles.is_empty(),
+        "modules depend on each other in a circle:\n{}",
+        circles.join("\n")
+    );
+}
+
+#[test]
+fn the_depth_checker_resolves_relative_paths_and_groups() {
+    let here: Vec<String> = ["commands", "node", "doctor"].map(String::from).to_vec();
+    let names = |text: &str| {
+        named_paths(text, &here)
+            .into_iter()
+            .map(|p| p.join("::"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        names("use super::{observed, doctor::{Check, check}}; use super::{};"),
+        [
+            "commands::node::observed",
+            "commands::node::doctor::Check",
+            "commands::node::doctor::check"
+        ]
+    );
+    assert_eq!(
+        names("let x = super::super::cache::run();"),
+        ["commands::cache::run"]
+    );
+    assert_eq!(
+        names("crate::serve::prepare(self::inner::f())"),
+        ["serve::prepare", "commands::node::doctor::inner::f"]
+    );
+    assert_eq!(
+        names("Self::new(); my_super::x; a::crate::b"),
+        Vec::<String>::new()
     );
 }
 

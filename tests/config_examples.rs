@@ -128,6 +128,62 @@ fn every_scenario_is_complete() {
     }
 }
 
+/// The scenarios config-examples/README.md's table names: the first
+/// cell of each row of the table headed `| scenario |`.
+fn scenario_rows(readme: &str) -> Vec<String> {
+    let mut rows = Vec::new();
+    let mut in_table = false;
+    for line in readme.lines() {
+        if line.starts_with("| scenario |") {
+            in_table = true;
+            continue;
+        }
+        if !line.starts_with('|') {
+            in_table = false;
+        }
+        if in_table && !line.starts_with("|---") {
+            let cell = line.split('|').nth(1).unwrap_or_default().trim();
+            rows.push(cell.trim_matches('`').to_string());
+        }
+    }
+    rows
+}
+
+/// Rows and directories, both ways: a scenario added without its row, or
+/// a row left behind by a removed scenario, is caught here.
+fn table_drift(rows: &[String], scenarios: &[String]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for scenario in scenarios {
+        if !rows.contains(scenario) {
+            problems.push(format!(
+                "config-examples/{scenario} has no row in config-examples/README.md"
+            ));
+        }
+    }
+    for row in rows {
+        if !scenarios.contains(row) {
+            problems.push(format!(
+                "config-examples/README.md names {row}, which is no directory"
+            ));
+        }
+    }
+    problems
+}
+
+#[test]
+fn the_readme_table_names_every_scenario_and_no_other() {
+    let readme = std::fs::read_to_string(examples().join("README.md")).unwrap();
+    let rows = scenario_rows(&readme);
+    let problems = table_drift(&rows, &scenarios());
+    assert!(problems.is_empty(), "{problems:#?}");
+    // The check itself: a removed row and a stale one are both reported.
+    let fewer: Vec<String> = rows.iter().skip(1).cloned().collect();
+    let mut stale = rows.clone();
+    stale.push("gone".into());
+    assert_eq!(table_drift(&fewer, &scenarios()).len(), 1);
+    assert_eq!(table_drift(&stale, &scenarios()).len(), 1);
+}
+
 /// The provider names a scenario's kubelet config runs the plugin as.
 fn configured_providers(scenario: &str) -> BTreeSet<String> {
     let config = examples()

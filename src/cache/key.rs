@@ -113,7 +113,9 @@ pub struct Key(String);
 
 impl Key {
     pub fn derive(inputs: &KeyInputs<'_>) -> Self {
-        Key(hex(&Sha256::digest(canonical(inputs).as_bytes())))
+        Key(crate::hex::encode(&Sha256::digest(
+            canonical(inputs).as_bytes(),
+        )))
     }
 
     /// A key read back from a file name; `None` unless it is 64 lowercase
@@ -196,7 +198,7 @@ fn annotations_digest(annotations: &BTreeMap<String, String>) -> String {
         hasher.update(escape(value, false).as_bytes());
         hasher.update(b"\n");
     }
-    format!("sha256:{}", hex(&hasher.finalize()))
+    format!("sha256:{}", crate::hex::encode(&hasher.finalize()))
 }
 
 /// `text` with `\\`, newline, carriage return (and `=` in a name) escaped;
@@ -217,16 +219,6 @@ fn escape(text: &str, name: bool) -> std::borrow::Cow<'_, str> {
         }
     }
     std::borrow::Cow::Owned(out)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    let digit = |n: u8| char::from_digit(u32::from(n), 16).unwrap_or('0');
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(digit(b >> 4));
-        out.push(digit(b & 0x0f));
-    }
-    out
 }
 
 #[cfg(test)]

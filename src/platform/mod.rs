@@ -273,7 +273,7 @@ pub(crate) fn random_hex(bytes: usize) -> String {
             .unwrap_or_default();
         return format!("{nanos:x}{:x}", std::process::id());
     }
-    buf.iter().map(|b| format!("{b:02x}")).collect()
+    crate::hex::encode(&buf)
 }
 
 /// The file name of executable `name` here: `name.exe` on Windows.

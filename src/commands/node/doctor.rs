@@ -12,6 +12,7 @@ use std::process::ExitCode;
 
 use serde::Serialize;
 
+use super::checks::{Check, Verdict, check};
 use super::discover::{self, Discovery};
 use super::distro::{self, Distro};
 use super::{Target, rbac, restart, stage};
@@ -29,41 +30,6 @@ use crate::platform::Host;
 pub(crate) struct Args {
     #[command(flatten)]
     pub(crate) target: Target,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum Verdict {
-    Ok,
-    Warn,
-    Fail,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub(crate) struct Check {
-    pub(crate) verdict: Verdict,
-    pub(crate) check: String,
-    pub(crate) message: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) fix: Option<String>,
-}
-
-pub(super) fn check(
-    verdict: Verdict,
-    name: &str,
-    message: impl Into<String>,
-    fix: Option<String>,
-) -> Check {
-    // Messages quote what the node's files say (an audit record, a unit's
-    // flags): control characters are shown escaped, in text and JSON alike,
-    // never written raw to the admin's terminal.
-    let escape = |text: String| crate::redact::escape_hidden(&text).into_owned();
-    Check {
-        verdict,
-        check: name.to_string(),
-        message: escape(message.into()),
-        fix: fix.map(escape),
-    }
 }
 
 #[derive(Debug, Serialize)]

@@ -1,11 +1,15 @@
 //! Running another program from the installer: always with a deadline, no
 //! standard input, an environment reduced to `PATH`, and bounded output.
-//! A program that does not finish in time is killed.
+//! A program that does not finish in time is killed. `systemctl` runs in
+//! the node's namespaces when the installer is in a pod's.
 
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::platform::Host;
 
 /// Most bytes kept of a child's stdout or stderr.
 const MAX_OUTPUT: u64 = 64 * 1024;
@@ -86,6 +90,64 @@ pub(crate) fn run(program: &Path, args: &[&str], timeout: Duration) -> Result<Fi
         stdout: stdout.recv_timeout(left()).unwrap_or_default(),
         stderr: stderr.recv_timeout(left()).unwrap_or_default(),
     })
+}
+
+/// Whether `systemctl` must run in PID 1's namespaces: the root is a
+/// mounted host root and PID 1 is in another mount namespace.
+fn through_nsenter(host: &Host, proc: &Path) -> bool {
+    if host.is_local() {
+        return false;
+    }
+    match (
+        std::fs::read_link(proc.join("1/ns/mnt")),
+        std::fs::read_link("/proc/self/ns/mnt"),
+    ) {
+        (Ok(one), Ok(me)) => one != me,
+        // Cannot tell (no hostPID, or not allowed to look): nsenter would
+        // fail the same way, so run systemctl here and let it say why.
+        _ => false,
+    }
+}
+
+/// Runs `systemctl ARGS` on the node and returns its stdout.
+pub(crate) fn systemctl_output(
+    host: &Host,
+    proc: &Path,
+    args: &[&str],
+    timeout: Duration,
+) -> Result<String> {
+    let shown = format!("systemctl {}", args.join(" "));
+    let nsenter = through_nsenter(host, proc);
+    let (program, full): (PathBuf, Vec<&str>) = if nsenter {
+        let mut a = vec![
+            "--target",
+            "1",
+            "--mount",
+            "--uts",
+            "--ipc",
+            "--net",
+            "--pid",
+            "--",
+            "systemctl",
+        ];
+        a.extend_from_slice(args);
+        (PathBuf::from("nsenter"), a)
+    } else {
+        (PathBuf::from("systemctl"), args.to_vec())
+    };
+    let out = run(&program, &full, timeout).map_err(|e| {
+        Error::config(format!("cannot run {shown}: {e}"))
+            .fix("run on a systemd node (or from a privileged pod with hostPID and nsenter)")
+    })?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        return Err(Error::config(format!(
+            "{shown} failed ({}): {}",
+            out.status,
+            stderr.trim().lines().last().unwrap_or("")
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 #[cfg(test)]

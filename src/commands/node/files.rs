@@ -41,10 +41,7 @@ pub(crate) const MAX_FILE: u64 = 256 << 20;
 const WRITTEN_HISTORY: usize = 16;
 
 pub(crate) fn sha256(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::hex::encode(&Sha256::digest(bytes))
 }
 
 pub(crate) fn backup_path(path: &Path) -> PathBuf {

@@ -26,7 +26,6 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::restart;
 use crate::platform::Host;
 
 /// The kubelet (or the k3s/RKE2 process that embeds it), verified.
@@ -60,7 +59,7 @@ struct UnitState {
 }
 
 fn unit_state(host: &Host, proc: &Path, unit: &str) -> Option<UnitState> {
-    let out = restart::systemctl_output(
+    let out = super::exec::systemctl_output(
         host,
         proc,
         &["show", "--property=MainPID,ControlGroup", unit],

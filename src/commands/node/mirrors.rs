@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::doctor::{Check, Verdict, check};
+use super::checks::{Check, Verdict, check};
 use crate::commands::check_config::entry;
 use crate::inputs::Env;
 use crate::kubelet::provider_config::Entry;

@@ -20,6 +20,7 @@
 
 pub(crate) mod aks_windows;
 pub(crate) mod apply;
+mod checks;
 pub(crate) mod discover;
 pub(crate) mod distro;
 pub(crate) mod doctor;

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::doctor::{Check, Verdict, check};
+use super::checks::{Check, Verdict, check};
 use crate::error::Kind;
 use crate::inputs::Env;
 use crate::kubelet::provider_config::Entry;

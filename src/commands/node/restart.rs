@@ -17,7 +17,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::discover::Discovery;
@@ -32,67 +32,9 @@ const HEALTHY_IN_A_ROW: u32 = 3;
 /// k3s server starts its control plane).
 const RESTART_TIMEOUT: Duration = Duration::from_secs(180);
 
-/// Whether `systemctl` must run in PID 1's namespaces: the root is a
-/// mounted host root and PID 1 is in another mount namespace.
-fn through_nsenter(host: &Host, proc: &Path) -> bool {
-    if host.is_local() {
-        return false;
-    }
-    match (
-        std::fs::read_link(proc.join("1/ns/mnt")),
-        std::fs::read_link("/proc/self/ns/mnt"),
-    ) {
-        (Ok(one), Ok(me)) => one != me,
-        // Cannot tell (no hostPID, or not allowed to look): nsenter would
-        // fail the same way, so run systemctl here and let it say why.
-        _ => false,
-    }
-}
-
-/// Runs `systemctl ARGS` on the node and returns its stdout.
-pub(crate) fn systemctl_output(
-    host: &Host,
-    proc: &Path,
-    args: &[&str],
-    timeout: Duration,
-) -> Result<String> {
-    let shown = format!("systemctl {}", args.join(" "));
-    let nsenter = through_nsenter(host, proc);
-    let (program, full): (PathBuf, Vec<&str>) = if nsenter {
-        let mut a = vec![
-            "--target",
-            "1",
-            "--mount",
-            "--uts",
-            "--ipc",
-            "--net",
-            "--pid",
-            "--",
-            "systemctl",
-        ];
-        a.extend_from_slice(args);
-        (PathBuf::from("nsenter"), a)
-    } else {
-        (PathBuf::from("systemctl"), args.to_vec())
-    };
-    let out = exec::run(&program, &full, timeout).map_err(|e| {
-        Error::config(format!("cannot run {shown}: {e}"))
-            .fix("run on a systemd node (or from a privileged pod with hostPID and nsenter)")
-    })?;
-    if !out.status.success() {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        return Err(Error::config(format!(
-            "{shown} failed ({}): {}",
-            out.status,
-            stderr.trim().lines().last().unwrap_or("")
-        )));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
 /// Runs `systemctl ARGS` on the node.
 pub(crate) fn systemctl(host: &Host, proc: &Path, args: &[&str]) -> Result<()> {
-    systemctl_output(host, proc, args, RESTART_TIMEOUT).map(|_| ())
+    exec::systemctl_output(host, proc, args, RESTART_TIMEOUT).map(|_| ())
 }
 
 /// Restarts the kubelet the way its distribution runs it, and says what

@@ -153,11 +153,7 @@ pub(crate) fn session_name(service_account: &ServiceAccount) -> String {
         return full;
     }
     let digest = Sha256::digest(full.as_bytes());
-    let hash: String = digest
-        .iter()
-        .take(SESSION_HASH_LEN / 2)
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let hash = crate::hex::encode(digest.get(..SESSION_HASH_LEN / 2).unwrap_or_default());
     let keep = MAX_SESSION_NAME - SESSION_HASH_LEN - 1;
     let prefix: String = full
         .chars()
