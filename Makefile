@@ -37,7 +37,7 @@ test: lint
 # (tests/windows.rs; ignored by a plain cargo test). tests/windows/setup.sh
 # cross-builds it with mingw-w64 and makes the tests' own Wine prefix.
 test-windows:
-	env $$(bash tests/windows/setup.sh) $(CARGO) test --locked --test windows -- --ignored
+	env $$(bash tests/windows/setup.sh) $(CARGO) test --locked --test tests windows:: -- --ignored
 
 unit:
 	$(CARGO) test --locked --lib

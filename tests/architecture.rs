@@ -655,3 +655,37 @@ fn unsafe_code_lives_in_two_files() {
         "lib.rs denies unsafe code"
     );
 }
+
+/// The integration tests are one binary (`autotests = false`): a file of
+/// tests/ that tests/tests.rs does not declare would never be compiled or
+/// run, and nothing else would say so.
+#[test]
+fn every_test_file_is_a_module_of_the_one_binary() {
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let root = std::fs::read_to_string(tests.join("tests.rs")).unwrap();
+    let declared: BTreeSet<&str> = root
+        .lines()
+        .filter_map(|l| l.strip_prefix("mod ")?.strip_suffix(';'))
+        .collect();
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(&tests).unwrap() {
+        let path = entry.unwrap().path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let Some(module) = name.strip_suffix(".rs") else {
+            continue;
+        };
+        if module != "tests" && !declared.contains(module) {
+            missing.push(name.to_string());
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "tests/tests.rs declares no `mod` for {missing:?}: their tests never run"
+    );
+    assert!(
+        declared.contains("support") && declared.len() > 20,
+        "{declared:?}"
+    );
+}

@@ -7,7 +7,7 @@
     clippy::indexing_slicing
 )]
 
-mod support;
+use crate::support;
 
 use support::chainguard::{AUDIENCE, FakeChainguard, IDENTITY, OTHER_IDENTITY, grpc_error};
 use support::http_server::{Response, TestServer};

@@ -12,7 +12,7 @@
     clippy::indexing_slicing
 )]
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};

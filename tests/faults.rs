@@ -18,7 +18,7 @@
     clippy::print_stderr
 )]
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -9,7 +9,7 @@
     clippy::indexing_slicing
 )]
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -10,7 +10,7 @@
     clippy::indexing_slicing
 )]
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

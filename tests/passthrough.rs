@@ -6,7 +6,7 @@
     clippy::indexing_slicing
 )]
 
-mod support;
+use crate::support;
 
 use support::plugin::{request, run};
 use support::token::TokenSpec;

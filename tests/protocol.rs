@@ -8,7 +8,7 @@
     clippy::indexing_slicing
 )]
 
-mod support;
+use crate::support;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;

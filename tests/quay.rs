@@ -7,7 +7,7 @@
     clippy::indexing_slicing
 )]
 
-mod support;
+use crate::support;
 
 use support::http_server::Response;
 use support::quay;

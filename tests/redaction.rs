@@ -16,7 +16,7 @@
     clippy::indexing_slicing
 )]
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::azure::{self, App, FakeEntra};

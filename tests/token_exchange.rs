@@ -9,7 +9,7 @@
     clippy::indexing_slicing
 )]
 
-mod support;
+use crate::support;
 
 use support::http_server::{Response, TestServer};
 use support::plugin::{Run, request, run};

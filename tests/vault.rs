@@ -9,7 +9,7 @@
     clippy::indexing_slicing
 )]
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::http_server::Response;
