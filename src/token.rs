@@ -177,15 +177,6 @@ pub(crate) struct SvidClaims {
     issued_at: i64,
 }
 
-#[derive(Deserialize)]
-struct WireSvidClaims {
-    iss: Option<String>,
-    sub: Option<String>,
-    aud: Option<WireAudience>,
-    exp: Option<serde_json::Number>,
-    iat: Option<serde_json::Number>,
-}
-
 impl SvidClaims {
     /// Reads the JWT-SVID `raw`, which the agent said is `spiffe_id`'s
     /// until `expires_at`: its `sub` must be that ID, and it must carry an
@@ -206,7 +197,9 @@ impl SvidClaims {
         if signature.is_empty() || require_signed(header).is_err() {
             return Err(bad("is not signed".to_string()));
         }
-        let claims: WireSvidClaims = segment(payload, "payload")
+        // The claims of a service account token, of which an SVID has
+        // all but `kubernetes.io`.
+        let claims: WireClaims = segment(payload, "payload")
             .ok()
             .and_then(|bytes| serde_json::from_slice(&bytes).ok())
             .ok_or_else(|| bad("has no JSON claims".to_string()))?;

@@ -69,6 +69,21 @@ fn exec(args: &[String], image: &str, token: &str, annotations: &[(&str, &str)])
     )
 }
 
+/// Passthrough to [`REGISTRY`] with the SVID for [`REGISTRY_AUDIENCE`],
+/// from the agent at `socket`, and `extra` flags.
+fn passthrough_args(socket: &str, extra: &[&str]) -> Vec<String> {
+    let mut rest = vec![
+        "--provider",
+        "passthrough",
+        "--registry",
+        REGISTRY,
+        "--spiffe-audience",
+        REGISTRY_AUDIENCE,
+    ];
+    rest.extend_from_slice(extra);
+    socket_args(socket, &rest)
+}
+
 fn sts_trusting(subject: &str) -> FakeSts {
     FakeSts::start(Expect {
         token_audience: STS_AUDIENCE.into(),
@@ -80,6 +95,16 @@ fn sts_trusting(subject: &str) -> FakeSts {
 }
 
 fn exchange_args(agent: &SpireAgent, sts: &FakeSts, rest: &[&str]) -> Vec<String> {
+    exchange_args_with(agent, sts, "--spiffe-audience", rest)
+}
+
+/// token-exchange at `sts`, its audience given with `audience_flag`.
+fn exchange_args_with(
+    agent: &SpireAgent,
+    sts: &FakeSts,
+    audience_flag: &str,
+    rest: &[&str],
+) -> Vec<String> {
     let url = sts.url();
     let mut args = spiffe_args(
         agent,
@@ -92,7 +117,7 @@ fn exchange_args(agent: &SpireAgent, sts: &FakeSts, rest: &[&str]) -> Vec<String
             &url,
             "--token-exchange-username-field",
             "username",
-            "--spiffe-audience",
+            audience_flag,
             STS_AUDIENCE,
         ],
     );
@@ -215,22 +240,7 @@ fn the_svid_is_the_subject_token_and_bounds_cache_duration() {
 fn audience_names_the_svids_audience_without_spiffe_audience() {
     let agent = SpireAgent::start(vec![entry(&id_of("team", "puller"), &["k8s:sa:puller"])]);
     let sts = sts_trusting(&id_of("team", "puller"));
-    let url = sts.url();
-    let args = spiffe_args(
-        &agent,
-        &[
-            "--provider",
-            "token-exchange",
-            "--registry",
-            REGISTRY,
-            "--token-exchange-url",
-            &url,
-            "--token-exchange-username-field",
-            "username",
-            "--audience",
-            STS_AUDIENCE,
-        ],
-    );
+    let args = exchange_args_with(&agent, &sts, "--audience", &[]);
     exec(&args, IMAGE, &kubelet_token("puller"), &[]).response_for(IMAGE);
     assert_eq!(agent.requests()[0]["audience"], json!([STS_AUDIENCE]));
 }
@@ -272,17 +282,7 @@ fn one_identity_shares_the_cache_and_another_never_does() {
 #[test]
 fn hostile_annotations_change_no_selector() {
     let agent = SpireAgent::start(vec![entry(&id_of("team", "puller"), &["k8s:sa:puller"])]);
-    let args = spiffe_args(
-        &agent,
-        &[
-            "--provider",
-            "passthrough",
-            "--registry",
-            REGISTRY,
-            "--spiffe-audience",
-            REGISTRY_AUDIENCE,
-        ],
-    );
+    let args = passthrough_args(&agent.socket_arg(), &[]);
     let hostile = [
         ("spiffe.io/selector", "k8s:ns:kube-system"),
         ("k8s:sa", "admin"),
@@ -310,16 +310,7 @@ fn assert_fails(agent: &SpireAgent, extra: &[&str], words: &[&str]) -> String {
 
 fn assert_fails_at(socket: &str, extra: &[&str], words: &[&str]) -> String {
     let token = kubelet_token("puller");
-    let mut rest = vec![
-        "--provider",
-        "passthrough",
-        "--registry",
-        REGISTRY,
-        "--spiffe-audience",
-        REGISTRY_AUDIENCE,
-    ];
-    rest.extend_from_slice(extra);
-    let out = exec(&socket_args(socket, &rest), IMAGE, &token, &[]);
+    let out = exec(&passthrough_args(socket, extra), IMAGE, &token, &[]);
     let line = out.failure();
     assert!(line.contains("service account team/puller"), "{line}");
     for word in words {
@@ -450,17 +441,7 @@ fn an_svid_without_an_issuer_is_warned_about() {
     agent.configure(
         json!({"entries": [entry(&id_of("team", "puller"), &["k8s:sa:puller"])], "issuer": null}),
     );
-    let args = spiffe_args(
-        &agent,
-        &[
-            "--provider",
-            "passthrough",
-            "--registry",
-            REGISTRY,
-            "--spiffe-audience",
-            REGISTRY_AUDIENCE,
-        ],
-    );
+    let args = passthrough_args(&agent.socket_arg(), &[]);
     let out = exec(&args, IMAGE, &kubelet_token("puller"), &[]);
     out.response_for(IMAGE);
     assert!(out.stderr.contains("jwt_issuer"), "{}", out.stderr);

@@ -18,7 +18,6 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
@@ -137,13 +136,7 @@ fn spawn(dir: &Path, socket: &Path) -> Child {
 /// issuer does: RS256 signature with the SPIRE key, issuer, audience,
 /// expiry. Returns its claims.
 pub fn verify(token: &str, audience: &str) -> Result<Value, String> {
-    let mut validation = Validation::new(Algorithm::RS256);
-    validation.set_audience(&[audience]);
-    validation.set_issuer(&[ISSUER]);
-    let key = DecodingKey::from_rsa_pem(SIGNER_PUB.as_bytes()).map_err(|e| e.to_string())?;
-    jsonwebtoken::decode::<Value>(token, &key, &validation)
-        .map(|data| data.claims)
-        .map_err(|e| e.to_string())
+    super::token::verify_from(token, audience, ISSUER, SIGNER_PUB)
 }
 
 /// The selectors a request carried, as `type:value` strings.

@@ -92,10 +92,22 @@ pub fn sign(claims: &Value, key_pem: &str) -> String {
 /// Verifies a token as a registry or cloud trusting the test cluster's
 /// issuer would: signature, expiry, issuer and audience.
 pub fn verify(token: &str, audience: &str) -> Result<Value, String> {
+    verify_from(token, audience, ISSUER, SIGNER_PUB)
+}
+
+/// Verifies an RS256 token as a party trusting `issuer`, whose key is
+/// `public_pem`, would: signature, expiry, issuer and audience. Returns
+/// its claims.
+pub fn verify_from(
+    token: &str,
+    audience: &str,
+    issuer: &str,
+    public_pem: &str,
+) -> Result<Value, String> {
     let mut validation = Validation::new(Algorithm::RS256);
     validation.set_audience(&[audience]);
-    validation.set_issuer(&[ISSUER]);
-    let key = DecodingKey::from_rsa_pem(SIGNER_PUB.as_bytes()).map_err(|e| e.to_string())?;
+    validation.set_issuer(&[issuer]);
+    let key = DecodingKey::from_rsa_pem(public_pem.as_bytes()).map_err(|e| e.to_string())?;
     jsonwebtoken::decode::<Value>(token, &key, &validation)
         .map(|data| data.claims)
         .map_err(|e| e.to_string())
