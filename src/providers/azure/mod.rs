@@ -353,41 +353,79 @@ impl Azure {
             cx.image,
             inputs,
             move |deadline| {
-                let acr_client = self.net.client(deadline)?;
                 let acr_request = acr::ExchangeRequest {
                     endpoint: &endpoint,
                     service: &server.host,
                     tenant: &tenant,
                     client_id: &client_id,
                 };
-                http::block_on(
+                let assertion = token.secret();
+                binding_then_acr(
+                    &self.net,
+                    binding,
+                    &client_id,
+                    assertion,
+                    &acr_request,
                     deadline,
-                    "the identity-binding token request and ACR exchange",
-                    async {
-                        let address = binding.address(deadline).await?;
-                        let client = self.net.pinned_client(
-                            deadline,
-                            &binding.sni,
-                            address,
-                            &binding.ca,
-                            "--azure-identity-binding-ca",
-                        )?;
-                        let access = binding::request_token(
-                            &client,
-                            binding,
-                            &client_id,
-                            token.secret(),
-                            deadline,
-                        )
-                        .await?;
-                        let refresh =
-                            acr::exchange(&acr_client, &acr_request, &access, deadline).await?;
-                        Ok(refresh.into_credential())
-                    },
                 )
             },
         ))
     }
+}
+
+/// The exchange with identity bindings, in order: the service account
+/// token to the cluster's binding endpoint (its pinned address and SNI,
+/// the cluster CA only, no proxy) for an Entra ID access token of ACR's
+/// scope, then ACR's `/oauth2/exchange` for the registry's refresh token.
+fn binding_then_acr(
+    net: &net::Settings,
+    binding: &binding::Binding,
+    client_id: &str,
+    token: &crate::secret::Secret,
+    acr_request: &acr::ExchangeRequest<'_>,
+    deadline: &crate::deadline::Deadline,
+) -> Result<providers::Credential> {
+    let acr_client = net.client(deadline)?;
+    http::block_on(
+        deadline,
+        "the identity-binding token request and ACR exchange",
+        async {
+            let address = binding.address(deadline).await?;
+            let client = net.pinned_client(
+                deadline,
+                &binding.sni,
+                address,
+                &binding.ca,
+                "--azure-identity-binding-ca",
+            )?;
+            let access =
+                binding::request_token(&client, binding, client_id, token, deadline).await?;
+            let refresh = acr::exchange(&acr_client, acr_request, &access, deadline).await?;
+            Ok(refresh.into_credential())
+        },
+    )
+}
+
+/// The exchange of workload identity, in order: the service account
+/// token as a federated client assertion to Entra ID for an access token
+/// of ACR's scope, then ACR's `/oauth2/exchange` for the registry's
+/// refresh token, the password.
+fn entra_then_acr(
+    net: &net::Settings,
+    entra_request: &entra::TokenRequest<'_>,
+    acr_request: &acr::ExchangeRequest<'_>,
+    deadline: &crate::deadline::Deadline,
+) -> Result<providers::Credential> {
+    let client = net.client(deadline)?;
+    http::block_on(
+        deadline,
+        "the Entra ID token request and ACR exchange",
+        async {
+            let access = entra::request_token(&client, entra_request, deadline).await?;
+            let refresh = acr::exchange(&client, acr_request, &access, deadline).await?;
+            Ok(refresh.into_credential())
+        },
+    )
 }
 
 impl Exchanger for Azure {
@@ -466,7 +504,6 @@ impl Exchanger for Azure {
             cx.image,
             inputs,
             move |deadline| {
-                let client = self.net.client(deadline)?;
                 let entra_request = entra::TokenRequest {
                     authority: &authority,
                     tenant: &identity.tenant,
@@ -480,17 +517,7 @@ impl Exchanger for Azure {
                     tenant: &identity.tenant,
                     client_id: &identity.client_id,
                 };
-                http::block_on(
-                    deadline,
-                    "the Entra ID token request and ACR exchange",
-                    async {
-                        let access =
-                            entra::request_token(&client, &entra_request, deadline).await?;
-                        let refresh =
-                            acr::exchange(&client, &acr_request, &access, deadline).await?;
-                        Ok(refresh.into_credential())
-                    },
-                )
+                entra_then_acr(&self.net, &entra_request, &acr_request, deadline)
             },
         ))
     }

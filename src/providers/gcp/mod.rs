@@ -316,30 +316,8 @@ impl Exchanger for Gcp {
                     grant_fix: &grant_fix,
                     target_fix: &target_fix,
                 };
-                let call = match &service_account {
-                    Some(_) => "the Google token exchange (STS, then IAM Credentials)",
-                    None => "the Google STS token exchange",
-                };
-                let access = http::block_on(deadline, call, async {
-                    let client = self.net.client(deadline)?;
-                    let federated = sts::exchange(&client, &sts_request, deadline).await?;
-                    crate::debug!(
-                        "Google STS issued a federated token for {} that expires at {}",
-                        principal,
-                        duration::format_unix(federated.expires_at)
-                    );
-                    let Some(email) = &service_account else {
-                        return Ok(federated);
-                    };
-                    let iam_request = iam::Request {
-                        endpoint: &self.iam_endpoint,
-                        service_account: email,
-                        federated_token: &federated.token,
-                        lifetime: self.token_lifetime,
-                        principal: &principal,
-                    };
-                    iam::generate_access_token(&client, &iam_request, deadline).await
-                })?;
+                let impersonated = service_account.as_deref();
+                let access = self.sts_then_iam(&sts_request, impersonated, &principal, deadline)?;
                 Ok(Credential {
                     username: USERNAME.to_string(),
                     password: access.token,
@@ -350,6 +328,46 @@ impl Exchanger for Gcp {
                 })
             },
         ))
+    }
+}
+
+impl Gcp {
+    /// The exchange, in order: the service account token to Google STS for
+    /// a federated access token (`sts_request`), then, when the service
+    /// account is annotated with a Google service account (`impersonated`),
+    /// IAM Credentials `generateAccessToken` for that account's token.
+    /// `principal` names the federated identity in messages.
+    fn sts_then_iam(
+        &self,
+        sts_request: &sts::Request<'_>,
+        impersonated: Option<&str>,
+        principal: &str,
+        deadline: &crate::deadline::Deadline,
+    ) -> Result<AccessToken> {
+        let call = match impersonated {
+            Some(_) => "the Google token exchange (STS, then IAM Credentials)",
+            None => "the Google STS token exchange",
+        };
+        http::block_on(deadline, call, async {
+            let client = self.net.client(deadline)?;
+            let federated = sts::exchange(&client, sts_request, deadline).await?;
+            crate::debug!(
+                "Google STS issued a federated token for {} that expires at {}",
+                principal,
+                duration::format_unix(federated.expires_at)
+            );
+            let Some(email) = impersonated else {
+                return Ok(federated);
+            };
+            let iam_request = iam::Request {
+                endpoint: &self.iam_endpoint,
+                service_account: email,
+                federated_token: &federated.token,
+                lifetime: self.token_lifetime,
+                principal,
+            };
+            iam::generate_access_token(&client, &iam_request, deadline).await
+        })
     }
 }
 
