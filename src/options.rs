@@ -156,32 +156,31 @@ pub(crate) fn command() -> clap::Command {
 fn command_with(carried: &[&'static Provider]) -> clap::Command {
     carried
         .iter()
-        .fold(Options::command(), |command, p| (p.flags)(command))
+        .fold(Options::command(), |command, p| (p.flags.augment)(command))
 }
 
-/// Parses a serving command line (no admin command) with only the flags it
-/// can use: [`Options`] and the flags of the provider it asks for by
-/// `--provider`, `WICP_PROVIDER` or the binary's name, or for `auto` those
-/// of the providers `auto` can pick. Building and parsing every provider's
-/// flags cost about 0.1 ms of a 1.2 ms cache hit, mostly in first touches
-/// of memory and code (docs/performance.md).
+/// The serving command that reads `args` and `variables` with only the
+/// flags they can use: [`Options`] and the flags of the provider they ask
+/// for by `--provider`, `WICP_PROVIDER` or the binary's name, or for
+/// `auto` those of the providers `auto` can pick; with those providers.
+/// Building and parsing every provider's flags cost about 0.1 ms of a
+/// 1.2 ms cache hit, mostly in first touches of memory and code
+/// (docs/performance.md), so a hit builds only these.
 ///
 /// `variables` are the process's environment variables, which clap reads
 /// for the flags that have one.
 ///
-/// `None` whenever that smaller command line could answer differently from
-/// [`command`]: an argument it does not know (another provider's flag, a
-/// command, `--help`, a mistake), a `WICP_*` variable none of its flags
-/// reads, or a provider other than the one guessed. The caller then parses
-/// with the whole command line, whose matches or error are the ones that
-/// count. So when this returns, every argument and every `WICP_*` variable
-/// was read exactly as the whole command line reads it, and what it leaves
+/// `None` when that command would not read the line as the whole one
+/// does ([`fits`]): the caller then parses with the whole command line.
+/// Either way the line is parsed once. The smaller command is the whole
+/// one without some of its flags, so where it fits it reads every
+/// argument and variable exactly as the whole one would; what it leaves
 /// out (other providers' flags, at their defaults) is never read when
-/// serving: only the chosen provider is built.
-pub(crate) fn parse_serving(
+/// serving, since only the chosen provider is built.
+pub(crate) fn serving_command(
     args: &[OsString],
     variables: &[(OsString, OsString)],
-) -> Option<CommandLine> {
+) -> Option<(clap::Command, Vec<&'static Provider>)> {
     let named = provider_from_program_name(args.first()?);
     let asked = value_asked(args, "--provider").or_else(|| {
         let (_, value) = variables.iter().find(|(name, _)| name == "WICP_PROVIDER")?;
@@ -190,6 +189,16 @@ pub(crate) fn parse_serving(
     let choice = choose(asked.as_deref(), named).ok()?;
     let carried = carried_for(choice);
     let command = command_with(&carried);
+    fits(&command, args, variables).then_some((command, carried))
+}
+
+/// Whether `command` (a serving command without admin commands) has
+/// every word of `args` for its own: each a long flag of its own
+/// (`--flag VALUE` or `--flag=VALUE`), so no command, no short flag
+/// (`-h`, `-V`), no `--help` or `--version`, no `--` and no other
+/// provider's flag; and whether it reads every `WICP_*` variable set.
+/// Anything else is the whole command line's to read or refuse.
+fn fits(command: &clap::Command, args: &[OsString], variables: &[(OsString, OsString)]) -> bool {
     let reads: Vec<&OsStr> = command
         .get_arguments()
         .filter_map(|a| a.get_env())
@@ -198,12 +207,28 @@ pub(crate) fn parse_serving(
         .iter()
         .any(|(name, _)| is_unread_variable(name, &reads))
     {
-        return None;
+        return false;
     }
-    let matches = command.try_get_matches_from(args).ok()?;
-    let line = CommandLine::new(args.first()?, matches).ok()?;
-    let served = carried_for(line.choice) == carried;
-    served.then_some(line)
+    let mut words = args.iter().skip(1);
+    while let Some(word) = words.next() {
+        let Some(flag) = word.to_str().and_then(|w| w.strip_prefix("--")) else {
+            return false;
+        };
+        let (name, inline) = match flag.split_once('=') {
+            Some((name, _)) => (name, true),
+            None => (flag, false),
+        };
+        let Some(arg) = command
+            .get_arguments()
+            .find(|a| !name.is_empty() && a.get_long() == Some(name))
+        else {
+            return false;
+        };
+        if !inline && arg.get_action().takes_values() {
+            words.next();
+        }
+    }
+    true
 }
 
 /// The providers whose flags serving `choice` needs (`None`: `auto`).
@@ -220,8 +245,9 @@ fn carried_for(choice: Option<&'static Provider>) -> Vec<&'static Provider> {
 
 /// The last value of `flag` on a command line, read as clap reads it
 /// (`--flag VALUE` or `--flag=VALUE`, none after `--`). Only a guess, for
-/// what must be known before clap parses: [`parse_serving`] checks the
-/// provider against what clap parsed, and [`log_format_asked`] only
+/// what must be known before clap parses: [`serving_command`] carries the
+/// flags of the provider asked for, and [`CommandLine::build`] refuses to
+/// build one whose flags it did not read; [`log_format_asked`] only
 /// decides how a usage error is written.
 fn value_asked(args: &[OsString], flag: &str) -> Option<String> {
     let mut asked = None;
@@ -241,8 +267,8 @@ fn value_asked(args: &[OsString], flag: &str) -> Option<String> {
     asked.map(str::to_string)
 }
 
-/// The log format a command line asks for, read before clap parses it so
-/// that even a usage error is written in it: `--log-format`, else
+/// The log format a command line asks for, read without clap so that
+/// even a usage error (a line clap refused) is written in it: `--log-format`, else
 /// `WICP_LOG_FORMAT` from `variables`. Only `json` changes anything.
 pub(crate) fn log_format_asked(args: &[OsString], variables: &[(OsString, OsString)]) -> Format {
     let asked = value_asked(args, "--log-format").or_else(|| {
@@ -265,8 +291,8 @@ fn is_unread_variable(name: &OsStr, reads: &[&OsStr]) -> bool {
 }
 
 /// A command line parsed once, into what every part of the binary reads:
-/// the shared flags, the provider the binary serves, and the matches the
-/// chosen provider's own flags are read from when it is built.
+/// the shared flags, the provider the binary serves, and the typed flags
+/// of each provider the command line carries.
 #[derive(Debug)]
 pub struct CommandLine {
     pub(crate) options: Options,
@@ -276,29 +302,36 @@ pub struct CommandLine {
     /// The provider the binary serves: `--provider` (or `WICP_PROVIDER`),
     /// else `named`; `None` is `auto` (by registry host, clouds only).
     pub(crate) choice: Option<&'static Provider>,
-    matches: ArgMatches,
+    /// The own flags of each provider the command line was parsed with:
+    /// all of them for the whole command line, the chosen one (or `auto`'s)
+    /// for a serving one ([`serving_command`]).
+    own: Vec<(&'static Provider, Box<dyn providers::OwnFlags>)>,
 }
 
 impl CommandLine {
-    /// Reads `matches` of [`command`] (or of the whole command line), for
-    /// the binary run as `arg0`.
-    pub fn new(arg0: &OsStr, matches: ArgMatches) -> Result<Self> {
-        let options = Options::from_arg_matches(&matches)
-            .map_err(|e| Error::config(format!("invalid arguments: {e}")))?;
+    /// Reads `matches` of a command that carries the flags of `carried`
+    /// (the whole command line, or [`serving_command`]'s), for the binary
+    /// run as `arg0`. An error is clap's own, a usage error like those of
+    /// the parse.
+    pub fn read(
+        arg0: &OsStr,
+        matches: &ArgMatches,
+        carried: &[&'static Provider],
+    ) -> std::result::Result<Self, clap::Error> {
+        let options = Options::from_arg_matches(matches)?;
         let named = provider_from_program_name(arg0);
         // clap admits only the names of `choices()`: never unknown here.
         let choice = choose(options.provider.as_deref(), named).unwrap_or(None);
+        let own = carried
+            .iter()
+            .map(|p| Ok((*p, (p.flags.read)(matches)?)))
+            .collect::<std::result::Result<_, clap::Error>>()?;
         Ok(CommandLine {
             options,
             named,
             choice,
-            matches,
+            own,
         })
-    }
-
-    #[cfg(test)]
-    pub(crate) fn matches(&self) -> &ArgMatches {
-        &self.matches
     }
 
     /// Builds `provider` from this command line and the process inputs.
@@ -307,13 +340,17 @@ impl CommandLine {
         provider: &'static Provider,
         inputs: &crate::inputs::Inputs,
     ) -> Result<Box<dyn providers::Exchanger>> {
-        let flags = providers::Flags::new(
+        let Some((_, own)) = self.own.iter().find(|(p, _)| *p == provider) else {
+            return Err(Error::internal(format!(
+                "internal error: the command line was read without the {provider} provider's flags"
+            )));
+        };
+        let shared = providers::Shared {
             provider,
-            &self.options.registries,
-            self.options.fallback.fallback,
-            &self.matches,
-        );
-        (provider.build)(&flags, inputs)
+            registries: &self.options.registries,
+            fallback: self.options.fallback.fallback,
+        };
+        own.build(&shared, inputs)
     }
 }
 
@@ -386,7 +423,7 @@ pub fn parse_as(
     name: &str,
     args: &[String],
     env: &crate::inputs::Env,
-) -> std::result::Result<clap::ArgMatches, clap::Error> {
+) -> std::result::Result<CommandLine, clap::Error> {
     let command = command().mut_args(|arg| {
         let value = arg
             .get_env()
@@ -399,7 +436,8 @@ pub fn parse_as(
         }
     });
     let argv = std::iter::once(OsString::from(name)).chain(args.iter().map(OsString::from));
-    command.try_get_matches_from(argv)
+    let matches = command.try_get_matches_from(argv)?;
+    CommandLine::read(OsStr::new(name), &matches, providers::ALL)
 }
 
 #[cfg(test)]
@@ -462,15 +500,13 @@ mod tests {
         assert!(!is_unread_variable(OsStr::new("PATH"), &reads));
     }
 
-    /// Every command line below is parsed both ways (`cargo test` sets
+    /// Which command lines the serving command reads (`true`) and which
+    /// it leaves to the whole command line. Where it reads one, the whole
+    /// command line reads the same values (`cargo test` sets
     /// `WICP_GIT_COMMIT`, which no flag reads, so no variable is passed:
-    /// the integration tests cover the environment). Where the smaller
-    /// command line answers, the whole one accepts the same line and reads
-    /// the same values, from the same source, for every flag the smaller
-    /// one carries; `served` says which lines it must answer, so the test
-    /// fails if it stops answering them too.
+    /// the integration tests cover the environment).
     #[test]
-    fn the_serving_parse_reads_what_the_whole_command_line_reads() {
+    fn the_serving_command_reads_only_lines_it_fits() {
         let cases: Vec<(Vec<&str>, bool)> = vec![
             (
                 vec![BINARY, "--provider", "gcp", "--gcp-project-id", "p"],
@@ -504,7 +540,12 @@ mod tests {
                 vec![BINARY, "--provider", "passthrough", "--log-level", "debug"],
                 true,
             ),
-            // Another provider's flag: the whole command line answers.
+            // A value that looks like a command is a value.
+            (
+                vec![BINARY, "--audience", "explain", "--provider=gcp"],
+                true,
+            ),
+            // Another provider's flag: the whole command line reads it.
             (
                 vec![
                     BINARY,
@@ -519,44 +560,52 @@ mod tests {
                 vec!["wi-credential-provider-gcp", "--vault-kv-version", "7"],
                 false,
             ),
-            (
-                vec![BINARY, "--provider", "gcp", "--provider", "vault"],
-                false,
-            ),
             (vec![BINARY, "--provider", "nope"], false),
-            (vec![BINARY, "--audience", "--provider", "gcp"], false),
             (vec![BINARY, "--", "--provider", "gcp"], false),
             (vec![BINARY, "--provider", "gcp", "--help"], false),
+            (vec![BINARY, "-h"], false),
             (vec![BINARY, "--version"], false),
             (vec![BINARY, "cache", "list"], false),
-            (vec![BINARY, "--timeout", "0s"], false),
-            (vec![BINARY, "--provider"], false),
+            (vec![BINARY, "--provider=gcp", "explain"], false),
+            (vec![BINARY, "--=x"], false),
         ];
         for (argv, served) in cases {
             let args: Vec<OsString> = argv.iter().map(OsString::from).collect();
-            let whole = command().try_get_matches_from(&args);
-            let Some(line) = parse_serving(&args, &[]) else {
+            let Some((serving, carried)) = serving_command(&args, &[]) else {
                 assert!(!served, "{argv:?} was left to the whole command line");
                 continue;
             };
-            assert!(served, "{argv:?} was answered");
-            let whole = whole.unwrap_or_else(|e| panic!("{argv:?}: {e}"));
-            let carried = carried_for(line.choice);
-            let matches = line.matches();
-            for arg in command_with(&carried).get_arguments() {
-                let id = arg.get_id().as_str();
-                let raw = |m: &ArgMatches| {
-                    let values = m.try_get_raw(id).ok().flatten();
-                    values.map(|v| v.map(OsStr::to_os_string).collect::<Vec<_>>())
-                };
-                assert_eq!(raw(matches), raw(&whole), "{argv:?}: {id}");
-                assert_eq!(
-                    matches.value_source(id),
-                    whole.value_source(id),
-                    "{argv:?}: {id}"
-                );
+            assert!(served, "{argv:?} was read by the serving command");
+            let matches = serving.try_get_matches_from(&args).unwrap();
+            let line = CommandLine::read(&args[0], &matches, &carried).unwrap();
+            let whole = command().try_get_matches_from(&args).unwrap();
+            let whole = CommandLine::read(&args[0], &whole, providers::ALL).unwrap();
+            assert_eq!(line.choice, whole.choice, "{argv:?}");
+            assert_eq!(
+                format!("{:?}", line.options),
+                format!("{:?}", whole.options),
+                "{argv:?}"
+            );
+            for (provider, own) in &line.own {
+                let (_, whole_own) = whole.own.iter().find(|(p, _)| p == provider).unwrap();
+                assert_eq!(format!("{own:?}"), format!("{whole_own:?}"), "{argv:?}");
             }
         }
+    }
+
+    #[test]
+    fn a_provider_is_built_only_from_flags_the_line_read() {
+        let args: Vec<OsString> = ["wi-credential-provider-gcp"].map(OsString::from).to_vec();
+        let (command, carried) = serving_command(&args, &[]).unwrap();
+        let matches = command.try_get_matches_from(&args).unwrap();
+        let line = CommandLine::read(&args[0], &matches, &carried).unwrap();
+        let inputs = crate::inputs::Inputs::new(crate::inputs::Env::default(), None);
+        let vault = Provider::find("vault").unwrap();
+        let e = line.build(vault, &inputs).err().unwrap();
+        assert!(
+            e.to_string().contains("without the vault provider's flags"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -619,9 +619,7 @@ mod tests {
     }
 
     fn command_line(args: &[String]) -> CommandLine {
-        let matches =
-            options::parse_as(options::BINARY, args, &crate::inputs::Env::default()).unwrap();
-        CommandLine::new(std::ffi::OsStr::new(options::BINARY), matches).unwrap()
+        options::parse_as(options::BINARY, args, &crate::inputs::Env::default()).unwrap()
     }
 
     fn any_token() -> ServiceAccountToken {

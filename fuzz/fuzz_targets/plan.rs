@@ -35,8 +35,7 @@ static LINE: LazyLock<CommandLine> = LazyLock::new(|| {
         "--token-exchange-username=robot",
     ]
     .map(String::from);
-    let matches = options::parse_as(BINARY, &args, &Env::default()).unwrap();
-    CommandLine::new(std::ffi::OsStr::new(BINARY), matches).unwrap()
+    options::parse_as(BINARY, &args, &Env::default()).unwrap()
 });
 
 fn token(namespace: &str, name: &str) -> Option<ServiceAccountToken> {

@@ -4,6 +4,7 @@
 //! choosing. `--registry` is one flag for all of them: a provider entry
 //! runs one provider, and the list is the admin's, never a tenant's.
 
+use std::fmt;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
@@ -11,7 +12,7 @@ use crate::image::ImageRef;
 use crate::inputs::Inputs;
 use crate::kubelet::matching;
 use crate::net;
-use crate::providers::{Context, Exchanger, Flags, Plan, Provider};
+use crate::providers::{Context, Exchanger, OwnFlags, Plan, Provider, Shared};
 use crate::token::ServiceAccountToken;
 
 #[derive(clap::Args, Clone, Debug, Default)]
@@ -118,7 +119,7 @@ impl Allowlist {
 /// Vault).
 pub(crate) trait Guarded: Sized + 'static {
     /// Its own flags.
-    type Options: clap::FromArgMatches;
+    type Options: clap::Args + fmt::Debug;
     /// What the allowlist guards, for refusals ("the Quay robot token").
     const GUARDS: &'static str;
 
@@ -167,8 +168,53 @@ where
         annotations: about.annotations,
         node_identity: None,
         identity_inputs: about.identity_inputs,
-        flags: <G::Options as clap::Args>::augment_args,
-        build: build::<G>,
+        flags: crate::providers::own_flags::<Behind<G>>(),
+    }
+}
+
+/// The flags of a [`Guarded`] provider, as the command line reads them:
+/// its own `Options`, which build it behind its `--registry` allowlist.
+pub(crate) struct Behind<G: Guarded>(G::Options);
+
+impl<G: Guarded> fmt::Debug for Behind<G> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl<G: Guarded> clap::FromArgMatches for Behind<G> {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> std::result::Result<Self, clap::Error> {
+        G::Options::from_arg_matches(matches).map(Behind)
+    }
+
+    fn update_from_arg_matches(
+        &mut self,
+        matches: &clap::ArgMatches,
+    ) -> std::result::Result<(), clap::Error> {
+        self.0.update_from_arg_matches(matches)
+    }
+}
+
+impl<G: Guarded> clap::Args for Behind<G> {
+    fn augment_args(command: clap::Command) -> clap::Command {
+        G::Options::augment_args(command)
+    }
+
+    fn augment_args_for_update(command: clap::Command) -> clap::Command {
+        G::Options::augment_args_for_update(command)
+    }
+}
+
+impl<G: Guarded> OwnFlags for Behind<G> {
+    /// Checks the allowlist, then the provider's own flags, with the
+    /// process's network settings (proxies, `--ca-file`).
+    fn build(&self, shared: &Shared<'_>, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
+        Ok(Box::new(Allowlisted::<G>::new(
+            shared.provider,
+            shared.registries,
+            &self.0,
+            Arc::clone(&inputs.net),
+        )?))
     }
 }
 
@@ -195,17 +241,6 @@ impl<G: Guarded> Allowlisted<G> {
             own: G::new(options, net)?,
         })
     }
-}
-
-/// The `build` of every [`Guarded`] provider: `--registry`, its own
-/// flags, and the process's network settings (proxies, `--ca-file`).
-pub(crate) fn build<G: Guarded>(flags: &Flags<'_>, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
-    Ok(Box::new(Allowlisted::<G>::new(
-        flags.provider,
-        flags.registries,
-        &flags.own()?,
-        Arc::clone(&inputs.net),
-    )?))
 }
 
 impl<G: Guarded> Exchanger for Allowlisted<G> {

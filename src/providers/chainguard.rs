@@ -38,6 +38,7 @@ use crate::error::{Error, Result, quote};
 use std::sync::Arc;
 
 use crate::image::ImageRef;
+use crate::inputs::Inputs;
 use crate::net::{self, http, http::Reply};
 use crate::providers::allowlist::{self, Allowlist};
 use crate::providers::oauth::{self, form_urlencode};
@@ -86,16 +87,18 @@ pub(crate) static PROVIDER: Provider = Provider {
     annotations: &[IDENTITY_ANNOTATION, COOKBOOK_IDENTITY_ANNOTATION],
     node_identity: None,
     identity_inputs: &["identity"],
-    flags: <Options as clap::Args>::augment_args,
-    build: |flags, inputs| {
-        let own = flags.own()?;
+    flags: providers::own_flags::<Options>(),
+};
+
+impl providers::OwnFlags for Options {
+    fn build(&self, shared: &providers::Shared<'_>, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
         Ok(Box::new(Chainguard::new(
-            flags.registries,
-            &own,
+            shared.registries,
+            self,
             Arc::clone(&inputs.net),
         )?))
-    },
-};
+    }
+}
 
 pub(crate) struct Chainguard {
     /// Proxy and trust settings, for the client built on a cache miss.

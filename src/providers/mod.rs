@@ -67,13 +67,9 @@ pub struct Provider {
     /// node's metadata service): the audit log records those. A test plans
     /// with every provider and checks each name is one its plans use.
     pub(crate) identity_inputs: &'static [&'static str],
-    /// Adds the provider's flags to the command line (a `clap::Args`
-    /// struct's `augment_args`).
-    pub(crate) flags: fn(clap::Command) -> clap::Command,
-    /// Builds the exchanger from the parsed command line and the process
-    /// inputs. Only the provider a request is routed to is built, so a
-    /// provider's configuration errors surface on its own requests only.
-    pub build: fn(&Flags<'_>, &Inputs) -> Result<Box<dyn Exchanger>>,
+    /// The provider's own flags: how they join the command line and how
+    /// they come out of it, typed, when it is parsed ([`own_flags`]).
+    pub(crate) flags: FlagSet,
 }
 
 impl Provider {
@@ -139,11 +135,48 @@ impl fmt::Display for Provider {
     }
 }
 
-/// What a provider is built from: the settings every provider shares,
-/// already parsed with the command line (`options::CommandLine`), and the
-/// matches its own flags are read from. Only the provider a request is
-/// routed to reads its own flags, once.
-pub struct Flags<'a> {
+/// A provider's own flags, read when the command line is parsed (its
+/// `clap::Args` struct): what builds the provider's [`Exchanger`]. So a
+/// provider's flags are typed values before any request is read, and a
+/// bad value is a usage error of the command line, never of a request.
+pub(crate) trait OwnFlags: fmt::Debug {
+    /// Builds the exchanger from these flags, the settings every provider
+    /// shares and the process inputs. Only the provider a request is
+    /// routed to is built, so a provider's configuration errors surface on
+    /// its own requests only.
+    fn build(&self, shared: &Shared<'_>, inputs: &Inputs) -> Result<Box<dyn Exchanger>>;
+}
+
+/// How a provider's flags join the command line ([`FlagSet::augment`])
+/// and come out of its matches as the provider's [`OwnFlags`]
+/// ([`FlagSet::read`]): both from one type, [`own_flags`].
+pub(crate) struct FlagSet {
+    pub(crate) augment: fn(clap::Command) -> clap::Command,
+    pub(crate) read: fn(&clap::ArgMatches) -> std::result::Result<Box<dyn OwnFlags>, clap::Error>,
+}
+
+/// The [`FlagSet`] of the `clap::Args` struct `O`.
+pub(crate) const fn own_flags<O>() -> FlagSet
+where
+    O: OwnFlags + clap::Args + 'static,
+{
+    FlagSet {
+        augment: O::augment_args,
+        read: read_own::<O>,
+    }
+}
+
+fn read_own<O>(matches: &clap::ArgMatches) -> std::result::Result<Box<dyn OwnFlags>, clap::Error>
+where
+    O: OwnFlags + clap::FromArgMatches + 'static,
+{
+    Ok(Box::new(O::from_arg_matches(matches)?))
+}
+
+/// The settings every provider shares, already parsed with the command
+/// line (`options::CommandLine`), that a provider is built with besides
+/// its [`OwnFlags`].
+pub(crate) struct Shared<'a> {
     /// The provider being built.
     pub(crate) provider: &'static Provider,
     /// `--registry`: the allowlist of the providers whose registries are
@@ -151,31 +184,6 @@ pub struct Flags<'a> {
     pub(crate) registries: &'a allowlist::Options,
     /// `--fallback`: what the clouds give a pod without an identity.
     pub(crate) fallback: fallback::Fallback,
-    matches: &'a clap::ArgMatches,
-}
-
-impl<'a> Flags<'a> {
-    pub(crate) fn new(
-        provider: &'static Provider,
-        registries: &'a allowlist::Options,
-        fallback: fallback::Fallback,
-        matches: &'a clap::ArgMatches,
-    ) -> Self {
-        Flags {
-            provider,
-            registries,
-            fallback,
-            matches,
-        }
-    }
-
-    /// The provider's own flags: its `clap::Args` struct.
-    pub(crate) fn own<T: clap::FromArgMatches>(&self) -> Result<T> {
-        T::from_arg_matches(self.matches).map_err(|e| {
-            Error::config(format!("cannot read the provider's flags: {e}"))
-                .fix("run `wi-credential-provider --help` for the flags")
-        })
-    }
 }
 
 /// Owned copies of a provider's fixed names (annotation keys, audiences),

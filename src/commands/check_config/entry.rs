@@ -12,7 +12,6 @@
 //! closest stand-in for the kubelet's environment when run on the node.
 
 use std::collections::BTreeSet;
-use std::ffi::OsStr;
 
 use crate::commands;
 use crate::error::{Error, Result};
@@ -62,7 +61,7 @@ pub(crate) fn route(
         ))
         .fix("remove the subcommand from the entry's args"));
     }
-    let matches =
+    let line =
         options::parse_as(name, args, &Env::from_pairs(env.iter().cloned())).map_err(|e| {
             let rendered = e.render().to_string();
             let first = rendered
@@ -73,9 +72,6 @@ pub(crate) fn route(
                 .to_string();
             Error::config(format!("the binary would refuse these args/env: {first}")).fix(fix)
         })?;
-    let line = CommandLine::new(OsStr::new(name), matches).map_err(|e| {
-        Error::config(format!("the binary would refuse these args/env: {e}")).fix(fix)
-    })?;
     let inputs = Inputs::new(process.overlaid(env), line.options.ca_file.clone());
     Ok(Routing { line, inputs })
 }
@@ -130,14 +126,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(r.line.choice, Provider::find("passthrough"));
-        assert_eq!(
-            r.line
-                .matches()
-                .get_many::<String>("registries")
-                .unwrap()
-                .collect::<Vec<_>>(),
-            ["a.io", "b.io"]
-        );
+        assert_eq!(r.line.options.registries.registries, ["a.io", "b.io"]);
         assert_eq!(r.line.options.max_cache_duration, Duration::from_secs(600));
     }
 
@@ -164,7 +153,7 @@ mod tests {
         // to the defaults.
         let r = route("wi-credential-provider", &[], &[], &Env::from_process()).unwrap();
         assert_eq!(r.line.options.max_cache_duration, Duration::from_secs(3600));
-        assert!(r.line.matches().get_many::<String>("registries").is_none());
+        assert!(r.line.options.registries.registries.is_empty());
     }
 
     #[test]

@@ -135,16 +135,17 @@ pub(crate) static PROVIDER: Provider = Provider {
     annotations: &identity::DEFAULT_ROLE_ANNOTATIONS,
     node_identity: Some("the instance profile's role, from IMDSv2"),
     identity_inputs: &["credential source", "role arn", "instance metadata"],
-    flags: <Options as clap::Args>::augment_args,
-    build,
+    flags: providers::own_flags::<Options>(),
 };
 
-fn build(flags: &providers::Flags<'_>, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
-    let env = Environment::from_lookup(|name| inputs.env.get(name).map(str::to_string));
-    Ok(Box::new(
-        Aws::with_environment(&flags.own()?, env, Arc::clone(&inputs.net))
-            .with_fallback(flags.fallback),
-    ))
+impl providers::OwnFlags for Options {
+    fn build(&self, shared: &providers::Shared<'_>, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
+        let env = Environment::from_lookup(|name| inputs.env.get(name).map(str::to_string));
+        Ok(Box::new(
+            Aws::with_environment(self, env, Arc::clone(&inputs.net))
+                .with_fallback(shared.fallback),
+        ))
+    }
 }
 
 pub(crate) struct Aws {

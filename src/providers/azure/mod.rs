@@ -240,16 +240,18 @@ pub(crate) static PROVIDER: Provider = Provider {
         "the kubelet identity (a managed identity from Azure IMDS), or a service principal from azure.json if asked",
     ),
     identity_inputs: &["client_id", "tenant_id", "node identity"],
-    flags: <Options as clap::Args>::augment_args,
-    build,
+    flags: providers::own_flags::<Options>(),
 };
 
-fn build(flags: &providers::Flags<'_>, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
-    let options: Options = flags.own()?;
-    let options = options.with_standard_env(|name| inputs.env.get(name).map(str::to_string));
-    Ok(Box::new(
-        Azure::new(&options, Arc::clone(&inputs.net))?.with_fallback(flags.fallback),
-    ))
+impl providers::OwnFlags for Options {
+    fn build(&self, shared: &providers::Shared<'_>, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
+        let options = self
+            .clone()
+            .with_standard_env(|name| inputs.env.get(name).map(str::to_string));
+        Ok(Box::new(
+            Azure::new(&options, Arc::clone(&inputs.net))?.with_fallback(shared.fallback),
+        ))
+    }
 }
 
 pub(crate) struct Azure {

@@ -142,17 +142,18 @@ pub(crate) static PROVIDER: Provider = Provider {
     annotations: &[SERVICE_ACCOUNT_ANNOTATION, ENABLE_IMAGE_PULL_ANNOTATION],
     node_identity: Some("the node's Google service account, from the GCE metadata server"),
     identity_inputs: &["service_account", "sts_audience", "instance metadata"],
-    flags: <Options as clap::Args>::augment_args,
-    build,
+    flags: providers::own_flags::<Options>(),
 };
 
-fn build(flags: &providers::Flags<'_>, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
-    Ok(Box::new(
-        Gcp::new(&flags.own()?, Arc::clone(&inputs.net))?.with_fallback(
-            flags.fallback,
-            inputs.env.get(node::HOST_ENV).map(str::to_string),
-        ),
-    ))
+impl providers::OwnFlags for Options {
+    fn build(&self, shared: &providers::Shared<'_>, inputs: &Inputs) -> Result<Box<dyn Exchanger>> {
+        Ok(Box::new(
+            Gcp::new(self, Arc::clone(&inputs.net))?.with_fallback(
+                shared.fallback,
+                inputs.env.get(node::HOST_ENV).map(str::to_string),
+            ),
+        ))
+    }
 }
 
 pub(crate) struct Gcp {
