@@ -9,12 +9,6 @@
 //! Dependencies are read from the source text: every `crate::name` path,
 //! including `use crate::{a, b::c}` groups, in every file below
 //! `src/<name>`. Test modules count too; comments do not.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -11,12 +11,6 @@
 //! never contacted by the plugin (it only returns credentials); the
 //! end-to-end test takes the credentials returned under the ECR host and
 //! pulls from a local docker-registry at 127.0.0.1:PORT with exactly those.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::support;
 

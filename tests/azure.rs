@@ -1,12 +1,6 @@
 //! The azure exchanger, exec'd as the kubelet runs it, against local fakes
 //! of Entra ID and ACR (tests/support/azure.rs) and, end to end, a real
 //! registry pulled from with skopeo.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::support;
 

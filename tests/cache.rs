@@ -2,12 +2,6 @@
 //! runs it, with the azure exchanger against the fake Entra ID and ACR of
 //! tests/support/azure.rs: each exchange is one request counted at the fake
 //! Entra ID (and one at the fake ACR).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::support;
 

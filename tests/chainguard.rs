@@ -1,11 +1,5 @@
 //! The binary as the kubelet runs it with `--provider chainguard`, against
 //! a local Chainguard STS (tests/support/chainguard.rs).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::support;
 

@@ -5,12 +5,6 @@
 //! directory). A failing fixture must produce a finding of its rule; a
 //! passing one must produce no finding at all. When the rule's directory has
 //! a `bin/`, it is passed as `--bin-dir`.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::support;
 

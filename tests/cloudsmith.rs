@@ -1,11 +1,5 @@
 //! The binary as the kubelet runs it with `--provider cloudsmith`, against
 //! a faithful fake of Cloudsmith's OpenID Connect endpoint.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::support;
 

@@ -3,12 +3,6 @@
 //! exactly the audiences the config uses, and each image of each pod passes
 //! `explain` with the pod's service account. The node-install config is held
 //! to the same standard.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::support;
 

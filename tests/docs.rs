@@ -5,12 +5,6 @@
 //! Plain string scanning, no Markdown crate: links are `[text](target)` and
 //! `[label]: target` outside fenced code blocks and code spans. External
 //! (`http:`, `https:`, `mailto:`) links are not checked.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::support;
 

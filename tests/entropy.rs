@@ -11,8 +11,6 @@
 //! debug profile keeps symbols) shows which: the jitter collector's
 //! functions are all named `jent_*`.
 
-#![allow(clippy::expect_used, clippy::panic)]
-
 use std::process::Command;
 
 /// The names in the binary's symbol table, by binutils' `nm` (the linker's

@@ -1,11 +1,5 @@
 //! `explain` as an admin runs it when a pull fails: what the kubelet would
 //! send and what the plugin would do, with no network call.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::support;
 

@@ -22,12 +22,6 @@
 //! token service plays Artifact Registry's IAM check: it accepts only
 //! username `oauth2accesstoken` with an unexpired access token the fake
 //! minted for a principal or service account granted read access.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::support;
 

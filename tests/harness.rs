@@ -1,11 +1,5 @@
 //! Tests for the test support code itself: the fake HTTP server, the real registry harness and
 //! the containerd harness.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::support;
 

@@ -2,12 +2,6 @@
 //! nested 100,000 levels deep took check-config 32 s (the YAML parser is
 //! quadratic in depth) and a huge one would be read whole. Both are
 //! refused before parsing, quickly, with a clear message.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::support;
 

@@ -2,12 +2,6 @@
 //! `--root <copy of a fixture node>` standing in for the node. The script
 //! only checks the binary's sha256 and hands over to `node install` (or
 //! `node uninstall`); what those do is tests/node.rs's subject.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::support;
 

@@ -1,11 +1,5 @@
 //! The binary as the kubelet runs it with `--provider jfrog`, against a
 //! faithful fake of JFrog's OIDC token exchange.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::support;
 

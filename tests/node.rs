@@ -6,12 +6,6 @@
 //! `systemctl` on PATH that logs its arguments, a health endpoint on
 //! 127.0.0.1 (a free port, written into the copied KubeletConfiguration),
 //! and for discovery a real process whose argv[0] is `kubelet`.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::support;
 

@@ -3,12 +3,6 @@
 //! against faithful fakes of the three metadata services
 //! (tests/support/metadata.rs), moto for STS and ECR, the fake Entra and
 //! ACR, a real docker-registry and containerd.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::support;
 

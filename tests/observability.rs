@@ -4,12 +4,6 @@
 //! metrics directory with its textfile collector; Debian's `promtool`
 //! linting the file; a strict JSON parser reading every stderr line.
 //! Upstreams are the local RFC 8693 token server (tests/support/sts.rs).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::support;
 

@@ -1,10 +1,4 @@
 //! The binary as the kubelet runs it, in passthrough mode.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::support;
 

@@ -1,12 +1,6 @@
 //! The kubelet contract, tested by exec'ing the built binary exactly as the
 //! kubelet does: request on stdin, response on stdout, one line on stderr on
 //! failure, exit status.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::support;
 

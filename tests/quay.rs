@@ -1,11 +1,5 @@
 //! The binary as the kubelet runs it with `--provider quay`, against a
 //! faithful fake of Quay's robot account federation.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::support;
 

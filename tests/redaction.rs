@@ -9,12 +9,6 @@
 //! service account token's signature (longer than the cut applied to
 //! upstream messages). At `info` and at `debug`, stderr must hold neither
 //! the secret nor any 16-byte run of it.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::support;
 

@@ -4,12 +4,6 @@
 //! service account token's place: to Debian's docker-registry through
 //! passthrough and skopeo, and as the subject token of an RFC 8693 token
 //! exchange. The kubelet's token gives the selectors and goes nowhere.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::support;
 

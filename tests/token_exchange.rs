@@ -2,12 +2,6 @@
 //! against a local RFC 8693 token server (tests/support/sts.rs) and, end
 //! to end, Debian's docker-registry behind a token service that accepts
 //! exactly the exchanged token.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::support;
 

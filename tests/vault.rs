@@ -2,12 +2,6 @@
 //! Vault (tests/support/vault.rs) that verifies the service account token
 //! with the test cluster's key, binds roles to service accounts and checks
 //! policies, and against Debian's docker-registry with skopeo end to end.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::support;
 

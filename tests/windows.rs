@@ -13,12 +13,6 @@
 //! and reads back what Windows reports. `make test-windows` builds the
 //! `.exe` and the Wine prefix and runs these (they are ignored in a plain
 //! `cargo test`, which has neither).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::support;
 

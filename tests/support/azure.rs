@@ -23,15 +23,13 @@
 //! with RS256 keys; the plugin never verifies either token, only reads the
 //! refresh token's `exp`, so the algorithm is the fakes' private matter.
 
-#![allow(clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
-
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde_json::{Value, json};
 
-use super::http_server::{Request, Response, TestServer, Violations};
+use super::http_server::{Fake, Ledger, Request, Response};
 use super::token::{self, now};
 
 pub const AUDIENCE: &str = "api://AzureADTokenExchange";
@@ -117,23 +115,6 @@ fn check_form(
     Ok(pairs.into_iter().collect())
 }
 
-/// Scripted answers that replace the next normal ones (after the request
-/// was checked), for throttling, outages and garbage.
-#[derive(Default)]
-struct Script(Mutex<VecDeque<Response>>);
-
-impl Script {
-    fn next(&self) -> Option<Response> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).pop_front()
-    }
-    fn push(&self, responses: impl IntoIterator<Item = Response>) {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend(responses);
-    }
-}
-
 /// One federated identity credential on the application.
 #[derive(Clone, Debug)]
 pub struct FederatedCredential {
@@ -174,31 +155,30 @@ impl App {
 struct EntraState {
     app: App,
     key: Vec<u8>,
-    script: Script,
-    violations: Violations,
-    issued: Mutex<Vec<String>>,
+    ledger: Arc<Ledger>,
     /// How long each answer takes (a slow upstream).
     delay: Mutex<std::time::Duration>,
 }
 
 /// The fake Entra ID token endpoint.
 pub struct FakeEntra {
-    pub server: TestServer,
+    pub server: Fake,
     state: Arc<EntraState>,
 }
 
 impl FakeEntra {
     pub fn start(app: App) -> Self {
+        let ledger = Arc::new(Ledger::default());
         let state = Arc::new(EntraState {
             app,
             key: random_key(),
-            script: Script::default(),
-            violations: Violations::default(),
-            issued: Mutex::new(Vec::new()),
+            ledger: Arc::clone(&ledger),
             delay: Mutex::new(std::time::Duration::ZERO),
         });
         let handler_state = Arc::clone(&state);
-        let server = TestServer::start(move |req| entra_handle(&handler_state, req));
+        let server = Fake::with_ledger("Entra ID", ledger, move |req| {
+            entra_handle(&handler_state, req)
+        });
         FakeEntra { server, state }
     }
 
@@ -209,7 +189,7 @@ impl FakeEntra {
 
     /// Answers the next requests with `responses`, in order.
     pub fn script(&self, responses: impl IntoIterator<Item = Response>) {
-        self.state.script.push(responses);
+        self.server.ledger().script(responses);
     }
 
     /// Makes every later answer take `delay`.
@@ -219,11 +199,7 @@ impl FakeEntra {
 
     /// The access tokens issued so far.
     pub fn issued(&self) -> Vec<String> {
-        self.state
-            .issued
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.server.ledger().issued()
     }
 
     /// Mints what Entra issues to a managed identity through Azure IMDS:
@@ -248,11 +224,7 @@ impl FakeEntra {
                 }),
                 &state.key,
             );
-            state
-                .issued
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(access.clone());
+            state.ledger.issue(&access);
             access
         }
     }
@@ -269,12 +241,6 @@ impl FakeEntra {
                 &format!("https://sts.windows.net/{tenant}/"),
             )
         }
-    }
-}
-
-impl Drop for FakeEntra {
-    fn drop(&mut self) {
-        self.state.violations.check("Entra ID");
     }
 }
 
@@ -322,7 +288,7 @@ fn entra_handle(state: &EntraState, req: &Request) -> Response {
     ) {
         Ok(form) => form,
         Err(why) => {
-            state.violations.add(why.clone());
+            state.ledger.violations.add(why.clone());
             return entra_error(
                 400,
                 "invalid_request",
@@ -338,12 +304,13 @@ fn entra_handle(state: &EntraState, req: &Request) -> Response {
     ] {
         if form[field] != want {
             state
+                .ledger
                 .violations
                 .add(format!("{field}={:?}, expected {want:?}", form[field]));
             return entra_error(400, "invalid_request", 900144, &format!("Invalid {field}."));
         }
     }
-    if let Some(scripted) = state.script.next() {
+    if let Some(scripted) = state.ledger.scripted() {
         return scripted;
     }
     if tenant != app.tenant {
@@ -461,11 +428,7 @@ fn entra_handle(state: &EntraState, req: &Request) -> Response {
         }),
         &state.key,
     );
-    state
-        .issued
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push(access.clone());
+    state.ledger.issue(&access);
     Response::json(
         200,
         json!({
@@ -496,33 +459,30 @@ struct AcrState {
     login_server: String,
     key: Vec<u8>,
     verify_access: Verifier,
-    script: Script,
-    violations: Violations,
-    minted: Mutex<Vec<String>>,
+    ledger: Arc<Ledger>,
     /// How long each answer takes (a slow upstream).
     delay: Mutex<std::time::Duration>,
 }
 
 /// The fake ACR login server (only `/oauth2/exchange`).
 pub struct FakeAcr {
-    pub server: TestServer,
+    pub server: Fake,
     state: Arc<AcrState>,
 }
 
 impl FakeAcr {
     /// A login server `login_server` that trusts `entra`'s access tokens.
     pub fn start(login_server: &str, entra: &FakeEntra) -> Self {
+        let ledger = Arc::new(Ledger::default());
         let state = Arc::new(AcrState {
             login_server: login_server.into(),
             key: random_key(),
             verify_access: Box::new(entra.verifier()),
-            script: Script::default(),
-            violations: Violations::default(),
-            minted: Mutex::new(Vec::new()),
+            ledger: Arc::clone(&ledger),
             delay: Mutex::new(std::time::Duration::ZERO),
         });
         let handler_state = Arc::clone(&state);
-        let server = TestServer::start(move |req| acr_handle(&handler_state, req));
+        let server = Fake::with_ledger("ACR", ledger, move |req| acr_handle(&handler_state, req));
         FakeAcr { server, state }
     }
 
@@ -532,7 +492,7 @@ impl FakeAcr {
     }
 
     pub fn script(&self, responses: impl IntoIterator<Item = Response>) {
-        self.state.script.push(responses);
+        self.server.ledger().script(responses);
     }
 
     /// Makes every later answer take `delay`.
@@ -542,11 +502,7 @@ impl FakeAcr {
 
     /// The refresh tokens minted so far.
     pub fn minted(&self) -> Vec<String> {
-        self.state
-            .minted
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.server.ledger().issued()
     }
 
     /// Verifies a refresh token as ACR's `/oauth2/token` does before
@@ -558,12 +514,6 @@ impl FakeAcr {
         let key = self.state.key.clone();
         let service = self.state.login_server.clone();
         move |jwt| verify_hs256(jwt, &key, &service, ACR_ISSUER)
-    }
-}
-
-impl Drop for FakeAcr {
-    fn drop(&mut self) {
-        self.state.violations.check("ACR");
     }
 }
 
@@ -584,24 +534,25 @@ fn acr_handle(state: &AcrState, req: &Request) -> Response {
     ) {
         Ok(form) => form,
         Err(why) => {
-            state.violations.add(why.clone());
+            state.ledger.violations.add(why.clone());
             return acr_error(400, "BAD_REQUEST", &why);
         }
     };
     if form["grant_type"] != "access_token" {
         state
+            .ledger
             .violations
             .add(format!("grant_type={:?}", form["grant_type"]));
         return acr_error(400, "BAD_REQUEST", "unsupported grant_type");
     }
     if form["service"] != state.login_server {
-        state.violations.add(format!(
+        state.ledger.violations.add(format!(
             "service={:?}, expected {:?}",
             form["service"], state.login_server
         ));
         return acr_error(400, "BAD_REQUEST", "service does not match the registry");
     }
-    if let Some(scripted) = state.script.next() {
+    if let Some(scripted) = state.ledger.scripted() {
         return scripted;
     }
     let claims = match (state.verify_access)(&form["access_token"]) {
@@ -642,11 +593,7 @@ fn acr_handle(state: &AcrState, req: &Request) -> Response {
         }),
         &state.key,
     );
-    state
-        .minted
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push(refresh.clone());
+    state.ledger.issue(&refresh);
     Response::json(200, json!({"refresh_token": refresh}))
 }
 
@@ -662,9 +609,7 @@ struct BindingState {
     mint: Box<dyn Fn(&str) -> String + Send + Sync>,
     /// The TLS front's port, for the `Host` header check.
     port: std::sync::OnceLock<u16>,
-    script: Script,
-    violations: Violations,
-    issued: Mutex<Vec<String>>,
+    ledger: Arc<Ledger>,
 }
 
 /// A faithful fake of AKS's identity-binding endpoint, from
@@ -678,13 +623,14 @@ struct BindingState {
 /// token `entra`'s fake ACR accepts for that identity. Anything else is a
 /// violation, checked on drop.
 pub struct FakeIdentityBinding {
-    pub server: TestServer,
+    pub server: Fake,
     pub front: super::net::TlsFront,
     state: Arc<BindingState>,
 }
 
 impl FakeIdentityBinding {
     pub fn start(entra: &FakeEntra, bound: &[(&str, &str, &str)]) -> Self {
+        let ledger = Arc::new(Ledger::default());
         let state = Arc::new(BindingState {
             bound: bound
                 .iter()
@@ -692,12 +638,12 @@ impl FakeIdentityBinding {
                 .collect(),
             mint: Box::new(entra.managed_identity_minter()),
             port: std::sync::OnceLock::new(),
-            script: Script::default(),
-            violations: Violations::default(),
-            issued: Mutex::new(Vec::new()),
+            ledger: Arc::clone(&ledger),
         });
         let handler_state = Arc::clone(&state);
-        let server = TestServer::start(move |req| binding_handle(&handler_state, req));
+        let server = Fake::with_ledger("identity binding", ledger, move |req| {
+            binding_handle(&handler_state, req)
+        });
         let front = super::net::TlsFront::start_with(
             server.addr(),
             super::net::BINDING_PEM,
@@ -717,22 +663,12 @@ impl FakeIdentityBinding {
     }
 
     pub fn script(&self, responses: impl IntoIterator<Item = Response>) {
-        self.state.script.push(responses);
+        self.server.ledger().script(responses);
     }
 
     /// The access tokens issued so far.
     pub fn issued(&self) -> Vec<String> {
-        self.state
-            .issued
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-}
-
-impl Drop for FakeIdentityBinding {
-    fn drop(&mut self) {
-        self.state.violations.check("identity binding");
+        self.server.ledger().issued()
     }
 }
 
@@ -740,7 +676,7 @@ fn binding_handle(state: &BindingState, req: &Request) -> Response {
     let port = state.port.get().copied().unwrap_or_default();
     let host = req.header("host").unwrap_or_default();
     if host != format!("{BINDING_SNI}:{port}") {
-        state.violations.add(format!("Host {host:?}"));
+        state.ledger.violations.add(format!("Host {host:?}"));
     }
     let form = match check_form(
         req,
@@ -755,7 +691,7 @@ fn binding_handle(state: &BindingState, req: &Request) -> Response {
     ) {
         Ok(form) => form,
         Err(why) => {
-            state.violations.add(why.clone());
+            state.ledger.violations.add(why.clone());
             return Response::json(
                 400,
                 json!({"error": "invalid_request", "error_description": why}),
@@ -768,10 +704,13 @@ fn binding_handle(state: &BindingState, req: &Request) -> Response {
         ("scope", SCOPE),
     ] {
         if form[key] != want {
-            state.violations.add(format!("{key}={:?}", form[key]));
+            state
+                .ledger
+                .violations
+                .add(format!("{key}={:?}", form[key]));
         }
     }
-    if let Some(scripted) = state.script.next() {
+    if let Some(scripted) = state.ledger.scripted() {
         return scripted;
     }
     let claims = match token::verify(&form["client_assertion"], BINDING_AUDIENCE) {
@@ -800,10 +739,6 @@ fn binding_handle(state: &BindingState, req: &Request) -> Response {
         );
     }
     let access = (state.mint)(client_id);
-    state
-        .issued
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push(access.clone());
+    state.ledger.issue(&access);
     Response::json(200, json!({"access_token": access, "expires_in": 3600}))
 }

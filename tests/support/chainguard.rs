@@ -11,14 +11,11 @@
 //! It asserts the method, path, the exact query and the headers; violations
 //! fail the test when the fake is dropped.
 
-#![allow(clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
-
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use super::http_server::{Request, Response, TestServer};
+use super::http_server::{Fake, Ledger, Request, Response};
 use super::token;
 
 pub const AUDIENCE: &str = "issuer.enforce.dev";
@@ -26,17 +23,15 @@ pub const IDENTITY: &str = "0123456789abcdef0123456789abcdef01234567/89abcdef012
 pub const OTHER_IDENTITY: &str = "0123456789abcdef0123456789abcdef01234567/fedcba9876543210";
 
 pub struct FakeChainguard {
-    pub server: TestServer,
-    state: Arc<Mutex<State>>,
+    pub server: Fake,
 }
 
-#[derive(Default)]
-struct State {
-    /// identity ID -> trusted subject.
-    identities: BTreeMap<String, String>,
-    script: VecDeque<Response>,
-    issued: Vec<String>,
-    violations: Vec<String>,
+/// identity ID -> the subject it trusts.
+fn identities() -> BTreeMap<&'static str, &'static str> {
+    BTreeMap::from([
+        (IDENTITY, "system:serviceaccount:team:puller"),
+        (OTHER_IDENTITY, "system:serviceaccount:team:other"),
+    ])
 }
 
 /// A grpc-gateway error body.
@@ -50,19 +45,9 @@ pub fn grpc_error(status: u16, code: u32, message: &str) -> Response {
 impl FakeChainguard {
     /// Starts with IDENTITY trusting team/puller and OTHER_IDENTITY trusting team/other.
     pub fn start() -> FakeChainguard {
-        let state = Arc::new(Mutex::new(State::default()));
-        {
-            let mut s = state.lock().unwrap();
-            s.identities
-                .insert(IDENTITY.into(), "system:serviceaccount:team:puller".into());
-            s.identities.insert(
-                OTHER_IDENTITY.into(),
-                "system:serviceaccount:team:other".into(),
-            );
+        FakeChainguard {
+            server: Fake::start("Chainguard STS", handle),
         }
-        let handler = Arc::clone(&state);
-        let server = TestServer::start(move |req| handle(&handler, req));
-        FakeChainguard { server, state }
     }
 
     pub fn url(&self) -> String {
@@ -70,24 +55,15 @@ impl FakeChainguard {
     }
 
     pub fn script(&self, responses: impl IntoIterator<Item = Response>) {
-        self.state.lock().unwrap().script.extend(responses);
+        self.server.ledger().script(responses);
     }
 
     pub fn issued(&self) -> Vec<String> {
-        self.state.lock().unwrap().issued.clone()
+        self.server.ledger().issued()
     }
 }
 
-impl Drop for FakeChainguard {
-    fn drop(&mut self) {
-        let violations = self.state.lock().unwrap().violations.clone();
-        if !violations.is_empty() && !std::thread::panicking() {
-            panic!("the plugin sent requests Chainguard's STS would refuse: {violations:#?}");
-        }
-    }
-}
-
-fn handle(state: &Mutex<State>, req: &Request) -> Response {
+fn handle(ledger: &Ledger, req: &Request) -> Response {
     let mut problems = Vec::new();
     if req.method != "GET" || req.path != "/sts/exchange" || !req.body.is_empty() {
         problems.push(format!(
@@ -111,33 +87,27 @@ fn handle(state: &Mutex<State>, req: &Request) -> Response {
     if bearer.is_none() {
         problems.push("no Bearer token".to_string());
     }
-    let mut state = state.lock().unwrap();
-    if !problems.is_empty() {
-        state.violations.extend(problems);
-        return grpc_error(400, 3, "invalid request");
+    if let Some(refused) = ledger.refused(problems, || grpc_error(400, 3, "invalid request")) {
+        return refused;
     }
     let identity = &query[1].1;
-    let Some(subject) = state.identities.get(identity).cloned() else {
+    let Some(subject) = identities().get(identity.as_str()).copied() else {
         return grpc_error(404, 5, "identity not found");
     };
     let claims = match token::verify(&bearer.unwrap_or_default(), AUDIENCE) {
         Ok(claims) => claims,
         Err(e) => return grpc_error(401, 16, &format!("unable to verify token: {e}")),
     };
-    if claims["sub"] != subject.as_str() {
+    if claims["sub"] != subject {
         return grpc_error(403, 7, "the token's subject does not match the identity");
     }
-    if let Some(canned) = state.script.pop_front() {
-        return canned;
-    }
-    let now = token::now();
-    let registry_token = token::sign(
-        &json!({"iss": "https://issuer.enforce.dev", "sub": identity, "aud": "cgr.dev", "iat": now, "exp": now + 3600, "n": state.issued.len()}),
-        token::WRONG_KEY,
-    );
-    state.issued.push(registry_token.clone());
-    Response::json(
-        200,
-        json!({"token": registry_token, "refreshToken": format!("refresh-{now}")}),
-    )
+    ledger.scripted_or_issue(|n| {
+        let now = token::now();
+        let registry_token = token::sign(
+            &json!({"iss": "https://issuer.enforce.dev", "sub": identity, "aud": "cgr.dev", "iat": now, "exp": now + 3600, "n": n}),
+            token::WRONG_KEY,
+        );
+        let answer = json!({"token": registry_token, "refreshToken": format!("refresh-{now}")});
+        (registry_token, Response::json(200, answer))
+    })
 }

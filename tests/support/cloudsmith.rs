@@ -6,8 +6,6 @@
 //! cannot be authenticated.", 422 for missing parameters, 404 for an
 //! unknown organisation.
 
-#![allow(clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
-
 use serde_json::json;
 
 use super::http_server::{Request, Response};

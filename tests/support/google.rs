@@ -7,14 +7,12 @@
 //! would refuse is answered as it would be and recorded, and dropping a fake
 //! with recorded violations fails the test.
 
-#![allow(clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
-
-use std::collections::{BTreeSet, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::http_server::{Request, Response, TestServer};
+use super::http_server::{Fake, Ledger, Request, Response};
 use super::token;
 
 pub const GCP_PROJECT: &str = "my-project";
@@ -33,44 +31,26 @@ pub fn gke_sts_audience() -> String {
 /// subject token signed by the test cluster for `<project>.svc.id.goog`.
 /// Scripted answers replace the next ones, after the request was checked.
 pub struct FakeSts {
-    pub server: TestServer,
-    state: Arc<Mutex<StsState>>,
-}
-
-#[derive(Default)]
-struct StsState {
-    script: VecDeque<Response>,
-    issued: Vec<String>,
-    violations: Vec<String>,
+    pub server: Fake,
 }
 
 impl FakeSts {
     pub fn start() -> FakeSts {
-        let state = Arc::new(Mutex::new(StsState::default()));
-        let handler = Arc::clone(&state);
-        let server = TestServer::start(move |req| sts(&handler, req));
-        FakeSts { server, state }
+        FakeSts {
+            server: Fake::start("Google STS", sts),
+        }
     }
 
     pub fn script(&self, responses: impl IntoIterator<Item = Response>) {
-        self.state.lock().unwrap().script.extend(responses);
+        self.server.ledger().script(responses);
     }
 
     pub fn issued(&self) -> Vec<String> {
-        self.state.lock().unwrap().issued.clone()
+        self.server.ledger().issued()
     }
 }
 
-impl Drop for FakeSts {
-    fn drop(&mut self) {
-        let violations = self.state.lock().unwrap().violations.clone();
-        if !violations.is_empty() && !std::thread::panicking() {
-            panic!("the plugin sent requests Google STS would refuse: {violations:#?}");
-        }
-    }
-}
-
-fn sts(state: &Mutex<StsState>, req: &Request) -> Response {
+fn sts(ledger: &Ledger, req: &Request) -> Response {
     let form = req.form();
     let keys: BTreeSet<&str> = form.keys().map(String::as_str).collect();
     let mut problems = Vec::new();
@@ -119,28 +99,22 @@ fn sts(state: &Mutex<StsState>, req: &Request) -> Response {
             problems.push(format!("subject token: {e}"));
         }
     }
-    let mut state = state.lock().unwrap();
-    if !problems.is_empty() {
-        state.violations.extend(problems);
-        return Response::json(
+    let refusal = || {
+        Response::json(
             400,
             json!({"error": "invalid_request", "error_description": "Invalid request."}),
-        );
-    }
-    if let Some(canned) = state.script.pop_front() {
-        return canned;
-    }
-    let access_token = format!("ya29.d.federated-{}-{}", token::now(), state.issued.len());
-    state.issued.push(access_token.clone());
-    Response::json(
-        200,
-        json!({
+        )
+    };
+    ledger.answer(problems, refusal, |n| {
+        let access_token = format!("ya29.d.federated-{}-{n}", token::now());
+        let answer = json!({
             "access_token": access_token,
             "issued_token_type": "urn:ietf:params:oauth:token-type:access_token",
             "token_type": "Bearer",
             "expires_in": 3599,
-        }),
-    )
+        });
+        (access_token, Response::json(200, answer))
+    })
 }
 
 /// IAM Credentials `POST /v1/projects/-/serviceAccounts/EMAIL:generateAccessToken`:
@@ -148,39 +122,24 @@ fn sts(state: &Mutex<StsState>, req: &Request) -> Response {
 /// non-empty `scope` list and a `lifetime` of at most `3600s`; any service
 /// account may be impersonated.
 pub struct FakeIam {
-    pub server: TestServer,
-    state: Arc<Mutex<IamState>>,
-}
-
-#[derive(Default)]
-struct IamState {
-    issued: Vec<String>,
-    violations: Vec<String>,
+    pub server: Fake,
 }
 
 impl FakeIam {
     pub fn start(sts: &FakeSts) -> FakeIam {
-        let state = Arc::new(Mutex::new(IamState::default()));
-        let (handler, federated) = (Arc::clone(&state), Arc::clone(&sts.state));
-        let server = TestServer::start(move |req| iam(&handler, &federated, req));
-        FakeIam { server, state }
+        let federated = Arc::clone(sts.server.ledger());
+        let server = Fake::start("IAM Credentials", move |ledger, req| {
+            iam(ledger, &federated, req)
+        });
+        FakeIam { server }
     }
 
     pub fn issued(&self) -> Vec<String> {
-        self.state.lock().unwrap().issued.clone()
+        self.server.ledger().issued()
     }
 }
 
-impl Drop for FakeIam {
-    fn drop(&mut self) {
-        let violations = self.state.lock().unwrap().violations.clone();
-        if !violations.is_empty() && !std::thread::panicking() {
-            panic!("the plugin sent requests IAM Credentials would refuse: {violations:#?}");
-        }
-    }
-}
-
-fn iam(state: &Mutex<IamState>, sts: &Mutex<StsState>, req: &Request) -> Response {
+fn iam(ledger: &Ledger, sts: &Ledger, req: &Request) -> Response {
     let email = req
         .path
         .strip_prefix("/v1/projects/-/serviceAccounts/")
@@ -192,7 +151,7 @@ fn iam(state: &Mutex<IamState>, sts: &Mutex<StsState>, req: &Request) -> Respons
         problems.push(format!("{} {}?{}", req.method, req.path, req.query));
     }
     let bearer = req.bearer().unwrap_or_default();
-    if !sts.lock().unwrap().issued.contains(&bearer) {
+    if !sts.has_issued(&bearer) {
         problems.push("a bearer token STS did not issue".to_string());
     }
     if req.header("content-type") != Some("application/json") {
@@ -218,23 +177,16 @@ fn iam(state: &Mutex<IamState>, sts: &Mutex<StsState>, req: &Request) -> Respons
         }
         None => problems.push("a body that is not JSON".to_string()),
     }
-    let mut state = state.lock().unwrap();
-    if !problems.is_empty() {
-        state.violations.extend(problems);
-        return Response::json(
+    let refusal = || {
+        Response::json(
             400,
             json!({"error": {"code": 400, "message": "Invalid request.", "status": "INVALID_ARGUMENT"}}),
-        );
-    }
-    let access_token = format!(
-        "ya29.c.impersonated-{}-{}",
-        token::now(),
-        state.issued.len()
-    );
-    state.issued.push(access_token.clone());
-    let expire = wi_credential_provider::internal::duration::format_unix(token::now() + 3600);
-    Response::json(
-        200,
-        json!({"accessToken": access_token, "expireTime": expire}),
-    )
+        )
+    };
+    ledger.answer(problems, refusal, |n| {
+        let access_token = format!("ya29.c.impersonated-{}-{n}", token::now());
+        let expire = wi_credential_provider::internal::duration::format_unix(token::now() + 3600);
+        let answer = json!({"accessToken": access_token, "expireTime": expire});
+        (access_token, Response::json(200, answer))
+    })
 }

@@ -9,11 +9,7 @@
 //! honour it by opening a new connection for the next request, so the server never has to track
 //! idle connections.
 
-// Test support, not production code: a panic is how it reports a broken environment or a
-// malformed request to the test that uses it.
-#![allow(clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
-
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -124,6 +120,140 @@ impl Violations {
         if !v.is_empty() && !std::thread::panicking() {
             panic!("the plugin sent requests the real {name} would refuse: {v:#?}");
         }
+    }
+}
+
+/// What every fake upstream keeps besides its own state: the answers a
+/// test scripted, the credentials it issued, and the requests the real
+/// service would refuse. A [`Fake`] holds it with the fake's server and
+/// fails the test when dropped with anything refused.
+#[derive(Default)]
+pub struct Ledger {
+    script: Mutex<VecDeque<Response>>,
+    issued: Mutex<Vec<String>>,
+    pub violations: Violations,
+}
+
+impl Ledger {
+    /// Answers the next checked requests with `responses`, in order,
+    /// instead of the normal answer.
+    pub fn script(&self, responses: impl IntoIterator<Item = Response>) {
+        lock(&self.script).extend(responses);
+    }
+
+    /// The next scripted answer, if any.
+    pub fn scripted(&self) -> Option<Response> {
+        lock(&self.script).pop_front()
+    }
+
+    /// Records `credential` as one this fake issued.
+    pub fn issue(&self, credential: &str) {
+        lock(&self.issued).push(credential.to_string());
+    }
+
+    /// Every credential issued so far, in order.
+    pub fn issued(&self) -> Vec<String> {
+        lock(&self.issued).clone()
+    }
+
+    /// Whether this fake issued `credential`.
+    pub fn has_issued(&self, credential: &str) -> bool {
+        lock(&self.issued).iter().any(|c| c == credential)
+    }
+
+    /// The answer to a request whose checks found `problems`: when there
+    /// are any, they are recorded and `refusal` is what the real service
+    /// says ([`Ledger::refused`]); else [`Ledger::scripted_or_issue`].
+    pub fn answer(
+        &self,
+        problems: Vec<String>,
+        refusal: impl FnOnce() -> Response,
+        issue: impl FnOnce(usize) -> (String, Response),
+    ) -> Response {
+        self.refused(problems, refusal)
+            .unwrap_or_else(|| self.scripted_or_issue(issue))
+    }
+
+    /// `refusal` when the request's checks found `problems`, which are
+    /// recorded; `None` for a request the real service accepts.
+    pub fn refused(
+        &self,
+        problems: Vec<String>,
+        refusal: impl FnOnce() -> Response,
+    ) -> Option<Response> {
+        if problems.is_empty() {
+            return None;
+        }
+        problems.into_iter().for_each(|p| self.violations.add(p));
+        Some(refusal())
+    }
+
+    /// The next scripted answer; else the credential `issue` mints (given
+    /// how many were issued before, so each is new), recorded and answered
+    /// as `issue` says.
+    pub fn scripted_or_issue(&self, issue: impl FnOnce(usize) -> (String, Response)) -> Response {
+        if let Some(scripted) = self.scripted() {
+            return scripted;
+        }
+        let mut issued = lock(&self.issued);
+        let (credential, response) = issue(issued.len());
+        issued.push(credential);
+        response
+    }
+}
+
+/// A fake upstream's server and its [`Ledger`]: what the fake's tests
+/// reach it by (it derefs to its [`TestServer`]), and what fails the test
+/// when it is dropped with a request the real service would refuse.
+pub struct Fake {
+    server: TestServer,
+    ledger: Arc<Ledger>,
+    /// The real service, for the failure message ("Google STS").
+    name: &'static str,
+}
+
+impl Fake {
+    /// Starts `name`'s fake, whose `handler` answers each request with its
+    /// ledger.
+    pub fn start(
+        name: &'static str,
+        handler: impl Fn(&Ledger, &Request) -> Response + Send + Sync + 'static,
+    ) -> Fake {
+        let ledger = Arc::new(Ledger::default());
+        let handler_ledger = Arc::clone(&ledger);
+        Fake::with_ledger(name, ledger, move |req| handler(&handler_ledger, req))
+    }
+
+    /// Starts `name`'s fake with a `ledger` its `handler` already holds
+    /// (in the fake's own state).
+    pub fn with_ledger(
+        name: &'static str,
+        ledger: Arc<Ledger>,
+        handler: impl Fn(&Request) -> Response + Send + Sync + 'static,
+    ) -> Fake {
+        Fake {
+            server: TestServer::start(handler),
+            ledger,
+            name,
+        }
+    }
+
+    pub fn ledger(&self) -> &Arc<Ledger> {
+        &self.ledger
+    }
+}
+
+impl std::ops::Deref for Fake {
+    type Target = TestServer;
+
+    fn deref(&self) -> &TestServer {
+        &self.server
+    }
+}
+
+impl Drop for Fake {
+    fn drop(&mut self) {
+        self.ledger.violations.check(self.name);
     }
 }
 
@@ -571,4 +701,50 @@ fn percent_decode(input: &str) -> String {
 /// Locks `mutex`, ignoring poisoning: a panicking handler must not take the server down.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal() -> Response {
+        Response::text(400, "refused")
+    }
+
+    fn mint(n: usize) -> (String, Response) {
+        (
+            format!("token-{n}"),
+            Response::text(200, format!("token-{n}")),
+        )
+    }
+
+    /// A refused request is recorded and answered as refused, and takes
+    /// no scripted answer; then the script answers, then minting resumes
+    /// with fresh, recorded credentials.
+    #[test]
+    fn a_ledger_refuses_then_scripts_then_issues() {
+        let ledger = Ledger::default();
+        ledger.script([Response::text(503, "busy")]);
+        let refused = ledger.answer(vec!["GET /nope".into()], refusal, mint);
+        assert_eq!(refused.status, 400);
+        assert_eq!(ledger.answer(Vec::new(), refusal, mint).status, 503);
+        assert_eq!(ledger.answer(Vec::new(), refusal, mint).body, b"token-0");
+        assert_eq!(ledger.answer(Vec::new(), refusal, mint).body, b"token-1");
+        assert_eq!(ledger.issued(), ["token-0", "token-1"]);
+        assert!(ledger.has_issued("token-1") && !ledger.has_issued("token-2"));
+        let recorded = ledger.violations.0.lock().unwrap().clone();
+        assert_eq!(recorded, ["GET /nope"]);
+    }
+
+    #[test]
+    #[should_panic(expected = "the plugin sent requests the real Google STS would refuse")]
+    fn a_fake_dropped_with_a_refused_request_fails_the_test() {
+        let fake = Fake::start("Google STS", |ledger, _| {
+            ledger.answer(Vec::new(), refusal, mint)
+        });
+        let _ = fake
+            .ledger()
+            .refused(vec!["an Authorization header".into()], refusal);
+        drop(fake);
+    }
 }

@@ -8,8 +8,6 @@
 //! an RFC 8693 response, or with Access's error shape
 //! `{"errors":[{"code","message"}]}`. The error messages are illustrative.
 
-#![allow(clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
-
 use serde_json::json;
 
 use super::http_server::{Request, Response};

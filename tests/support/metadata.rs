@@ -20,7 +20,6 @@
 //!   response header `Metadata-Flavor: Google`.
 //!
 //! Every fake can also be told to misbehave: never answer, answer garbage, answer a huge body.
-#![allow(clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 use std::sync::{Arc, Mutex};
 

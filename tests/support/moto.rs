@@ -18,8 +18,6 @@
 //! the caller's account (123456789012 for keys it does not know) with
 //! `expiresAt` 2015-01-01T00:00:00Z.
 
-#![allow(clippy::expect_used, clippy::panic)]
-
 use std::fs;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -15,8 +15,6 @@
 //! Every server stops when dropped: it wakes its accept loop, shuts down
 //! the sockets it handed out and joins its threads.
 
-#![allow(clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

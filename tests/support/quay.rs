@@ -6,8 +6,6 @@
 //! `401 {"error": "<reason>"}`. The token is checked against the robot's
 //! federation entry (issuer, subject) as Quay does.
 
-#![allow(clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
-
 use serde_json::json;
 
 use super::http_server::{Request, Response};

@@ -21,10 +21,6 @@
 //! variables override its config file) and skopeo runs with a private `HOME`, registries.conf
 //! and policy, so nothing from the developer's machine leaks in.
 
-// Test support, not production code: a panic is how it reports a broken environment or a
-// malformed request to the test that uses it.
-#![allow(clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
-
 use std::fs;
 use std::io::{Read, Write};
 use std::net::TcpStream;

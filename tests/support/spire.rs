@@ -11,8 +11,6 @@
 //! request it got is kept ([`SpireAgent::requests`]). The process is
 //! killed on drop.
 
-#![allow(clippy::expect_used, clippy::panic, clippy::unwrap_used)]
-
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

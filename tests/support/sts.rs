@@ -11,14 +11,9 @@
 //! fake with recorded violations fails the test. Scripted answers replace
 //! the next ones, after the request was checked.
 
-#![allow(clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
-
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
-
 use serde_json::json;
 
-use super::http_server::{Request, Response, TestServer, form_urlencoded_pairs};
+use super::http_server::{Fake, Ledger, Request, Response, form_urlencoded_pairs};
 use super::token;
 
 pub const PATH: &str = "/oauth2/token";
@@ -45,23 +40,15 @@ pub struct Expect {
 }
 
 pub struct FakeSts {
-    pub server: TestServer,
-    state: Arc<Mutex<State>>,
-}
-
-#[derive(Default)]
-struct State {
-    script: VecDeque<Response>,
-    issued: Vec<String>,
-    violations: Vec<String>,
+    pub server: Fake,
 }
 
 impl FakeSts {
     pub fn start(expect: Expect) -> FakeSts {
-        let state = Arc::new(Mutex::new(State::default()));
-        let handler = Arc::clone(&state);
-        let server = TestServer::start(move |req| handle(&expect, &handler, req));
-        FakeSts { server, state }
+        let server = Fake::start("token server", move |ledger, req| {
+            handle(&expect, ledger, req)
+        });
+        FakeSts { server }
     }
 
     pub fn url(&self) -> String {
@@ -69,21 +56,12 @@ impl FakeSts {
     }
 
     pub fn script(&self, responses: impl IntoIterator<Item = Response>) {
-        self.state.lock().unwrap().script.extend(responses);
+        self.server.ledger().script(responses);
     }
 
     /// Every access token issued so far.
     pub fn issued(&self) -> Vec<String> {
-        self.state.lock().unwrap().issued.clone()
-    }
-}
-
-impl Drop for FakeSts {
-    fn drop(&mut self) {
-        let violations = self.state.lock().unwrap().violations.clone();
-        if !violations.is_empty() && !std::thread::panicking() {
-            panic!("the plugin sent requests the token server would refuse: {violations:#?}");
-        }
+        self.server.ledger().issued()
     }
 }
 
@@ -103,7 +81,7 @@ fn form_decode(text: &str) -> String {
         .unwrap_or_default()
 }
 
-fn handle(expect: &Expect, state: &Mutex<State>, req: &Request) -> Response {
+fn handle(expect: &Expect, ledger: &Ledger, req: &Request) -> Response {
     let mut problems = Vec::new();
     if req.method != "POST" || req.path != PATH || !req.query.is_empty() {
         problems.push(format!("{} {}?{}", req.method, req.path, req.query));
@@ -148,14 +126,15 @@ fn handle(expect: &Expect, state: &Mutex<State>, req: &Request) -> Response {
             }
         }
     }
-    let mut state = state.lock().unwrap();
-    if !problems.is_empty() {
-        state.violations.extend(problems);
-        return oauth_error(
+    let refusal = || {
+        oauth_error(
             400,
             "invalid_request",
             "The request is missing a required parameter.",
-        );
+        )
+    };
+    if let Some(refused) = ledger.refused(problems, refusal) {
+        return refused;
     }
     let subject_token = &pairs[1].1;
     let claims = match (expect.verify)(subject_token, &expect.token_audience) {
@@ -175,20 +154,16 @@ fn handle(expect: &Expect, state: &Mutex<State>, req: &Request) -> Response {
             "the subject is not allowed to exchange tokens",
         );
     }
-    if let Some(canned) = state.script.pop_front() {
-        return canned;
-    }
-    let access_token = format!("sts-at-{}-{}", token::now(), state.issued.len());
-    state.issued.push(access_token.clone());
-    Response::json(
-        200,
-        json!({
+    ledger.scripted_or_issue(|n| {
+        let access_token = format!("sts-at-{}-{n}", token::now());
+        let answer = json!({
             "access_token": access_token,
             "issued_token_type": ACCESS_TOKEN,
             "token_type": "Bearer",
             "expires_in": 900,
             "username": "svc-from-sts",
-        }),
-    )
-    .with_header("Cache-Control", "no-store")
+        });
+        let response = Response::json(200, answer).with_header("Cache-Control", "no-store");
+        (access_token, response)
+    })
 }

@@ -28,8 +28,6 @@
 //! for the test to assert empty. Scripted answers ([`FakeVault::script`])
 //! come first: 429 with `Retry-After`, 500, malformed JSON.
 
-#![allow(clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
-
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

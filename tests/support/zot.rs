@@ -27,8 +27,6 @@
 //! controls, the credential the client presents to the token endpoint, is
 //! checked exactly as Zot checks it.
 
-#![allow(clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
-
 use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
