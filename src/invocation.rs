@@ -52,7 +52,7 @@ fn parse(args: &[OsString], variables: &[(OsString, OsString)]) -> (CommandLine,
         Command::from_arg_matches(&matches).unwrap_or_else(|e| usage_error(&e, args, variables))
     });
     let arg0 = args.first().cloned().unwrap_or_default();
-    let line = CommandLine::read(&arg0, &matches, &carried)
+    let line = CommandLine::read(&arg0, matches, &carried)
         .unwrap_or_else(|e| usage_error(&e, args, variables));
     (line, command)
 }

@@ -312,19 +312,21 @@ impl CommandLine {
     /// Reads `matches` of a command that carries the flags of `carried`
     /// (the whole command line, or [`serving_command`]'s), for the binary
     /// run as `arg0`. An error is clap's own, a usage error like those of
-    /// the parse.
+    /// the parse. The values are taken out of `matches`, not copied: a
+    /// copy of the matches and its freeing were 9% of a cache hit's
+    /// instructions (docs/performance.md).
     pub fn read(
         arg0: &OsStr,
-        matches: &ArgMatches,
+        mut matches: ArgMatches,
         carried: &[&'static Provider],
     ) -> std::result::Result<Self, clap::Error> {
-        let options = Options::from_arg_matches(matches)?;
+        let options = Options::from_arg_matches_mut(&mut matches)?;
         let named = provider_from_program_name(arg0);
         // clap admits only the names of `choices()`: never unknown here.
         let choice = choose(options.provider.as_deref(), named).unwrap_or(None);
         let own = carried
             .iter()
-            .map(|p| Ok((*p, (p.flags.read)(matches)?)))
+            .map(|p| Ok((*p, (p.flags.read)(&mut matches)?)))
             .collect::<std::result::Result<_, clap::Error>>()?;
         Ok(CommandLine {
             options,
@@ -437,7 +439,7 @@ pub fn parse_as(
     });
     let argv = std::iter::once(OsString::from(name)).chain(args.iter().map(OsString::from));
     let matches = command.try_get_matches_from(argv)?;
-    CommandLine::read(OsStr::new(name), &matches, providers::ALL)
+    CommandLine::read(OsStr::new(name), matches, providers::ALL)
 }
 
 #[cfg(test)]
@@ -577,9 +579,9 @@ mod tests {
             };
             assert!(served, "{argv:?} was read by the serving command");
             let matches = serving.try_get_matches_from(&args).unwrap();
-            let line = CommandLine::read(&args[0], &matches, &carried).unwrap();
+            let line = CommandLine::read(&args[0], matches, &carried).unwrap();
             let whole = command().try_get_matches_from(&args).unwrap();
-            let whole = CommandLine::read(&args[0], &whole, providers::ALL).unwrap();
+            let whole = CommandLine::read(&args[0], whole, providers::ALL).unwrap();
             assert_eq!(line.choice, whole.choice, "{argv:?}");
             assert_eq!(
                 format!("{:?}", line.options),
@@ -598,7 +600,7 @@ mod tests {
         let args: Vec<OsString> = ["wi-credential-provider-gcp"].map(OsString::from).to_vec();
         let (command, carried) = serving_command(&args, &[]).unwrap();
         let matches = command.try_get_matches_from(&args).unwrap();
-        let line = CommandLine::read(&args[0], &matches, &carried).unwrap();
+        let line = CommandLine::read(&args[0], matches, &carried).unwrap();
         let inputs = crate::inputs::Inputs::new(crate::inputs::Env::default(), None);
         let vault = Provider::find("vault").unwrap();
         let e = line.build(vault, &inputs).err().unwrap();

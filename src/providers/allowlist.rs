@@ -187,6 +187,12 @@ impl<G: Guarded> clap::FromArgMatches for Behind<G> {
         G::Options::from_arg_matches(matches).map(Behind)
     }
 
+    fn from_arg_matches_mut(
+        matches: &mut clap::ArgMatches,
+    ) -> std::result::Result<Self, clap::Error> {
+        G::Options::from_arg_matches_mut(matches).map(Behind)
+    }
+
     fn update_from_arg_matches(
         &mut self,
         matches: &clap::ArgMatches,

@@ -152,7 +152,9 @@ pub(crate) trait OwnFlags: fmt::Debug {
 /// ([`FlagSet::read`]): both from one type, [`own_flags`].
 pub(crate) struct FlagSet {
     pub(crate) augment: fn(clap::Command) -> clap::Command,
-    pub(crate) read: fn(&clap::ArgMatches) -> std::result::Result<Box<dyn OwnFlags>, clap::Error>,
+    /// Takes the flags' values out of the matches (no copy of them).
+    pub(crate) read:
+        fn(&mut clap::ArgMatches) -> std::result::Result<Box<dyn OwnFlags>, clap::Error>,
 }
 
 /// The [`FlagSet`] of the `clap::Args` struct `O`.
@@ -166,11 +168,13 @@ where
     }
 }
 
-fn read_own<O>(matches: &clap::ArgMatches) -> std::result::Result<Box<dyn OwnFlags>, clap::Error>
+fn read_own<O>(
+    matches: &mut clap::ArgMatches,
+) -> std::result::Result<Box<dyn OwnFlags>, clap::Error>
 where
     O: OwnFlags + clap::FromArgMatches + 'static,
 {
-    Ok(Box::new(O::from_arg_matches(matches)?))
+    Ok(Box::new(O::from_arg_matches_mut(matches)?))
 }
 
 /// The settings every provider shares, already parsed with the command
