@@ -152,7 +152,7 @@ pub(crate) struct About {
 /// The declaration of a provider behind `--registry`: `auto` never picks
 /// it (a token goes to a registry of the admin's choosing only when the
 /// admin chose this provider), it has no node identity, its flags are its
-/// `Options`, and [`build`] builds it. Its password is not the token
+/// `Options`, and [`Behind`] builds it. Its password is not the token
 /// itself unless it says so (passthrough).
 pub(crate) const fn declare<G>(about: About) -> Provider
 where
