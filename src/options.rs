@@ -595,6 +595,13 @@ mod tests {
         }
     }
 
+    /// The fuzz targets keep one parsed command line in a static.
+    #[test]
+    fn a_command_line_can_be_shared_between_threads() {
+        fn shared<T: Send + Sync>() {}
+        shared::<CommandLine>();
+    }
+
     #[test]
     fn a_provider_is_built_only_from_flags_the_line_read() {
         let args: Vec<OsString> = ["wi-credential-provider-gcp"].map(OsString::from).to_vec();

@@ -119,7 +119,7 @@ impl Allowlist {
 /// Vault).
 pub(crate) trait Guarded: Sized + 'static {
     /// Its own flags.
-    type Options: clap::Args + fmt::Debug;
+    type Options: clap::Args + fmt::Debug + Send + Sync;
     /// What the allowlist guards, for refusals ("the Quay robot token").
     const GUARDS: &'static str;
 

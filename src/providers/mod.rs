@@ -139,7 +139,7 @@ impl fmt::Display for Provider {
 /// `clap::Args` struct): what builds the provider's [`Exchanger`]. So a
 /// provider's flags are typed values before any request is read, and a
 /// bad value is a usage error of the command line, never of a request.
-pub(crate) trait OwnFlags: fmt::Debug {
+pub(crate) trait OwnFlags: fmt::Debug + Send + Sync {
     /// Builds the exchanger from these flags, the settings every provider
     /// shares and the process inputs. Only the provider a request is
     /// routed to is built, so a provider's configuration errors surface on
