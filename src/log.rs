@@ -237,20 +237,26 @@ pub(crate) fn redact_panics() {
     }));
 }
 
-#[macro_export]
-macro_rules! warn {
-    ($($arg:tt)*) => { $crate::log::write($crate::log::Level::Warn, format_args!($($arg)*)) };
+// The log macros. Their arguments are evaluated only when the level is
+// on: a `debug!` that renders a cache key's text costs a hit nothing at the
+// default level. Used as `crate::log::warning!` and `crate::log::debug!`.
+macro_rules! warning {
+    ($($arg:tt)*) => {
+        if $crate::log::enabled($crate::log::Level::Warn) {
+            $crate::log::write($crate::log::Level::Warn, format_args!($($arg)*))
+        }
+    };
 }
 
-#[macro_export]
-macro_rules! info {
-    ($($arg:tt)*) => { $crate::log::write($crate::log::Level::Info, format_args!($($arg)*)) };
-}
-
-#[macro_export]
 macro_rules! debug {
-    ($($arg:tt)*) => { $crate::log::write($crate::log::Level::Debug, format_args!($($arg)*)) };
+    ($($arg:tt)*) => {
+        if $crate::log::enabled($crate::log::Level::Debug) {
+            $crate::log::write($crate::log::Level::Debug, format_args!($($arg)*))
+        }
+    };
 }
+
+pub(crate) use {debug, warning};
 
 #[cfg(test)]
 mod tests {

@@ -13,9 +13,7 @@
 //! means no call site can forget; [`crate::log`] masks every registered
 //! secret in every line it writes (see [`known_spans`]).
 
-use std::collections::HashSet;
 use std::fmt;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Mutex;
 
 use zeroize::Zeroize;
@@ -100,64 +98,147 @@ const WINDOW: usize = 16;
 /// `Drop`. Process-wide like the log level: one invocation, one set of
 /// secrets.
 static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
-    hashes: HashSet::with_hasher(BuildHasherDefault::new()),
+    hashes: WindowSet::new(),
     widths: Vec::new(),
 });
 
-/// Window hashes in a hash set keyed by the hashes themselves: registering
-/// is on every request's path (the service account token, a cached
-/// password: a thousand windows each), so it must cost an insert and no
-/// more, and masking a line is one lookup per window of the line.
 struct Registry {
-    hashes: HashSet<u64, BuildHasherDefault<Prehashed>>,
+    hashes: WindowSet,
     /// The window widths in use: [`WINDOW`], and the length of each secret
     /// shorter than that.
     widths: Vec<usize>,
 }
 
-/// The set's hasher: its keys are already [`window_hash`] values, so they
-/// are their own hash.
-#[derive(Default)]
-struct Prehashed(u64);
+/// A set of window hashes: open addressing with linear probing in a table
+/// kept at most half full. Registering is on every request's path (the
+/// service account token, a cached password: a thousand windows each), so
+/// an insert must cost a few instructions, and masking a line is one lookup
+/// per window of the line; a general hash set spent more on a hit's token
+/// than the rest of the hit's own code. The keys are [`each_window`]
+/// hashes, already spread, so a key's low bits are its slot. A zero slot is
+/// empty, so a hash of 0 is kept as 1 (it then also masks what hashes to 1,
+/// as any collision does).
+struct WindowSet {
+    /// A power of two long, or empty.
+    slots: Vec<u64>,
+    len: usize,
+}
 
-impl Hasher for Prehashed {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        // Only `u64` keys are hashed; fold anything else in all the same.
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+impl WindowSet {
+    const fn new() -> Self {
+        WindowSet {
+            slots: Vec::new(),
+            len: 0,
         }
     }
 
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Makes room for `more` keys without growing again.
+    fn reserve(&mut self, more: usize) {
+        if (self.len + more).saturating_mul(2) > self.slots.len() {
+            self.grow(self.len + more);
+        }
+    }
+
+    #[cold]
+    fn grow(&mut self, keys: usize) {
+        let wanted = keys.saturating_mul(2).next_power_of_two();
+        let old = std::mem::replace(&mut self.slots, vec![0; wanted]);
+        self.len = 0;
+        for key in old.into_iter().filter(|&key| key != 0) {
+            self.insert(key);
+        }
+    }
+
+    fn insert(&mut self, hash: u64) {
+        self.reserve(1);
+        let key = hash.max(1);
+        let mut at = self.slot_of(key);
+        let mask = self.slots.len() - 1;
+        while let Some(slot) = self.slots.get_mut(at) {
+            if *slot == key {
+                return;
+            }
+            if *slot == 0 {
+                *slot = key;
+                self.len += 1;
+                return;
+            }
+            at = (at + 1) & mask;
+        }
+    }
+
+    fn contains(&self, hash: u64) -> bool {
+        if self.slots.is_empty() {
+            return false;
+        }
+        let key = hash.max(1);
+        let mut at = self.slot_of(key);
+        let mask = self.slots.len() - 1;
+        // The table is never full, so the probe meets an empty slot.
+        while let Some(&slot) = self.slots.get(at) {
+            if slot == key {
+                return true;
+            }
+            if slot == 0 {
+                return false;
+            }
+            at = (at + 1) & mask;
+        }
+        false
+    }
+
+    /// Where a key's probe starts: its low bits (the table's length is a
+    /// power of two).
+    fn slot_of(&self, key: u64) -> usize {
+        let mask = u64::try_from(self.slots.len() - 1).unwrap_or(u64::MAX);
+        usize::try_from(key & mask).unwrap_or(0)
     }
 }
 
-/// A window's hash: its width, then each 8-byte word (the last one padded
-/// with zeros), each step through SplitMix64's finaliser, a bijection on
-/// `u64` that spreads every input bit over the output. A token registers a
-/// thousand windows on every request, and SipHash (`DefaultHasher`) spent
-/// more there than the rest of a cache hit's own code; what the set needs
-/// is spread, not resistance to chosen collisions: a collision masks text
-/// that was not a secret, and never lets a secret through, since a secret's
-/// own windows always hash to what was registered.
-fn window_hash(window: &[u8]) -> u64 {
-    let mut hash = mix(u64::try_from(window.len()).unwrap_or(u64::MAX));
-    for word in window.chunks(8) {
-        let word = <[u8; 8]>::try_from(word).unwrap_or_else(|_| {
-            let mut padded = [0u8; 8];
-            padded
-                .iter_mut()
-                .zip(word)
-                .for_each(|(to, from)| *to = *from);
-            padded
-        });
-        hash = mix(hash ^ u64::from_le_bytes(word));
+/// Calls `each` with the position and hash of every window of `width`
+/// bytes of `bytes`.
+///
+/// The hash is a polynomial one (Rabin and Karp) kept as the window
+/// slides, so a window costs a multiply and an add whatever its width,
+/// then SplitMix64's finaliser with the width mixed in: a token registers
+/// a thousand windows on every request, and hashing each window afresh
+/// was a tenth of a cache hit. What the set needs is spread, not
+/// resistance to chosen collisions: a collision masks text that was not a
+/// secret, and never lets a secret through, since a secret's own windows
+/// always hash to what was registered.
+fn each_window(bytes: &[u8], width: usize, mut each: impl FnMut(usize, u64)) {
+    if width == 0 || bytes.len() < width {
+        return;
     }
+    let salt = mix(u64::try_from(width).unwrap_or(u64::MAX));
+    // BASE to the power width - 1: the weight of the byte leaving.
+    let leaving = (1..width).fold(1u64, |p, _| p.wrapping_mul(BASE));
+    let (first, rest) = bytes.split_at(width);
+    let mut rolling = first.iter().fold(0u64, |h, &b| {
+        h.wrapping_mul(BASE).wrapping_add(u64::from(b))
+    });
+    each(0, mix(rolling ^ salt));
+    for (at, (&out, &entering)) in bytes.iter().zip(rest).enumerate() {
+        rolling = rolling
+            .wrapping_sub(u64::from(out).wrapping_mul(leaving))
+            .wrapping_mul(BASE)
+            .wrapping_add(u64::from(entering));
+        each(at + 1, mix(rolling ^ salt));
+    }
+}
+
+/// The rolling hash's multiplier: odd (so multiplying by it loses no
+/// bits), the golden ratio's fraction as in Fibonacci hashing.
+const BASE: u64 = 0x9e37_79b9_7f4a_7c15;
+
+#[cfg(test)]
+fn window_hash(window: &[u8]) -> u64 {
+    let mut hash = 0;
+    each_window(window, window.len(), |_, h| hash = h);
     hash
 }
 
@@ -182,9 +263,8 @@ fn register_at_any_length(value: &str) {
     }
     let width = bytes.len().min(WINDOW);
     let mut registry = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
-    let windows = bytes.windows(width);
-    registry.hashes.reserve(windows.len());
-    registry.hashes.extend(windows.map(window_hash));
+    registry.hashes.reserve(bytes.len() - width + 1);
+    each_window(bytes, width, |_, hash| registry.hashes.insert(hash));
     if !registry.widths.contains(&width) {
         registry.widths.push(width);
     }
@@ -242,11 +322,11 @@ impl Registry {
     /// covers.
     fn find(&self, bytes: &[u8], mut found: impl FnMut(std::ops::Range<usize>)) {
         for &width in &self.widths {
-            for (at, window) in bytes.windows(width).enumerate() {
-                if self.hashes.contains(&window_hash(window)) {
+            each_window(bytes, width, |at, hash| {
+                if self.hashes.contains(hash) {
                     found(at..at + width);
                 }
-            }
+            });
         }
     }
 }
@@ -259,10 +339,12 @@ struct View {
 }
 
 impl View {
-    fn new() -> Self {
+    /// Room for `len` decoded bytes: a decoding is never longer than its
+    /// text.
+    fn with_capacity(len: usize) -> Self {
         View {
-            bytes: Vec::new(),
-            origin: Vec::new(),
+            bytes: Vec::with_capacity(len),
+            origin: Vec::with_capacity(len),
         }
     }
 
@@ -326,7 +408,7 @@ fn hex(b: u8) -> Option<u8> {
 /// `application/x-www-form-urlencoded` and RFC 3986 percent-encoding read
 /// back: `%XX` is a byte, `+` a space.
 fn percent_decoded(bytes: &[u8]) -> View {
-    let mut view = View::new();
+    let mut view = View::with_capacity(bytes.len());
     let mut at = 0;
     while let Some(&b) = bytes.get(at) {
         let escaped = (b == b'%')
@@ -354,7 +436,7 @@ fn percent_decoded(bytes: &[u8]) -> View {
 /// included; anything else is kept as it is.
 fn json_unescaped(text: &str) -> View {
     let bytes = text.as_bytes();
-    let mut view = View::new();
+    let mut view = View::with_capacity(bytes.len());
     let unit = |at: usize| -> Option<u32> {
         if bytes.get(at) != Some(&b'\\') || bytes.get(at + 1) != Some(&b'u') {
             return None;
@@ -439,17 +521,25 @@ fn base64_decoded(bytes: &[u8], views: &mut Vec<View>) {
 }
 
 fn base64_run(bytes: &[u8], start: usize, end: usize) -> View {
-    let mut view = View::new();
+    let mut view = View::with_capacity(end.saturating_sub(start) * 3 / 4);
     let mut group = start;
     while group < end {
-        let chars: Vec<u8> = (group..end.min(group + 4))
-            .filter_map(|i| bytes.get(i).and_then(|&b| sextet(b)))
-            .collect();
-        let bits =
-            chars.iter().fold(0u32, |acc, &c| acc << 6 | u32::from(c)) << (6 * (4 - chars.len()));
-        let decoded = chars.len().saturating_sub(1);
-        let to = group + chars.len();
-        for &byte in bits.to_be_bytes().iter().skip(1).take(decoded) {
+        let (bits, chars) = bytes
+            .get(group..end.min(group + 4))
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|&b| sextet(b))
+            .fold((0u32, 0usize), |(bits, n), c| {
+                (bits << 6 | u32::from(c), n + 1)
+            });
+        let bits = bits << (6 * (4 - chars));
+        let to = group + chars;
+        for &byte in bits
+            .to_be_bytes()
+            .iter()
+            .skip(1)
+            .take(chars.saturating_sub(1))
+        {
             view.push(byte, group..to);
         }
         group += 4;
@@ -477,6 +567,7 @@ pub(crate) fn mask_known(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashSet;
 
     #[test]
     fn secrets_compare_by_value() {
@@ -607,14 +698,40 @@ mod tests {
     }
 
     #[test]
-    fn window_hashes_tell_padding_and_width_apart() {
-        // The zero padding of the last word is not confused with zero bytes.
+    fn window_hashes_roll_and_tell_widths_apart() {
+        // A zero byte counts, and the width is part of the hash.
         assert_ne!(window_hash(b"abcdefgh"), window_hash(b"abcdefgh\0"));
-        assert_ne!(window_hash(b""), window_hash(b"\0"));
-        // Every window of a text of distinct windows hashes apart.
-        let text: Vec<u8> = (0..=255u8).collect();
-        let hashes: HashSet<u64> = text.windows(WINDOW).map(window_hash).collect();
-        assert_eq!(hashes.len(), 256 - WINDOW + 1);
+        assert_ne!(window_hash(b"abcdefgh"), window_hash(b"\0abcdefgh"));
+        // Every window of a text of distinct windows hashes apart, and the
+        // rolling hash of each is the hash of the window on its own.
+        let text: Vec<u8> = (0..=255u8).chain(0..=255u8).collect();
+        let mut hashes = HashSet::new();
+        let mut seen = 0;
+        each_window(&text, WINDOW, |at, hash| {
+            let window = text.get(at..at + WINDOW).unwrap();
+            assert_eq!(hash, window_hash(window), "window at {at}");
+            hashes.insert(hash);
+            seen += 1;
+        });
+        assert_eq!(seen, text.len() - WINDOW + 1);
+        assert_eq!(hashes.len(), 256);
+    }
+
+    #[test]
+    fn the_window_set_holds_what_was_inserted_and_nothing_else() {
+        let mut set = WindowSet::new();
+        assert!(!set.contains(7));
+        // Keys that share their low bits probe on; the table grows.
+        let keys: Vec<u64> = (0..5000u64).map(|k| k << 20).collect();
+        for &key in &keys {
+            set.insert(key);
+        }
+        set.insert(keys.first().copied().unwrap());
+        assert_eq!(set.len, keys.len());
+        assert!(set.slots.len() >= 2 * keys.len());
+        assert!(keys.iter().all(|&key| set.contains(key)));
+        assert!(!set.contains(3 << 20 | 1));
+        assert!(!set.contains(5000 << 20));
     }
 
     #[test]

@@ -179,7 +179,7 @@ pub fn prepare<'a>(
     if let Some((rule, asked)) = mirrored {
         key_by_source(&mut plan, rule, asked);
     }
-    crate::debug!("plan: {plan:?}");
+    crate::log::debug!("plan: {plan:?}");
     Ok(Prepared { audiences, plan })
 }
 
@@ -453,7 +453,7 @@ fn cache_key(
     annotations: &BTreeMap<String, String>,
 ) -> cache::Key {
     let key_inputs = prepared.key_inputs(token, annotations);
-    crate::debug!(
+    crate::log::debug!(
         "cache key text:\n{}",
         cache::key::canonical(&key_inputs).trim_end()
     );
@@ -497,7 +497,7 @@ fn kubelet_cache_duration(
     let cache_duration =
         cache::kubelet_cache_duration(duration::unix_now(), created_at, expires_at, max);
     if cache_duration.is_zero() {
-        crate::warn!(
+        crate::log::warning!(
             "the credential for {registry} expires at {}, too soon to cache; the kubelet will ask again on the next pull",
             duration::format_unix(expires_at)
         );
@@ -521,7 +521,7 @@ fn note_identity(record: &mut Record, provider: &Provider, plan: &Plan<'_>, obse
 fn whose(identity: &Whose, record: &Record) -> String {
     match identity {
         Whose::Node { why } => {
-            crate::debug!("node identity: {why}");
+            crate::log::debug!("node identity: {why}");
             "the node's identity".to_string()
         }
         Whose::ServiceAccount => record

@@ -144,7 +144,7 @@ impl Cache {
             Ok(None) => Ok(None),
             Err(OpenError::Unsafe(error)) => Err(error),
             Err(OpenError::Unavailable(why)) => {
-                crate::warn!("{why}; pulling without the credential cache");
+                crate::log::warning!("{why}; pulling without the credential cache");
                 Ok(None)
             }
         }
@@ -210,7 +210,7 @@ impl Cache {
                 Some(lock)
             }
             Waited::Unlockable(e) => {
-                crate::warn!(
+                crate::log::warning!(
                     "cannot lock cache key {key} in {}: {e}; exchanging without it",
                     self.store.dir().display()
                 );
@@ -257,18 +257,18 @@ impl Cache {
         if is_fresh(entry.created_at, entry.expires_at, now, self.max_age) {
             match self.store.write(entry) {
                 Ok(()) => {
-                    crate::debug!("cached the credential under key {key}");
+                    crate::log::debug!("cached the credential under key {key}");
                     Stored::Written
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::FileTooLarge => {
-                    crate::warn!(
+                    crate::log::warning!(
                         "not caching the credential for {}: {e}; every pull exchanges again until the upstream issues a smaller one",
                         entry.registry
                     );
                     Stored::TooLarge
                 }
                 Err(e) => {
-                    crate::warn!(
+                    crate::log::warning!(
                         "cannot write the cache entry {}: {e}; the credential is returned but not cached",
                         self.store.entry_path(key).display()
                     );
@@ -276,7 +276,7 @@ impl Cache {
                 }
             }
         } else {
-            crate::debug!(
+            crate::log::debug!(
                 "not caching the credential: it expires at {}, within its refresh margin",
                 duration::format_unix(entry.expires_at)
             );
@@ -289,16 +289,16 @@ impl Cache {
         match housekeeping::run(&self.store, now, self.max_age, self.max_entries, key) {
             Ok(report) => {
                 if let Some(first) = &report.first_failure {
-                    crate::warn!(
+                    crate::log::warning!(
                         "cache housekeeping skipped {} entries it cannot remove (first: {first}); remove them by hand",
                         report.unremovable
                     );
                 }
                 if report.removed() > 0 {
-                    crate::debug!("cache housekeeping: {report}");
+                    crate::log::debug!("cache housekeeping: {report}");
                 }
             }
-            Err(e) => crate::debug!("cache housekeeping stopped: {e}"),
+            Err(e) => crate::log::debug!("cache housekeeping stopped: {e}"),
         }
     }
 
@@ -314,7 +314,7 @@ impl Cache {
                 Ok(Acquired::Busy) => {}
             }
             if !waited {
-                crate::debug!(
+                crate::log::debug!(
                     "another plugin process is exchanging the credential for cache key {key}; waiting for it"
                 );
                 waited = true;
@@ -344,10 +344,10 @@ impl Cache {
             }
             Lookup::Found(entry) => {
                 if is_fresh(entry.created_at, entry.expires_at, now, self.max_age) {
-                    crate::debug!("cache hit for key {key}");
+                    crate::log::debug!("cache hit for key {key}");
                     return Some(entry);
                 }
-                crate::debug!(
+                crate::log::debug!(
                     "cache entry {key} is due for refresh (created {}, expires {})",
                     duration::format_unix(entry.created_at),
                     duration::format_unix(entry.expires_at)
@@ -357,7 +357,7 @@ impl Cache {
             Lookup::Unusable(why) => why,
         };
         if warn {
-            crate::warn!(
+            crate::log::warning!(
                 "ignoring cache entry {}: {why}; it will be replaced",
                 self.store.entry_path(key).display()
             );

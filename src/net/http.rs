@@ -341,7 +341,7 @@ where
                 {
                     return Err(retry_after_beyond_deadline(call, status, asked, deadline));
                 }
-                crate::debug!("{call}: {why} on attempt {attempts}, retrying");
+                crate::log::debug!("{call}: {why} on attempt {attempts}, retrying");
                 backoff(attempts, retry_after)
             }
             _ => None,
@@ -413,7 +413,7 @@ pub(crate) async fn send(
     .await?;
     let reply =
         outcome.map_err(|e| transport_error(call, attempts, &e, deadline, client.proxies()))?;
-    crate::debug!(
+    crate::log::debug!(
         "{call} answered HTTP {} ({} bytes)",
         reply.status,
         reply.body.len()

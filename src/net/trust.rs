@@ -99,7 +99,7 @@ impl Sources {
                 Error::config(format!("cannot use the Windows certificate store: {e}"))
                     .fix("set SSL_CERT_FILE to a PEM bundle of the CAs to trust instead")
             })?;
-            crate::debug!("trusting the Windows certificate store");
+            crate::log::debug!("trusting the Windows certificate store");
             return Ok(Arc::new(
                 builder
                     .dangerous()
@@ -143,7 +143,7 @@ impl Sources {
             }
         }
         let system = store.len();
-        crate::debug!(
+        crate::log::debug!(
             "trusting {system} CA certificate(s) from {}",
             if looked.is_empty() {
                 "nowhere".to_string()
@@ -230,7 +230,7 @@ fn read_ca_file(path: &Path, store: &mut Roots) -> Result<(usize, Vec<u8>)> {
         .map_err(|e| Error::config(format!("cannot read the --ca-file {shown}: {e}")).fix(fix))?;
     let added = add_anchors(&pem, store)
         .map_err(|why| Error::config(format!("the --ca-file {shown} {why}")).fix(fix))?;
-    crate::debug!("trusting {added} extra CA certificate(s) from {shown}");
+    crate::log::debug!("trusting {added} extra CA certificate(s) from {shown}");
     Ok((added, pem))
 }
 
@@ -320,7 +320,7 @@ fn add_lenient(path: &Path, pem: &[u8], store: &mut Roots) {
         .collect();
     let (_, skipped) = store.store.add_parsable_certificates(ders);
     if skipped > 0 {
-        crate::debug!(
+        crate::log::debug!(
             "skipped {skipped} unusable certificate(s) in {}",
             path.display()
         );

@@ -332,7 +332,7 @@ pub(crate) fn update(dir: &Path, record: &Record, calls: &[Call], now: i64) -> R
     let mut file = match files::open_state(&state_path, &owner) {
         Ok(file) => file,
         Err(e) => {
-            crate::warn!("cannot use the metrics state ({e}); counting again from zero");
+            crate::log::warning!("cannot use the metrics state ({e}); counting again from zero");
             std::fs::remove_file(&state_path)
                 .and_then(|()| files::open_state(&state_path, &owner))
                 .map_err(|e| format!("cannot replace {}: {e}", state_path.display()))?
@@ -341,14 +341,14 @@ pub(crate) fn update(dir: &Path, record: &Record, calls: &[Call], now: i64) -> R
     let mut state = match files::read_to_end(&mut file, MAX_STATE_BYTES) {
         Ok(bytes) if bytes.is_empty() => State::default(),
         Ok(bytes) => parse_state(&bytes).unwrap_or_else(|| {
-            crate::warn!(
+            crate::log::warning!(
                 "the metrics state {} is corrupt or of another version; counting again from zero",
                 state_path.display()
             );
             State::default()
         }),
         Err(e) => {
-            crate::warn!("cannot read the metrics state ({e}); counting again from zero");
+            crate::log::warning!("cannot read the metrics state ({e}); counting again from zero");
             State::default()
         }
     };

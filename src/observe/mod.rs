@@ -300,12 +300,12 @@ pub(crate) fn finish(options: &Options, record: &Record, now: i64) {
     if let Some(dir) = &options.metrics_dir
         && let Err(why) = metrics::update(dir, record, &calls(), now)
     {
-        crate::warn!("metrics not updated in {}: {why}", dir.display());
+        crate::log::warning!("metrics not updated in {}: {why}", dir.display());
     }
     if let Some(file) = &options.audit_log
         && let Err(why) = audit::append(file, options.audit_log_max_bytes, record, now)
     {
-        crate::warn!("audit record not written to {}: {why}", file.display());
+        crate::log::warning!("audit record not written to {}: {why}", file.display());
     }
 }
 

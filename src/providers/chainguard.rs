@@ -278,7 +278,7 @@ impl Exchanger for Chainguard {
                         subject: &claims.subject,
                     },
                 )?;
-                crate::debug!(
+                crate::log::debug!(
                     "Chainguard issued a token for identity {identity} ({service_account}) that expires at {}",
                     duration::format_unix(credential.expires_at)
                 );

@@ -187,7 +187,7 @@ impl Guarded for Jfrog {
                     self.interpret(&reply, now, &issuer, &subject, mapping.as_deref())?;
                 let lifetime = credential.expires_at.saturating_sub(now);
                 if lifetime < SHORT_LIFETIME_SECS {
-                    crate::warn!(
+                    crate::log::warning!(
                         "JFrog issued an access token for {} that lives only {lifetime}s (the identity mapping's expires_in; \
                          JFrog's default is {DEFAULT_LIFETIME_SECS}s), so the kubelet asks again almost every pull: \
                          raise the mapping's token expiry",

@@ -275,7 +275,7 @@ impl Guarded for TokenExchange {
                         username: &self.username,
                     },
                 )?;
-                crate::debug!(
+                crate::log::debug!(
                     "the token server at {} issued a token for {service_account} that expires at {}",
                     self.url,
                     duration::format_unix(issued.expires_at)
@@ -474,7 +474,7 @@ fn client(options: &Options) -> Result<Client> {
                     .fix("point it at a regular file holding only the client secret, owned by root and readable by it only (chmod 0600)")
                 })?;
                 if let Some(warning) = warning {
-                    crate::warn!("{warning}");
+                    crate::log::warning!("{warning}");
                 }
                 let text = String::from_utf8(bytes).map_err(|_| {
                     Error::config(format!(

@@ -357,7 +357,7 @@ pub(crate) fn expiry(
         (Some(a), Some(b)) => a.min(b),
         (Some(a), None) | (None, Some(a)) => a,
         (None, None) => {
-            crate::debug!(
+            crate::log::debug!(
                 "{} gave no expiry for the credential; assuming its documented lifetime of {fallback_secs}s",
                 service.vendor
             );

@@ -194,12 +194,12 @@ pub(crate) fn present(
     let raw = Secret::new(svid.token);
     let claims = SvidClaims::read(&raw, &spiffe_id, svid.expires_at)?;
     if claims.issuer().is_none() {
-        crate::warn!(
+        crate::log::warning!(
             "the JWT-SVID for {spiffe_id} has no iss claim: a SPIRE server sets one only with jwt_issuer, \
              and OIDC federation (AWS, GCP, Entra, Zot, Quay) needs it, equal to the OIDC discovery provider's URL"
         );
     }
-    crate::debug!(
+    crate::log::debug!(
         "SPIRE minted {spiffe_id} for {} ({}), audience {}",
         kubelet.service_account(),
         describe(&selectors),

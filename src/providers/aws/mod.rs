@@ -217,7 +217,7 @@ impl Aws {
                 &format!("{} at {}", imds.name, imds.base),
                 imds::fetch(&imds, net, deadline),
             )?;
-            crate::debug!(
+            crate::log::debug!(
                 "IMDS issued the credentials of instance profile role {}, expiring at {}",
                 node.role,
                 node.credentials
@@ -343,7 +343,7 @@ impl Aws {
                 &sts_call.call_name(),
                 sdk::assume_role_with_web_identity(&sts_call, net, deadline),
             )?;
-            crate::debug!(
+            crate::log::debug!(
                 "STS issued credentials for role {role}, session {session_name}, expiring at {}",
                 credentials
                     .expires_at
@@ -452,7 +452,7 @@ fn login(
     )?;
     let now = duration::unix_now();
     if let Some(at) = login.expires_at.filter(|&at| at <= now) {
-        crate::warn!(
+        crate::log::warning!(
             "{} returned a token whose expiresAt {} is already past (is the node's clock ahead, or is this an emulator?); \
              it is handed out once, not cached",
             call.call_name(),

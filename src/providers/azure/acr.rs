@@ -94,7 +94,7 @@ pub(crate) async fn exchange(
 ) -> Result<RefreshToken> {
     let url = exchange_url(request.endpoint);
     let call = format!("the ACR token exchange at {}", request.endpoint);
-    crate::debug!(
+    crate::log::debug!(
         "exchanging the Entra ID token at {url} for service {}",
         request.service
     );

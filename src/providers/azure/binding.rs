@@ -265,7 +265,7 @@ pub(crate) async fn request_token(
 ) -> Result<Secret> {
     let url = binding.url();
     let call = format!("the AKS identity-binding token request to {}", binding.sni);
-    crate::debug!(
+    crate::log::debug!(
         "requesting an ACR access token for client {client_id} from the identity binding at {} ({}:{})",
         binding.sni,
         binding.host,

@@ -100,7 +100,7 @@ pub(crate) async fn request_token(
 ) -> Result<Secret> {
     let url = token_url(request.authority, request.tenant);
     let call = format!("the Entra ID token request to {}", request.authority);
-    crate::debug!(
+    crate::log::debug!(
         "requesting an Entra ID token at {url} for client {} (scope {SCOPE})",
         request.client_id
     );

@@ -120,7 +120,7 @@ pub(crate) fn first<'a>(
         match found {
             None => found = Some((value, key)),
             Some((chosen, chosen_key)) if !chosen.eq_ignore_ascii_case(value) => {
-                crate::warn!(
+                crate::log::warning!(
                     "annotations {chosen_key} and {key} disagree ({} and {}); using {chosen_key}",
                     quote(chosen),
                     quote(value)

@@ -308,7 +308,7 @@ fn read_cloud_config(path: &Path) -> Result<CloudConfig> {
             Error::config(format!("cannot read the cloud config {shown}: {why}")).fix(fix)
         })?;
     if let Some(warning) = warning {
-        crate::warn!("{warning}");
+        crate::log::warning!("{warning}");
     }
     let bad = |problem: String| {
         Error::config(format!(

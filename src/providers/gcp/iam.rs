@@ -138,7 +138,7 @@ pub fn interpret(reply: &Reply, request: &Request<'_>) -> Result<AccessToken> {
             quote(&expire_time)
         ))
     })?;
-    crate::debug!(
+    crate::log::debug!(
         "IAM Credentials issued a token for {sa} that expires at {}",
         format_unix(expires_at)
     );

@@ -352,7 +352,7 @@ impl Gcp {
         http::block_on(deadline, call, async {
             let client = self.net.client(deadline)?;
             let federated = sts::exchange(&client, sts_request, deadline).await?;
-            crate::debug!(
+            crate::log::debug!(
                 "Google STS issued a federated token for {} that expires at {}",
                 principal,
                 duration::format_unix(federated.expires_at)

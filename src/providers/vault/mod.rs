@@ -341,7 +341,7 @@ impl Guarded for Vault {
                     let client = self.net.client(deadline)?;
                     let started = duration::unix_now();
                     let login = self.login(&client, &role, token.secret(), deadline).await?;
-                    crate::debug!(
+                    crate::log::debug!(
                         "Vault {} login as role {role} succeeded; token lease {}s",
                         self.method.name(),
                         login.lease_duration
@@ -357,7 +357,7 @@ impl Guarded for Vault {
                 let (username, password) =
                     wire::credentials(&secrets, &self.username_field, &self.password_field, &what)?;
                 let expires_at = expiry(started, login.lease_duration, secrets.lease_duration);
-                crate::debug!(
+                crate::log::debug!(
                     "read {what} (lease {}s): credential valid until {}",
                     secrets.lease_duration,
                     duration::format_unix(expires_at)
@@ -644,17 +644,17 @@ impl Vault {
         .await
         {
             Ok(reply) if reply.is_success() => {
-                crate::debug!("revoked the Vault login token (auth/token/revoke-self)");
+                crate::log::debug!("revoked the Vault login token (auth/token/revoke-self)");
             }
-            Ok(reply) if reply.status == 403 && read_refused == Some(403) => crate::debug!(
+            Ok(reply) if reply.status == 403 && read_refused == Some(403) => crate::log::debug!(
                 "Vault refused the login token for the revoke as it did for the read (403): it no longer takes the token (expired or already revoked), so there is nothing to revoke"
             ),
-            Ok(reply) => crate::warn!(
+            Ok(reply) => crate::log::warning!(
                 "Vault refused to revoke the login token (auth/token/revoke-self): {}; it stays valid until its lease ends ({}s); a role whose token_policies leave out Vault's default policy must grant update on auth/token/revoke-self, or pass --vault-keep-login-token",
                 wire::describe(&reply, &[&login.client_token]),
                 login.lease_duration
             ),
-            Err(e) => crate::warn!(
+            Err(e) => crate::log::warning!(
                 "could not revoke the Vault login token (auth/token/revoke-self): {}; it stays valid until its lease ends ({}s)",
                 http::describe(&e),
                 login.lease_duration
