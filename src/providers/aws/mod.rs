@@ -17,10 +17,13 @@
 //! source) gets the node's identity: the instance profile's credentials
 //! from IMDSv2 ([`imds`]), then the same ECR call.
 //!
-//! Module map: [`host`] parses registry hosts, [`identity`] validates role
-//! ARNs and derives session names, [`endpoints`] decides where each API is
-//! called, [`sdk`] makes the STS and ECR calls, [`pod_identity`] talks to
-//! the agent.
+//! The exchanges, each one function to read in order: [`sts_then_ecr`]
+//! (web-identity), [`agent_then_ecr`] (pod-identity), [`imds_then_ecr`]
+//! (the node's), and [`login`], the ECR step they end with. Module map: [`host`] parses registry hosts,
+//! [`identity`] validates role ARNs and derives session names,
+//! [`endpoints`] decides where each API is called, [`sdk`] makes the STS
+//! and ECR calls, [`pod_identity`] talks to the agent, [`imds`] reads the
+//! node's instance profile.
 
 pub(crate) mod endpoints;
 pub mod host;
@@ -211,22 +214,8 @@ impl Aws {
         let mut inputs = ecr.location().to_vec();
         inputs.push(("instance metadata", imds.describe()));
         inputs.push(("ecr endpoint", ecr.endpoint.describe()));
-        let exchange = move |deadline: &crate::deadline::Deadline| {
-            let node = http::block_on(
-                deadline,
-                &format!("{} at {}", imds.name, imds.base),
-                imds::fetch(&imds, net, deadline),
-            )?;
-            crate::log::debug!(
-                "IMDS issued the credentials of instance profile role {}, expiring at {}",
-                node.role,
-                node.credentials
-                    .expires_at
-                    .map_or("an unknown time".to_string(), duration::format_unix)
-            );
-            let principal = format!("the node's instance profile role {}", node.role);
-            login(&ecr.call(principal), &node.credentials, net, deadline)
-        };
+        let exchange =
+            move |deadline: &crate::deadline::Deadline| imds_then_ecr(&imds, &ecr, net, deadline);
         Ok(Plan::for_node(&PROVIDER, cx.image, why, inputs, exchange))
     }
 }
@@ -338,25 +327,65 @@ impl Aws {
                 endpoint: &sts_endpoint,
                 token,
             };
-            let credentials = http::block_on(
-                deadline,
-                &sts_call.call_name(),
-                sdk::assume_role_with_web_identity(&sts_call, net, deadline),
-            )?;
-            crate::log::debug!(
-                "STS issued credentials for role {role}, session {session_name}, expiring at {}",
-                credentials
-                    .expires_at
-                    .map_or("an unknown time".to_string(), duration::format_unix)
-            );
-            login(
-                &ecr.call(format!("role {role}")),
-                &credentials,
-                net,
-                deadline,
-            )
+            sts_then_ecr(&sts_call, &ecr, net, deadline)
         }))
     }
+}
+
+/// The node's exchange (`--fallback node`), in order: the instance
+/// profile's credentials from IMDSv2, then ECR `GetAuthorizationToken`
+/// with them for the registry login ([`login`]).
+fn imds_then_ecr(
+    imds: &crate::net::metadata::Service,
+    ecr: &EcrTarget,
+    net: &net::Settings,
+    deadline: &crate::deadline::Deadline,
+) -> Result<Credential> {
+    let node = http::block_on(
+        deadline,
+        &format!("{} at {}", imds.name, imds.base),
+        imds::fetch(imds, net, deadline),
+    )?;
+    crate::log::debug!(
+        "IMDS issued the credentials of instance profile role {}, expiring at {}",
+        node.role,
+        node.credentials
+            .expires_at
+            .map_or("an unknown time".to_string(), duration::format_unix)
+    );
+    let principal = format!("the node's instance profile role {}", node.role);
+    login(&ecr.call(principal), &node.credentials, net, deadline)
+}
+
+/// The web-identity exchange, in order: STS `AssumeRoleWithWebIdentity`
+/// with the service account token for the role's temporary credentials,
+/// then ECR `GetAuthorizationToken` with them for the registry login
+/// ([`login`]).
+fn sts_then_ecr(
+    sts_call: &sdk::WebIdentity<'_>,
+    ecr: &EcrTarget,
+    net: &net::Settings,
+    deadline: &crate::deadline::Deadline,
+) -> Result<Credential> {
+    let credentials = http::block_on(
+        deadline,
+        &sts_call.call_name(),
+        sdk::assume_role_with_web_identity(sts_call, net, deadline),
+    )?;
+    crate::log::debug!(
+        "STS issued credentials for role {}, session {}, expiring at {}",
+        sts_call.role,
+        sts_call.session_name,
+        credentials
+            .expires_at
+            .map_or("an unknown time".to_string(), duration::format_unix)
+    );
+    login(
+        &ecr.call(format!("role {}", sts_call.role)),
+        &credentials,
+        net,
+        deadline,
+    )
 }
 
 /// The EKS Pod Identity Agent's credentials for the service account's
@@ -373,23 +402,37 @@ fn from_pod_identity_agent<'a>(
     inputs.push(("pod identity agent", agent.describe()));
     inputs.push(("ecr endpoint", ecr.endpoint.describe()));
     Ok(Box::new(move |deadline| {
-        let from_agent = http::block_on(
-            deadline,
-            &format!("EKS Pod Identity Agent at {}", agent.url),
-            pod_identity::fetch(&agent, token, net, deadline),
-        )?;
-        let principal = match &from_agent.account {
-            Some(account) => format!(
-                "the role associated with service account {} (account {account})",
-                token.service_account()
-            ),
-            None => format!(
-                "the role associated with service account {}",
-                token.service_account()
-            ),
-        };
-        login(&ecr.call(principal), &from_agent.credentials, net, deadline)
+        agent_then_ecr(&agent, token, &ecr, net, deadline)
     }))
+}
+
+/// The pod-identity exchange, in order: the service account token to the
+/// node's EKS Pod Identity Agent for the credentials of the role
+/// associated with the service account, then ECR `GetAuthorizationToken`
+/// with them for the registry login ([`login`]).
+fn agent_then_ecr(
+    agent: &endpoints::Endpoint,
+    token: &crate::token::ServiceAccountToken,
+    ecr: &EcrTarget,
+    net: &net::Settings,
+    deadline: &crate::deadline::Deadline,
+) -> Result<Credential> {
+    let from_agent = http::block_on(
+        deadline,
+        &format!("EKS Pod Identity Agent at {}", agent.url),
+        pod_identity::fetch(agent, token, net, deadline),
+    )?;
+    let principal = match &from_agent.account {
+        Some(account) => format!(
+            "the role associated with service account {} (account {account})",
+            token.service_account()
+        ),
+        None => format!(
+            "the role associated with service account {}",
+            token.service_account()
+        ),
+    };
+    login(&ecr.call(principal), &from_agent.credentials, net, deadline)
 }
 
 /// The ECR registry a plan logs in to: the registry, the name it has among
