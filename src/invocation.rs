@@ -9,10 +9,11 @@ use std::process::ExitCode;
 
 use clap::{FromArgMatches, Subcommand};
 
+use crate::base::log;
 use crate::commands::{self, Command};
 use crate::inputs::{Env, Inputs};
 use crate::options::{self, CommandLine};
-use crate::{log, providers, serve, version};
+use crate::{providers, serve, version};
 
 /// Runs the binary on the process's command line and environment.
 pub fn run() -> ExitCode {

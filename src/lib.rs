@@ -2,51 +2,40 @@
 //! images with each pod's own service account identity (KEP-4412).
 //!
 //! The data flows one way, and the modules say so:
-//! process inputs (`options`, `inputs`) -> request (`stdin`, `protocol`) ->
-//! token claims (`token`), or the SPIFFE identity they select (`spiffe`)
-//! -> route and plan (`providers`) -> cache
-//! (`cache`) -> response (`protocol`), driven by `serve`. The admin
-//! `commands` reuse those parts. Below them sit the shared pieces: the
-//! network (`net`), `error`, `secret`, `redact`,
-//! `log`, `duration`, `deadline`. What an invocation did is recorded
-//! for the fleet by `observe` (metrics, audit log).
+//! process inputs (`options`, `inputs`) -> the `request` (read from stdin
+//! within its deadline, decoded, its image and its token's claims) -> or
+//! the SPIFFE identity that token selects (`spiffe`) -> route and plan
+//! (`providers`) -> cache (`cache`) -> response (`request::protocol`),
+//! driven by `serve`. The admin `commands` reuse those parts, and the
+//! kubelet's own configuration is read by `kubelet`. Below them all sit
+//! the network (`net`) and the shared `base`: errors, secrets and
+//! redaction, the log, durations and deadlines, files, locks and YAML, and
+//! the `base::platform` layer, where Linux and Windows differ. What an
+//! invocation did is recorded for the fleet by `observe` (metrics, audit
+//! log).
 
-// Only src/platform/windows/security.rs may allow it (tests/architecture.rs).
+// Only src/base/platform/windows/security.rs may allow it (tests/architecture.rs).
 #![deny(unsafe_code)]
 #![warn(unreachable_pub)]
 // The docs are read with `--document-private-items` (`make lint`): a public
 // item may link the private ones it explains.
 #![allow(rustdoc::private_intra_doc_links)]
 
-mod log;
+mod base;
+mod request;
 
 mod cache;
 mod commands;
-mod deadline;
-mod duration;
-mod error;
-mod file;
-mod hex;
-mod image;
 mod inputs;
 mod invocation;
 mod kubelet;
-mod lock;
-
 mod net;
 mod observe;
 mod options;
-mod platform;
-mod protocol;
 mod providers;
-mod redact;
-mod secret;
 mod serve;
 mod spiffe;
-mod stdin;
-mod token;
 mod version;
-mod yaml;
 
 pub use invocation::run;
 
@@ -55,17 +44,17 @@ pub use invocation::run;
 /// Not an API: it changes with the code.
 #[doc(hidden)]
 pub mod internal {
-    pub use crate::image::ImageRef;
+    pub use crate::base::secret::Secret;
     pub use crate::inputs::{Env, Inputs};
-    pub use crate::secret::Secret;
-    pub use crate::token::{ServiceAccountToken, decode_claims, unverified_expiry};
+    pub use crate::request::image::ImageRef;
+    pub use crate::request::token::{ServiceAccountToken, decode_claims, unverified_expiry};
 
     pub mod cache {
         pub use crate::cache::key::Key;
         pub use crate::cache::store::{Lookup, Store};
     }
     pub mod duration {
-        pub use crate::duration::{cache_duration, format_go, format_unix, parse};
+        pub use crate::base::duration::{cache_duration, format_go, format_unix, parse};
     }
     pub mod matching {
         pub use crate::kubelet::matching::{is_valid_pattern, matches, matches_auth_key};
@@ -84,10 +73,10 @@ pub mod internal {
         pub use crate::options::{BINARY, CommandLine, parse_as};
     }
     pub mod protocol {
-        pub use crate::protocol::{CacheKeyType, read_request};
+        pub use crate::request::protocol::{CacheKeyType, read_request};
     }
     pub mod redact {
-        pub use crate::redact::{body_shape, clean};
+        pub use crate::base::redact::{body_shape, clean};
     }
     pub mod serve {
         pub use crate::serve::prepare;

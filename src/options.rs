@@ -13,10 +13,10 @@ pub(crate) use clap::ArgMatches;
 use clap::builder::PossibleValue;
 use clap::{CommandFactory, FromArgMatches, Parser};
 
+use crate::base::duration;
+use crate::base::error::{Error, Result};
+use crate::base::log::{Format, Level};
 use crate::cache;
-use crate::duration;
-use crate::error::{Error, Result};
-use crate::log::{Format, Level};
 
 use crate::providers::{self, Provider};
 
@@ -99,7 +99,7 @@ pub(crate) struct Options {
         env = "WICP_LOG_FORMAT",
         default_value = "text"
     )]
-    pub(crate) log_format: crate::log::Format,
+    pub(crate) log_format: crate::base::log::Format,
 
     #[command(flatten)]
     pub(crate) observe: crate::observe::Options,

@@ -13,23 +13,23 @@ use std::io::Write;
 
 use std::time::Instant;
 
+use crate::base::deadline::Deadline;
+use crate::base::duration;
+use crate::base::error::{Error, Result, quote};
+use crate::base::log::{self, Level};
 use crate::cache::{self, Cache, KeyInputs, Origin, Stored};
-use crate::deadline::Deadline;
-use crate::duration;
-use crate::error::{Error, Result, quote};
-use crate::image::ImageRef;
 use crate::inputs::Inputs;
 use crate::kubelet::matching;
-use crate::log::{self, Level};
 use crate::observe::{self, Identity, Outcome, Record};
 use crate::options::{self, CommandLine};
-use crate::protocol::{self, Response};
 use crate::providers::fallback::Whose;
 use crate::providers::mirror::Rule;
 use crate::providers::route;
 use crate::providers::{Context, Exchanger, Plan, Provider};
-use crate::stdin;
-use crate::token::ServiceAccountToken;
+use crate::request::image::ImageRef;
+use crate::request::protocol::{self, Response};
+use crate::request::stdin;
+use crate::request::token::ServiceAccountToken;
 
 /// The line a failure ends with: what failed, and for which provider,
 /// service account and registry, as far as `record` got.
@@ -58,7 +58,7 @@ fn failure(record: &Record, error: &str) -> String {
     // obtained; log::write redacts again, this keeps the line safe
     // wherever it goes.
     let line = format!("{} failed: {error}", about.join(", "));
-    crate::redact::redact(&line).replace(['\n', '\r'], " ")
+    crate::base::redact::redact(&line).replace(['\n', '\r'], " ")
 }
 
 /// What the JSON log lines carry about this invocation.
@@ -179,7 +179,7 @@ pub fn prepare<'a>(
     if let Some((rule, asked)) = mirrored {
         key_by_source(&mut plan, rule, asked);
     }
-    crate::log::debug!("plan: {plan:?}");
+    crate::base::log::debug!("plan: {plan:?}");
     Ok(Prepared { audiences, plan })
 }
 
@@ -208,13 +208,13 @@ fn scope_to_allowlist(exchanger: &dyn Exchanger, image: &ImageRef, plan: &mut Pl
     match allowlist.scope(image) {
         Some(path) if !path.is_empty() => {
             plan.auth_key = format!("{}{path}", image.registry());
-            plan.cache_key_type = crate::protocol::CacheKeyType::Image;
+            plan.cache_key_type = crate::request::protocol::CacheKeyType::Image;
         }
         _ => {}
     }
 }
 
-/// Reads the request under the deadline (see [`crate::stdin`] for how),
+/// Reads the request under the deadline (see [`crate::request::stdin`] for how),
 /// so that a writer that never closes stdin does not hang the plugin until
 /// the kubelet kills it.
 fn read_request_within(deadline: &Deadline) -> Result<protocol::Request> {
@@ -453,7 +453,7 @@ fn cache_key(
     annotations: &BTreeMap<String, String>,
 ) -> cache::Key {
     let key_inputs = prepared.key_inputs(token, annotations);
-    crate::log::debug!(
+    crate::base::log::debug!(
         "cache key text:\n{}",
         cache::key::canonical(&key_inputs).trim_end()
     );
@@ -497,7 +497,7 @@ fn kubelet_cache_duration(
     let cache_duration =
         cache::kubelet_cache_duration(duration::unix_now(), created_at, expires_at, max);
     if cache_duration.is_zero() {
-        crate::log::warning!(
+        crate::base::log::warning!(
             "the credential for {registry} expires at {}, too soon to cache; the kubelet will ask again on the next pull",
             duration::format_unix(expires_at)
         );
@@ -521,7 +521,7 @@ fn note_identity(record: &mut Record, provider: &Provider, plan: &Plan<'_>, obse
 fn whose(identity: &Whose, record: &Record) -> String {
     match identity {
         Whose::Node { why } => {
-            crate::log::debug!("node identity: {why}");
+            crate::base::log::debug!("node identity: {why}");
             "the node's identity".to_string()
         }
         Whose::ServiceAccount => record
@@ -589,8 +589,8 @@ fn principal(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::CacheKeyType;
-    use crate::secret::Secret;
+    use crate::base::secret::Secret;
+    use crate::request::protocol::CacheKeyType;
 
     /// A command line that configures every provider, parsed by the
     /// binary's own parser.
@@ -625,7 +625,7 @@ mod tests {
     fn any_token() -> ServiceAccountToken {
         let claims = r#"{"aud":["harbor.example.com","open.example.com","cgr.dev","issuer.enforce.dev","sts.amazonaws.com","api://AzureADTokenExchange","my-project.svc.id.goog"],"exp":5000,"iat":1000,"iss":"https://issuer.example","sub":"system:serviceaccount:team:api","kubernetes.io":{"namespace":"team","serviceaccount":{"name":"api","uid":"u-1"}}}"#;
         ServiceAccountToken::decode(
-            Secret::new(crate::token::jwt(r#"{"alg":"RS256"}"#, claims)),
+            Secret::new(crate::request::token::jwt(r#"{"alg":"RS256"}"#, claims)),
             2000,
         )
         .unwrap()
@@ -731,7 +731,11 @@ mod tests {
                     let error = prepare_v1(exchanger.as_ref(), image, &token, &annotations)
                         .err()
                         .unwrap_or_else(|| panic!("{provider}: {key}={value:?} was accepted"));
-                    assert_eq!(error.kind(), crate::error::Kind::Annotation, "{error}");
+                    assert_eq!(
+                        error.kind(),
+                        crate::base::error::Kind::Annotation,
+                        "{error}"
+                    );
                     assert!(error.to_string().contains(&key), "{error}");
                 }
                 keys_checked += 1;
@@ -890,13 +894,13 @@ mod tests {
         let error =
             Error::upstream("upstream echoed opaque-registered-secret-value\nback").fix("do x");
         record.provider = Some("passthrough");
-        record.service_account = Some(crate::token::ServiceAccount {
+        record.service_account = Some(crate::request::token::ServiceAccount {
             namespace: "team".into(),
             name: "api".into(),
             uid: "u".into(),
         });
         record.registry = Some("reg.io".into());
-        let _token = crate::secret::Secret::new("opaque-registered-secret-value");
+        let _token = crate::base::secret::Secret::new("opaque-registered-secret-value");
         let line = failure_line(&record, &error);
         assert_eq!(
             line,

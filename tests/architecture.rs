@@ -404,6 +404,23 @@ fn providers_do_not_reach_up() {
     }
 }
 
+/// The shared base stands on nothing above it, and the request side on
+/// the base alone: lib.rs's first paragraph, held.
+#[test]
+fn the_base_and_the_request_side_reach_only_down() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let graph = graph(&src);
+    for (module, below) in [("base", &[][..]), ("request", &["base"][..])] {
+        assert!(graph.contains_key(module), "no src/{module} in {graph:?}");
+        for to in graph.get(module).into_iter().flatten() {
+            assert!(
+                to == module || below.contains(&to.as_str()),
+                "src/{module} uses crate::{to}; it may use only {below:?}"
+            );
+        }
+    }
+}
+
 /// `text` with comments, string and char literals blanked (newlines kept),
 /// so that braces and `fn` are read only where they are code.
 fn code_only(text: &str) -> String {
@@ -564,7 +581,7 @@ fn the_length_check_reads_code_not_strings_or_comments() {
     );
 }
 
-/// What differs between Linux and Windows lives in `src/platform/`: no
+/// What differs between Linux and Windows lives in `src/base/platform/`: no
 /// other file (outside its tests) names an operating system, by `cfg` or
 /// by an OS-only API, so a change there cannot silently leave the other
 /// system's build behind.
@@ -584,7 +601,7 @@ fn only_the_platform_module_names_an_operating_system() {
         "windows_sys::",
     ];
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let platform = src.join("platform");
+    let platform = src.join("base/platform");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
     let mut found = Vec::new();
@@ -604,7 +621,7 @@ fn only_the_platform_module_names_an_operating_system() {
     }
     assert!(
         found.is_empty(),
-        "OS-specific code outside src/platform/ (move it behind a platform function):\n{}",
+        "OS-specific code outside src/base/platform/ (move it behind a platform function):\n{}",
         found.join("\n")
     );
     // The checker sees through spacing.
@@ -619,10 +636,10 @@ fn only_the_platform_module_names_an_operating_system() {
 fn unsafe_code_lives_in_two_files() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let allowed = [
-        src.join("platform/windows/security.rs"),
-        src.join("platform/windows/service.rs"),
+        src.join("base/platform/windows/security.rs"),
+        src.join("base/platform/windows/service.rs"),
     ];
-    let declares = src.join("platform/windows/mod.rs");
+    let declares = src.join("base/platform/windows/mod.rs");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
     for file in &files {

@@ -23,7 +23,7 @@ use std::time::{Duration, SystemTime};
 
 use super::key::Key;
 use super::store::{Lookup, Store};
-use crate::lock::Acquired;
+use crate::base::lock::Acquired;
 
 /// Entries read and checked per invocation.
 const MAX_EXAMINED: usize = 64;
@@ -323,7 +323,7 @@ mod tests {
     #[test]
     fn the_cap_removes_the_oldest_entries() {
         let (_parent, store) = store();
-        let now = crate::duration::unix_now();
+        let now = crate::base::duration::unix_now();
         let keys = four_aged(&store, now);
         let keep = write(&store, '5', now, now + 3600);
         // Cap 3: the two oldest go, the two newest and `keep` stay.
@@ -339,7 +339,7 @@ mod tests {
     #[test]
     fn an_entry_that_cannot_be_removed_is_skipped_and_the_cap_still_holds() {
         let (_parent, store) = store();
-        let now = crate::duration::unix_now();
+        let now = crate::base::duration::unix_now();
         // The oldest "entry" is a directory: neither stale removal nor the
         // cap can remove it.
         let stuck = key('0');
@@ -375,7 +375,7 @@ mod tests {
     #[test]
     fn stale_lock_and_temporary_files_go_fresh_ones_stay() {
         let (_parent, store) = store();
-        let now = crate::duration::unix_now();
+        let now = crate::base::duration::unix_now();
         let keep = write(&store, 'a', now, now + 3600);
         let orphan_old = key('b');
         let orphan_new = key('c');

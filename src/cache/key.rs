@@ -36,7 +36,7 @@ use std::fmt;
 
 use sha2::{Digest, Sha256};
 
-use crate::token::ServiceAccount;
+use crate::request::token::ServiceAccount;
 
 /// The version of the key text and of the entry layout.
 pub(crate) const FORMAT_VERSION: u32 = 1;
@@ -75,7 +75,7 @@ impl<'a> KeyInputs<'a> {
     pub fn for_plan(
         plan: &'a crate::providers::Plan<'_>,
         audiences: &'a [String],
-        token: Option<&'a crate::token::ServiceAccountToken>,
+        token: Option<&'a crate::request::token::ServiceAccountToken>,
         annotations: &'a BTreeMap<String, String>,
     ) -> Self {
         if plan.identity.is_node() {
@@ -113,7 +113,7 @@ pub struct Key(String);
 
 impl Key {
     pub fn derive(inputs: &KeyInputs<'_>) -> Self {
-        Key(crate::hex::encode(&Sha256::digest(
+        Key(crate::base::hex::encode(&Sha256::digest(
             canonical(inputs).as_bytes(),
         )))
     }
@@ -198,7 +198,7 @@ fn annotations_digest(annotations: &BTreeMap<String, String>) -> String {
         hasher.update(escape(value, false).as_bytes());
         hasher.update(b"\n");
     }
-    format!("sha256:{}", crate::hex::encode(&hasher.finalize()))
+    format!("sha256:{}", crate::base::hex::encode(&hasher.finalize()))
 }
 
 /// `text` with `\\`, newline, carriage return (and `=` in a name) escaped;

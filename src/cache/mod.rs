@@ -8,7 +8,7 @@
 //!
 //! - [`key`]: which credential an entry holds (every input that shapes it);
 //! - [`store`]: the directory and its files (permissions, atomic writes);
-//! - [`crate::lock`]: one exchange per key at a time, across processes;
+//! - [`crate::base::lock`]: one exchange per key at a time, across processes;
 //! - [`housekeeping`]: bounded cleanup on each miss;
 //! - [`crate::commands::cache`]: `cache list` and `cache purge`.
 //!
@@ -26,13 +26,13 @@ pub(crate) mod store;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::deadline::Deadline;
-use crate::duration;
-use crate::error::{Error, Result};
+use crate::base::deadline::Deadline;
+use crate::base::duration;
+use crate::base::error::{Error, Result};
 use crate::providers::Credential;
-use crate::token::ServiceAccount;
+use crate::request::token::ServiceAccount;
 
-use crate::lock::{self, Acquired};
+use crate::base::lock::{self, Acquired};
 pub(crate) use key::{Key, KeyInputs};
 use store::{Entry, Lookup, OpenError, Store};
 
@@ -144,7 +144,7 @@ impl Cache {
             Ok(None) => Ok(None),
             Err(OpenError::Unsafe(error)) => Err(error),
             Err(OpenError::Unavailable(why)) => {
-                crate::log::warning!("{why}; pulling without the credential cache");
+                crate::base::log::warning!("{why}; pulling without the credential cache");
                 Ok(None)
             }
         }
@@ -210,7 +210,7 @@ impl Cache {
                 Some(lock)
             }
             Waited::Unlockable(e) => {
-                crate::log::warning!(
+                crate::base::log::warning!(
                     "cannot lock cache key {key} in {}: {e}; exchanging without it",
                     self.store.dir().display()
                 );
@@ -257,18 +257,18 @@ impl Cache {
         if is_fresh(entry.created_at, entry.expires_at, now, self.max_age) {
             match self.store.write(entry) {
                 Ok(()) => {
-                    crate::log::debug!("cached the credential under key {key}");
+                    crate::base::log::debug!("cached the credential under key {key}");
                     Stored::Written
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::FileTooLarge => {
-                    crate::log::warning!(
+                    crate::base::log::warning!(
                         "not caching the credential for {}: {e}; every pull exchanges again until the upstream issues a smaller one",
                         entry.registry
                     );
                     Stored::TooLarge
                 }
                 Err(e) => {
-                    crate::log::warning!(
+                    crate::base::log::warning!(
                         "cannot write the cache entry {}: {e}; the credential is returned but not cached",
                         self.store.entry_path(key).display()
                     );
@@ -276,7 +276,7 @@ impl Cache {
                 }
             }
         } else {
-            crate::log::debug!(
+            crate::base::log::debug!(
                 "not caching the credential: it expires at {}, within its refresh margin",
                 duration::format_unix(entry.expires_at)
             );
@@ -289,16 +289,16 @@ impl Cache {
         match housekeeping::run(&self.store, now, self.max_age, self.max_entries, key) {
             Ok(report) => {
                 if let Some(first) = &report.first_failure {
-                    crate::log::warning!(
+                    crate::base::log::warning!(
                         "cache housekeeping skipped {} entries it cannot remove (first: {first}); remove them by hand",
                         report.unremovable
                     );
                 }
                 if report.removed() > 0 {
-                    crate::log::debug!("cache housekeeping: {report}");
+                    crate::base::log::debug!("cache housekeeping: {report}");
                 }
             }
-            Err(e) => crate::log::debug!("cache housekeeping stopped: {e}"),
+            Err(e) => crate::base::log::debug!("cache housekeeping stopped: {e}"),
         }
     }
 
@@ -314,7 +314,7 @@ impl Cache {
                 Ok(Acquired::Busy) => {}
             }
             if !waited {
-                crate::log::debug!(
+                crate::base::log::debug!(
                     "another plugin process is exchanging the credential for cache key {key}; waiting for it"
                 );
                 waited = true;
@@ -344,10 +344,10 @@ impl Cache {
             }
             Lookup::Found(entry) => {
                 if is_fresh(entry.created_at, entry.expires_at, now, self.max_age) {
-                    crate::log::debug!("cache hit for key {key}");
+                    crate::base::log::debug!("cache hit for key {key}");
                     return Some(entry);
                 }
-                crate::log::debug!(
+                crate::base::log::debug!(
                     "cache entry {key} is due for refresh (created {}, expires {})",
                     duration::format_unix(entry.created_at),
                     duration::format_unix(entry.expires_at)
@@ -357,7 +357,7 @@ impl Cache {
             Lookup::Unusable(why) => why,
         };
         if warn {
-            crate::log::warning!(
+            crate::base::log::warning!(
                 "ignoring cache entry {}: {why}; it will be replaced",
                 self.store.entry_path(key).display()
             );
@@ -438,7 +438,7 @@ pub(crate) fn kubelet_cache_duration(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::secret::Secret;
+    use crate::base::secret::Secret;
     use std::cell::Cell;
 
     const HOUR: Duration = Duration::from_secs(3600);
@@ -546,7 +546,7 @@ mod tests {
         let deadline = Deadline::after(Duration::from_secs(10));
         let err = cache
             .serve(&key, subject(), &deadline, |_| {
-                Err(crate::error::Error::upstream("upstream said no"))
+                Err(crate::base::error::Error::upstream("upstream said no"))
             })
             .unwrap_err();
         assert_eq!(err.what(), "upstream said no");

@@ -30,11 +30,11 @@ use std::time::{Instant, SystemTime};
 use serde::{Deserialize, Serialize};
 
 use super::key::{FORMAT_VERSION, Key};
-use crate::error::Error;
-use crate::lock::{self, Acquired};
-use crate::platform::{self, Facts, Open, Owner};
-use crate::secret::Secret;
-use crate::token::ServiceAccount;
+use crate::base::error::Error;
+use crate::base::lock::{self, Acquired};
+use crate::base::platform::{self, Facts, Open, Owner};
+use crate::base::secret::Secret;
+use crate::request::token::ServiceAccount;
 
 /// Entries are a few hundred bytes (an ECR password is about 2 KiB); a
 /// bigger file is not ours.
@@ -289,11 +289,11 @@ fn is_temp_name(name: &str) -> bool {
         .is_some_and(|(key, _)| Key::parse(key).is_some())
 }
 
-/// Refuses a directory others could tamper with ([`crate::file::check_own_dir`]).
+/// Refuses a directory others could tamper with ([`crate::base::file::check_own_dir`]).
 fn check_dir(dir: &Path, meta: &Facts, owner: &Owner) -> Result<(), Error> {
-    use crate::file::UnsafeDir;
+    use crate::base::file::UnsafeDir;
     let shown = dir.display();
-    match crate::file::check_own_dir(meta, owner) {
+    match crate::base::file::check_own_dir(meta, owner) {
         Ok(()) => Ok(()),
         Err(UnsafeDir::Link) => Err(Error::cache(format!(
             "the cache directory {shown} is a symbolic link, which the plugin refuses to follow"
@@ -637,7 +637,7 @@ pub(crate) mod tests {
     /// user for real.
     #[test]
     fn refuses_a_directory_owned_by_another_user() {
-        let uid = crate::platform::running_owner().unwrap().0;
+        let uid = crate::base::platform::running_owner().unwrap().0;
         assert_eq!(uid, 0, "this test chowns a directory and must run as root");
         let parent = tempfile::tempdir().unwrap();
         let dir = parent.path().join("cache");

@@ -8,11 +8,11 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use crate::base::duration::{self, format_unix};
+use crate::base::error::{Error, Result};
+use crate::base::lock::{Acquired, KeyLock};
+use crate::base::log::{self, Level};
 use crate::cache::store::{Entry, Lookup, OpenError, Store};
-use crate::duration::{self, format_unix};
-use crate::error::{Error, Result};
-use crate::lock::{Acquired, KeyLock};
-use crate::log::{self, Level};
 
 /// How long `purge` waits for exchanges in flight: longer than any plugin
 /// invocation lives (the kubelet kills plugins after 60 s).
@@ -312,7 +312,7 @@ mod tests {
     use super::*;
     use crate::cache::key::Key;
     use crate::cache::store::tests::{entry, key, store};
-    use crate::token::ServiceAccount;
+    use crate::request::token::ServiceAccount;
 
     const HOUR: Duration = Duration::from_secs(3600);
 

@@ -20,11 +20,11 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::base::duration::{self, format_go};
+use crate::base::error::{Error, Result};
+use crate::base::secret::Secret;
 use crate::cache::Key;
 use crate::commands::check_config::{entry, lint};
-use crate::duration::{self, format_go};
-use crate::error::{Error, Result};
-use crate::image::ImageRef;
 use crate::inputs::Env;
 use crate::kubelet::matching;
 use crate::kubelet::provider_config::{Entry, PROVIDER_V1, TokenAttributes, load};
@@ -32,9 +32,9 @@ use crate::kubelet::{Finding, Severity, validate};
 use crate::providers::fallback::{Fallback, Whose};
 use crate::providers::mirror::Rule;
 use crate::providers::route;
-use crate::secret::Secret;
+use crate::request::image::ImageRef;
+use crate::request::token::{ServiceAccountToken, SvidClaims};
 use crate::serve;
-use crate::token::{ServiceAccountToken, SvidClaims};
 
 #[derive(clap::Args, Clone, Debug)]
 pub(crate) struct Args {
@@ -78,12 +78,12 @@ pub(crate) struct Account {
 /// file or a `kind: List`), with k8s-openapi's type.
 fn read_service_account(path: &Path) -> Result<Account> {
     let manifest = || "pass the manifest from `kubectl get serviceaccount NAME -o yaml`";
-    let bytes = crate::yaml::read(path)
+    let bytes = crate::base::yaml::read(path)
         .map_err(|why| Error::config(format!("{}: {why}", path.display())).fix(manifest()))?;
     let text = String::from_utf8(bytes).map_err(|_| {
         Error::config(format!("{} is not UTF-8 text", path.display())).fix(manifest())
     })?;
-    crate::yaml::check_depth(&text)
+    crate::base::yaml::check_depth(&text)
         .map_err(|why| Error::config(format!("{}: {why}", path.display())).fix(manifest()))?;
     let mut found = Vec::new();
     for document in yaml_serde::Deserializer::from_str(&text) {

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use yaml_serde::Value;
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// The kubelet's defaults (v1beta1 `SetDefaults_KubeletConfiguration`;
 /// `pkg/cluster/ports` `KubeletHealthzPort`).
@@ -88,7 +88,7 @@ pub(crate) struct KubeletConfig {
 
 impl KubeletConfig {
     /// Reads `file` and the `*.conf` files of `drop_in_dir` over it, each
-    /// through the bounded reader ([`crate::yaml`]).
+    /// through the bounded reader ([`crate::base::yaml`]).
     pub(crate) fn read(file: &Path, drop_in_dir: Option<&Path>) -> Result<KubeletConfig> {
         let mut files = vec![file.to_path_buf()];
         if let Some(dir) = drop_in_dir {
@@ -105,7 +105,7 @@ impl KubeletConfig {
         }
         let mut documents = Vec::new();
         for path in files {
-            let bytes = crate::yaml::read(&path).map_err(|e| {
+            let bytes = crate::base::yaml::read(&path).map_err(|e| {
                 Error::config(format!(
                     "cannot read the KubeletConfiguration {}: {e}",
                     path.display()
@@ -122,7 +122,7 @@ impl KubeletConfig {
         let mut merged = yaml_serde::Mapping::new();
         let mut files = Vec::new();
         for (path, bytes) in documents {
-            let value = crate::yaml::parse(&bytes).map_err(|e| {
+            let value = crate::base::yaml::parse(&bytes).map_err(|e| {
                 Error::config(format!(
                     "{} is not a YAML or JSON KubeletConfiguration: {e}",
                     path.display()

@@ -3,7 +3,7 @@
 //! [`validate`]d by the rules of the kubelet's `plugin/config.go`), the
 //! `KubeletConfiguration` facts that change what a provider entry does
 //! ([`configuration`]), and the `matchImages` rules ([`matching`]). Files
-//! are read through the one bounded reader, [`crate::yaml`] (or, on a node,
+//! are read through the one bounded reader, [`crate::base::yaml`] (or, on a node,
 //! `Host` with the same limit). `check-config`, `explain` and `node` judge
 //! and write configurations with these; a problem is a [`Finding`].
 

@@ -272,7 +272,7 @@ pub(crate) fn load(path: &Path) -> Loaded {
         }
     };
     for file in files {
-        match crate::yaml::read(&file) {
+        match crate::base::yaml::read(&file) {
             Err(why) => loaded.findings.push(
                 Finding::new(Severity::Error, Rule::KubeletRead, &file, "", why)
                     .fix("the kubelet must be able to read every config file, and check-config reads at most 1 MiB"),
@@ -355,14 +355,14 @@ fn decode(file: &Path, bytes: &[u8]) -> (Vec<CredentialProvider>, Vec<Finding>) 
         findings.push(fail(Rule::KubeletDecode, "the file is not UTF-8".into()));
         return (Vec::new(), findings);
     };
-    if let Err(why) = crate::yaml::check_depth(text) {
+    if let Err(why) = crate::base::yaml::check_depth(text) {
         findings.push(
             Finding::new(Severity::Error, Rule::KubeletDecode, file, "", why)
                 .fix("a kubelet config is a few levels deep: check that this is the right file"),
         );
         return (Vec::new(), findings);
     }
-    if let Err(why) = crate::yaml::check_strict_keys(text) {
+    if let Err(why) = crate::base::yaml::check_strict_keys(text) {
         findings.push(
             fail(Rule::KubeletDecode, format!("cannot decode: {why}"))
                 .fix("set each key once per mapping, a merge key (<<) counting as setting every key it merges: the kubelet's strict YAML decoder refuses a key set twice, so drop one of the two"),

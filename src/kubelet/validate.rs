@@ -144,7 +144,7 @@ fn default_cache_duration(text: Option<&str>, invalid: &mut Invalid<'_>) {
             "defaultCacheDuration",
             "defaultCacheDuration is required".into(),
         ),
-        Some(text) => match crate::duration::parse_go(text) {
+        Some(text) => match crate::base::duration::parse_go(text) {
             None => invalid(
                 Rule::KubeletDefaultCacheDuration,
                 "defaultCacheDuration",
@@ -520,13 +520,13 @@ mod tests {
             ("10us", 1e-5),
             ("1µs", 1e-6),
         ] {
-            let got = crate::duration::parse_go(text).unwrap();
+            let got = crate::base::duration::parse_go(text).unwrap();
             assert!((got - secs).abs() < 1e-9, "{text}: {got}");
         }
         for bad in [
             "", "5", "1d", "h", "1.2.3s", "-", "+", ".s", "1h 30m", "3000000h",
         ] {
-            assert!(crate::duration::parse_go(bad).is_none(), "{bad:?}");
+            assert!(crate::base::duration::parse_go(bad).is_none(), "{bad:?}");
         }
     }
 

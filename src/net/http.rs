@@ -27,8 +27,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::deadline::Deadline;
-use crate::error::{Error, Result};
+use crate::base::deadline::Deadline;
+use crate::base::error::{Error, Result};
 use crate::observe::Endpoint;
 
 /// Longest an upstream may take to accept a connection.
@@ -79,7 +79,7 @@ pub(crate) fn block_on_or<T>(
 pub(crate) fn deadline_exceeded(deadline: &Deadline, call: &str) -> Error {
     Error::network(format!(
         "the deadline of {} ran out while waiting for {call}",
-        crate::duration::format_go(deadline.budget())
+        crate::base::duration::format_go(deadline.budget())
     ))
     .fix("check that the node can reach the endpoint (proxy, firewall, VPC endpoint), or raise --timeout (below 60s)")
 }
@@ -165,7 +165,7 @@ impl Reply {
         Error::upstream(format!(
             "{from} answered HTTP {} with {why} ({})",
             self.status,
-            crate::redact::body_shape(&self.body)
+            crate::base::redact::body_shape(&self.body)
         ))
     }
 
@@ -176,7 +176,7 @@ impl Reply {
     pub(crate) fn token_field(
         &self,
         name: &str,
-    ) -> std::result::Result<(serde_json::Value, crate::secret::Secret), String> {
+    ) -> std::result::Result<(serde_json::Value, crate::base::secret::Secret), String> {
         let body = self
             .json::<serde_json::Value>()
             .filter(serde_json::Value::is_object)
@@ -185,7 +185,7 @@ impl Reply {
             .get(name)
             .and_then(serde_json::Value::as_str)
             .filter(|t| !t.is_empty())
-            .map(crate::secret::Secret::new)
+            .map(crate::base::secret::Secret::new)
             .ok_or_else(|| format!("no {name}"))?;
         Ok((body, token))
     }
@@ -341,7 +341,7 @@ where
                 {
                     return Err(retry_after_beyond_deadline(call, status, asked, deadline));
                 }
-                crate::log::debug!("{call}: {why} on attempt {attempts}, retrying");
+                crate::base::log::debug!("{call}: {why} on attempt {attempts}, retrying");
                 backoff(attempts, retry_after)
             }
             _ => None,
@@ -413,7 +413,7 @@ pub(crate) async fn send(
     .await?;
     let reply =
         outcome.map_err(|e| transport_error(call, attempts, &e, deadline, client.proxies()))?;
-    crate::log::debug!(
+    crate::base::log::debug!(
         "{call} answered HTTP {} ({} bytes)",
         reply.status,
         reply.body.len()
@@ -471,15 +471,18 @@ fn retry_after_beyond_deadline(
     deadline: &Deadline,
 ) -> Error {
     let asked = if asked >= MAX_RETRY_AFTER {
-        format!("more than {}", crate::duration::format_go(MAX_RETRY_AFTER))
+        format!(
+            "more than {}",
+            crate::base::duration::format_go(MAX_RETRY_AFTER)
+        )
     } else {
-        crate::duration::format_go(asked)
+        crate::base::duration::format_go(asked)
     };
     Error::upstream(format!(
         "{call} answered{} asking to retry after {asked}, beyond the {} left of the {} deadline",
         status.map(|s| format!(" HTTP {s}")).unwrap_or_default(),
-        crate::duration::format_go(deadline.remaining()),
-        crate::duration::format_go(deadline.budget()),
+        crate::base::duration::format_go(deadline.remaining()),
+        crate::base::duration::format_go(deadline.budget()),
     ))
     .fix("the service is throttling or unavailable; the kubelet asks again on the next pull (a longer --timeout, up to 59s, lets the plugin wait)")
 }
@@ -594,7 +597,7 @@ pub fn parse_http_date(value: &str) -> Option<i64> {
     let mut hms = time.split(':');
     let (h, m, s) = (hms.next()?, hms.next()?, hms.next()?);
     let rfc3339 = format!("{year}-{month:02}-{day}T{h}:{m}:{s}Z");
-    crate::duration::parse_rfc3339(&rfc3339)
+    crate::base::duration::parse_rfc3339(&rfc3339)
 }
 
 /// A number in [0, 1) that differs between processes and calls; it spreads
@@ -626,7 +629,7 @@ pub fn endpoint_override(flag: &str, value: &str) -> Result<String> {
     let refuse = |why: &str| {
         Error::config(format!(
             "{flag} {} is not an http(s) URL{why}",
-            crate::error::quote(&super::proxy::hide_credentials(value))
+            crate::base::error::quote(&super::proxy::hide_credentials(value))
         ))
         .fix("write it as https://host[:port][/path]")
     };

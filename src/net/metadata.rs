@@ -24,8 +24,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::deadline::Deadline;
-use crate::error::{Error, Result};
+use crate::base::deadline::Deadline;
+use crate::base::error::{Error, Result};
 use crate::net::http::{self, Reply, Verdict};
 
 /// Link-local services accept a connection at once or not at all.
@@ -195,7 +195,7 @@ fn ran_out(deadline: &Deadline, call: &str) -> Error {
     };
     Error::network(format!(
         "the deadline of {} (--timeout) ran out before {call} answered{answered}",
-        crate::duration::format_go(deadline.budget())
+        crate::base::duration::format_go(deadline.budget())
     ))
     .fix("raise --timeout (below 60s): the metadata service was answering, but the invocation's time was spent")
 }
@@ -217,7 +217,7 @@ fn unanswered(service: &Service, call: &str, e: &reqwest::Error, attempts: u32) 
     if e.is_connect() {
         return Error::network(format!(
             "{call} failed: no connection within {} ({detail}); this node has no metadata service, or a firewall drops the traffic",
-            crate::duration::format_go(CONNECT_TIMEOUT)
+            crate::base::duration::format_go(CONNECT_TIMEOUT)
         ))
         .fix(service.absent_fix);
     }
@@ -233,7 +233,7 @@ fn unanswered(service: &Service, call: &str, e: &reqwest::Error, attempts: u32) 
 fn silent(service: &Service, call: &str, waited: Duration) -> Error {
     Error::network(format!(
         "{call} failed: the connection opened but no answer came within {}",
-        crate::duration::format_go(waited)
+        crate::base::duration::format_go(waited)
     ))
     .fix(service.silent_fix)
 }
@@ -242,10 +242,10 @@ fn silent(service: &Service, call: &str, waited: Duration) -> Error {
 /// line, redacted.
 pub(crate) fn said(reply: &Reply) -> String {
     let text = String::from_utf8_lossy(&reply.body);
-    let line = crate::redact::clean(text.lines().next().unwrap_or(""), 200);
+    let line = crate::base::redact::clean(text.lines().next().unwrap_or(""), 200);
     if line.is_empty() {
-        crate::redact::body_shape(&reply.body)
+        crate::base::redact::body_shape(&reply.body)
     } else {
-        crate::error::quote(&line)
+        crate::base::error::quote(&line)
     }
 }

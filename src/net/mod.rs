@@ -10,8 +10,8 @@
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use crate::deadline::Deadline;
-use crate::error::Result;
+use crate::base::deadline::Deadline;
+use crate::base::error::Result;
 
 pub(crate) mod http;
 pub(crate) mod metadata;
@@ -61,8 +61,8 @@ impl Settings {
     /// A client for upstream calls: through the proxy settings.
     pub(crate) fn client(&self, deadline: &Deadline) -> Result<http::Client> {
         match self.proxies.describe() {
-            Some(proxies) => crate::log::debug!("proxy settings: {proxies}"),
-            None => crate::log::debug!("no proxy variables set: connecting directly"),
+            Some(proxies) => crate::base::log::debug!("proxy settings: {proxies}"),
+            None => crate::base::log::debug!("no proxy variables set: connecting directly"),
         }
         let builder = self.proxies.apply(http::builder(deadline))?;
         http::Client::build(builder, self.tls()?, self.proxies.describe())
@@ -81,7 +81,7 @@ impl Settings {
         ca: &std::path::Path,
         ca_option: &str,
     ) -> Result<http::Client> {
-        crate::log::debug!(
+        crate::base::log::debug!(
             "pinned endpoint {host} at {address}: directly, trusting only {}",
             ca.display()
         );
@@ -96,7 +96,9 @@ impl Settings {
     /// (the EKS Pod Identity Agent on a link-local address): a proxy cannot
     /// reach them, and must not see the token sent to them.
     pub(crate) fn direct_client(&self, deadline: &Deadline) -> Result<http::Client> {
-        crate::log::debug!("node-local endpoint: connecting directly, whatever the proxy settings");
+        crate::base::log::debug!(
+            "node-local endpoint: connecting directly, whatever the proxy settings"
+        );
         http::Client::build(http::builder(deadline).no_proxy(), self.tls()?, None)
     }
 }

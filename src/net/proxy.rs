@@ -17,7 +17,7 @@
 //! set value that is not a usable proxy URL is refused with an error naming
 //! the variable, where reqwest would skip it silently and connect directly.
 
-use crate::error::{Error, Result, quote};
+use crate::base::error::{Error, Result, quote};
 
 /// The variables, each with its lowercase form.
 const HTTPS: [&str; 2] = ["HTTPS_PROXY", "https_proxy"];

@@ -30,7 +30,7 @@ use aws_smithy_types::body::SdkBody;
 use aws_smithy_types::retry::ErrorKind;
 
 use super::http;
-use crate::deadline::Deadline;
+use crate::base::deadline::Deadline;
 
 /// A reply longer than the bound every upstream call has.
 #[derive(Debug)]

@@ -26,7 +26,7 @@ use rustls::RootCertStore;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 
-use crate::error::{Error, Result, quote};
+use crate::base::error::{Error, Result, quote};
 
 /// The standard variable naming a CA bundle that replaces the system's.
 pub(crate) const SSL_CERT_FILE: &str = "SSL_CERT_FILE";
@@ -84,7 +84,7 @@ impl Sources {
         let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
             .map_err(|e| Error::internal(format!("cannot set up TLS: {e}")))?;
-        if crate::platform::HAS_SYSTEM_VERIFIER
+        if crate::base::platform::HAS_SYSTEM_VERIFIER
             && self.ssl_cert_file.is_none()
             && self.ssl_cert_dir.is_none()
         {
@@ -95,11 +95,12 @@ impl Sources {
                 Some(path) => ca_file_certificates(path)?,
                 None => Vec::new(),
             };
-            let verifier = crate::platform::system_verifier(extra, provider).map_err(|e| {
-                Error::config(format!("cannot use the Windows certificate store: {e}"))
-                    .fix("set SSL_CERT_FILE to a PEM bundle of the CAs to trust instead")
-            })?;
-            crate::log::debug!("trusting the Windows certificate store");
+            let verifier =
+                crate::base::platform::system_verifier(extra, provider).map_err(|e| {
+                    Error::config(format!("cannot use the Windows certificate store: {e}"))
+                        .fix("set SSL_CERT_FILE to a PEM bundle of the CAs to trust instead")
+                })?;
+            crate::base::log::debug!("trusting the Windows certificate store");
             return Ok(Arc::new(
                 builder
                     .dangerous()
@@ -143,7 +144,7 @@ impl Sources {
             }
         }
         let system = store.len();
-        crate::log::debug!(
+        crate::base::log::debug!(
             "trusting {system} CA certificate(s) from {}",
             if looked.is_empty() {
                 "nowhere".to_string()
@@ -201,7 +202,7 @@ impl Roots {
 
     /// Whether the file at `path` has not been read yet, remembering it.
     fn first_read(&mut self, path: &Path) -> bool {
-        match crate::platform::id_of(path) {
+        match crate::base::platform::id_of(path) {
             Ok(id) => self.files.insert(id),
             Err(_) => true,
         }
@@ -230,7 +231,7 @@ fn read_ca_file(path: &Path, store: &mut Roots) -> Result<(usize, Vec<u8>)> {
         .map_err(|e| Error::config(format!("cannot read the --ca-file {shown}: {e}")).fix(fix))?;
     let added = add_anchors(&pem, store)
         .map_err(|why| Error::config(format!("the --ca-file {shown} {why}")).fix(fix))?;
-    crate::log::debug!("trusting {added} extra CA certificate(s) from {shown}");
+    crate::base::log::debug!("trusting {added} extra CA certificate(s) from {shown}");
     Ok((added, pem))
 }
 
@@ -320,7 +321,7 @@ fn add_lenient(path: &Path, pem: &[u8], store: &mut Roots) {
         .collect();
     let (_, skipped) = store.store.add_parsable_certificates(ders);
     if skipped > 0 {
-        crate::log::debug!(
+        crate::base::log::debug!(
             "skipped {skipped} unusable certificate(s) in {}",
             path.display()
         );
@@ -344,13 +345,13 @@ fn add_dir(dir: &Path, store: &mut Roots) {
     }
 }
 
-/// A CA file, regular and bounded ([`crate::file::read_regular`]): a FIFO
+/// A CA file, regular and bounded ([`crate::base::file::read_regular`]): a FIFO
 /// as `SSL_CERT_FILE`, `--ca-file` or inside `SSL_CERT_DIR` is refused at
 /// once instead of blocking the pull past its deadline.
 fn read_bounded(path: &Path) -> std::result::Result<Vec<u8>, String> {
-    crate::file::read_regular(path, MAX_BUNDLE_BYTES).map_err(|refused| match refused {
-        crate::file::Refused::Unreadable(why) => why,
-        crate::file::Refused::TooLarge => format!(
+    crate::base::file::read_regular(path, MAX_BUNDLE_BYTES).map_err(|refused| match refused {
+        crate::base::file::Refused::Unreadable(why) => why,
+        crate::base::file::Refused::TooLarge => format!(
             "the file is larger than {} MiB, not a CA bundle",
             MAX_BUNDLE_BYTES / 1024 / 1024
         ),
@@ -378,7 +379,7 @@ mod tests {
     fn a_fifo_anywhere_in_the_trust_sources_never_blocks() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("bundle.pem");
-        crate::platform::tests::mkfifo(&fifo);
+        crate::base::platform::tests::mkfifo(&fifo);
         write(dir.path(), "ca.pem", CA_PEM.as_bytes());
         let started = std::time::Instant::now();
         let err = ca_file(&fifo).unwrap_err().to_string();
@@ -437,7 +438,7 @@ mod tests {
         ];
         for (name, content, expect) in cases {
             let e = ca_file(&write(dir.path(), name, content)).unwrap_err();
-            assert_eq!(e.kind(), crate::error::Kind::Config, "{name}: {e}");
+            assert_eq!(e.kind(), crate::base::error::Kind::Config, "{name}: {e}");
             assert!(e.what().contains(expect), "{name}: {e}");
             assert!(e.what().contains(name), "{e}");
             assert!(e.remedy().unwrap().contains("--ca-file"), "{e}");

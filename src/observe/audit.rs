@@ -7,7 +7,7 @@
 //! each; when the next line would take the file past its cap, the file is
 //! renamed to `FILE.1` (replacing the previous one) and a new one started,
 //! so at most twice the cap is kept. Lines are masked like every log line
-//! ([`crate::log::json_line`]): no token, password or secret reaches it.
+//! ([`crate::base::log::json_line`]): no token, password or secret reaches it.
 //! No fsync: a line is evidence, not a credential, and a pull must not wait
 //! for the disk.
 
@@ -24,7 +24,10 @@ pub(crate) const MAX_READ_BYTES: u64 = 1024 * 1024;
 /// The record of one invocation, as one JSON object.
 pub(crate) fn line(record: &Record, now: i64) -> Value {
     let mut fields = Map::new();
-    fields.insert("time".into(), json!(crate::duration::format_unix(now)));
+    fields.insert(
+        "time".into(),
+        json!(crate::base::duration::format_unix(now)),
+    );
     fields.insert("provider".into(), json!(record.provider_label()));
     let mut put = |name: &str, value: Option<Value>| {
         if let Some(value) = value {
@@ -81,13 +84,13 @@ pub(crate) fn append(path: &Path, max_bytes: u64, record: &Record, now: i64) -> 
         _ => Path::new("."),
     };
     files::check_dir(dir).map_err(|why| format!("{}: {why}", dir.display()))?;
-    let owner = crate::platform::running_owner()
+    let owner = crate::base::platform::running_owner()
         .map_err(|e| format!("cannot tell which user runs the plugin: {e}"))?;
-    let mut text = crate::log::json_line(line(record, now));
+    let mut text = crate::base::log::json_line(line(record, now));
     text.push('\n');
     let _lock = files::lock(&with_suffix(path, ".lock"), &owner)?;
     let open = || {
-        files::open_own(path, &crate::platform::Open::append(), &owner)
+        files::open_own(path, &crate::base::platform::Open::append(), &owner)
             .map_err(|e| e.to_string())?
             .ok_or_else(|| "the file vanished".to_string())
     };
@@ -95,7 +98,7 @@ pub(crate) fn append(path: &Path, max_bytes: u64, record: &Record, now: i64) -> 
     let size = file.metadata().map_err(|e| e.to_string())?.len();
     let len = u64::try_from(text.len()).unwrap_or(u64::MAX);
     if size > 0 && size.saturating_add(len) > max_bytes {
-        crate::platform::rename(path, &with_suffix(path, ".1"))
+        crate::base::platform::rename(path, &with_suffix(path, ".1"))
             .map_err(|e| format!("cannot rotate it: {e}"))?;
         file = open()?;
     }
@@ -122,7 +125,7 @@ pub(crate) fn parse(text: &str) -> Vec<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Kind;
+    use crate::base::error::Kind;
     use crate::observe::{Identity, Outcome};
     use std::os::unix::fs::PermissionsExt;
     use std::time::Instant;
@@ -131,7 +134,7 @@ mod tests {
         let mut r = Record::new(Instant::now());
         r.provider = Some("aws");
         r.registry = Some("1.dkr.ecr.us-east-1.amazonaws.com".into());
-        r.service_account = Some(crate::token::ServiceAccount {
+        r.service_account = Some(crate::request::token::ServiceAccount {
             namespace: "team".into(),
             name: "api".into(),
             uid: "u-1".into(),

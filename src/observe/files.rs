@@ -11,23 +11,23 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::lock::{self, Acquired, KeyLock};
-use crate::platform::{self, Open, Owner};
+use crate::base::lock::{self, Acquired, KeyLock};
+use crate::base::platform::{self, Open, Owner};
 
 /// Checks that `dir` may hold our files, by the cache's rule
-/// ([`crate::file::check_own_dir`]): it exists, is a directory and not a
+/// ([`crate::base::file::check_own_dir`]): it exists, is a directory and not a
 /// link to one, is the plugin user's or root's, and no group or other user
 /// may write it (they could erase or forge the audit log, or plant the
 /// state we read back).
 pub(super) fn check_dir(dir: &Path) -> Result<(), String> {
-    use crate::file::UnsafeDir;
+    use crate::base::file::UnsafeDir;
     let meta = platform::facts_at(dir).map_err(|e| match e.kind() {
         io::ErrorKind::NotFound => "the directory does not exist".to_string(),
         _ => format!("cannot inspect the directory: {e}"),
     })?;
     let running = platform::running_owner()
         .map_err(|e| format!("cannot tell which user runs the plugin: {e}"))?;
-    crate::file::check_own_dir(&meta, &running).map_err(|why| match why {
+    crate::base::file::check_own_dir(&meta, &running).map_err(|why| match why {
         UnsafeDir::Link => "the directory is a symbolic link, which is not followed".to_string(),
         UnsafeDir::NotADirectory => "it is not a directory".to_string(),
         UnsafeDir::Owner(theirs) => {
@@ -99,7 +99,7 @@ pub(super) fn open_state(path: &Path, owner: &Owner) -> io::Result<File> {
 
 /// Reads `file` from its start, at most `max` bytes.
 pub(super) fn read_to_end(file: &mut File, max: u64) -> io::Result<Vec<u8>> {
-    crate::file::read_at_most(file, max)?.ok_or_else(|| {
+    crate::base::file::read_at_most(file, max)?.ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::FileTooLarge,
             format!("it is larger than {max} bytes"),
@@ -285,7 +285,7 @@ mod tests {
         assert!(read_own(&link, uid, 10).is_err());
         assert!(read_own(&path, &Owner(uid.0.wrapping_add(1)), 10).is_err());
         let fifo = dir.path().join("fifo");
-        crate::platform::tests::mkfifo(&fifo);
+        crate::base::platform::tests::mkfifo(&fifo);
         assert!(read_own(&fifo, uid, 10).is_err());
     }
 }

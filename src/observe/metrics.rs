@@ -118,7 +118,7 @@ impl State {
         }
         let outcome = record
             .outcome
-            .unwrap_or(super::Outcome::Error(crate::error::Kind::Internal));
+            .unwrap_or(super::Outcome::Error(crate::base::error::Kind::Internal));
         let kind = match outcome {
             super::Outcome::Error(kind) => kind.name(),
             _ => "",
@@ -325,14 +325,16 @@ pub(crate) fn parse_state(bytes: &[u8]) -> Option<State> {
 /// The error is a clause for one warning.
 pub(crate) fn update(dir: &Path, record: &Record, calls: &[Call], now: i64) -> Result<(), String> {
     files::check_dir(dir)?;
-    let owner = crate::platform::running_owner()
+    let owner = crate::base::platform::running_owner()
         .map_err(|e| format!("cannot tell which user runs the plugin: {e}"))?;
     let _lock = files::lock(&dir.join(LOCK_FILE), &owner)?;
     let state_path = dir.join(STATE_FILE);
     let mut file = match files::open_state(&state_path, &owner) {
         Ok(file) => file,
         Err(e) => {
-            crate::log::warning!("cannot use the metrics state ({e}); counting again from zero");
+            crate::base::log::warning!(
+                "cannot use the metrics state ({e}); counting again from zero"
+            );
             std::fs::remove_file(&state_path)
                 .and_then(|()| files::open_state(&state_path, &owner))
                 .map_err(|e| format!("cannot replace {}: {e}", state_path.display()))?
@@ -341,14 +343,16 @@ pub(crate) fn update(dir: &Path, record: &Record, calls: &[Call], now: i64) -> R
     let mut state = match files::read_to_end(&mut file, MAX_STATE_BYTES) {
         Ok(bytes) if bytes.is_empty() => State::default(),
         Ok(bytes) => parse_state(&bytes).unwrap_or_else(|| {
-            crate::log::warning!(
+            crate::base::log::warning!(
                 "the metrics state {} is corrupt or of another version; counting again from zero",
                 state_path.display()
             );
             State::default()
         }),
         Err(e) => {
-            crate::log::warning!("cannot read the metrics state ({e}); counting again from zero");
+            crate::base::log::warning!(
+                "cannot read the metrics state ({e}); counting again from zero"
+            );
             State::default()
         }
     };
@@ -431,7 +435,7 @@ fn render_cache(out: &mut String, cache: &CacheGauges) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Kind;
+    use crate::base::error::Kind;
     use crate::observe::{CacheStats, Endpoint, Identity, Outcome};
     use std::time::{Duration, Instant};
 

@@ -22,8 +22,8 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::error::Kind;
-use crate::token::ServiceAccount;
+use crate::base::error::Kind;
+use crate::request::token::ServiceAccount;
 
 /// Longest the metrics or audit lock is waited for: far longer than any
 /// holder keeps it (a few hundred microseconds), far shorter than a pull.
@@ -279,11 +279,11 @@ impl Record {
 
     /// Notes how the invocation failed: the kind, and the message and fix
     /// masked as a log line would be.
-    pub(crate) fn failed(&mut self, error: &crate::error::Error) {
+    pub(crate) fn failed(&mut self, error: &crate::base::error::Error) {
         self.outcome = Some(Outcome::Error(error.kind()));
         self.error = Some((
-            crate::redact::redact(error.what()),
-            error.remedy().map(crate::redact::redact),
+            crate::base::redact::redact(error.what()),
+            error.remedy().map(crate::base::redact::redact),
         ));
     }
 
@@ -300,12 +300,12 @@ pub(crate) fn finish(options: &Options, record: &Record, now: i64) {
     if let Some(dir) = &options.metrics_dir
         && let Err(why) = metrics::update(dir, record, &calls(), now)
     {
-        crate::log::warning!("metrics not updated in {}: {why}", dir.display());
+        crate::base::log::warning!("metrics not updated in {}: {why}", dir.display());
     }
     if let Some(file) = &options.audit_log
         && let Err(why) = audit::append(file, options.audit_log_max_bytes, record, now)
     {
-        crate::log::warning!("audit record not written to {}: {why}", file.display());
+        crate::base::log::warning!("audit record not written to {}: {why}", file.display());
     }
 }
 

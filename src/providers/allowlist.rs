@@ -7,13 +7,13 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::error::{Error, Result};
-use crate::image::ImageRef;
+use crate::base::error::{Error, Result};
 use crate::inputs::Inputs;
 use crate::kubelet::matching;
 use crate::net;
 use crate::providers::{Context, Exchanger, OwnFlags, Plan, Provider, Shared};
-use crate::token::ServiceAccountToken;
+use crate::request::image::ImageRef;
+use crate::request::token::ServiceAccountToken;
 
 #[derive(clap::Args, Clone, Debug, Default)]
 #[group(id = "registry_options")]
@@ -291,7 +291,7 @@ mod tests {
         assert!(!ok("zot.example.com:5000/other/app"));
         assert_eq!(
             allowlist(&["[bad"]).unwrap_err().kind(),
-            crate::error::Kind::Config
+            crate::base::error::Kind::Config
         );
         let none = allowlist(&[]).unwrap();
         let image = ImageRef::parse("zot.example.com/a").unwrap();

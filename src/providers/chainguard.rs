@@ -33,16 +33,16 @@
 //! issuer and subject. The STS URL, the registry audience and the registries
 //! that receive the token come only from flags.
 
-use crate::duration::{self, unix_now};
-use crate::error::{Error, Result, quote};
+use crate::base::duration::{self, unix_now};
+use crate::base::error::{Error, Result, quote};
 use std::sync::Arc;
 
-use crate::image::ImageRef;
 use crate::inputs::Inputs;
 use crate::net::{self, http, http::Reply};
 use crate::providers::allowlist::{self, Allowlist};
 use crate::providers::oauth::{self, form_urlencode};
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
+use crate::request::image::ImageRef;
 
 /// Our annotation: the assumable identity's ID.
 const IDENTITY_ANNOTATION: &str = "wi-credential-provider.io/chainguard-identity";
@@ -173,7 +173,7 @@ impl Chainguard {
                 if !is_identity_id(id) {
                     return Err(Error::annotation(format!(
                         "service account annotation {key} is {}, not a Chainguard identity ID",
-                        quote(&crate::redact::clean(raw, 100))
+                        quote(&crate::base::redact::clean(raw, 100))
                     ))
                     .fix("set it to the assumable identity's ID as chainctl iam identities list shows it (40 hex digits, then /16 hex digits per level)"));
                 }
@@ -278,7 +278,7 @@ impl Exchanger for Chainguard {
                         subject: &claims.subject,
                     },
                 )?;
-                crate::log::debug!(
+                crate::base::log::debug!(
                     "Chainguard issued a token for identity {identity} ({service_account}) that expires at {}",
                     duration::format_unix(credential.expires_at)
                 );
@@ -340,7 +340,7 @@ fn refusal(reply: &Reply, d: &Describe<'_>) -> Error {
         None => format!(
             "HTTP {} with {}",
             reply.status,
-            crate::redact::body_shape(&reply.body)
+            crate::base::redact::body_shape(&reply.body)
         ),
     };
     let fix = match code {
@@ -362,7 +362,7 @@ fn refusal(reply: &Reply, d: &Describe<'_>) -> Error {
     Error::upstream(format!(
         "Chainguard's STS at {} {} the exchange for identity {} ({}): {what}",
         d.url,
-        crate::redact::verb(reply.status),
+        crate::base::redact::verb(reply.status),
         d.identity,
         d.service_account
     ))
@@ -381,7 +381,7 @@ pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential
         reply.unusable(from, &why).fix("check that --chainguard-issuer-url is Chainguard's STS (https://issuer.enforce.dev); a proxy may be answering instead")
     };
     let (body, token) = reply.token_field("token").map_err(malformed)?;
-    let from_jwt = crate::token::unverified_expiry(token.expose());
+    let from_jwt = crate::request::token::unverified_expiry(token.expose());
     let from_expiry = body
         .get("expiry")
         .and_then(serde_json::Value::as_str)
@@ -441,7 +441,7 @@ mod tests {
     }
 
     fn jwt_with_exp(exp: i64) -> String {
-        crate::token::jwt(
+        crate::request::token::jwt(
             r#"{"alg":"ES256"}"#,
             &format!(r#"{{"exp":{exp},"aud":"cgr.dev"}}"#),
         )

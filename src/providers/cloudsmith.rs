@@ -31,13 +31,13 @@
 
 use std::sync::Arc;
 
-use crate::duration;
-use crate::error::{Error, Result, quote};
+use crate::base::duration;
+use crate::base::error::{Error, Result, quote};
 use crate::net;
 use crate::providers::allowlist::{self, Guarded};
 use crate::providers::token_service::{self, Pattern, Service};
 use crate::providers::{Context, Credential, Plan, Provider};
-use crate::token::ServiceAccountToken;
+use crate::request::token::ServiceAccountToken;
 
 pub(crate) const DEFAULT_URL: &str = "https://api.cloudsmith.io";
 
@@ -266,7 +266,7 @@ mod tests {
 
     #[test]
     fn reads_the_answer() {
-        let jwt = crate::token::jwt(r#"{"alg":"HS256"}"#, r#"{"exp":6400}"#);
+        let jwt = crate::request::token::jwt(r#"{"alg":"HS256"}"#, r#"{"exp":6400}"#);
         let c = cloudsmith()
             .interpret(
                 &reply(201, &format!(r#"{{"token":"{jwt}"}}"#)),

@@ -22,7 +22,7 @@
 //! account and can never equal a service account's key
 //! ([`crate::cache::key`]).
 
-use crate::token::ServiceAccountToken;
+use crate::request::token::ServiceAccountToken;
 
 /// `--fallback`: what a pod without an identity of its own gets.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -105,12 +105,12 @@ pub(crate) fn whose(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::secret::Secret;
+    use crate::base::secret::Secret;
 
     fn token() -> ServiceAccountToken {
         let claims = r#"{"aud":["a"],"exp":4102444800,"iat":1000,"iss":"https://i","sub":"system:serviceaccount:team:api",
             "kubernetes.io":{"namespace":"team","serviceaccount":{"name":"api","uid":"u"}}}"#;
-        let jwt = crate::token::jwt(r#"{"alg":"RS256"}"#, claims);
+        let jwt = crate::request::token::jwt(r#"{"alg":"RS256"}"#, claims);
         ServiceAccountToken::decode(Secret::new(jwt), 2000).unwrap()
     }
 

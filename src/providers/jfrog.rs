@@ -33,15 +33,15 @@
 
 use std::sync::Arc;
 
-use crate::duration;
-use crate::error::{Error, Result};
+use crate::base::duration;
+use crate::base::error::{Error, Result};
+use crate::base::secret::Secret;
 use crate::net;
 use crate::providers::allowlist::{self, Guarded};
 use crate::providers::oauth;
 use crate::providers::token_service::{self, Pattern, Service};
 use crate::providers::{Context, Credential, Plan, Provider};
-use crate::secret::Secret;
-use crate::token::ServiceAccountToken;
+use crate::request::token::ServiceAccountToken;
 
 pub(crate) const TOKEN_PATH: &str = "/access/api/v1/oidc/token";
 pub(crate) const GRANT_TYPE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
@@ -187,7 +187,7 @@ impl Guarded for Jfrog {
                     self.interpret(&reply, now, &issuer, &subject, mapping.as_deref())?;
                 let lifetime = credential.expires_at.saturating_sub(now);
                 if lifetime < SHORT_LIFETIME_SECS {
-                    crate::log::warning!(
+                    crate::base::log::warning!(
                         "JFrog issued an access token for {} that lives only {lifetime}s (the identity mapping's expires_in; \
                          JFrog's default is {DEFAULT_LIFETIME_SECS}s), so the kubelet asks again almost every pull: \
                          raise the mapping's token expiry",
@@ -226,7 +226,7 @@ fn check_name(flag: &str, value: &str) -> Result<()> {
     }
     Err(Error::config(format!(
         "{flag} {} is not a JFrog name ({})",
-        crate::error::quote(value),
+        crate::base::error::quote(value),
         MAPPING.form
     ))
     .fix(format!("set {flag} to the name as JFrog shows it")))

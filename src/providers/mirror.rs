@@ -28,8 +28,8 @@
 
 use std::fmt;
 
-use crate::error::{Error, Result, quote};
-use crate::image::ImageRef;
+use crate::base::error::{Error, Result, quote};
+use crate::request::image::ImageRef;
 
 #[derive(clap::Args, Clone, Debug, Default)]
 #[group(id = "mirror_options")]

@@ -21,13 +21,13 @@ pub(crate) mod token_service;
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::deadline::Deadline;
-use crate::error::{Error, Result};
-use crate::image::ImageRef;
+use crate::base::deadline::Deadline;
+use crate::base::error::{Error, Result};
+use crate::base::secret::Secret;
 use crate::inputs::Inputs;
-use crate::protocol::CacheKeyType;
-use crate::secret::Secret;
-use crate::token::ServiceAccountToken;
+use crate::request::image::ImageRef;
+use crate::request::protocol::CacheKeyType;
+use crate::request::token::ServiceAccountToken;
 
 /// One identity system, declared once.
 ///

@@ -77,7 +77,7 @@ pub(crate) fn is_code(text: &str) -> bool {
 
 /// The one form in which an upstream's error code and message are
 /// repeated: `HTTP 401`, then the code, then the message cleaned by
-/// [`crate::redact::clean`] and quoted (`HTTP 401 UNAUTHORIZED: "..."`).
+/// [`crate::base::redact::clean`] and quoted (`HTTP 401 UNAUTHORIZED: "..."`).
 pub(crate) fn summary(status: u16, code: Option<&str>, message: Option<&str>) -> String {
     let mut text = format!("HTTP {status}");
     if let Some(code) = code {
@@ -85,7 +85,7 @@ pub(crate) fn summary(status: u16, code: Option<&str>, message: Option<&str>) ->
         text.push_str(code);
     }
     if let Some(message) = message {
-        let shown = crate::redact::clean(message, MAX_MESSAGE_CHARS);
+        let shown = crate::base::redact::clean(message, MAX_MESSAGE_CHARS);
         text.push_str(&format!(": {shown:?}"));
     }
     text

@@ -18,14 +18,14 @@
 //! prefix, so `team-a` also covers `team-ab`; a pattern ending in `/`
 //! (`harbor.example.com/team-a/`) does not.
 
-use crate::error::{Error, Result};
-use crate::protocol::CacheKeyType;
+use crate::base::error::{Error, Result};
+use crate::request::protocol::CacheKeyType;
 use std::sync::Arc;
 
 use crate::net;
 use crate::providers::allowlist::{self, Guarded};
 use crate::providers::{Context, Credential, Plan, Provider};
-use crate::token::ServiceAccountToken;
+use crate::request::token::ServiceAccountToken;
 
 /// The username sent with the token when none is configured. Harbor and Zot
 /// ignore it on their OIDC token path; it shows up in registry audit logs.

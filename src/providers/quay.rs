@@ -32,13 +32,13 @@ use std::collections::BTreeSet;
 
 use std::sync::Arc;
 
-use crate::duration;
-use crate::error::{Error, Result, quote};
+use crate::base::duration;
+use crate::base::error::{Error, Result, quote};
 use crate::net;
 use crate::providers::allowlist::{self, Guarded};
 use crate::providers::token_service::{self, Pattern, Service};
 use crate::providers::{Context, Credential, Plan, Provider};
-use crate::token::ServiceAccountToken;
+use crate::request::token::ServiceAccountToken;
 
 pub(crate) const TOKEN_PATH: &str = "/oauth2/federation/robot/token";
 pub(crate) const DEFAULT_URL: &str = "https://quay.io";
@@ -300,11 +300,11 @@ mod tests {
         }
         assert_eq!(
             robot(&[(ours, "a/b")]).unwrap_err().kind(),
-            crate::error::Kind::Annotation
+            crate::base::error::Kind::Annotation
         );
         assert_eq!(
             robot(&[(ours, "other+puller")]).unwrap_err().kind(),
-            crate::error::Kind::Annotation
+            crate::base::error::Kind::Annotation
         );
         let e = robot(&[(ours, "other+puller")]).unwrap_err().to_string();
         assert!(
@@ -335,7 +335,8 @@ mod tests {
 
     #[test]
     fn reads_the_answer() {
-        let jwt = crate::token::jwt(r#"{"alg":"RS256"}"#, r#"{"exp":4600,"sub":"acme+puller"}"#);
+        let jwt =
+            crate::request::token::jwt(r#"{"alg":"RS256"}"#, r#"{"exp":4600,"sub":"acme+puller"}"#);
         let q = quay();
         let c = q
             .interpret(

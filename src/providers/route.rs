@@ -6,9 +6,9 @@
 
 use super::fallback::Fallback;
 use super::{ALL, Exchanger, Provider};
-use crate::error::{Error, Result};
-use crate::image::ImageRef;
-use crate::token::ServiceAccountToken;
+use crate::base::error::{Error, Result};
+use crate::request::image::ImageRef;
+use crate::request::token::ServiceAccountToken;
 
 /// The provider for `image`: the one chosen, or under `auto` (`None`) the
 /// first whose registry test matches. `auto` never picks a provider
@@ -129,7 +129,7 @@ pub(crate) fn check_annotations(
         };
         let why = if value.trim().is_empty() {
             Some("is empty".to_string())
-        } else if let Some(c) = value.chars().find(|&c| crate::redact::is_hidden(c)) {
+        } else if let Some(c) = value.chars().find(|&c| crate::base::redact::is_hidden(c)) {
             Some(format!(
                 "holds the control character U+{:04X}",
                 u32::from(c)

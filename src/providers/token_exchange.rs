@@ -38,16 +38,16 @@
 
 use std::path::PathBuf;
 
-use crate::duration::{self, unix_now};
-use crate::error::{Error, Result, quote};
+use crate::base::duration::{self, unix_now};
+use crate::base::error::{Error, Result, quote};
 use std::sync::Arc;
 
+use crate::base::secret::Secret;
 use crate::net::{self, http, http::Reply};
 use crate::providers::allowlist::{self, Guarded};
 use crate::providers::oauth::{self, form_urlencode};
 use crate::providers::{Context, Credential, Plan, Provider};
-use crate::secret::Secret;
-use crate::token::ServiceAccountToken;
+use crate::request::token::ServiceAccountToken;
 
 pub(crate) const GRANT_TYPE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
 const JWT_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:jwt";
@@ -275,7 +275,7 @@ impl Guarded for TokenExchange {
                         username: &self.username,
                     },
                 )?;
-                crate::log::debug!(
+                crate::base::log::debug!(
                     "the token server at {} issued a token for {service_account} that expires at {}",
                     self.url,
                     duration::format_unix(issued.expires_at)
@@ -460,11 +460,11 @@ fn client(options: &Options) -> Result<Client> {
             (Some(id), None) => Client::Public(id.to_string()),
             (Some(id), Some(path)) => {
                 let shown = path.display();
-                let (bytes, warning) = crate::file::read_secret(path, MAX_CLIENT_SECRET_FILE_BYTES)
+                let (bytes, warning) = crate::base::file::read_secret(path, MAX_CLIENT_SECRET_FILE_BYTES)
                 .map_err(|refused| {
                     let why = match refused {
-                        crate::file::Refused::Unreadable(why) => why,
-                        crate::file::Refused::TooLarge => format!(
+                        crate::base::file::Refused::Unreadable(why) => why,
+                        crate::base::file::Refused::TooLarge => format!(
                             "it is larger than {MAX_CLIENT_SECRET_FILE_BYTES} bytes, not a client secret"
                         ),
                     };
@@ -474,7 +474,7 @@ fn client(options: &Options) -> Result<Client> {
                     .fix("point it at a regular file holding only the client secret, owned by root and readable by it only (chmod 0600)")
                 })?;
                 if let Some(warning) = warning {
-                    crate::log::warning!("{warning}");
+                    crate::base::log::warning!("{warning}");
                 }
                 let text = String::from_utf8(bytes).map_err(|_| {
                     Error::config(format!(
@@ -551,12 +551,12 @@ fn refusal(reply: &Reply, d: &Describe<'_>) -> Error {
         None => format!(
             "HTTP {} with {}",
             reply.status,
-            crate::redact::body_shape(&reply.body)
+            crate::base::redact::body_shape(&reply.body)
         ),
     };
     Error::upstream(format!(
         "the token server at {url} {} the token exchange for {}: {what}",
-        crate::redact::verb(reply.status),
+        crate::base::redact::verb(reply.status),
         d.service_account
     ))
     .fix(fix)
@@ -652,14 +652,14 @@ pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential
     {
         return Err(malformed(format!(
             "a token of type {} instead of the requested {}",
-            quote(&crate::redact::clean(issued, 100)),
+            quote(&crate::base::redact::clean(issued, 100)),
             quote(wanted)
         )));
     }
     let expires_at = match oauth::expires_in(body.get("expires_in")) {
         Some(s) if s > 0 => now.saturating_add(s),
         Some(_) => return Err(malformed("an expires_in that is not positive".to_string())),
-        None => crate::token::unverified_expiry(access_token.expose()).ok_or_else(|| {
+        None => crate::request::token::unverified_expiry(access_token.expose()).ok_or_else(|| {
             malformed("no expires_in and an access_token that is not a JWT with an exp claim, so its lifetime is unknown".to_string())
         })?,
     };
@@ -690,9 +690,9 @@ pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::image::ImageRef;
     use crate::net::http::reply;
     use crate::providers::{Exchanger, allowlist::Allowlisted};
+    use crate::request::image::ImageRef;
 
     fn options(url: &str) -> Options {
         Options {
@@ -721,7 +721,7 @@ mod tests {
     }
 
     fn jwt_with_exp(exp: i64) -> String {
-        crate::token::jwt(
+        crate::request::token::jwt(
             r#"{"alg":"RS256"}"#,
             &format!(r#"{{"exp":{exp},"sub":"x"}}"#),
         )

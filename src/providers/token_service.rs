@@ -10,7 +10,7 @@
 //!   plugin's key, each checked by an anchored pattern ([`identity`]);
 //! - a JSON POST carries no header but `Content-Type` ([`post_json`]);
 //! - the vendor's error body is reduced to a code and a message, cleaned by
-//!   [`crate::redact`], and the refusal names the service, the HTTP status
+//!   [`crate::base::redact`], and the refusal names the service, the HTTP status
 //!   and a fix ([`refused`]);
 //! - the credential's expiry comes from `expires_in` or the returned JWT's
 //!   `exp`, whichever ends first, and a credential already expired is an
@@ -20,14 +20,14 @@ use std::sync::{Arc, LazyLock};
 
 use regex_lite::Regex;
 
-use crate::deadline::Deadline;
-use crate::error::{Error, Result, quote};
+use crate::base::deadline::Deadline;
+use crate::base::error::{Error, Result, quote};
+use crate::base::secret::Secret;
 use crate::net::{
     self,
     http::{self, Reply},
 };
 use crate::providers::{Context, Credential, Plan, Provider, oauth};
-use crate::secret::Secret;
 
 /// One vendor token service as configured by the admin, for messages.
 #[derive(Clone, Debug)]
@@ -211,7 +211,7 @@ pub(crate) fn describe(reply: &Reply) -> String {
         None => format!(
             "HTTP {} ({})",
             reply.status,
-            crate::redact::body_shape(&reply.body)
+            crate::base::redact::body_shape(&reply.body)
         ),
     }
 }
@@ -228,7 +228,7 @@ pub(crate) fn refused(service: &Service, reply: &Reply, fix: impl FnOnce(u16) ->
     Error::upstream(format!(
         "{} {} the token exchange at {}: {}",
         service.vendor,
-        crate::redact::verb(reply.status),
+        crate::base::redact::verb(reply.status),
         service.url,
         describe(reply)
     ))
@@ -352,12 +352,12 @@ pub(crate) fn expiry(
 ) -> Result<i64> {
     let fallback_secs = service.lifetime_secs;
     let by_field = expires_in.map(|s| now.saturating_add(s));
-    let by_claim = crate::token::unverified_expiry(token.expose());
+    let by_claim = crate::request::token::unverified_expiry(token.expose());
     let expires_at = match (by_field, by_claim) {
         (Some(a), Some(b)) => a.min(b),
         (Some(a), None) | (None, Some(a)) => a,
         (None, None) => {
-            crate::log::debug!(
+            crate::base::log::debug!(
                 "{} gave no expiry for the credential; assuming its documented lifetime of {fallback_secs}s",
                 service.vendor
             );
@@ -368,7 +368,7 @@ pub(crate) fn expiry(
         return Err(Error::upstream(format!(
             "{} returned a credential that expired at {}, before it was used",
             service.call(),
-            crate::duration::format_unix(expires_at)
+            crate::base::duration::format_unix(expires_at)
         ))
         .fix(format!(
             "check the node's clock (NTP) and the token lifetime configured in {}",
@@ -527,10 +527,10 @@ mod tests {
             "Acme refused the token exchange at https://acme.example/token: HTTP 401: \"bad token <token>\""
         );
         assert_eq!(r.remedy(), Some("FIX"));
-        assert_eq!(r.kind(), crate::error::Kind::Upstream);
+        assert_eq!(r.kind(), crate::base::error::Kind::Upstream);
         assert_eq!(
             malformed(&service(), &reply(200, "x"), "no token").kind(),
-            crate::error::Kind::Upstream
+            crate::base::error::Kind::Upstream
         );
 
         let r = refused(&service(), &reply(503, "<html>down</html>"), |_| {
@@ -545,7 +545,12 @@ mod tests {
 
     #[test]
     fn expiry_is_the_earlier_and_never_past() {
-        let jwt = |exp: i64| Secret::new(crate::token::jwt("{}", &format!("{{\"exp\":{exp}}}")));
+        let jwt = |exp: i64| {
+            Secret::new(crate::request::token::jwt(
+                "{}",
+                &format!("{{\"exp\":{exp}}}"),
+            ))
+        };
         let s = service();
         assert_eq!(expiry(&s, 1000, Some(60), &jwt(5000)).unwrap(), 1060);
         assert_eq!(expiry(&s, 1000, Some(9000), &jwt(5000)).unwrap(), 5000);

@@ -19,8 +19,8 @@ use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 
 use super::wire::{FETCH_JWT_SVIDS, FetchJwtSvidsRequest, FetchJwtSvidsResponse, JwtSvid};
-use crate::deadline::Deadline;
-use crate::error::{Error, Result, quote};
+use crate::base::deadline::Deadline;
+use crate::base::error::{Error, Result, quote};
 use crate::net::http::block_on_or;
 
 /// An answer holds one JWT-SVID per matching entry, each a few
@@ -38,7 +38,7 @@ pub(super) fn fetch(
     deadline: &Deadline,
 ) -> Result<Vec<JwtSvid>> {
     block_on_or(deadline, || too_slow(socket, deadline), async {
-        let stream = crate::platform::connect_local(socket)
+        let stream = crate::base::platform::connect_local(socket)
             .await
             .map_err(|e| unreachable_socket(socket, &e))?;
         let (sender, connection) = http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
@@ -112,7 +112,7 @@ fn too_slow(socket: &Path, deadline: &Deadline) -> Error {
     Error::network(format!(
         "the SPIRE agent at {} did not answer FetchJWTSVIDs within the deadline of {}",
         socket.display(),
-        crate::duration::format_go(deadline.budget())
+        crate::base::duration::format_go(deadline.budget())
     ))
     .fix("check the SPIRE agent's log and load (it answers from its cache in milliseconds), or raise --timeout (below 60s)")
 }
@@ -175,5 +175,5 @@ fn is_transport(status: &tonic::Status) -> bool {
 /// The agent's text, bounded, on one line, with anything token-shaped
 /// masked.
 fn clipped(text: &str) -> String {
-    crate::redact::clean(text, MAX_QUOTED)
+    crate::base::redact::clean(text, MAX_QUOTED)
 }

@@ -27,10 +27,10 @@ mod wire;
 
 use std::path::{Path, PathBuf};
 
-use crate::deadline::Deadline;
-use crate::error::{Error, Result, quote};
-use crate::secret::Secret;
-use crate::token::{ServiceAccountToken, SvidClaims};
+use crate::base::deadline::Deadline;
+use crate::base::error::{Error, Result, quote};
+use crate::base::secret::Secret;
+use crate::request::token::{ServiceAccountToken, SvidClaims};
 
 pub(crate) use wire::Selector;
 
@@ -194,12 +194,12 @@ pub(crate) fn present(
     let raw = Secret::new(svid.token);
     let claims = SvidClaims::read(&raw, &spiffe_id, svid.expires_at)?;
     if claims.issuer().is_none() {
-        crate::log::warning!(
+        crate::base::log::warning!(
             "the JWT-SVID for {spiffe_id} has no iss claim: a SPIRE server sets one only with jwt_issuer, \
              and OIDC federation (AWS, GCP, Entra, Zot, Quay) needs it, equal to the OIDC discovery provider's URL"
         );
     }
-    crate::log::debug!(
+    crate::base::log::debug!(
         "SPIRE minted {spiffe_id} for {} ({}), audience {}",
         kubelet.service_account(),
         describe(&selectors),

@@ -13,8 +13,8 @@
 
 use std::collections::BTreeSet;
 
+use crate::base::error::{Error, Result};
 use crate::commands;
-use crate::error::{Error, Result};
 use crate::inputs::{Env, Inputs};
 use crate::options::{self, CommandLine};
 use crate::providers::{Exchanger, Provider};
@@ -197,7 +197,7 @@ mod tests {
         .unwrap();
         assert!(r.build(Provider::find("aws").unwrap()).is_ok());
         let e = r.build(Provider::find("gcp").unwrap()).err().unwrap();
-        assert_eq!(e.kind(), crate::error::Kind::Config);
+        assert_eq!(e.kind(), crate::base::error::Kind::Config);
         assert!(e.to_string().contains("gcp"), "{e}");
     }
 

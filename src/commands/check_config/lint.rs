@@ -12,11 +12,11 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::duration::format_go;
-use crate::image::ImageRef;
+use crate::base::duration::format_go;
 use crate::inputs::Env;
 use crate::options::{AUTO, BINARY};
 use crate::providers::{self, Exchanger, route};
+use crate::request::image::ImageRef;
 
 use super::entry::{self, Routing};
 use crate::kubelet::provider_config::{Entry, Loaded, TokenAttributes};
@@ -185,7 +185,7 @@ fn binary(entry: &Entry, dir: &Path, findings: &mut Vec<Finding>) {
         )),
         Err(_) => Some(format!("{} does not exist", path.display())),
         Ok(meta) if meta.is_dir() => Some(format!("{} is a directory", path.display())),
-        Ok(_) => (!crate::platform::facts_followed(&path).is_ok_and(|f| f.access.executable))
+        Ok(_) => (!crate::base::platform::facts_followed(&path).is_ok_and(|f| f.access.executable))
             .then(|| format!("{} is not executable", path.display())),
     };
     if let Some(problem) = problem {
@@ -441,8 +441,8 @@ fn audience_mismatch(
     what: impl FnOnce(&str) -> String,
     fix: impl FnOnce() -> String,
 ) -> Option<Finding> {
-    let refused =
-        !audience.is_empty() && !crate::token::audience_accepted(expected, &[audience.to_string()]);
+    let refused = !audience.is_empty()
+        && !crate::request::token::audience_accepted(expected, &[audience.to_string()]);
     refused.then(|| {
         entry
             .error(
@@ -644,13 +644,13 @@ fn auto(entry: &Entry, routing: &Routing, findings: &mut Vec<Finding>) {
 }
 
 /// Whether the plugin refuses every token of the entry: the entry names
-/// an audience, and the serving rule ([`crate::token::audience_accepted`])
+/// an audience, and the serving rule ([`crate::request::token::audience_accepted`])
 /// refuses a token minted for it.
 fn cache_duration(entry: &Entry, routing: &Routing, findings: &mut Vec<Finding>) {
     let Some(text) = entry.provider.default_cache_duration.as_deref() else {
         return;
     };
-    let Some(configured) = crate::duration::parse_go(text) else {
+    let Some(configured) = crate::base::duration::parse_go(text) else {
         return;
     };
     let mut limit = routing.line.options.max_cache_duration;

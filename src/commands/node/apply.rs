@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::files::{self, Kind, Manifest, Record, Snapshot};
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
+use crate::base::platform::Host;
 use crate::options::BINARY;
-use crate::platform::Host;
 
 /// One file a run writes.
 #[derive(Clone, Debug)]
@@ -40,11 +40,11 @@ pub(crate) struct Applied {
 /// another architecture, or a corrupt copy, is not installed, and the
 /// bytes checked are the bytes installed.
 pub(crate) fn answers_version(bytes: &[u8], shown: &Path) -> Result<()> {
-    let dir = crate::platform::private_temp_dir("wicp-binary")
+    let dir = crate::base::platform::private_temp_dir("wicp-binary")
         .map_err(|e| Error::config(format!("cannot create a private temporary directory: {e}")))?;
-    let copy = dir.join(crate::platform::executable_name(BINARY));
+    let copy = dir.join(crate::base::platform::executable_name(BINARY));
     let result = (|| {
-        crate::platform::write_executable(&copy, bytes)
+        crate::base::platform::write_executable(&copy, bytes)
             .map_err(|e| Error::config(format!("cannot check the binary: {e}")))?;
         let out =
             super::exec::run(&copy, &["--version"], Duration::from_secs(10)).map_err(|e| {
@@ -176,7 +176,7 @@ fn record_created_dirs(
     for dir in lock_created
         .iter()
         .cloned()
-        .chain(paths.flat_map(|p| crate::platform::missing_dirs(host, p)))
+        .chain(paths.flat_map(|p| crate::base::platform::missing_dirs(host, p)))
     {
         if !manifest.directories.contains(&dir) {
             manifest.directories.push(dir);

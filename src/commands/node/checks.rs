@@ -34,7 +34,7 @@ pub(super) fn check(
     // Messages quote what the node's files say (an audit record, a unit's
     // flags): control characters are shown escaped, in text and JSON alike,
     // never written raw to the admin's terminal.
-    let escape = |text: String| crate::redact::escape_hidden(&text).into_owned();
+    let escape = |text: String| crate::base::redact::escape_hidden(&text).into_owned();
     Check {
         verdict,
         check: name.to_string(),

@@ -29,7 +29,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::platform::Host;
+use crate::base::platform::Host;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -98,7 +98,7 @@ pub(crate) const EKS_WINDOWS_DIR: &str = r"c:\Program Files\Amazon\EKS";
 impl Distro {
     /// Recognises the distribution under `host`, with the evidence.
     pub(crate) fn detect(host: &Host) -> (Distro, String) {
-        if crate::platform::WINDOWS {
+        if crate::base::platform::WINDOWS {
             return Self::detect_windows(host);
         }
         let read = |p: &str| {

@@ -16,6 +16,7 @@ use super::checks::{Check, Verdict, check};
 use super::discover::{self, Discovery};
 use super::distro::{self, Distro};
 use super::{Target, rbac, restart, stage};
+use crate::base::platform::Host;
 use crate::commands::check_config::check::{Output, check_with};
 use crate::commands::check_config::isolation::KubeletFacts;
 use crate::commands::check_config::lint;
@@ -24,7 +25,6 @@ use crate::kubelet::Severity;
 use crate::kubelet::matching;
 use crate::kubelet::provider_config::Entry;
 use crate::options::BINARY;
-use crate::platform::Host;
 
 #[derive(clap::Args, Clone, Debug)]
 pub(crate) struct Args {
@@ -118,7 +118,7 @@ pub(crate) fn diagnose(target: &Target, env: &Env) -> Report {
             "no provider entry runs this plugin",
             Some("run `wi-credential-provider node install --provider ...`".into()),
         ));
-    } else if crate::platform::WINDOWS {
+    } else if crate::base::platform::WINDOWS {
         // A copy of the binary under each entry's name (no links there).
         for entry in &ours {
             checks.push(binary_check(&host, &bin_dir.join(entry.name())));
@@ -151,7 +151,7 @@ fn stage_live(
         stage::Config::File {
             path: config,
             bytes: &host
-                .read_bytes(config, crate::yaml::MAX_BYTES)
+                .read_bytes(config, crate::base::yaml::MAX_BYTES)
                 .ok()
                 .flatten()
                 .unwrap_or_default(),
@@ -241,7 +241,7 @@ fn audiences_of(entries: &[Entry]) -> Vec<String> {
 /// What the plugin recorded: its metrics and audit log, when turned on.
 fn observed_checks(host: &Host, ours: &[&Entry], env: &Env, checks: &mut Vec<Check>) {
     let (metric_dirs, audit_logs) = super::observed::configured(ours, env);
-    let now = crate::duration::unix_now();
+    let now = crate::base::duration::unix_now();
     for dir in &metric_dirs {
         checks.push(super::observed::metrics_check(host, dir, now));
     }
@@ -341,7 +341,8 @@ fn keyring_checks(host: &Host, ours: &[&Entry], checks: &mut Vec<Check>) {
         "/.docker/config.json",
         "/root/.docker/config.json",
     ] {
-        let Ok(Some(bytes)) = host.read_bytes(Path::new(keyring), crate::yaml::MAX_BYTES) else {
+        let Ok(Some(bytes)) = host.read_bytes(Path::new(keyring), crate::base::yaml::MAX_BYTES)
+        else {
             continue;
         };
         let hosts: Vec<String> = serde_json::from_slice::<serde_json::Value>(&bytes)
@@ -446,15 +447,15 @@ fn binary_check(host: &Host, shown: &Path) -> Check {
         Ok(l) => l,
         Err(e) => return missing(format!("cannot be found: {e}")),
     };
-    let meta = match crate::platform::facts_followed(&local) {
+    let meta = match crate::base::platform::facts_followed(&local) {
         Ok(m) => m,
         Err(e) => return missing(format!("cannot be read: {e}")),
     };
     // On Windows the account running us (SYSTEM in the DaemonSet, which
     // is what install writes as) is as trusted as Administrators.
     let trusted = meta.owner.is_administrator()
-        || (crate::platform::WINDOWS
-            && crate::platform::running_owner().is_ok_and(|me| me == meta.owner));
+        || (crate::base::platform::WINDOWS
+            && crate::base::platform::running_owner().is_ok_and(|me| me == meta.owner));
     if !meta.is_file() || !trusted || meta.access.others_write {
         return check(
             Verdict::Fail,
@@ -465,7 +466,7 @@ fn binary_check(host: &Host, shown: &Path) -> Check {
                 meta.owner,
                 meta.access.shown()
             ),
-            Some(if crate::platform::WINDOWS {
+            Some(if crate::base::platform::WINDOWS {
                 "reinstall with node install, which writes it with a DACL for SYSTEM and Administrators only".into()
             } else {
                 "reinstall with node install, which writes it root:root 0755".into()

@@ -19,13 +19,13 @@ use super::merge::{self, Format, Replace};
 use super::plan::{self, ConfigTarget, Plan, ReadyProvider};
 use super::stage::{self, Stage};
 use super::{Target, rbac, restart};
+use crate::base::error::{Error, Result};
+use crate::base::platform::Host;
 use crate::commands::check_config::check::{Output, check_with};
 use crate::commands::check_config::isolation::KubeletFacts;
-use crate::error::{Error, Result};
 use crate::inputs::Env;
 use crate::kubelet::Finding;
 use crate::options::BINARY;
-use crate::platform::Host;
 use crate::providers::fallback::Fallback;
 
 /// Where a failed attempt is remembered, so that the DaemonSet's retries
@@ -85,7 +85,7 @@ pub(crate) struct Args {
 }
 
 fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
-    crate::duration::parse(text).map_err(|e| e.to_string())
+    crate::base::duration::parse(text).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -125,7 +125,10 @@ pub(crate) fn run(args: &Args, env: &Env) -> ExitCode {
     };
     let status = crate::commands::report(&text, report.error.is_none());
     if let Some(e) = &report.error {
-        crate::log::write(crate::log::Level::Error, format_args!("node install: {e}"));
+        crate::base::log::write(
+            crate::base::log::Level::Error,
+            format_args!("node install: {e}"),
+        );
     }
     status
 }
@@ -180,7 +183,7 @@ fn config_change(
     let existing = if base == target && before.bytes.is_some() {
         before.bytes.clone()
     } else {
-        host.read_bytes(&base, crate::yaml::MAX_BYTES)
+        host.read_bytes(&base, crate::base::yaml::MAX_BYTES)
             .map_err(|e| Error::config(format!("cannot read {}: {e}", base.display())))?
     };
     let mut ours = ours.to_vec();
@@ -237,7 +240,7 @@ fn validate(
         Some(b) => b,
         None => {
             current = host
-                .read_bytes(&config.target, crate::yaml::MAX_BYTES)
+                .read_bytes(&config.target, crate::base::yaml::MAX_BYTES)
                 .ok()
                 .flatten()
                 .unwrap_or_default();
@@ -298,7 +301,7 @@ fn changes(
 ) -> Result<(Vec<Change>, Vec<PathBuf>)> {
     let mut out = Vec::new();
     // The binaries first: the config names them.
-    if crate::platform::WINDOWS {
+    if crate::base::platform::WINDOWS {
         for name in names {
             out.extend(copy_change(
                 host,
@@ -346,7 +349,7 @@ fn changes(
     }
     let links: Vec<PathBuf> = names
         .iter()
-        .filter(|n| n.as_str() != BINARY && !crate::platform::WINDOWS)
+        .filter(|n| n.as_str() != BINARY && !crate::base::platform::WINDOWS)
         .map(|n| plan.bin_dir.join(n))
         .filter(|l| host.read_link(l).as_deref() != Some(Path::new(BINARY)))
         .collect();
@@ -382,7 +385,7 @@ fn binary_change(host: &Host, dest: &Path, binary: &[u8]) -> Result<Option<Chang
     // Windows has no execute bit: a file there is 0600 (private DACL) or
     // 0644 (the folder's), and the bytes decide.
     let same = matches!(&now.state, files::State::File { sha256, mode }
-        if *sha256 == files::sha256(binary) && (*mode == 0o755 || crate::platform::WINDOWS));
+        if *sha256 == files::sha256(binary) && (*mode == 0o755 || crate::base::platform::WINDOWS));
     if same {
         return Ok(None);
     }
@@ -392,7 +395,7 @@ fn binary_change(host: &Host, dest: &Path, binary: &[u8]) -> Result<Option<Chang
         bytes: binary.to_vec(),
         // On Windows a private DACL (SYSTEM, which runs the kubelet, and
         // Administrators) rather than the folder's inherited one.
-        mode: if crate::platform::WINDOWS {
+        mode: if crate::base::platform::WINDOWS {
             0o700
         } else {
             0o755

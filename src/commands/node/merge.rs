@@ -13,7 +13,7 @@ use std::path::Path;
 
 use yaml_serde::{Mapping, Value};
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -84,9 +84,9 @@ pub struct Merged {
 pub fn parse(bytes: &[u8], what: &Path) -> Result<Value> {
     let strict = std::str::from_utf8(bytes)
         .map_err(|_| "the file is not UTF-8".to_string())
-        .and_then(crate::yaml::check_strict_keys);
+        .and_then(crate::base::yaml::check_strict_keys);
     strict
-        .and_then(|()| crate::yaml::parse(bytes))
+        .and_then(|()| crate::base::yaml::parse(bytes))
         .map_err(|e| {
             Error::config(format!("cannot read {}: {e}", what.display()))
                 .fix("fix the file first: the kubelet would refuse it too")

@@ -19,10 +19,10 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::checks::{Check, Verdict, check};
+use crate::base::platform::Host;
 use crate::commands::check_config::entry;
 use crate::inputs::Env;
 use crate::kubelet::provider_config::Entry;
-use crate::platform::Host;
 use crate::providers::mirror::Rule;
 
 /// containerd's main config, read for the CRI registry `config_path`.
@@ -217,7 +217,7 @@ mod tests {
         let hub = rule("docker.io=123456789012.dkr.ecr.us-east-1.amazonaws.com/docker-hub");
         let dirs = [PathBuf::from(DEFAULT_HOSTS_DIR)];
         let verdict = |files: &[(&str, &[u8])]| {
-            let (_dir, host) = crate::platform::test_root(files);
+            let (_dir, host) = crate::base::platform::test_root(files);
             check_rule(&host, &dirs, &hub)
         };
         let none = verdict(&[]);
@@ -247,7 +247,7 @@ mod tests {
 
     #[test]
     fn the_config_path_comes_from_containerds_config() {
-        let (_dir, host) = crate::platform::test_root(&[(
+        let (_dir, host) = crate::base::platform::test_root(&[(
             CONTAINERD_CONFIG,
             b"version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".registry]\n  config_path = \"/etc/containerd/certs.d:/etc/docker/certs.d\"\n",
         )]);
@@ -258,7 +258,7 @@ mod tests {
                 PathBuf::from("/etc/docker/certs.d")
             ]
         );
-        let (_dir, bare) = crate::platform::test_root(&[]);
+        let (_dir, bare) = crate::base::platform::test_root(&[]);
         assert_eq!(hosts_dirs(&bare), vec![PathBuf::from(DEFAULT_HOSTS_DIR)]);
     }
 }

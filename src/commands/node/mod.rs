@@ -3,7 +3,7 @@
 //! out again, and say what is wrong with a node's set-up.
 //!
 //! These run as root on every node of a fleet, on nodes where tenants run
-//! processes and own files; so [`crate::platform::Host`] resolves every path inside
+//! processes and own files; so [`crate::base::platform::Host`] resolves every path inside
 //! `--root` and writes without following links, [`identify`] trusts only
 //! facts a tenant cannot forge about which process is the kubelet, and
 //! [`exec`] runs nothing without a deadline.
@@ -81,7 +81,7 @@ pub(crate) struct Target {
 }
 
 /// The node's root by default: `/`, or the system drive on Windows.
-const DEFAULT_ROOT: &str = if crate::platform::WINDOWS {
+const DEFAULT_ROOT: &str = if crate::base::platform::WINDOWS {
     r"C:\"
 } else {
     "/"
@@ -93,13 +93,13 @@ fn parse_version(text: &str) -> Result<Version, String> {
 
 impl Target {
     /// The node's root, opened; every path is resolved inside it.
-    pub(crate) fn host(&self) -> crate::error::Result<crate::platform::Host> {
-        crate::platform::Host::open(&self.root).map_err(|e| {
-            crate::error::Error::config(format!(
+    pub(crate) fn host(&self) -> crate::base::error::Result<crate::base::platform::Host> {
+        crate::base::platform::Host::open(&self.root).map_err(|e| {
+            crate::base::error::Error::config(format!(
                 "cannot open the node's root {}: {e}",
                 self.root.display()
             ))
-            .fix(if crate::platform::WINDOWS {
+            .fix(if crate::base::platform::WINDOWS {
                 "pass --root with the node's system drive (C:\\, the default)"
             } else {
                 "pass --root with the directory where the host's / is mounted (/host in the DaemonSet)"
@@ -112,7 +112,7 @@ impl Target {
     /// distribution's own record, and a HostProcess pod is on the host's
     /// network).
     pub(crate) fn proc_dir(&self) -> Option<&std::path::Path> {
-        (self.proc.as_os_str() != "none" && !crate::platform::WINDOWS)
+        (self.proc.as_os_str() != "none" && !crate::base::platform::WINDOWS)
             .then_some(self.proc.as_path())
     }
 

@@ -7,11 +7,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::checks::{Check, Verdict, check};
-use crate::error::Kind;
+use crate::base::error::Kind;
+use crate::base::platform::Host;
 use crate::inputs::Env;
 use crate::kubelet::provider_config::Entry;
 use crate::observe::{audit, metrics};
-use crate::platform::Host;
 
 /// Failures older than this are history, not news.
 pub(super) const RECENT_SECS: i64 = 24 * 3600;
@@ -73,7 +73,7 @@ pub(super) fn metrics_check(host: &Host, dir: &Path, now: i64) -> Check {
     match last_failure {
         Some((provider, at)) if recent => {
             #[allow(clippy::cast_possible_truncation)]
-            let at = crate::duration::format_unix(at as i64);
+            let at = crate::base::duration::format_unix(at as i64);
             let worst = by_kind
                 .iter()
                 .max_by_key(|(_, n)| **n)
@@ -177,7 +177,7 @@ fn recent_failures(records: &[serde_json::Value], now: i64) -> (usize, BTreeMap<
     for r in records {
         let at = r["time"]
             .as_str()
-            .and_then(crate::duration::parse_rfc3339)
+            .and_then(crate::base::duration::parse_rfc3339)
             .unwrap_or(0);
         if now - at >= RECENT_SECS {
             continue;
@@ -284,7 +284,7 @@ mod tests {
         r.provider = Some("vault");
         r.registry = Some("r.example".into());
         r.identity = Some(Identity::ServiceAccount);
-        r.service_account = Some(crate::token::ServiceAccount {
+        r.service_account = Some(crate::request::token::ServiceAccount {
             namespace: "team".into(),
             name: account.into(),
             uid: "u".into(),
@@ -387,7 +387,7 @@ providers:
         let dir = root.path().join("var/log/wicp");
         std::fs::create_dir_all(&dir).unwrap();
         let log = dir.join("audit.log");
-        let at = crate::duration::format_unix(NOW - 10);
+        let at = crate::base::duration::format_unix(NOW - 10);
         let line = format!(
             "{{\"time\":\"{at}\",\"outcome\":\"error\",\"error_kind\":\"upstream\",\"service_account\":\"team/a\",\"error\":\"boom\\u001b[2J\\u0007 gone\",\"fix\":\"run \\u001b]0;x\\u0007this\"}}\n"
         );

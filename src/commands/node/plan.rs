@@ -12,8 +12,8 @@ use super::discover::{self, BIN_DIR_FLAG, CONFIG_FLAG, Discovery};
 use super::distro::{self, Distro};
 use super::merge::{self, Replace};
 use super::systemd;
-use crate::error::{Error, Result};
-use crate::platform::Host;
+use crate::base::error::{Error, Result};
+use crate::base::platform::Host;
 use crate::providers::fallback::Fallback;
 
 /// The ready entry for each provider: the one in config-examples.
@@ -83,7 +83,7 @@ pub(crate) struct Plan {
 /// passes as its argument and `--fallback node` reads the kubelet identity
 /// from.
 /// On AKS Windows it is `c:\k\azure.json` (AgentBaker `configfunc.ps1`).
-const AKS_CLOUD_CONFIG: &str = if crate::platform::WINDOWS {
+const AKS_CLOUD_CONFIG: &str = if crate::base::platform::WINDOWS {
     r"c:\k\azure.json"
 } else {
     "/etc/kubernetes/azure.json"
@@ -263,7 +263,7 @@ fn with_exe_name(entry: &mut Value) {
     if name.is_empty() || name.to_ascii_lowercase().ends_with(".exe") {
         return;
     }
-    let named = crate::platform::executable_name(name);
+    let named = crate::base::platform::executable_name(name);
     if let Some(map) = entry.as_mapping_mut() {
         map.insert(Value::from("name"), Value::from(named));
     }
@@ -292,7 +292,7 @@ pub(crate) fn our_entries(
         }
     }
     if let Some(file) = config {
-        let bytes = crate::yaml::read(file)
+        let bytes = crate::base::yaml::read(file)
             .map_err(|e| Error::config(format!("cannot read --config {}: {e}", file.display())))?;
         let doc = merge::parse(&bytes, file)?;
         let list = merge::providers(&doc);
@@ -308,7 +308,7 @@ pub(crate) fn our_entries(
         return Err(Error::config("nothing to install")
             .fix("pass --provider aws|azure|gcp or --config FILE"));
     }
-    if crate::platform::WINDOWS {
+    if crate::base::platform::WINDOWS {
         entries.iter_mut().for_each(with_exe_name);
     }
     let mut seen = std::collections::BTreeSet::new();

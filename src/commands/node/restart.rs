@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use super::discover::Discovery;
 use super::exec;
-use crate::error::{Error, Result};
-use crate::platform::Host;
+use crate::base::error::{Error, Result};
+use crate::base::platform::Host;
 
 /// Consecutive `ok` answers, one second apart, that count as healthy.
 const HEALTHY_IN_A_ROW: u32 = 3;
@@ -42,13 +42,13 @@ pub(crate) fn systemctl(host: &Host, proc: &Path, args: &[&str]) -> Result<()> {
 /// Control Manager, else its systemd unit.
 pub(crate) fn restart_kubelet(host: &Host, d: &Discovery, proc: &Path) -> Result<String> {
     if let Some(service) = d.distro.windows_service() {
-        crate::platform::restart_service(service, RESTART_TIMEOUT).map_err(|e| {
+        crate::base::platform::restart_service(service, RESTART_TIMEOUT).map_err(|e| {
             Error::config(format!("cannot restart the Windows service {service}: {e}"))
                 .fix("run node install as SYSTEM (the HostProcess DaemonSet in node-install/windows/) or as an administrator; check the service with sc.exe query kubelet")
         })?;
         return Ok(format!("the Windows service {service}"));
     }
-    if crate::platform::WINDOWS {
+    if crate::base::platform::WINDOWS {
         return Err(Error::config(format!(
             "install does not know which Windows service runs the kubelet on {}",
             d.distro
@@ -108,7 +108,7 @@ pub(crate) fn probe_on_host(
     port: u16,
 ) -> std::result::Result<(), String> {
     match proc {
-        Some(p) => crate::platform::enter_host_network(p, || probe(address, port))?,
+        Some(p) => crate::base::platform::enter_host_network(p, || probe(address, port))?,
         None => probe(address, port),
     }
 }
@@ -148,7 +148,7 @@ pub(crate) fn wait_healthy(
         }
     };
     match proc {
-        Some(p) => crate::platform::enter_host_network(p, poll)?,
+        Some(p) => crate::base::platform::enter_host_network(p, poll)?,
         None => poll(),
     }
 }

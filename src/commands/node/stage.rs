@@ -9,8 +9,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::error::{Error, Result};
-use crate::platform::{Host, Kind};
+use crate::base::error::{Error, Result};
+use crate::base::platform::{Host, Kind};
 
 /// The staged copy; removed on drop.
 pub(crate) struct Stage {
@@ -29,7 +29,7 @@ impl Drop for Stage {
 
 /// A private temporary directory with an unpredictable name.
 fn private_temp_dir() -> Result<PathBuf> {
-    crate::platform::private_temp_dir("wicp-node")
+    crate::base::platform::private_temp_dir("wicp-node")
         .map_err(|e| Error::config(format!("cannot create a private temporary directory: {e}")))
 }
 
@@ -84,10 +84,10 @@ pub(crate) fn stage(
                     let path = dir.join(&name);
                     // The kubelet follows links and fails on anything it
                     // cannot read: so does the staged copy, bounded.
-                    match host.read_bytes(&path, crate::yaml::MAX_BYTES) {
+                    match host.read_bytes(&path, crate::base::yaml::MAX_BYTES) {
                         Ok(Some(bytes)) => std::fs::write(staged.join(&name), bytes).map_err(io)?,
                         _ => {
-                            let _ = crate::platform::symlink(
+                            let _ = crate::base::platform::symlink(
                                 Path::new("/nonexistent"),
                                 &staged.join(&name),
                             );
@@ -110,7 +110,7 @@ pub(crate) fn stage(
             let target = host
                 .local(&bin_dir.join(&name))
                 .unwrap_or_else(|_| PathBuf::from("/nonexistent"));
-            let _ = crate::platform::symlink(&target, &bin.join(&name));
+            let _ = crate::base::platform::symlink(&target, &bin.join(&name));
         }
     }
     if let Some(binary) = binary {
@@ -118,7 +118,7 @@ pub(crate) fn stage(
         for name in extra {
             let link = bin.join(name);
             let _ = std::fs::remove_file(&link);
-            crate::platform::symlink(&binary, &link).map_err(io)?;
+            crate::base::platform::symlink(&binary, &link).map_err(io)?;
         }
     }
     Ok(stage)

@@ -18,10 +18,10 @@ use serde::Serialize;
 use super::discover;
 use super::files::{self, Kind, Manifest, Record, Snapshot, State};
 use super::{Target, install, merge, restart};
+use crate::base::error::{Error, Result};
+use crate::base::platform::Host;
 use crate::commands::check_config::check::Output;
-use crate::error::{Error, Result};
 use crate::options::BINARY;
-use crate::platform::Host;
 
 #[derive(clap::Args, Clone, Debug)]
 pub(crate) struct Args {
@@ -38,7 +38,7 @@ pub(crate) struct Args {
 }
 
 fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
-    crate::duration::parse(text).map_err(|e| e.to_string())
+    crate::base::duration::parse(text).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Default, Serialize)]

@@ -19,7 +19,7 @@ use std::net::IpAddr;
 use std::task::{Context, Poll, Waker};
 
 use super::host::{Partition, Registry};
-use crate::error::{Error, Result, quote};
+use crate::base::error::{Error, Result, quote};
 use crate::net::{http, metadata};
 
 /// An AWS API the exchange calls.

@@ -14,7 +14,7 @@ use std::sync::LazyLock;
 
 use regex_lite::Regex;
 
-use crate::error::{Error, Result, quote};
+use crate::base::error::{Error, Result, quote};
 
 /// An AWS partition: a separate set of regions, accounts and endpoints. A
 /// role in one partition cannot be assumed from another.
@@ -210,7 +210,7 @@ pub fn parse(hostname: &str) -> Option<Registry> {
 /// registries on the default HTTPS port only, so a host with any port, even
 /// `:443`, is some other registry (as for Azure and Google): `None`.
 pub fn parse_registry(registry: &str) -> Option<Registry> {
-    match crate::image::split_port(registry) {
+    match crate::request::image::split_port(registry) {
         (hostname, None) => parse(hostname),
         (_, Some(_)) => None,
     }
@@ -219,7 +219,7 @@ pub fn parse_registry(registry: &str) -> Option<Registry> {
 /// Like [`parse_registry`], with the error an admin sees for any other
 /// registry.
 pub fn require(registry: &str) -> Result<Registry> {
-    if let (hostname, Some(_)) = crate::image::split_port(registry)
+    if let (hostname, Some(_)) = crate::request::image::split_port(registry)
         && parse(hostname).is_some()
     {
         return Err(Error::registry(format!(
@@ -604,7 +604,7 @@ mod tests {
     #[test]
     fn the_refusal_says_what_is_expected() {
         let e = require("123456789012.dkr.ecr.us-east-1.amazonaws.com.evil.io").unwrap_err();
-        assert_eq!(e.kind(), crate::error::Kind::Registry);
+        assert_eq!(e.kind(), crate::base::error::Kind::Registry);
         let text = e.to_string();
         assert!(text.contains("is not an ECR registry"), "{text}");
         assert!(text.contains("dkr.ecr"), "{text}");

@@ -9,8 +9,8 @@ use regex_lite::Regex;
 use sha2::{Digest, Sha256};
 
 use super::host::Partition;
-use crate::error::{Error, Result, quote};
-use crate::token::ServiceAccount;
+use crate::base::error::{Error, Result, quote};
+use crate::request::token::ServiceAccount;
 
 /// The annotations read for the role ARN, in order, unless
 /// `--aws-role-arn-annotation` replaces them. The first is the upstream
@@ -153,7 +153,7 @@ pub(crate) fn session_name(service_account: &ServiceAccount) -> String {
         return full;
     }
     let digest = Sha256::digest(full.as_bytes());
-    let hash = crate::hex::encode(digest.get(..SESSION_HASH_LEN / 2).unwrap_or_default());
+    let hash = crate::base::hex::encode(digest.get(..SESSION_HASH_LEN / 2).unwrap_or_default());
     let keep = MAX_SESSION_NAME - SESSION_HASH_LEN - 1;
     let prefix: String = full
         .chars()
@@ -347,7 +347,7 @@ mod tests {
 
         let bad = annotations(&[("eks.amazonaws.com/role-arn", "arn:aws:iam::123:role/app")]);
         let e = role_from_annotations(&bad, &keys(), &who).unwrap_err();
-        assert_eq!(e.kind(), crate::error::Kind::Annotation, "{e}");
+        assert_eq!(e.kind(), crate::base::error::Kind::Annotation, "{e}");
         let e = e.to_string();
         assert!(e.contains("eks.amazonaws.com/role-arn"), "{e}");
         assert!(e.contains("\"arn:aws:iam::123:role/app\""), "{e}");

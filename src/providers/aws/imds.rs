@@ -25,11 +25,11 @@
 use serde_json::Value;
 
 use super::sdk::AwsCredentials;
-use crate::deadline::Deadline;
-use crate::duration;
-use crate::error::{Error, Result, quote};
+use crate::base::deadline::Deadline;
+use crate::base::duration;
+use crate::base::error::{Error, Result, quote};
+use crate::base::secret::Secret;
 use crate::net::{self, http, metadata};
-use crate::secret::Secret;
 
 /// The session token's lifetime: it serves this one invocation, which the
 /// kubelet ends within a minute.
@@ -252,7 +252,7 @@ pub(crate) fn credentials(
             if message.is_empty() {
                 String::new()
             } else {
-                format!(": {}", crate::redact::clean(message, 200))
+                format!(": {}", crate::base::redact::clean(message, 200))
             }
         ))
         .fix(fix));
@@ -337,7 +337,7 @@ mod tests {
         let e = credentials(&service(), "r", &http::reply(200, body))
             .unwrap_err()
             .to_string();
-        let shown = crate::redact::redact(&e);
+        let shown = crate::base::redact::redact(&e);
         assert!(!shown.contains("very-secret-value-9"), "{shown}");
     }
 

@@ -34,13 +34,13 @@ pub(crate) mod sdk;
 
 use std::time::Duration;
 
-use crate::duration;
-use crate::error::{Error, Result};
-use crate::image::ImageRef;
+use crate::base::duration;
+use crate::base::error::{Error, Result};
 use crate::inputs::Inputs;
 use crate::net::{self, http};
 use crate::providers::fallback::{self, Fallback, Whose};
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
+use crate::request::image::ImageRef;
 use std::sync::Arc;
 
 use endpoints::{Environment, Service};
@@ -214,8 +214,9 @@ impl Aws {
         let mut inputs = ecr.location().to_vec();
         inputs.push(("instance metadata", imds.describe()));
         inputs.push(("ecr endpoint", ecr.endpoint.describe()));
-        let exchange =
-            move |deadline: &crate::deadline::Deadline| imds_then_ecr(&imds, &ecr, net, deadline);
+        let exchange = move |deadline: &crate::base::deadline::Deadline| {
+            imds_then_ecr(&imds, &ecr, net, deadline)
+        };
         Ok(Plan::for_node(&PROVIDER, cx.image, why, inputs, exchange))
     }
 }
@@ -276,7 +277,7 @@ impl Aws {
     fn web_identity<'a>(
         &'a self,
         cx: &Context<'a>,
-        token: &'a crate::token::ServiceAccountToken,
+        token: &'a crate::request::token::ServiceAccountToken,
         ecr: EcrTarget,
         inputs: &mut Vec<(&'static str, String)>,
     ) -> Result<crate::providers::Exchange<'a>> {
@@ -339,14 +340,14 @@ fn imds_then_ecr(
     imds: &crate::net::metadata::Service,
     ecr: &EcrTarget,
     net: &net::Settings,
-    deadline: &crate::deadline::Deadline,
+    deadline: &crate::base::deadline::Deadline,
 ) -> Result<Credential> {
     let node = http::block_on(
         deadline,
         &format!("{} at {}", imds.name, imds.base),
         imds::fetch(imds, net, deadline),
     )?;
-    crate::log::debug!(
+    crate::base::log::debug!(
         "IMDS issued the credentials of instance profile role {}, expiring at {}",
         node.role,
         node.credentials
@@ -365,14 +366,14 @@ fn sts_then_ecr(
     sts_call: &sdk::WebIdentity<'_>,
     ecr: &EcrTarget,
     net: &net::Settings,
-    deadline: &crate::deadline::Deadline,
+    deadline: &crate::base::deadline::Deadline,
 ) -> Result<Credential> {
     let credentials = http::block_on(
         deadline,
         &sts_call.call_name(),
         sdk::assume_role_with_web_identity(sts_call, net, deadline),
     )?;
-    crate::log::debug!(
+    crate::base::log::debug!(
         "STS issued credentials for role {}, session {}, expiring at {}",
         sts_call.role,
         sts_call.session_name,
@@ -393,7 +394,7 @@ fn sts_then_ecr(
 fn from_pod_identity_agent<'a>(
     env: &Environment,
     net: &'a net::Settings,
-    token: &'a crate::token::ServiceAccountToken,
+    token: &'a crate::request::token::ServiceAccountToken,
     ecr: EcrTarget,
     inputs: &mut Vec<(&'static str, String)>,
 ) -> Result<crate::providers::Exchange<'a>> {
@@ -412,10 +413,10 @@ fn from_pod_identity_agent<'a>(
 /// with them for the registry login ([`login`]).
 fn agent_then_ecr(
     agent: &endpoints::Endpoint,
-    token: &crate::token::ServiceAccountToken,
+    token: &crate::request::token::ServiceAccountToken,
     ecr: &EcrTarget,
     net: &net::Settings,
-    deadline: &crate::deadline::Deadline,
+    deadline: &crate::base::deadline::Deadline,
 ) -> Result<Credential> {
     let from_agent = http::block_on(
         deadline,
@@ -486,7 +487,7 @@ fn login(
     call: &sdk::EcrCall<'_>,
     credentials: &sdk::AwsCredentials,
     net: &net::Settings,
-    deadline: &crate::deadline::Deadline,
+    deadline: &crate::base::deadline::Deadline,
 ) -> Result<Credential> {
     let login = http::block_on(
         deadline,
@@ -495,7 +496,7 @@ fn login(
     )?;
     let now = duration::unix_now();
     if let Some(at) = login.expires_at.filter(|&at| at <= now) {
-        crate::log::warning!(
+        crate::base::log::warning!(
             "{} returned a token whose expiresAt {} is already past (is the node's clock ahead, or is this an emulator?); \
              it is handed out once, not cached",
             call.call_name(),
@@ -517,17 +518,17 @@ fn login(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::CacheKeyType;
+    use crate::base::secret::Secret;
     use crate::providers::Pull;
-    use crate::secret::Secret;
-    use crate::token::ServiceAccountToken;
+    use crate::request::protocol::CacheKeyType;
+    use crate::request::token::ServiceAccountToken;
 
     fn token(audience: &str) -> ServiceAccountToken {
         let claims = format!(
             r#"{{"aud":["{audience}"],"exp":4102444800,"iat":1000,"iss":"https://issuer.example","sub":"system:serviceaccount:team:api",
             "kubernetes.io":{{"namespace":"team","serviceaccount":{{"name":"api","uid":"u-1"}}}}}}"#
         );
-        let jwt = crate::token::jwt(r#"{"alg":"RS256"}"#, &claims);
+        let jwt = crate::request::token::jwt(r#"{"alg":"RS256"}"#, &claims);
         ServiceAccountToken::decode(Secret::new(jwt), 2000).unwrap()
     }
 

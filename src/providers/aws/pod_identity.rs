@@ -16,12 +16,12 @@ use serde::Deserialize;
 
 use super::endpoints::{DEFAULT_AGENT, Endpoint};
 use super::sdk::AwsCredentials;
-use crate::deadline::Deadline;
-use crate::error::{Error, Result, quote};
+use crate::base::deadline::Deadline;
+use crate::base::error::{Error, Result, quote};
+use crate::base::redact;
+use crate::base::secret::Secret;
 use crate::net::{self, http};
-use crate::redact;
-use crate::secret::Secret;
-use crate::token::ServiceAccountToken;
+use crate::request::token::ServiceAccountToken;
 
 /// How much of the agent's error message is repeated.
 const MAX_MESSAGE_CHARS: usize = 300;
@@ -119,7 +119,7 @@ pub(crate) async fn fetch(
 }
 
 fn parse_time(text: &str) -> Option<i64> {
-    crate::duration::parse_rfc3339(text)
+    crate::base::duration::parse_rfc3339(text)
 }
 
 /// The error code and message in an agent error body, e.g.

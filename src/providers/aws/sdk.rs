@@ -28,13 +28,13 @@ use aws_sdk_sts::error::{ProvideErrorMetadata, SdkError};
 use super::endpoints::{Endpoint, Service};
 use super::host::Registry;
 use super::identity::RoleArn;
-use crate::deadline::Deadline;
-use crate::error::{Error, Result};
+use crate::base::deadline::Deadline;
+use crate::base::error::{Error, Result};
+use crate::base::redact;
+use crate::base::secret::Secret;
 use crate::net::{self, http, sdk_connector};
 use crate::observe::Endpoint as Upstream;
-use crate::redact;
-use crate::secret::Secret;
-use crate::token::ServiceAccountToken;
+use crate::request::token::ServiceAccountToken;
 
 /// The SDK behaviour we were written and tested against.
 fn behavior_version() -> BehaviorVersion {

@@ -19,12 +19,12 @@
 
 use serde::Deserialize;
 
-use crate::deadline::Deadline;
-use crate::error::{Error, Result};
+use crate::base::deadline::Deadline;
+use crate::base::error::{Error, Result};
+use crate::base::redact;
+use crate::base::secret::Secret;
 use crate::net::http;
 use crate::providers::oauth;
-use crate::redact;
-use crate::secret::Secret;
 
 /// The username that marks the password as an ACR refresh token.
 pub(crate) const USERNAME: &str = "00000000-0000-0000-0000-000000000000";
@@ -94,7 +94,7 @@ pub(crate) async fn exchange(
 ) -> Result<RefreshToken> {
     let url = exchange_url(request.endpoint);
     let call = format!("the ACR token exchange at {}", request.endpoint);
-    crate::log::debug!(
+    crate::base::log::debug!(
         "exchanging the Entra ID token at {url} for service {}",
         request.service
     );
@@ -120,7 +120,7 @@ pub(crate) async fn exchange(
         })?;
     let token = Secret::new(token);
     // ACR verifies its own token; its `exp` only says how long to cache it.
-    let expires_at = crate::token::unverified_expiry(token.expose()).ok_or_else(|| {
+    let expires_at = crate::request::token::unverified_expiry(token.expose()).ok_or_else(|| {
         Error::upstream(format!(
             "ACR at {} returned a refresh token that is not a JWT with an exp claim",
             request.endpoint

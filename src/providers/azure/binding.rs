@@ -37,12 +37,12 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use crate::deadline::Deadline;
-use crate::error::{Error, Result, quote};
+use crate::base::deadline::Deadline;
+use crate::base::error::{Error, Result, quote};
+use crate::base::redact;
+use crate::base::secret::Secret;
 use crate::net::http;
 use crate::providers::oauth;
-use crate::redact;
-use crate::secret::Secret;
 
 use super::identity::{self, CLIENT_ID_KEYS, TENANT_ID_KEYS};
 use super::{Options, entra};
@@ -51,7 +51,7 @@ use super::{Options, entra};
 pub(crate) const AUDIENCE: &str = "api://AKSIdentityBinding";
 
 /// The cluster CA on an AKS node, which upstream hard-codes.
-pub(crate) const DEFAULT_CA: &str = if crate::platform::WINDOWS {
+pub(crate) const DEFAULT_CA: &str = if crate::base::platform::WINDOWS {
     r"c:\k\ca.crt"
 } else {
     "/etc/kubernetes/certs/ca.crt"
@@ -265,7 +265,7 @@ pub(crate) async fn request_token(
 ) -> Result<Secret> {
     let url = binding.url();
     let call = format!("the AKS identity-binding token request to {}", binding.sni);
-    crate::log::debug!(
+    crate::base::log::debug!(
         "requesting an ACR access token for client {client_id} from the identity binding at {} ({}:{})",
         binding.sni,
         binding.host,

@@ -20,12 +20,12 @@
 
 use serde::Deserialize;
 
-use crate::deadline::Deadline;
-use crate::error::{Error, Result};
+use crate::base::deadline::Deadline;
+use crate::base::error::{Error, Result};
+use crate::base::redact;
+use crate::base::secret::Secret;
 use crate::net::http;
 use crate::providers::oauth;
-use crate::redact;
-use crate::secret::Secret;
 
 /// The ACR resource, the same in every cloud. Tokens for the ARM audience
 /// (`https://management.azure.com`) are refused by registries that disable
@@ -100,7 +100,7 @@ pub(crate) async fn request_token(
 ) -> Result<Secret> {
     let url = token_url(request.authority, request.tenant);
     let call = format!("the Entra ID token request to {}", request.authority);
-    crate::log::debug!(
+    crate::base::log::debug!(
         "requesting an Entra ID token at {url} for client {} (scope {SCOPE})",
         request.client_id
     );

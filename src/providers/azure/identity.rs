@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::error::{Error, Kind, Result, quote};
+use crate::base::error::{Error, Kind, Result, quote};
 
 pub(crate) const WI_CLIENT_ID: &str = "azure.workload.identity/client-id";
 pub(crate) const AKS_CLIENT_ID: &str = "kubernetes.azure.com/acr-client-id";
@@ -120,7 +120,7 @@ pub(crate) fn first<'a>(
         match found {
             None => found = Some((value, key)),
             Some((chosen, chosen_key)) if !chosen.eq_ignore_ascii_case(value) => {
-                crate::log::warning!(
+                crate::base::log::warning!(
                     "annotations {chosen_key} and {key} disagree ({} and {}); using {chosen_key}",
                     quote(chosen),
                     quote(value)

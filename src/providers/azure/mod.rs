@@ -35,12 +35,12 @@ pub mod host;
 pub(crate) mod identity;
 pub(crate) mod node;
 
-use crate::error::{Error, Result, quote};
-use crate::image::ImageRef;
+use crate::base::error::{Error, Result, quote};
 use crate::inputs::Inputs;
 use crate::net::{self, http};
 use crate::providers::fallback::{self, Fallback, Whose};
 use crate::providers::{self, Context, Exchanger, Plan, Provider};
+use crate::request::image::ImageRef;
 use std::sync::Arc;
 
 /// The audience of Entra ID federated identity credentials.
@@ -383,9 +383,9 @@ fn binding_then_acr(
     net: &net::Settings,
     binding: &binding::Binding,
     client_id: &str,
-    token: &crate::secret::Secret,
+    token: &crate::base::secret::Secret,
     acr_request: &acr::ExchangeRequest<'_>,
-    deadline: &crate::deadline::Deadline,
+    deadline: &crate::base::deadline::Deadline,
 ) -> Result<providers::Credential> {
     let acr_client = net.client(deadline)?;
     http::block_on(
@@ -416,7 +416,7 @@ fn entra_then_acr(
     net: &net::Settings,
     entra_request: &entra::TokenRequest<'_>,
     acr_request: &acr::ExchangeRequest<'_>,
-    deadline: &crate::deadline::Deadline,
+    deadline: &crate::base::deadline::Deadline,
 ) -> Result<providers::Credential> {
     let client = net.client(deadline)?;
     http::block_on(
@@ -528,22 +528,22 @@ impl Exchanger for Azure {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::CacheKeyType;
+    use crate::base::secret::Secret;
     use crate::providers::Pull;
-    use crate::secret::Secret;
-    use crate::token::ServiceAccountToken;
+    use crate::request::protocol::CacheKeyType;
+    use crate::request::token::ServiceAccountToken;
 
     const CLIENT: &str = "11111111-2222-3333-4444-555555555555";
     const TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
 
     fn token() -> ServiceAccountToken {
-        let now = crate::duration::unix_now();
+        let now = crate::base::duration::unix_now();
         let claims = serde_json::json!({
             "iss": "https://oidc.example", "sub": "system:serviceaccount:team:puller",
             "aud": [AUDIENCE], "exp": now + 3600, "iat": now,
             "kubernetes.io": {"namespace": "team", "serviceaccount": {"name": "puller", "uid": "u"}},
         });
-        let raw = crate::token::jwt(r#"{"alg":"RS256"}"#, &claims.to_string());
+        let raw = crate::request::token::jwt(r#"{"alg":"RS256"}"#, &claims.to_string());
         ServiceAccountToken::decode(Secret::new(raw), now).unwrap()
     }
 

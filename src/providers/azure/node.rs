@@ -28,11 +28,11 @@ use serde::Deserialize;
 
 use super::acr;
 use super::identity::parse_guid;
-use crate::deadline::Deadline;
-use crate::error::{Error, Result, quote};
+use crate::base::deadline::Deadline;
+use crate::base::error::{Error, Result, quote};
+use crate::base::secret::Secret;
 use crate::net::{self, http, metadata};
 use crate::providers::Credential;
-use crate::secret::Secret;
 
 pub(crate) const DEFAULT_IMDS: &str = "http://169.254.169.254";
 pub(crate) const TOKEN_PATH: &str = "/metadata/identity/oauth2/token";
@@ -287,28 +287,28 @@ fn is_identity_resource_id(id: &str) -> bool {
     }
 }
 
-/// Reads the cloud config with the one bounded reader ([`crate::yaml`]):
+/// Reads the cloud config with the one bounded reader ([`crate::base::yaml`]):
 /// at most 1 MiB, and its depth checked before the parser sees it, which
 /// bounds the parse to milliseconds (a 200 KB file nested 100,000 deep
 /// took 20 s before), far inside any `--timeout`.
 fn read_cloud_config(path: &Path) -> Result<CloudConfig> {
     let fix = "name the node's cloud config with --azure-cloud-config (AKS: /etc/kubernetes/azure.json, on Windows c:\\k\\azure.json), or pass --azure-node-client-id";
     let shown = path.display();
-    // It holds aadClientSecret: the secret-file rule ([`crate::file::read_secret`]),
+    // It holds aadClientSecret: the secret-file rule ([`crate::base::file::read_secret`]),
     // within the one bounded reader's size.
-    let (bytes, warning) =
-        crate::file::read_secret(path, crate::yaml::MAX_BYTES).map_err(|refused| {
+    let (bytes, warning) = crate::base::file::read_secret(path, crate::base::yaml::MAX_BYTES)
+        .map_err(|refused| {
             let why = match refused {
-                crate::file::Refused::Unreadable(why) => why,
-                crate::file::Refused::TooLarge => format!(
+                crate::base::file::Refused::Unreadable(why) => why,
+                crate::base::file::Refused::TooLarge => format!(
                     "it is larger than {} bytes, not a cloud config",
-                    crate::yaml::MAX_BYTES
+                    crate::base::yaml::MAX_BYTES
                 ),
             };
             Error::config(format!("cannot read the cloud config {shown}: {why}")).fix(fix)
         })?;
     if let Some(warning) = warning {
-        crate::log::warning!("{warning}");
+        crate::base::log::warning!("{warning}");
     }
     let bad = |problem: String| {
         Error::config(format!(
@@ -319,7 +319,7 @@ fn read_cloud_config(path: &Path) -> Result<CloudConfig> {
     let text = std::str::from_utf8(&bytes).map_err(|_| bad("it is not UTF-8".into()))?;
     // The one bounded reader's depth check first: a deeply nested file
     // would otherwise take the parser seconds, on every node-identity pull.
-    crate::yaml::check_depth(text).map_err(bad)?;
+    crate::base::yaml::check_depth(text).map_err(bad)?;
     // The parser's own message can quote a value, and the client secret is
     // not registered for masking until the file is parsed: say only what
     // kind of problem, and where.
@@ -331,7 +331,7 @@ fn read_cloud_config(path: &Path) -> Result<CloudConfig> {
         bad(format!("{}{place}", problem_kind(&e.to_string())))
     })?;
     if let Some(secret) = &config.aad_client_secret {
-        crate::secret::register(secret);
+        crate::base::secret::register(secret);
     }
     Ok(config)
 }
@@ -442,7 +442,7 @@ async fn managed_identity_token(
             reply.status,
             code,
             e.error_description
-                .map(|d| format!(": {}", crate::redact::clean(&d, 200)))
+                .map(|d| format!(": {}", crate::base::redact::clean(&d, 200)))
                 .unwrap_or_default()
         ))
         .fix(fix));
@@ -468,14 +468,14 @@ pub(crate) fn login(
             password: secret.clone(),
             // A client secret does not say when it expires; ask again
             // within the hour, as acr-credential-provider's 60 minutes.
-            expires_at: crate::duration::unix_now().saturating_add(3600),
+            expires_at: crate::base::duration::unix_now().saturating_add(3600),
         }),
         NodeIdentity::Managed { identity, tenant } => http::block_on(
             deadline,
             "the node's managed identity token and ACR exchange",
             async {
                 let access = managed_identity_token(service, identity, net, deadline).await?;
-                let tid = crate::token::unverified_claim(access.expose(), "tid")
+                let tid = crate::request::token::unverified_claim(access.expose(), "tid")
                     .and_then(|v| v.as_str().map(str::to_string))
                     .or_else(|| tenant.clone())
                     .ok_or_else(|| {
@@ -574,7 +574,9 @@ mod tests {
         };
         assert_eq!(client_id, "sp-app");
         assert_eq!(secret.expose(), "sp-secret-value-123");
-        assert!(!crate::redact::redact("x sp-secret-value-123 y").contains("sp-secret-value-123"));
+        assert!(
+            !crate::base::redact::redact("x sp-secret-value-123 y").contains("sp-secret-value-123")
+        );
     }
 
     #[test]

@@ -8,11 +8,11 @@
 
 use std::time::Duration;
 
-use crate::deadline::Deadline;
-use crate::duration::{format_unix, parse_rfc3339};
-use crate::error::{Error, Result, quote};
+use crate::base::deadline::Deadline;
+use crate::base::duration::{format_unix, parse_rfc3339};
+use crate::base::error::{Error, Result, quote};
+use crate::base::secret::Secret;
 use crate::net::http::{self, Reply};
-use crate::secret::Secret;
 
 use super::{AccessToken, refused};
 use crate::providers::oauth;
@@ -138,7 +138,7 @@ pub fn interpret(reply: &Reply, request: &Request<'_>) -> Result<AccessToken> {
             quote(&expire_time)
         ))
     })?;
-    crate::log::debug!(
+    crate::base::log::debug!(
         "IAM Credentials issued a token for {sa} that expires at {}",
         format_unix(expires_at)
     );
@@ -212,7 +212,7 @@ mod tests {
         let t = Secret::new("fed");
         let denied = r#"{"error":{"code":403,"message":"Permission 'iam.serviceAccounts.getAccessToken' denied on resource (or it may not exist).","status":"PERMISSION_DENIED","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"IAM_PERMISSION_DENIED","domain":"iam.googleapis.com","metadata":{"permission":"iam.serviceAccounts.getAccessToken"}}]}}"#;
         let e = interpret(&reply(403, denied), &request(&t, 3600)).unwrap_err();
-        assert_eq!(e.kind(), crate::error::Kind::Upstream);
+        assert_eq!(e.kind(), crate::base::error::Kind::Upstream);
         assert_eq!(
             e.what(),
             "IAM Credentials refused to impersonate puller@my-project.iam.gserviceaccount.com: HTTP 403 PERMISSION_DENIED: \"Permission 'iam.serviceAccounts.getAccessToken' denied on resource (or it may not exist).\""

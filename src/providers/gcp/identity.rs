@@ -15,8 +15,8 @@
 //! sent: a typo fails here with the flag's name instead of as an opaque
 //! `invalid_target` from STS.
 
-use crate::error::{Error, Result, quote};
-use crate::token::ServiceAccount;
+use crate::base::error::{Error, Result, quote};
+use crate::request::token::ServiceAccount;
 
 /// The annotation naming the Google service account to impersonate; without
 /// it the federated token itself is the credential (direct resource access).
@@ -389,7 +389,7 @@ mod tests {
             "projects//locations/global/workloadIdentityPools/p/providers/x",
         ] {
             let e = Mode::from_flags(Some(bad), None, None).unwrap_err();
-            assert_eq!(e.kind(), crate::error::Kind::Config, "{bad}: {e}");
+            assert_eq!(e.kind(), crate::base::error::Kind::Config, "{bad}: {e}");
             let e = e.to_string();
             assert!(
                 e.starts_with("--gcp-workload-identity-provider"),
@@ -463,7 +463,7 @@ mod tests {
             "puller@my-project.iam.gserviceaccount.com:generateIdToken?",
         ] {
             let e = parse_service_account(bad).unwrap_err();
-            assert_eq!(e.kind(), crate::error::Kind::Annotation, "{bad}: {e}");
+            assert_eq!(e.kind(), crate::base::error::Kind::Annotation, "{bad}: {e}");
             let e = e.to_string();
             assert!(
                 e.contains("is not a Google service account email"),

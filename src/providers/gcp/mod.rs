@@ -34,15 +34,15 @@ pub mod sts;
 
 use std::time::Duration;
 
-use crate::duration;
-use crate::error::{Error, Result};
-use crate::image::ImageRef;
+use crate::base::duration;
+use crate::base::error::{Error, Result};
+use crate::base::secret::Secret;
 use crate::inputs::Inputs;
 use crate::net::{self, http};
 use crate::providers::fallback::{self, Fallback, Whose};
 use crate::providers::oauth;
 use crate::providers::{self, Context, Credential, Exchanger, Plan, Provider};
-use crate::secret::Secret;
+use crate::request::image::ImageRef;
 use std::sync::Arc;
 
 pub(crate) use identity::{Mode, SERVICE_ACCOUNT_ANNOTATION};
@@ -269,7 +269,7 @@ impl Exchanger for Gcp {
         if !self.serves(cx.image) {
             return Err(Error::registry(format!(
                 "registry {} is not a Google registry ({}); a Google access token is only sent to those",
-                crate::error::quote(registry),
+                crate::base::error::quote(registry),
                 registry::REGISTRIES
             ))
             .fix(format!(
@@ -343,7 +343,7 @@ impl Gcp {
         sts_request: &sts::Request<'_>,
         impersonated: Option<&str>,
         principal: &str,
-        deadline: &crate::deadline::Deadline,
+        deadline: &crate::base::deadline::Deadline,
     ) -> Result<AccessToken> {
         let call = match impersonated {
             Some(_) => "the Google token exchange (STS, then IAM Credentials)",
@@ -352,7 +352,7 @@ impl Gcp {
         http::block_on(deadline, call, async {
             let client = self.net.client(deadline)?;
             let federated = sts::exchange(&client, sts_request, deadline).await?;
-            crate::log::debug!(
+            crate::base::log::debug!(
                 "Google STS issued a federated token for {} that expires at {}",
                 principal,
                 duration::format_unix(federated.expires_at)

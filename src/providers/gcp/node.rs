@@ -19,11 +19,11 @@
 
 use serde::Deserialize;
 
-use crate::deadline::Deadline;
-use crate::error::{Error, Result, quote};
+use crate::base::deadline::Deadline;
+use crate::base::error::{Error, Result, quote};
+use crate::base::secret::Secret;
 use crate::net::{self, http, metadata};
 use crate::providers::Credential;
-use crate::secret::Secret;
 
 const DEFAULT_HOST: &str = "169.254.169.254";
 pub(crate) const HOST_ENV: &str = "GCE_METADATA_HOST";
@@ -81,7 +81,7 @@ pub(crate) fn login(
             deadline,
         )
         .await?;
-        read(service, &reply, crate::duration::unix_now())
+        read(service, &reply, crate::base::duration::unix_now())
     })
 }
 

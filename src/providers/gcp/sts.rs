@@ -7,11 +7,11 @@
 //! most an hour and never longer than the subject token it was exchanged
 //! for.
 
-use crate::deadline::Deadline;
-use crate::duration::unix_now;
-use crate::error::Result;
+use crate::base::deadline::Deadline;
+use crate::base::duration::unix_now;
+use crate::base::error::Result;
+use crate::base::secret::Secret;
 use crate::net::http::{self, Reply};
-use crate::secret::Secret;
 
 use super::{AccessToken, refused};
 use crate::providers::oauth;
@@ -61,7 +61,7 @@ struct Wire {
 
 /// Reads STS's answer, seen at `now`.
 pub fn interpret(reply: &Reply, now: i64, request: &Request<'_>) -> Result<AccessToken> {
-    let audience = crate::error::quote(request.audience);
+    let audience = crate::base::error::quote(request.audience);
     if !reply.is_success() {
         let upstream = oauth::error_body(&reply.body);
         let fix = match upstream.as_ref().map(|u| u.code.as_str()) {

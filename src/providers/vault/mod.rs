@@ -52,14 +52,14 @@
 pub(crate) mod path;
 pub mod wire;
 
-use crate::deadline::Deadline;
-use crate::duration;
-use crate::error::{Error, Result, quote};
+use crate::base::deadline::Deadline;
+use crate::base::duration;
+use crate::base::error::{Error, Result, quote};
+use crate::base::secret::Secret;
 use crate::net::{self, http, http::Reply};
 use crate::providers::allowlist::{self, Guarded};
 use crate::providers::{Context, Credential, Plan, Provider};
-use crate::secret::Secret;
-use crate::token::ServiceAccountToken;
+use crate::request::token::ServiceAccountToken;
 use std::sync::Arc;
 
 /// The role to log in as.
@@ -341,7 +341,7 @@ impl Guarded for Vault {
                     let client = self.net.client(deadline)?;
                     let started = duration::unix_now();
                     let login = self.login(&client, &role, token.secret(), deadline).await?;
-                    crate::log::debug!(
+                    crate::base::log::debug!(
                         "Vault {} login as role {role} succeeded; token lease {}s",
                         self.method.name(),
                         login.lease_duration
@@ -357,7 +357,7 @@ impl Guarded for Vault {
                 let (username, password) =
                     wire::credentials(&secrets, &self.username_field, &self.password_field, &what)?;
                 let expires_at = expiry(started, login.lease_duration, secrets.lease_duration);
-                crate::log::debug!(
+                crate::base::log::debug!(
                     "read {what} (lease {}s): credential valid until {}",
                     secrets.lease_duration,
                     duration::format_unix(expires_at)
@@ -501,7 +501,7 @@ impl Vault {
         let mount = &self.auth_mount;
         let what = format!(
             "Vault {} the login as role {} at auth/{mount}: {}",
-            crate::redact::verb(reply.status),
+            crate::base::redact::verb(reply.status),
             quote(role),
             wire::describe(reply, &[token])
         );
@@ -577,7 +577,7 @@ impl Vault {
         let shown = wire::describe(&reply, &[&login.client_token]);
         let what = format!(
             "Vault {} the read of {api_path}: {shown}",
-            crate::redact::verb(reply.status)
+            crate::base::redact::verb(reply.status)
         );
         let fix = match reply.status {
             403 => format!(
@@ -644,17 +644,19 @@ impl Vault {
         .await
         {
             Ok(reply) if reply.is_success() => {
-                crate::log::debug!("revoked the Vault login token (auth/token/revoke-self)");
+                crate::base::log::debug!("revoked the Vault login token (auth/token/revoke-self)");
             }
-            Ok(reply) if reply.status == 403 && read_refused == Some(403) => crate::log::debug!(
-                "Vault refused the login token for the revoke as it did for the read (403): it no longer takes the token (expired or already revoked), so there is nothing to revoke"
-            ),
-            Ok(reply) => crate::log::warning!(
+            Ok(reply) if reply.status == 403 && read_refused == Some(403) => {
+                crate::base::log::debug!(
+                    "Vault refused the login token for the revoke as it did for the read (403): it no longer takes the token (expired or already revoked), so there is nothing to revoke"
+                )
+            }
+            Ok(reply) => crate::base::log::warning!(
                 "Vault refused to revoke the login token (auth/token/revoke-self): {}; it stays valid until its lease ends ({}s); a role whose token_policies leave out Vault's default policy must grant update on auth/token/revoke-self, or pass --vault-keep-login-token",
                 wire::describe(&reply, &[&login.client_token]),
                 login.lease_duration
             ),
-            Err(e) => crate::log::warning!(
+            Err(e) => crate::base::log::warning!(
                 "could not revoke the Vault login token (auth/token/revoke-self): {}; it stays valid until its lease ends ({}s)",
                 http::describe(&e),
                 login.lease_duration
@@ -683,9 +685,9 @@ pub(crate) fn expiry(started: i64, token_lease: i64, secret_lease: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::image::ImageRef;
     use crate::providers::Pull;
     use crate::providers::{Exchanger, allowlist::Allowlisted};
+    use crate::request::image::ImageRef;
     use std::collections::BTreeMap;
 
     fn options() -> Options {
@@ -719,7 +721,7 @@ mod tests {
             f(&mut o);
             Vault::new(&o, Arc::default())
                 .err()
-                .is_some_and(|e| e.kind() == crate::error::Kind::Config)
+                .is_some_and(|e| e.kind() == crate::base::error::Kind::Config)
         };
         assert!(bad(|o| o.vault_address = None));
         assert!(bad(|o| o.vault_address = Some("vault:8200".into())));
@@ -768,7 +770,7 @@ mod tests {
         match vault.role(&cx).and_then(|_| vault.secret_path(&cx)) {
             Ok(_) => None,
             Err(e) => {
-                assert_eq!(e.kind(), crate::error::Kind::Annotation, "{e}");
+                assert_eq!(e.kind(), crate::base::error::Kind::Annotation, "{e}");
                 Some(e.to_string())
             }
         }

@@ -4,7 +4,7 @@
 //! configured Vault (`sys/`, `auth/token/create`, another mount) or change
 //! how the URL is parsed (`?`, `#`, `%`, `..`).
 
-use crate::error::{Error, Result, quote};
+use crate::base::error::{Error, Result, quote};
 
 /// Longest role name accepted; Vault stores roles under a path segment.
 const MAX_ROLE_CHARS: usize = 128;

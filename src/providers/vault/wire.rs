@@ -12,9 +12,9 @@
 
 use serde_json::Value;
 
-use crate::error::{Error, Result, quote};
+use crate::base::error::{Error, Result, quote};
+use crate::base::secret::Secret;
 use crate::net::http::Reply;
-use crate::secret::Secret;
 
 /// How many of Vault's error strings an error message repeats.
 const MAX_ERRORS: usize = 3;
@@ -59,7 +59,7 @@ pub fn scrub(text: &str, secrets: &[&Secret]) -> String {
             text = text.replace(secret.expose(), "<redacted>");
         }
     }
-    crate::redact::clean(&text, MAX_ERROR_CHARS)
+    crate::base::redact::clean(&text, MAX_ERROR_CHARS)
 }
 
 /// `HTTP 403: ["permission denied"]`, or the body's shape when it is not a
@@ -71,7 +71,7 @@ pub fn describe(reply: &Reply, secrets: &[&Secret]) -> String {
         None => format!(
             "HTTP {} ({})",
             reply.status,
-            crate::redact::body_shape(&reply.body)
+            crate::base::redact::body_shape(&reply.body)
         ),
     }
 }
@@ -161,7 +161,7 @@ pub fn deleted(what: &str, data: Option<&Value>) -> Error {
         .and_then(|m| m.get("deletion_time"))
         .and_then(Value::as_str)
         .filter(|t| !t.is_empty())
-        .map(|t| format!(" (deleted at {})", crate::redact::clean(t, 40)));
+        .map(|t| format!(" (deleted at {})", crate::base::redact::clean(t, 40)));
     let destroyed = metadata
         .and_then(|m| m.get("destroyed"))
         .and_then(Value::as_bool)
@@ -199,7 +199,7 @@ pub fn credentials(
                     .data
                     .keys()
                     .take(10)
-                    .map(|k| crate::redact::clean(k, 40))
+                    .map(|k| crate::base::redact::clean(k, 40))
                     .collect();
                 keys.sort();
                 Err(Error::upstream(format!(
@@ -248,7 +248,7 @@ mod tests {
             r#"{"auth":{"client_token":"t","lease_duration":"1h"}}"#,
         ] {
             let e = read_login(&reply(200, bad), "login").err().unwrap();
-            assert_eq!(e.kind(), crate::error::Kind::Upstream, "{bad}");
+            assert_eq!(e.kind(), crate::base::error::Kind::Upstream, "{bad}");
         }
         let root = read_login(&reply(200, r#"{"auth":{"client_token":"t"}}"#), "l").unwrap();
         assert_eq!(root.lease_duration, 0);

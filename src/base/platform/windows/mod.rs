@@ -1,4 +1,4 @@
-//! The Windows half of [`crate::platform`]: SIDs and DACLs instead of
+//! The Windows half of [`crate::base::platform`]: SIDs and DACLs instead of
 //! uids and modes, `FILE_FLAG_OPEN_REPARSE_POINT` instead of `O_NOFOLLOW`,
 //! `MoveFileExW` (std's rename) with a short retry, and a reading thread
 //! for the kubelet's anonymous stdin pipe, which cannot be waited on with
@@ -30,7 +30,7 @@ use windows_sys::Win32::Storage::FileSystem::{
 };
 
 use super::{Access, Create, Facts, Kind, Open, Owner};
-use crate::deadline::Deadline;
+use crate::base::deadline::Deadline;
 
 /// A SID in its string form (`S-1-5-18`).
 pub(crate) type RawOwner = String;
@@ -373,7 +373,7 @@ pub(crate) enum Stdin {
     File(File),
     /// Never on Windows: an anonymous pipe cannot be waited on with a
     /// timeout, so it is [`Stdin::Other`]. The variant keeps the match in
-    /// `crate::stdin` the same on both systems.
+    /// `crate::request::stdin` the same on both systems.
     #[allow(dead_code)]
     Pipe(NoPipe),
     /// A pipe (the kubelet's), a console, a device: read on a thread.

@@ -75,7 +75,7 @@ impl Owner {
     /// `running`: the same user, or (Windows) the administrators, who own
     /// what SYSTEM creates.
     pub(crate) fn trusted_by(&self, running: &Owner) -> bool {
-        self == running || (crate::platform::WINDOWS && self.is_administrator())
+        self == running || (crate::base::platform::WINDOWS && self.is_administrator())
     }
 }
 
@@ -273,7 +273,7 @@ pub(crate) fn random_hex(bytes: usize) -> String {
             .unwrap_or_default();
         return format!("{nanos:x}{:x}", std::process::id());
     }
-    crate::hex::encode(&buf)
+    crate::base::hex::encode(&buf)
 }
 
 /// The file name of executable `name` here: `name.exe` on Windows.

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use std::fs::TryLockError;
 
-use crate::platform::{self, Open, Owner};
+use crate::base::platform::{self, Open, Owner};
 
 /// First pause between two attempts; doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(1);

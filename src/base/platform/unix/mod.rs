@@ -1,4 +1,4 @@
-//! The Linux (and other Unix) half of [`crate::platform`]: mode bits and
+//! The Linux (and other Unix) half of [`crate::base::platform`]: mode bits and
 //! uids, `O_NOFOLLOW`, `O_NONBLOCK`, `renameat2`, `epoll` and `setns`,
 //! through std and the safe wrappers of `rustix` and `mio`.
 
@@ -12,7 +12,7 @@ use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt,
 use std::path::Path;
 
 use super::{Access, Create, Facts, Kind, Open, Owner};
-use crate::deadline::Deadline;
+use crate::base::deadline::Deadline;
 
 /// A uid.
 pub(crate) type RawOwner = u32;
@@ -383,7 +383,7 @@ pub(crate) mod tests {
         assert_eq!(facts.access.shown(), "mode 0620");
     }
 
-    /// `fd` as [`stdin`] sorts it, for the tests of `crate::stdin`.
+    /// `fd` as [`stdin`] sorts it, for the tests of `crate::request::stdin`.
     pub(crate) fn stdin_of(fd: OwnedFd) -> Stdin {
         classify(fd).unwrap()
     }

@@ -18,8 +18,8 @@
 use std::fs::File;
 use std::io::{self, Read};
 
-use crate::deadline::Deadline;
-use crate::platform::{self, Stdin};
+use crate::base::deadline::Deadline;
+use crate::base::platform::{self, Stdin};
 
 /// What became of reading stdin.
 #[derive(Debug, PartialEq, Eq)]
@@ -90,7 +90,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
     use super::*;
-    use crate::platform::tests::stdin_of;
+    use crate::base::platform::tests::stdin_of;
     use std::io::Write;
     use std::os::fd::OwnedFd;
     use std::time::{Duration, Instant};

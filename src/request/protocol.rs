@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result, quote};
-use crate::secret::Secret;
+use crate::base::error::{Error, Result, quote};
+use crate::base::secret::Secret;
 
 /// The kubelet never sends more than a few kilobytes (an image name, a token
 /// and a handful of annotations). Anything near this size is not a kubelet.
@@ -235,7 +235,7 @@ impl<'a> Response<'a> {
             api_version: api_version.as_str(),
             kind: RESPONSE_KIND,
             cache_key_type,
-            cache_duration: crate::duration::format_go(cache_duration),
+            cache_duration: crate::base::duration::format_go(cache_duration),
             auth,
         }
     }
@@ -298,7 +298,11 @@ mod tests {
             ),
         ] {
             let err = request(json).unwrap_err();
-            assert_eq!(err.kind(), crate::error::Kind::Request, "{json:?}: {err}");
+            assert_eq!(
+                err.kind(),
+                crate::base::error::Kind::Request,
+                "{json:?}: {err}"
+            );
             let err = err.to_string();
             assert!(err.contains(needle), "{json:?}: {err}");
         }

@@ -11,9 +11,9 @@
 
 use serde::Deserialize;
 
-use crate::duration::format_unix;
-use crate::error::{Error, Result, quote};
-use crate::secret::Secret;
+use crate::base::duration::format_unix;
+use crate::base::error::{Error, Result, quote};
+use crate::base::secret::Secret;
 
 use base64::Engine;
 
@@ -218,7 +218,7 @@ impl SvidClaims {
             return Err(bad("has no audience".to_string()));
         }
         let exp = number(claims.exp, "exp").map_err(|_| bad("has no numeric exp".to_string()))?;
-        let now = crate::duration::unix_now();
+        let now = crate::base::duration::unix_now();
         let expires_at = exp.min(expires_at);
         if expires_at <= now {
             return Err(bad(format!(
@@ -485,7 +485,7 @@ mod tests {
     #[test]
     fn an_svid_is_read_only_as_what_the_agent_said() {
         let id = "spiffe://example.org/ns/team/sa/puller";
-        let now = crate::duration::unix_now();
+        let now = crate::base::duration::unix_now();
         let header = r#"{"alg":"ES256","kid":"k"}"#;
         let svid = |claims: String| Secret::new(jwt(header, &claims));
         let good = format!(
@@ -624,7 +624,11 @@ mod tests {
         ];
         for (token, needle) in cases {
             let err = ServiceAccountToken::decode(Secret::new(token.clone()), 2000).unwrap_err();
-            assert_eq!(err.kind(), crate::error::Kind::Token, "{token}: {err}");
+            assert_eq!(
+                err.kind(),
+                crate::base::error::Kind::Token,
+                "{token}: {err}"
+            );
             let err = err.to_string();
             assert!(err.contains(needle), "{token}: {err}");
         }

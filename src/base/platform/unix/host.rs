@@ -109,7 +109,7 @@ fn components(path: &Path) -> VecDeque<OsString> {
 }
 
 fn random_suffix() -> String {
-    crate::platform::random_hex(8)
+    crate::base::platform::random_hex(8)
 }
 
 impl Host {
@@ -787,7 +787,7 @@ mod tests {
     fn fifos_and_devices_are_refused_without_blocking() {
         let (dir, host) = host();
         let fifo = dir.path().join("fifo");
-        crate::platform::tests::mkfifo(&fifo);
+        crate::base::platform::tests::mkfifo(&fifo);
         let err = host.read_file(Path::new("/fifo"), 1024).unwrap_err();
         assert!(err.to_string().contains("a FIFO"), "{err}");
         std::os::unix::fs::symlink("/dev/zero", dir.path().join("zero")).unwrap();

@@ -28,9 +28,9 @@ const MAX_FLOW_OPENERS: usize = 1_000;
 /// such as `/dev/zero` would never end) without reading it at all. The
 /// error is a sentence about the file.
 pub(crate) fn read(path: &Path) -> Result<Vec<u8>, String> {
-    crate::file::read_regular(path, MAX_BYTES).map_err(|refused| match refused {
-        crate::file::Refused::Unreadable(why) => format!("cannot read the file: {why}"),
-        crate::file::Refused::TooLarge => format!(
+    crate::base::file::read_regular(path, MAX_BYTES).map_err(|refused| match refused {
+        crate::base::file::Refused::Unreadable(why) => format!("cannot read the file: {why}"),
+        crate::base::file::Refused::TooLarge => format!(
             "the file is larger than {MAX_BYTES} bytes, far more than a kubelet config or a manifest; it is not parsed"
         ),
     })
@@ -369,7 +369,7 @@ mod tests {
     fn a_fifo_is_refused_without_blocking() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("fifo");
-        crate::platform::tests::mkfifo(&fifo);
+        crate::base::platform::tests::mkfifo(&fifo);
         let err = read(&fifo).unwrap_err();
         assert!(err.contains("a FIFO"), "{err}");
         let err = read(Path::new("/dev/zero")).unwrap_err();

@@ -342,7 +342,10 @@ impl Host {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let tmp = dir.join(format!(".{name}.wicp-{}", crate::platform::random_hex(8)));
+        let tmp = dir.join(format!(
+            ".{name}.wicp-{}",
+            crate::base::platform::random_hex(8)
+        ));
         let result = (|| {
             let mut file = super::open(&tmp, &Open::create_new(mode))?;
             file.write_all(bytes)?;
@@ -404,7 +407,10 @@ impl Host {
             if !replace {
                 return Ok(false);
             }
-            let tmp = dir.join(format!(".wicp-link-{}", crate::platform::random_hex(8)));
+            let tmp = dir.join(format!(
+                ".wicp-link-{}",
+                crate::base::platform::random_hex(8)
+            ));
             std::os::windows::fs::symlink_file(target, &tmp)?;
             return super::rename(&tmp, &local).map(|()| true);
         }

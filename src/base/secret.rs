@@ -10,7 +10,7 @@
 //! it (Google IAM quoting the bearer, ACR quoting the Entra token, a
 //! service quoting the service account token's signature) must not get it
 //! onto stderr through its error message. Registering in the constructor
-//! means no call site can forget; [`crate::log`] masks every registered
+//! means no call site can forget; [`crate::base::log`] masks every registered
 //! secret in every line it writes (see [`known_spans`]).
 
 use std::fmt;

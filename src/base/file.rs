@@ -12,7 +12,7 @@
 use std::io::{self, Read};
 use std::path::Path;
 
-use crate::platform;
+use crate::base::platform;
 
 /// Why a file was not read.
 #[derive(Debug)]
@@ -145,7 +145,7 @@ mod tests {
     fn refuses_a_fifo_a_device_and_a_directory_at_once() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("fifo");
-        crate::platform::tests::mkfifo(&fifo);
+        crate::base::platform::tests::mkfifo(&fifo);
         let started = Instant::now();
         for (path, what) in [
             (fifo.as_path(), "a FIFO"),

@@ -3,7 +3,7 @@
 //! write at most one `info` line, and `debug` is for an admin running the
 //! binary by hand.
 //!
-//! Every line goes through [`crate::redact::redact`] here, the one place
+//! Every line goes through [`crate::base::redact::redact`] here, the one place
 //! stderr is written: whatever a message quotes (an upstream's error text,
 //! a value from the request), no registered secret and no token shape
 //! reaches the kubelet's log, and no control character from a value
@@ -135,8 +135,8 @@ pub(crate) fn write_event(level: Level, text: &str, message: &str, fields: &Fiel
 fn write_text(level: Level, message: &str) {
     // One write(2) per line, so lines of concurrent plugin processes
     // sharing a stderr never interleave mid-line.
-    let text = crate::redact::redact(message);
-    let text = crate::redact::escape_hidden(&text);
+    let text = crate::base::redact::redact(message);
+    let text = crate::base::redact::escape_hidden(&text);
     let line = format!("wi-credential-provider: {}: {text}\n", level.tag());
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
@@ -145,7 +145,9 @@ fn write_json(level: Level, message: &str, fields: &Fields<'_>) {
     let mut object = Map::new();
     object.insert(
         "time".into(),
-        json!(crate::duration::format_unix(crate::duration::unix_now())),
+        json!(crate::base::duration::format_unix(
+            crate::base::duration::unix_now()
+        )),
     );
     object.insert("level".into(), json!(level.tag()));
     object.insert("message".into(), json!(message));
@@ -186,7 +188,7 @@ fn write_json(level: Level, message: &str, fields: &Fields<'_>) {
 pub(crate) fn json_line(value: Value) -> String {
     let cleaned = clean_strings(value);
     let text = serde_json::to_string(&cleaned).unwrap_or_default();
-    let masked = crate::redact::redact(&text);
+    let masked = crate::base::redact::redact(&text);
     if masked == text || serde_json::from_str::<Value>(&masked).is_ok() {
         return masked;
     }
@@ -204,8 +206,10 @@ pub(crate) fn json_line(value: Value) -> String {
 fn escape_for_json(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
-        if c >= ' ' && crate::redact::is_hidden(c) {
-            out.push_str(&crate::redact::escape_hidden(c.encode_utf8(&mut [0; 4])));
+        if c >= ' ' && crate::base::redact::is_hidden(c) {
+            out.push_str(&crate::base::redact::escape_hidden(
+                c.encode_utf8(&mut [0; 4]),
+            ));
         } else {
             out.push(c);
         }
@@ -215,11 +219,11 @@ fn escape_for_json(text: &str) -> String {
 
 fn clean_strings(value: Value) -> Value {
     match value {
-        Value::String(s) => Value::String(escape_for_json(&crate::redact::redact(&s))),
+        Value::String(s) => Value::String(escape_for_json(&crate::base::redact::redact(&s))),
         Value::Array(items) => Value::Array(items.into_iter().map(clean_strings).collect()),
         Value::Object(map) => Value::Object(
             map.into_iter()
-                .map(|(k, v)| (crate::redact::redact(&k), clean_strings(v)))
+                .map(|(k, v)| (crate::base::redact::redact(&k), clean_strings(v)))
                 .collect(),
         ),
         other => other,
@@ -239,19 +243,19 @@ pub(crate) fn redact_panics() {
 
 // The log macros. Their arguments are evaluated only when the level is
 // on: a `debug!` that renders a cache key's text costs a hit nothing at the
-// default level. Used as `crate::log::warning!` and `crate::log::debug!`.
+// default level. Used as `crate::base::log::warning!` and `crate::base::log::debug!`.
 macro_rules! warning {
     ($($arg:tt)*) => {
-        if $crate::log::enabled($crate::log::Level::Warn) {
-            $crate::log::write($crate::log::Level::Warn, format_args!($($arg)*))
+        if $crate::base::log::enabled($crate::base::log::Level::Warn) {
+            $crate::base::log::write($crate::base::log::Level::Warn, format_args!($($arg)*))
         }
     };
 }
 
 macro_rules! debug {
     ($($arg:tt)*) => {
-        if $crate::log::enabled($crate::log::Level::Debug) {
-            $crate::log::write($crate::log::Level::Debug, format_args!($($arg)*))
+        if $crate::base::log::enabled($crate::base::log::Level::Debug) {
+            $crate::base::log::write($crate::base::log::Level::Debug, format_args!($($arg)*))
         }
     };
 }
@@ -264,7 +268,7 @@ mod tests {
 
     #[test]
     fn json_lines_mask_secrets_in_values_keys_and_escapes() {
-        let secret = crate::secret::Secret::new("s3cr3t-Value-0123456789abcdef");
+        let secret = crate::base::secret::Secret::new("s3cr3t-Value-0123456789abcdef");
         let quoted = format!("upstream said \"{}\"", secret.expose());
         let line = json_line(json!({
             "message": quoted,

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use crate::error::{Error, Result, quote};
+use crate::base::error::{Error, Result, quote};
 
 /// Below this much remaining lifetime a credential is handed out once but
 /// not cached by the kubelet (`"0s"`): a cache entry that dies within the

@@ -21,7 +21,7 @@ pub fn clean(text: &str, max: usize) -> String {
         Some(at) => text.get(..at).unwrap_or(text),
         None => text,
     };
-    let text = crate::secret::mask_known(&mask_shapes(text, Shapes::Upstream));
+    let text = crate::base::secret::mask_known(&mask_shapes(text, Shapes::Upstream));
     let words: Vec<&str> = text
         .split(|c: char| c.is_whitespace() || c.is_control())
         .filter(|w| !w.is_empty())
@@ -42,11 +42,11 @@ pub fn clean(text: &str, max: usize) -> String {
 /// `<token>`: JWTs, Google `ya29.` access tokens and `1//` refresh tokens,
 /// and base64 runs mixing upper case, lower case and digits. Ordinary
 /// words, hosts, ARNs, UUIDs, paths and error codes stay readable. Runs on
-/// every line [`crate::log`] writes.
+/// every line [`crate::base::log`] writes.
 pub(crate) fn redact(text: &str) -> String {
     // Shapes first, so a token is replaced whole by `<token>` before the
     // runs it shares with a registered secret (a JWT header) cut it up.
-    crate::secret::mask_known(&mask_shapes(text, Shapes::Line))
+    crate::base::secret::mask_known(&mask_shapes(text, Shapes::Line))
 }
 
 /// `text` with every character that changes how a terminal or a log
@@ -55,7 +55,7 @@ pub(crate) fn redact(text: &str) -> String {
 /// paragraph separators, and the bidirectional formatting characters
 /// ([`is_hidden`]). A value from an upstream or
 /// an annotation cannot end a line early, forge one, recolour the
-/// terminal or read backwards; runs on every line [`crate::log`] writes.
+/// terminal or read backwards; runs on every line [`crate::base::log`] writes.
 pub(crate) fn escape_hidden(text: &str) -> std::borrow::Cow<'_, str> {
     if !text.chars().any(is_hidden) {
         return std::borrow::Cow::Borrowed(text);
@@ -293,7 +293,7 @@ mod tests {
     fn a_registered_secret_is_masked_before_the_cut() {
         // A signature alone, longer than the cut: nothing of it survives.
         let signature = "s".repeat(20) + &"q".repeat(400);
-        let _secret = crate::secret::Secret::new(format!("aGVhZGVy.cGF5bG9hZA.{signature}"));
+        let _secret = crate::base::secret::Secret::new(format!("aGVhZGVy.cGF5bG9hZA.{signature}"));
         let shown = clean(&format!("invalid signature {signature}"), 300);
         assert_eq!(shown, "invalid signature <redacted>");
     }

@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-use crate::error::{Error, Result, quote};
+use crate::base::error::{Error, Result, quote};
 
 /// The longest reference we accept; Docker's own limit on a repository name
 /// is 255 characters, tags and digests add less than 200 more.
