@@ -49,7 +49,7 @@ pub struct Provider {
     /// The registry test `auto` uses, for providers whose registries are
     /// recognisable by host alone (the clouds). `None`: `auto` never picks
     /// this provider, so sending a token to it is always an explicit choice.
-    pub auto: Option<fn(&ImageRef) -> bool>,
+    pub(crate) auto: Option<fn(&ImageRef) -> bool>,
     /// The registry password is the service account token itself: the
     /// kubelet's `cacheType` must be `Token`, and the credential lives no
     /// longer than the token.
@@ -75,6 +75,12 @@ pub struct Provider {
 impl Provider {
     pub fn name(&self) -> &'static str {
         self.name
+    }
+
+    /// Whether `auto` would pick this provider for `image`: only a cloud,
+    /// and only for a registry it recognises by host.
+    pub fn auto_serves(&self, image: &ImageRef) -> bool {
+        self.auto.is_some_and(|serves| serves(image))
     }
 
     /// The provider called `name`.

@@ -20,7 +20,7 @@ pub fn choose(choice: Option<&'static Provider>, image: &ImageRef) -> Result<&'s
     }
     let clouds = || ALL.iter().copied().filter(|p| p.auto.is_some());
     clouds()
-        .find(|p| p.auto.is_some_and(|serves| serves(image)))
+        .find(|p| p.auto_serves(image))
         .ok_or_else(|| {
             let served = clouds().map(|p| p.name).collect::<Vec<_>>();
             let served = if served.is_empty() {
