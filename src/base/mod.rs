@@ -2,7 +2,7 @@
 //! them: the one error type ([`error`]), secrets and their masking
 //! ([`secret`], [`redact`]), the log ([`log`]), durations and deadlines
 //! ([`duration`], [`deadline`]), files written safely and locks
-//! ([`file`], [`lock`]), the YAML subset we read ([`yaml`]), hex
+//! ([`file`](mod@file), [`lock`]), the YAML subset we read ([`yaml`]), hex
 //! ([`hex`]), and the one place where Linux and Windows differ
 //! ([`platform`]). tests/architecture.rs holds that nothing here reaches
 //! up.
