@@ -108,6 +108,7 @@ pub(crate) fn run(line: &CommandLine, inputs: &Inputs) -> u8 {
                     duration: Some(record.started.elapsed()),
                     upstream_status: observe::last_status(),
                     fix: error.remedy(),
+                    facts: error.facts(),
                     ..log::Fields::default()
                 },
             );

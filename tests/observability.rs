@@ -707,6 +707,7 @@ fn every_stderr_line_is_json_with_log_format_json() {
                         "duration_seconds",
                         "upstream_status",
                         "fix",
+                        "facts",
                     ]
                     .contains(&key.as_str()),
                     "{what}: unknown field {key}: {line}"
@@ -738,6 +739,16 @@ fn every_stderr_line_is_json_with_log_format_json() {
     assert_eq!(upstream["upstream_status"], 400);
     assert!(upstream["fix"].is_string());
     assert!(!upstream["message"].as_str().unwrap().contains("; fix:"));
+    // Who refused and how, as facts rather than words.
+    assert_eq!(upstream["facts"]["service"], "the token server");
+    assert_eq!(upstream["facts"]["status"], "400");
+    assert!(
+        upstream["facts"]["body_shape"]
+            .as_str()
+            .is_some_and(|shape| shape.ends_with("bytes, JSON without the expected fields")),
+        "{upstream}"
+    );
+    assert!(last("request").get("facts").is_none());
     assert_eq!(last("request")["kind"], "request");
     assert_eq!(last("token")["kind"], "token");
     assert_eq!(last("registry")["kind"], "registry");

@@ -89,11 +89,46 @@ kinds! {
         "report it as a bug, with the audit log's line";
 }
 
+/// A fact about a failure besides the words of its message: which flag,
+/// which upstream and what it answered. The message says the same in
+/// words; a test, or a query over the JSON log (its `facts` object),
+/// matches these instead, so the wording stays free to improve. The names
+/// are part of the JSON log: renaming one breaks queries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fact {
+    /// The flag an admin set wrongly, as written on the command line
+    /// (`--gcp-sts-endpoint`).
+    Flag,
+    /// What is wrong with the flag's value, in words.
+    Problem,
+    /// The upstream that answered, in words (`Google STS`, `Entra ID`).
+    Service,
+    /// The HTTP status it answered with.
+    Status,
+    /// What its body looked like: size and kind, never its text
+    /// ([`crate::base::redact::body_shape`]).
+    BodyShape,
+}
+
+impl Fact {
+    /// The fact's name in the JSON log's `facts` object.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fact::Flag => "flag",
+            Fact::Problem => "problem",
+            Fact::Service => "service",
+            Fact::Status => "status",
+            Fact::BodyShape => "body_shape",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Error {
     kind: Kind,
     what: String,
     fix: Option<String>,
+    facts: Vec<(Fact, String)>,
 }
 
 pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
@@ -105,7 +140,40 @@ impl Error {
             kind,
             what: what.into(),
             fix: None,
+            facts: Vec::new(),
         }
+    }
+
+    /// Records `fact` (replacing an earlier value of it). The value must
+    /// hold no secret: it is logged as it is, like the message.
+    pub fn with(mut self, fact: Fact, value: impl Into<String>) -> Self {
+        let value = value.into();
+        match self.facts.iter_mut().find(|(f, _)| *f == fact) {
+            Some((_, old)) => *old = value,
+            None => self.facts.push((fact, value)),
+        }
+        self
+    }
+
+    /// The facts of an upstream's answer: who answered (`service`, in
+    /// words), its status, and the shape of its body (never its text).
+    pub fn answered(self, service: impl Into<String>, status: u16, body: &[u8]) -> Self {
+        self.with(Fact::Service, service)
+            .with(Fact::Status, status.to_string())
+            .with(Fact::BodyShape, crate::base::redact::body_shape(body))
+    }
+
+    /// The value of `fact`, when the error records it.
+    pub fn fact(&self, fact: Fact) -> Option<&str> {
+        self.facts
+            .iter()
+            .find(|(f, _)| *f == fact)
+            .map(|(_, value)| value.as_str())
+    }
+
+    /// Every fact recorded, in the order they were.
+    pub fn facts(&self) -> &[(Fact, String)] {
+        &self.facts
     }
 
     pub fn kind(&self) -> Kind {
@@ -171,6 +239,27 @@ mod tests {
             "passthrough: registry \"x\" is not allowed; fix: add --registry x"
         );
         assert_eq!(e.kind(), Kind::Registry);
+    }
+
+    #[test]
+    fn facts_are_kept_apart_from_the_words() {
+        let e = Error::upstream("Google STS refused")
+            .answered("Google STS", 403, b"{\"error\":\"x\"}")
+            .with(Fact::Status, "401")
+            .context("gcp");
+        assert_eq!(e.fact(Fact::Service), Some("Google STS"));
+        assert_eq!(e.fact(Fact::Status), Some("401"), "a later value replaces");
+        assert_eq!(
+            e.fact(Fact::BodyShape),
+            Some("13 bytes, JSON without the expected fields")
+        );
+        assert_eq!(e.fact(Fact::Flag), None);
+        assert_eq!(e.facts().len(), 3);
+        assert_eq!(
+            e.to_string(),
+            "gcp: Google STS refused",
+            "facts are not rendered"
+        );
     }
 
     #[test]

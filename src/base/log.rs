@@ -77,6 +77,8 @@ pub(crate) struct Fields<'a> {
     pub(crate) duration: Option<std::time::Duration>,
     pub(crate) upstream_status: Option<u16>,
     pub(crate) fix: Option<&'a str>,
+    /// The failure's facts ([`crate::base::error::Fact`]), as one object.
+    pub(crate) facts: &'a [(crate::base::error::Fact, String)],
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
@@ -175,6 +177,14 @@ fn write_json(level: Level, message: &str, fields: &Fields<'_>) {
     );
     put("upstream_status", fields.upstream_status.map(Value::from));
     put("fix", fields.fix.map(Value::from));
+    if !fields.facts.is_empty() {
+        let facts: Map<String, Value> = fields
+            .facts
+            .iter()
+            .map(|(fact, value)| (fact.name().to_string(), Value::from(value.as_str())))
+            .collect();
+        object.insert("facts".into(), Value::Object(facts));
+    }
     let mut line = json_line(Value::Object(object));
     line.push('\n');
     let _ = std::io::stderr().lock().write_all(line.as_bytes());

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::base::deadline::Deadline;
-use crate::base::error::{Error, Result};
+use crate::base::error::{Error, Fact, Result};
 use crate::observe::Endpoint;
 
 /// Longest an upstream may take to accept a connection.
@@ -162,11 +162,13 @@ impl Reply {
     /// is described by its size and kind, never its text, which may quote
     /// a token back.
     pub(crate) fn unusable(&self, from: impl std::fmt::Display, why: &str) -> Error {
+        let from = from.to_string();
         Error::upstream(format!(
             "{from} answered HTTP {} with {why} ({})",
             self.status,
             crate::base::redact::body_shape(&self.body)
         ))
+        .answered(from, self.status, &self.body)
     }
 
     /// The credential a token service's success carries in the non-empty
@@ -632,6 +634,8 @@ pub fn endpoint_override(flag: &str, value: &str) -> Result<String> {
             crate::base::error::quote(&super::proxy::hide_credentials(value))
         ))
         .fix("write it as https://host[:port][/path]")
+        .with(Fact::Flag, flag)
+        .with(Fact::Problem, format!("not an http(s) URL{why}"))
     };
     if trimmed.contains(['\\', '?', '#', ' ']) || trimmed.chars().any(char::is_control) {
         return Err(refuse(
@@ -756,7 +760,15 @@ mod tests {
             "https:sts.amazonaws.com",
             "http://a b",
         ] {
-            assert!(endpoint_override("--x", bad).is_err(), "{bad}");
+            let refused = endpoint_override("--x", bad).unwrap_err();
+            assert_eq!(refused.kind(), crate::base::error::Kind::Config, "{bad}");
+            assert_eq!(refused.fact(Fact::Flag), Some("--x"), "{bad}");
+            assert!(
+                refused
+                    .fact(Fact::Problem)
+                    .is_some_and(|p| p.starts_with("not an http(s) URL")),
+                "{bad}"
+            );
         }
         assert_eq!(
             endpoint_host("http://[fd00:ec2::23]/v1").as_deref(),

@@ -367,6 +367,7 @@ fn refusal(reply: &Reply, d: &Describe<'_>) -> Error {
         d.service_account
     ))
     .fix(fix)
+    .answered("Chainguard's STS", reply.status, &reply.body)
 }
 
 pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential> {

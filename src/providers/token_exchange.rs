@@ -560,6 +560,7 @@ fn refusal(reply: &Reply, d: &Describe<'_>) -> Error {
         d.service_account
     ))
     .fix(fix)
+    .answered("the token server", reply.status, &reply.body)
 }
 
 /// The fix for a refusal with OAuth error `code` (and `description`) and

@@ -233,6 +233,7 @@ pub(crate) fn refused(service: &Service, reply: &Reply, fix: impl FnOnce(u16) ->
         describe(reply)
     ))
     .fix(fix)
+    .answered(service.vendor, reply.status, &reply.body)
 }
 
 /// The error for a success whose body is not what the service documents.

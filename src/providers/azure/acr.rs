@@ -187,7 +187,9 @@ fn explain(request: &ExchangeRequest<'_>, reply: &http::Reply) -> Error {
             request.endpoint
         ),
     };
-    Error::upstream(what).fix(fix)
+    Error::upstream(what)
+        .fix(fix)
+        .answered("ACR", reply.status, &reply.body)
 }
 
 #[cfg(test)]

@@ -333,6 +333,7 @@ fn explain(binding: &Binding, client_id: &str, reply: &http::Reply) -> Error {
         detail.join(", ")
     ))
     .fix(fix)
+    .answered("the AKS identity binding", reply.status, &reply.body)
 }
 
 #[cfg(test)]

@@ -164,7 +164,9 @@ fn explain(request: &TokenRequest<'_>, reply: &http::Reply) -> Error {
         request.authority,
         detail.join(", ")
     );
-    Error::upstream(what).fix(remedy(request, reply.status, code))
+    Error::upstream(what)
+        .fix(remedy(request, reply.status, code))
+        .answered("Entra ID", reply.status, &reply.body)
 }
 
 /// The remedy for an AADSTS code, or for the status when there is none.

@@ -115,7 +115,7 @@ pub fn interpret(reply: &Reply, request: &Request<'_>) -> Result<AccessToken> {
             _ => "check --gcp-iamcredentials-endpoint and the node's proxy settings".to_string(),
         };
         let what = format!("IAM Credentials refused to impersonate {sa}");
-        return Err(refused(&what, reply, fix));
+        return Err(refused("Google IAM Credentials", &what, reply, fix));
     }
     let malformed = |why: String| {
         reply
@@ -151,6 +151,7 @@ pub fn interpret(reply: &Reply, request: &Request<'_>) -> Result<AccessToken> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::error::Fact;
     use crate::net::http::reply;
 
     fn request(token: &Secret, lifetime: u64) -> Request<'_> {
@@ -213,6 +214,8 @@ mod tests {
         let denied = r#"{"error":{"code":403,"message":"Permission 'iam.serviceAccounts.getAccessToken' denied on resource (or it may not exist).","status":"PERMISSION_DENIED","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"IAM_PERMISSION_DENIED","domain":"iam.googleapis.com","metadata":{"permission":"iam.serviceAccounts.getAccessToken"}}]}}"#;
         let e = interpret(&reply(403, denied), &request(&t, 3600)).unwrap_err();
         assert_eq!(e.kind(), crate::base::error::Kind::Upstream);
+        assert_eq!(e.fact(Fact::Service), Some("Google IAM Credentials"));
+        assert_eq!(e.fact(Fact::Status), Some("403"));
         assert_eq!(
             e.what(),
             "IAM Credentials refused to impersonate puller@my-project.iam.gserviceaccount.com: HTTP 403 PERMISSION_DENIED: \"Permission 'iam.serviceAccounts.getAccessToken' denied on resource (or it may not exist).\""

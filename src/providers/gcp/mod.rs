@@ -408,7 +408,7 @@ pub struct AccessToken {
 /// The error for a Google API's refusal of `what` ("IAM Credentials
 /// refused to impersonate ..."): the code and description of its RFC 6749
 /// or Google API error body, or the body's size when it is neither.
-fn refused(what: &str, reply: &http::Reply, fix: String) -> Error {
+fn refused(service: &str, what: &str, reply: &http::Reply, fix: String) -> Error {
     let said = match oauth::error_body(&reply.body) {
         Some(error) => error.summary(reply.status),
         None => format!(
@@ -417,7 +417,9 @@ fn refused(what: &str, reply: &http::Reply, fix: String) -> Error {
             reply.body.len()
         ),
     };
-    Error::upstream(format!("{what}: {said}")).fix(fix)
+    Error::upstream(format!("{what}: {said}"))
+        .fix(fix)
+        .answered(service, reply.status, &reply.body)
 }
 
 #[cfg(test)]

@@ -76,7 +76,7 @@ pub fn interpret(reply: &Reply, now: i64, request: &Request<'_>) -> Result<Acces
             _ => "check --gcp-sts-endpoint and the node's proxy settings; the exchange was refused before the token was examined".to_string(),
         };
         let what = format!("Google STS refused the token exchange for audience {audience}");
-        return Err(refused(&what, reply, fix));
+        return Err(refused("Google STS", &what, reply, fix));
     }
     let malformed = |why: &str| {
         reply
@@ -104,6 +104,7 @@ pub fn interpret(reply: &Reply, now: i64, request: &Request<'_>) -> Result<Acces
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::error::Fact;
     use crate::net::http::reply;
 
     fn request(token: &Secret) -> Request<'_> {
@@ -204,6 +205,10 @@ mod tests {
             assert!(e.what().starts_with("Google STS refused the token exchange for audience \"//iam.googleapis.com/projects/1/"), "{e}");
             assert!(e.what().contains(what), "{body}: {e}");
             assert!(e.remedy().unwrap().contains(fix), "{body}: {e}");
+            assert_eq!(e.kind(), crate::base::error::Kind::Upstream);
+            assert_eq!(e.fact(Fact::Service), Some("Google STS"));
+            assert_eq!(e.fact(Fact::Status), Some(status.to_string().as_str()));
+            assert!(e.fact(Fact::BodyShape).is_some(), "{e}");
         }
     }
 }

@@ -541,7 +541,9 @@ impl Vault {
         } else {
             "check --vault-address, --vault-auth-method and --vault-auth-mount".to_string()
         };
-        Error::upstream(what).fix(fix)
+        Error::upstream(what)
+            .fix(fix)
+            .answered("Vault", reply.status, &reply.body)
     }
 
     async fn read(
