@@ -29,7 +29,7 @@ use super::endpoints::{Endpoint, Service};
 use super::host::Registry;
 use super::identity::RoleArn;
 use crate::base::deadline::Deadline;
-use crate::base::error::{Error, Result};
+use crate::base::error::{Error, Fact, Result};
 use crate::base::redact;
 use crate::base::secret::Secret;
 use crate::net::{self, http, sdk_connector};
@@ -513,7 +513,13 @@ fn call_error(
             code,
             message,
             status,
-        } => refused(&code, &message, status),
+        } => {
+            let error = refused(&code, &message, status).with(Fact::Service, call);
+            match status {
+                Some(status) => error.with(Fact::Status, status.to_string()),
+                None => error,
+            }
+        }
     }
 }
 
@@ -690,6 +696,34 @@ mod tests {
 
     fn encode(text: &str) -> Secret {
         Secret::new(base64::engine::general_purpose::STANDARD.encode(text))
+    }
+
+    #[test]
+    fn an_aws_refusal_records_the_call_and_status() {
+        let deadline = Deadline::after(Duration::from_secs(10));
+        let tried = Tried {
+            attempts: 1,
+            proxies: None,
+        };
+        let refusal = |status| Failure::Service {
+            code: "AccessDenied".into(),
+            message: "Not authorized".into(),
+            status,
+        };
+        let explain = |code: &str, _: &str, _: Option<u16>| Error::upstream(code.to_string());
+        let e = call_error(
+            refusal(Some(403)),
+            "STS AssumeRoleWithWebIdentity",
+            "AWS_ENDPOINT_URL_STS",
+            &deadline,
+            &tried,
+            explain,
+        );
+        assert_eq!(e.kind(), crate::base::error::Kind::Upstream);
+        assert_eq!(e.fact(Fact::Service), Some("STS AssumeRoleWithWebIdentity"));
+        assert_eq!(e.fact(Fact::Status), Some("403"));
+        let e = call_error(refusal(None), "ECR", "X", &deadline, &tried, explain);
+        assert_eq!(e.fact(Fact::Status), None);
     }
 
     #[test]
