@@ -155,6 +155,15 @@ impl Error {
         self
     }
 
+    /// A flag an admin set wrongly: a [`Kind::Config`] error saying
+    /// "`flag` `problem`" (`--jfrog-url is not set`), with both as facts.
+    pub fn flag(flag: &str, problem: impl Into<String>) -> Self {
+        let problem = problem.into();
+        Error::config(format!("{flag} {problem}"))
+            .with(Fact::Flag, flag)
+            .with(Fact::Problem, problem)
+    }
+
     /// The facts of an upstream's answer: who answered (`service`, in
     /// words), its status, and the shape of its body (never its text).
     pub fn answered(self, service: impl Into<String>, status: u16, body: &[u8]) -> Self {

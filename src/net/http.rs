@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::base::deadline::Deadline;
-use crate::base::error::{Error, Fact, Result};
+use crate::base::error::{Error, Result};
 use crate::observe::Endpoint;
 
 /// Longest an upstream may take to accept a connection.
@@ -629,13 +629,14 @@ fn jitter() -> f64 {
 pub fn endpoint_override(flag: &str, value: &str) -> Result<String> {
     let trimmed = value.trim().trim_end_matches('/');
     let refuse = |why: &str| {
-        Error::config(format!(
-            "{flag} {} is not an http(s) URL{why}",
-            crate::base::error::quote(&super::proxy::hide_credentials(value))
-        ))
+        Error::flag(
+            flag,
+            format!(
+                "{} is not an http(s) URL{why}",
+                crate::base::error::quote(&super::proxy::hide_credentials(value))
+            ),
+        )
         .fix("write it as https://host[:port][/path]")
-        .with(Fact::Flag, flag)
-        .with(Fact::Problem, format!("not an http(s) URL{why}"))
     };
     if trimmed.contains(['\\', '?', '#', ' ']) || trimmed.chars().any(char::is_control) {
         return Err(refuse(
@@ -669,6 +670,7 @@ pub fn endpoint_host(url: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::error::Fact;
 
     #[test]
     fn backoff_is_bounded_and_honours_retry_after() {
@@ -766,7 +768,7 @@ mod tests {
             assert!(
                 refused
                     .fact(Fact::Problem)
-                    .is_some_and(|p| p.starts_with("not an http(s) URL")),
+                    .is_some_and(|p| p.contains("is not an http(s) URL")),
                 "{bad}"
             );
         }

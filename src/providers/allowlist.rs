@@ -55,7 +55,7 @@ impl Allowlist {
                 )));
             }
             if !matching::is_valid_pattern(pattern) {
-                return Err(Error::config(format!("--registry {pattern:?} is not a valid pattern"))
+                return Err(Error::flag("--registry", format!("{pattern:?} is not a valid pattern"))
                     .fix("write a host[:port][/path] with globs only inside host labels, e.g. *.harbor.example.com"));
             }
         }

@@ -151,7 +151,7 @@ impl Chainguard {
                 if is_identity_id(id) {
                     Ok(id.to_string())
                 } else {
-                    Err(Error::config(format!("--chainguard-identity {} is not a Chainguard identity ID", quote(id)))
+                    Err(Error::flag("--chainguard-identity", format!("{} is not a Chainguard identity ID", quote(id)))
                         .fix("copy the ID chainctl iam identities create printed (40 hex digits, then /16 hex digits per level)"))
                 }
             })

@@ -102,7 +102,7 @@ impl Guarded for Cloudsmith {
             .as_deref()
             .map(str::trim)
             .ok_or_else(|| {
-                Error::config("--cloudsmith-org is not set")
+                Error::flag("--cloudsmith-org", "is not set")
                     .fix("pass --cloudsmith-org (WICP_CLOUDSMITH_ORG) with the organisation's slug")
             })?;
         if !SLUG.matches(org) {
@@ -192,6 +192,7 @@ impl Cloudsmith {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::error::Fact;
     use crate::net::http::reply;
     use crate::providers::Pull;
 
@@ -231,13 +232,10 @@ mod tests {
             cloudsmith_url: DEFAULT_URL.into(),
             cloudsmith_org: None,
         };
-        assert!(
-            Cloudsmith::new(&options, Arc::default())
-                .err()
-                .unwrap()
-                .to_string()
-                .contains("--cloudsmith-org is not set")
-        );
+        let e = Cloudsmith::new(&options, Arc::default()).err().unwrap();
+        assert_eq!(e.kind(), crate::base::error::Kind::Config);
+        assert_eq!(e.fact(Fact::Flag), Some("--cloudsmith-org"));
+        assert_eq!(e.fact(Fact::Problem), Some("is not set"));
     }
 
     #[test]

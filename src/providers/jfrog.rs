@@ -115,7 +115,7 @@ impl Guarded for Jfrog {
 
     fn new(options: &Options, net: Arc<net::Settings>) -> Result<Self> {
         let url = options.jfrog_url.as_deref().ok_or_else(|| {
-            Error::config("--jfrog-url is not set").fix(
+            Error::flag("--jfrog-url", "is not set").fix(
                 "pass --jfrog-url (WICP_JFROG_URL) with the JFrog Platform base URL, e.g. https://example.jfrog.io",
             )
         })?;
@@ -124,7 +124,7 @@ impl Guarded for Jfrog {
             .as_deref()
             .map(str::trim)
             .ok_or_else(|| {
-                Error::config("--jfrog-provider-name is not set").fix(
+                Error::flag("--jfrog-provider-name", "is not set").fix(
                     "pass --jfrog-provider-name (WICP_JFROG_PROVIDER_NAME) with the name of the OIDC integration in JFrog",
                 )
             })?;
@@ -224,11 +224,14 @@ fn check_name(flag: &str, value: &str) -> Result<()> {
     if MAPPING.matches(value) {
         return Ok(());
     }
-    Err(Error::config(format!(
-        "{flag} {} is not a JFrog name ({})",
-        crate::base::error::quote(value),
-        MAPPING.form
-    ))
+    Err(Error::flag(
+        flag,
+        format!(
+            "{} is not a JFrog name ({})",
+            crate::base::error::quote(value),
+            MAPPING.form
+        ),
+    )
     .fix(format!("set {flag} to the name as JFrog shows it")))
 }
 
@@ -283,6 +286,7 @@ impl Jfrog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::error::Fact;
     use crate::net::http::reply;
 
     fn jfrog(project: Option<&str>) -> Jfrog {
@@ -305,48 +309,55 @@ mod tests {
             jfrog_project_key: None,
         };
         assert!(Jfrog::new(&ok, Arc::default()).is_ok());
-        for (options, needle) in [
+        for (options, flag, problem) in [
             (
                 Options {
                     jfrog_url: None,
                     ..ok.clone()
                 },
-                "--jfrog-url is not set",
+                "--jfrog-url",
+                "is not set",
             ),
             (
                 Options {
                     jfrog_url: Some("example.jfrog.io".into()),
                     ..ok.clone()
                 },
-                "not an http(s) URL",
+                "--jfrog-url",
+                "is not an http(s) URL",
             ),
             (
                 Options {
                     jfrog_provider_name: None,
                     ..ok.clone()
                 },
-                "--jfrog-provider-name is not set",
+                "--jfrog-provider-name",
+                "is not set",
             ),
             (
                 Options {
                     jfrog_provider_name: Some("a b".into()),
                     ..ok.clone()
                 },
-                "not a JFrog name",
+                "--jfrog-provider-name",
+                "is not a JFrog name",
             ),
             (
                 Options {
                     jfrog_project_key: Some("../x".into()),
                     ..ok.clone()
                 },
-                "not a JFrog name",
+                "--jfrog-project-key",
+                "is not a JFrog name",
             ),
         ] {
-            let e = Jfrog::new(&options, Arc::default())
-                .err()
-                .unwrap()
-                .to_string();
-            assert!(e.contains(needle), "{e}");
+            let e = Jfrog::new(&options, Arc::default()).err().unwrap();
+            assert_eq!(e.kind(), crate::base::error::Kind::Config, "{e}");
+            assert_eq!(e.fact(Fact::Flag), Some(flag), "{e}");
+            assert!(
+                e.fact(Fact::Problem).is_some_and(|p| p.contains(problem)),
+                "{e}"
+            );
         }
     }
 

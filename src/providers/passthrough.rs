@@ -62,7 +62,7 @@ impl Guarded for Passthrough {
     /// Sends nothing anywhere: the registry is the only upstream.
     fn new(options: &Options, _net: Arc<net::Settings>) -> Result<Self> {
         if options.passthrough_username.is_empty() {
-            return Err(Error::config("--passthrough-username is empty")
+            return Err(Error::flag("--passthrough-username", "is empty")
                 .fix("set a non-empty username; registries log it"));
         }
         Ok(Passthrough {

@@ -341,10 +341,10 @@ fn endpoint(options: &Options) -> Result<String> {
     })?;
     let url = http::endpoint_override("--token-exchange-url", url)?;
     if url.contains('@') {
-        return Err(Error::config(format!(
-            "--token-exchange-url {} carries user information",
-            quote(&url)
-        ))
+        return Err(Error::flag(
+            "--token-exchange-url",
+            format!("{} carries user information", quote(&url)),
+        )
         .fix("remove the user:password@ part; client credentials go in --token-exchange-client-id and --token-exchange-client-secret-file"));
     }
     Ok(url)
@@ -355,7 +355,7 @@ fn token_type(flag: &str, value: &str) -> Result<String> {
     let v = value.trim();
     if v.is_empty() || !v.contains(':') || v.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(
-            Error::config(format!("{flag} {} is not a token type URI", quote(value)))
+            Error::flag(flag, format!("{} is not a token type URI", quote(value)))
                 .fix("write a token type URI such as urn:ietf:params:oauth:token-type:jwt"),
         );
     }
@@ -370,10 +370,10 @@ fn plain(flag: &str, values: &[String]) -> Result<Vec<String>> {
         .map(|v| {
             let v = v.trim();
             if v.is_empty() || v.chars().any(char::is_control) {
-                Err(Error::config(format!(
-                    "{flag} {} is empty or has control characters",
-                    quote(v)
-                ))
+                Err(Error::flag(
+                    flag,
+                    format!("{} is empty or has control characters", quote(v)),
+                )
                 .fix(format!("give {flag} a non-empty value or leave it out")))
             } else {
                 Ok(v.to_string())
@@ -388,10 +388,10 @@ fn resources(values: &[String]) -> Result<Vec<String>> {
     for r in &resources {
         // RFC 8693 §2.1: "an absolute URI ... MUST NOT include a fragment".
         if !r.contains("://") || r.contains('#') {
-            return Err(Error::config(format!(
-                "--token-exchange-resource {} is not an absolute URI without a fragment",
-                quote(r)
-            ))
+            return Err(Error::flag(
+                "--token-exchange-resource",
+                format!("{} is not an absolute URI without a fragment", quote(r)),
+            )
             .fix("write the resource as https://host/path (RFC 8693 §2.1), or use --token-exchange-audience for a logical name"));
         }
     }
@@ -417,8 +417,11 @@ fn username(options: &Options) -> Result<Username> {
                 .fix("pass --token-exchange-username NAME (what the registry expects with the issued token), or --token-exchange-username-field FIELD to read it from the token server's answer"));
             }
             (Some(name), None) => Username::Fixed(check_username(name).map_err(|why| {
-                Error::config(format!("--token-exchange-username {} {why}", quote(name)))
-                    .fix("write the registry account name the issued token belongs to")
+                Error::flag(
+                    "--token-exchange-username",
+                    format!("{} {why}", quote(name)),
+                )
+                .fix("write the registry account name the issued token belongs to")
             })?),
             (None, Some(field)) => {
                 let ok = !field.is_empty()
@@ -427,10 +430,10 @@ fn username(options: &Options) -> Result<Username> {
                         .bytes()
                         .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-' || c == b'.');
                 if !ok {
-                    return Err(Error::config(format!(
-                        "--token-exchange-username-field {} is not a field name",
-                        quote(field)
-                    ))
+                    return Err(Error::flag(
+                        "--token-exchange-username-field",
+                        format!("{} is not a field name", quote(field)),
+                    )
                     .fix("name a top-level field of the answer, such as username"));
                 }
                 Username::Field(field.to_string())
@@ -448,13 +451,14 @@ fn client(options: &Options) -> Result<Client> {
         ) {
             (None, None) => Client::None,
             (None, Some(_)) => {
-                return Err(Error::config(
-                    "--token-exchange-client-secret-file is set without --token-exchange-client-id",
+                return Err(Error::flag(
+                    "--token-exchange-client-secret-file",
+                    "is set without --token-exchange-client-id",
                 )
                 .fix("pass the client ID the secret belongs to with --token-exchange-client-id"));
             }
             (Some(""), _) => {
-                return Err(Error::config("--token-exchange-client-id is empty")
+                return Err(Error::flag("--token-exchange-client-id", "is empty")
                 .fix("pass the OAuth client ID registered at the token server, or leave the flag out"));
             }
             (Some(id), None) => Client::Public(id.to_string()),
@@ -477,18 +481,19 @@ fn client(options: &Options) -> Result<Client> {
                     crate::base::log::warning!("{warning}");
                 }
                 let text = String::from_utf8(bytes).map_err(|_| {
-                    Error::config(format!(
-                        "--token-exchange-client-secret-file {shown} is not UTF-8 text"
-                    ))
+                    Error::flag(
+                        "--token-exchange-client-secret-file",
+                        format!("{shown} is not UTF-8 text"),
+                    )
                     .fix("write only the client secret in the file")
                 })?;
                 let secret = text.trim_end_matches(['\r', '\n']);
                 if secret.is_empty() || secret.contains(['\r', '\n']) {
-                    return Err(Error::config(format!(
-                    "--token-exchange-client-secret-file {} is empty or holds more than one line",
-                    path.display()
-                ))
-                .fix("write only the client secret in the file"));
+                    return Err(Error::flag(
+                        "--token-exchange-client-secret-file",
+                        format!("{} is empty or holds more than one line", path.display()),
+                    )
+                    .fix("write only the client secret in the file"));
                 }
                 Client::Basic {
                     id: id.to_string(),
@@ -691,6 +696,7 @@ pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::error::Fact;
     use crate::net::http::reply;
     use crate::providers::{Exchanger, allowlist::Allowlisted};
     use crate::request::image::ImageRef;
@@ -747,6 +753,30 @@ mod tests {
             .contains("--token-exchange-url is not set")
         );
         assert!(err(options("ftp://sts.example.com")).contains("not an http(s) URL"));
+        // The flag and its problem, as facts.
+        let facts = |o: Options| {
+            let e = TokenExchange::new(&o, Arc::default()).err().unwrap();
+            assert_eq!(e.kind(), crate::base::error::Kind::Config, "{e}");
+            (
+                e.fact(Fact::Flag).map(str::to_string),
+                e.fact(Fact::Problem).map(str::to_string),
+            )
+        };
+        let (flag, problem) = facts(Options {
+            token_exchange_username: None,
+            token_exchange_username_field: Some("user name".into()),
+            ..options("https://a")
+        });
+        assert_eq!(flag.as_deref(), Some("--token-exchange-username-field"));
+        assert_eq!(
+            problem.as_deref(),
+            Some("\"user name\" is not a field name")
+        );
+        let (flag, _) = facts(Options {
+            token_exchange_resource: vec!["registry".into()],
+            ..options("https://a")
+        });
+        assert_eq!(flag.as_deref(), Some("--token-exchange-resource"));
         assert!(err(options("https://u:p@sts.example.com/token")).contains("user information"));
         assert!(
             err(Options {

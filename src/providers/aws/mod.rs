@@ -284,7 +284,7 @@ impl Aws {
         let net: &'a net::Settings = &self.net;
         let registry = &ecr.registry;
         if self.role_annotations.is_empty() {
-            return Err(Error::config("--aws-role-arn-annotation lists no annotation key")
+            return Err(Error::flag("--aws-role-arn-annotation", "lists no annotation key")
                 .fix("pass --aws-role-arn-annotation KEY (or leave it unset for eks.amazonaws.com/ecr-role-arn, eks.amazonaws.com/role-arn)"));
         }
         let (key, role) = identity::role_from_annotations(

@@ -93,7 +93,7 @@ impl Binding {
         };
         let sni = parse_sni(sni.trim())?;
         let Some(address) = options.azure_identity_binding_address.as_deref() else {
-            return Err(Error::config("--azure-identity-binding-sni needs --azure-identity-binding-address")
+            return Err(Error::flag("--azure-identity-binding-sni", "needs --azure-identity-binding-address")
                 .fix("pass the API server's address (AgentBaker passes $API_SERVER_NAME as --ib-apiserver-ip)"));
         };
         let (host, port) = parse_address(address.trim())?;

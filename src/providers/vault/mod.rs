@@ -281,7 +281,7 @@ impl Guarded for Vault {
             let value = value.trim();
             if value.is_empty() || value.len() > 128 || value.chars().any(char::is_control) {
                 return Err(
-                    Error::config(format!("{flag} {} is not a field name", quote(value)))
+                    Error::flag(flag, format!("{} is not a field name", quote(value)))
                         .fix("name the secret's field, e.g. username"),
                 );
             }
