@@ -620,6 +620,13 @@ fn the_audit_log_says_who_pulled_what_with_which_identity() {
     assert_eq!(lines[1]["cache"], "from the on-disk cache");
     assert_eq!(lines[2]["error_kind"], "upstream");
     assert!(lines[2]["fix"].as_str().unwrap().len() > 10, "{}", lines[2]);
+    assert_eq!(lines[2]["error_facts"]["service"], "the token server");
+    assert!(
+        lines[2]["error_facts"]["status"].is_string(),
+        "{}",
+        lines[2]
+    );
+    assert!(lines[0].get("error_facts").is_none());
     let t = token();
     let issued = sts.issued();
     for secret in std::iter::once(&t).chain(issued.iter()) {

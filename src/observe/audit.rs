@@ -73,6 +73,14 @@ pub(crate) fn line(record: &Record, now: i64) -> Value {
         put("error", Some(json!(what)));
         put("fix", fix.clone().map(Value::from));
     }
+    if !record.error_facts.is_empty() {
+        let facts: Map<String, Value> = record
+            .error_facts
+            .iter()
+            .map(|(name, value)| (name.to_string(), json!(value)))
+            .collect();
+        put("error_facts", Some(Value::Object(facts)));
+    }
     Value::Object(fields)
 }
 
@@ -125,7 +133,6 @@ pub(crate) fn parse(text: &str) -> Vec<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::base::error::Kind;
     use crate::observe::{Identity, Outcome};
     use std::os::unix::fs::PermissionsExt;
     use std::time::Instant;
@@ -176,13 +183,20 @@ mod tests {
     #[test]
     fn failures_carry_kind_message_and_fix() {
         let mut r = record();
-        r.outcome = Some(Outcome::Error(Kind::Upstream));
-        r.error = Some(("STS refused".into(), Some("trust the issuer".into())));
+        r.failed(
+            &crate::base::error::Error::upstream("STS refused")
+                .fix("trust the issuer")
+                .answered("AWS STS", 403, b"<Error/>"),
+        );
         let l = line(&r, 0);
         assert_eq!(l["outcome"], "error");
         assert_eq!(l["error_kind"], "upstream");
         assert_eq!(l["error"], "STS refused");
         assert_eq!(l["fix"], "trust the issuer");
+        assert_eq!(l["error_facts"]["service"], "AWS STS");
+        assert_eq!(l["error_facts"]["status"], "403");
+        assert_eq!(l["error_facts"]["body_shape"], "8 bytes, HTML or XML");
+        assert!(line(&record(), 0).get("error_facts").is_none());
     }
 
     #[test]

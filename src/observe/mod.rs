@@ -255,6 +255,8 @@ pub(crate) struct Record {
     pub(crate) outcome: Option<Outcome>,
     /// What failed and the fix, already redacted.
     pub(crate) error: Option<(String, Option<String>)>,
+    /// The failure's facts ([`crate::base::error::Fact`]), by name, redacted.
+    pub(crate) error_facts: Vec<(&'static str, String)>,
 }
 
 impl Record {
@@ -274,6 +276,7 @@ impl Record {
             cache_stats: None,
             outcome: None,
             error: None,
+            error_facts: Vec::new(),
         }
     }
 
@@ -285,6 +288,11 @@ impl Record {
             crate::base::redact::redact(error.what()),
             error.remedy().map(crate::base::redact::redact),
         ));
+        self.error_facts = error
+            .facts()
+            .iter()
+            .map(|(fact, value)| (fact.name(), crate::base::redact::redact(value)))
+            .collect();
     }
 
     /// The `provider` label: the provider routed to, else the one chosen
