@@ -533,18 +533,17 @@ fn entra_garbage_is_refused_without_echoing_it() {
 #[test]
 fn acr_refusals_and_garbage_are_reported() {
     let image = format!("{REGISTRY}/team/app");
-    let cases: Vec<(Vec<Response>, Vec<&str>)> = vec![
+    // The script, the status ACR's refusal is recorded with (a fact, not
+    // words), and the words the message and its fix must carry.
+    let cases: Vec<(Vec<Response>, Option<&str>, Vec<&str>)> = vec![
         (
             vec![acr_error(
                 401,
                 "UNAUTHORIZED",
                 "authentication required, visit https://aka.ms/acr/authorization for more information.",
             )],
-            vec![
-                "HTTP 401",
-                "UNAUTHORIZED: authentication required",
-                "AcrPull",
-            ],
+            Some("401"),
+            vec!["UNAUTHORIZED: authentication required", "AcrPull"],
         ),
         (
             vec![acr_error(
@@ -552,15 +551,18 @@ fn acr_refusals_and_garbage_are_reported() {
                 "DENIED",
                 "client with IP '10.0.0.1' is not allowed access.",
             )],
-            vec!["HTTP 403", "DENIED", "network rules"],
+            Some("403"),
+            vec!["DENIED", "network rules"],
         ),
         (
             vec![Response::text(404, "404 page not found")],
-            vec!["HTTP 404", "no /oauth2/exchange"],
+            Some("404"),
+            vec!["no /oauth2/exchange"],
         ),
         (
             (0..4).map(|_| Response::text(503, "busy")).collect(),
-            vec!["HTTP 503", "failed on its side"],
+            Some("503"),
+            vec!["failed on its side"],
         ),
         (
             (0..4)
@@ -569,17 +571,20 @@ fn acr_refusals_and_garbage_are_reported() {
                         .with_header("Retry-After", "0")
                 })
                 .collect(),
-            vec!["HTTP 429", "throttling"],
+            Some("429"),
+            vec!["throttling"],
         ),
         (
             vec![
                 Response::text(200, "{\"refresh_token\":")
                     .with_header("Content-Type", "application/json"),
             ],
+            Some("200"),
             vec!["with no refresh token", "not JSON"],
         ),
         (
             vec![Response::json(200, json!({"access_token": "x"}))],
+            Some("200"),
             vec!["with no refresh token"],
         ),
         (
@@ -587,20 +592,34 @@ fn acr_refusals_and_garbage_are_reported() {
                 200,
                 json!({"refresh_token": "opaque-refresh-token-value"}),
             )],
+            None,
             vec!["not a JWT with an exp claim"],
         ),
     ];
-    for (script, expect) in cases {
+    for (script, status, expect) in cases {
         let (entra, acr) = fakes(REGISTRY);
         acr.script(script);
         let token = sa_token();
-        let out = exec(&flags(&entra, &acr), &[], &image, &token, IDENTITY);
-        let line = out.failure();
+        let mut args = flags(&entra, &acr);
+        args.extend(["--log-format".to_string(), "json".to_string()]);
+        let out = exec(&args, &[], &image, &token, IDENTITY);
+        let line = out.failure_json();
+        assert_eq!(line["kind"], "upstream", "{line}");
+        match status {
+            Some(status) => {
+                let service = line["facts"]["service"].as_str().unwrap_or_default();
+                assert!(service.starts_with("ACR"), "{line}");
+                assert_eq!(line["facts"]["status"], status, "{line}");
+                assert!(line["facts"]["body_shape"].is_string(), "{line}");
+            }
+            None => assert!(line.get("facts").is_none(), "{line}"),
+        }
+        let words = format!("{} {}", line["message"], line["fix"]);
         for e in &expect {
-            assert!(line.contains(e), "missing {e:?} in: {line}");
+            assert!(words.contains(e), "missing {e:?} in: {line}");
         }
         assert!(
-            line.contains(&format!("refresh token for {REGISTRY}")) || line.contains("ACR at"),
+            words.contains(&format!("refresh token for {REGISTRY}")) || words.contains("ACR at"),
             "{line}"
         );
         let mut secrets = all_secrets(&token, &entra, &acr);

@@ -150,6 +150,24 @@ impl Run {
     }
 }
 
+impl Run {
+    /// Asserts failure, as [`Run::failure`], of a run with `--log-format
+    /// json`: returns the one error line as JSON, whose `kind` and `facts`
+    /// say what failed without the message's words.
+    pub fn failure_json(&self) -> Value {
+        assert_ne!(self.code, Some(0), "plugin succeeded unexpectedly");
+        assert!(self.stdout.is_empty(), "stdout must be empty on failure");
+        let errors: Vec<Value> = self
+            .stderr
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).expect(l))
+            .filter(|l| l["level"] == "error")
+            .collect();
+        assert_eq!(errors.len(), 1, "expected one error line: {}", self.stderr);
+        errors.into_iter().next().unwrap()
+    }
+}
+
 /// A CredentialProviderRequest as the kubelet encodes it.
 pub fn request(image: &str, token: Option<&str>, annotations: &[(&str, &str)]) -> String {
     let mut r = json!({
