@@ -614,7 +614,11 @@ fn acr_refusals_and_garbage_are_reported() {
             }
             None => assert!(line.get("facts").is_none(), "{line}"),
         }
-        let words = format!("{} {}", line["message"], line["fix"]);
+        let words = format!(
+            "{} {}",
+            line["message"].as_str().unwrap_or_default(),
+            line["fix"].as_str().unwrap_or_default()
+        );
         for e in &expect {
             assert!(words.contains(e), "missing {e:?} in: {line}");
         }

@@ -111,14 +111,12 @@ fn no_token_on_stderr_at_info_or_debug() {
 fn refusals_name_cloudsmith_the_status_and_the_fix() {
     let fake = fake();
     let token = token();
-    let run = || {
-        invoke(
-            &args(&fake, REGISTRY, ORG),
-            IMAGE,
-            &token,
-            &[(OURS, SERVICE)],
-        )
-    };
+    let json = [
+        args(&fake, REGISTRY, ORG),
+        vec!["--log-format".into(), "json".into()],
+    ]
+    .concat();
+    let run = || invoke(&json, IMAGE, &token, &[(OURS, SERVICE)]);
     ts::assert_failures(
         &fake,
         run,
@@ -128,9 +126,10 @@ fn refusals_name_cloudsmith_the_status_and_the_fix() {
                     401,
                     "OIDC token cannot be authenticated.",
                 )],
+                "401",
                 vec![
                     "Cloudsmith refused the token exchange",
-                    "HTTP 401: \"OIDC token cannot be authenticated.\"",
+                    "\"OIDC token cannot be authenticated.\"",
                     "organisation acme has an OpenID Connect provider with URL https://oidc.cluster.test",
                 ],
             ),
@@ -139,7 +138,8 @@ fn refusals_name_cloudsmith_the_status_and_the_fix() {
                     403,
                     "You do not have permission to perform this action.",
                 )],
-                vec!["HTTP 403", "service account puller-x1"],
+                "403",
+                vec!["service account puller-x1"],
             ),
             (
                 vec![
@@ -149,18 +149,20 @@ fn refusals_name_cloudsmith_the_status_and_the_fix() {
                     )
                     .with_header("Retry-After", "120"),
                 ],
-                vec!["HTTP 429", "asking to retry after 2m0s"],
+                "429",
+                vec!["asking to retry after 2m0s"],
             ),
             (
                 vec![Response::text(500, "Server Error (500)"); 4],
+                "500",
                 vec![
                     "Cloudsmith failed the token exchange",
-                    "HTTP 500 (",
                     "throttling or unavailable",
                 ],
             ),
             (
                 vec![Response::text(201, "{\"token\"")],
+                "201",
                 vec![
                     "with a body that is not a JSON token response",
                     "--cloudsmith-url",

@@ -154,7 +154,12 @@ fn no_token_on_stderr_at_info_or_debug() {
 fn refusals_name_jfrog_the_status_and_the_fix() {
     let fake = fake(None);
     let token = token();
-    let run = || invoke(&args(&fake, REGISTRY, &[]), IMAGE, &token, &[]);
+    let json = [
+        args(&fake, REGISTRY, &[]),
+        vec!["--log-format".into(), "json".into()],
+    ]
+    .concat();
+    let run = || invoke(&json, IMAGE, &token, &[]);
     ts::assert_failures(
         &fake,
         run,
@@ -165,9 +170,10 @@ fn refusals_name_jfrog_the_status_and_the_fix() {
                     "UNAUTHORIZED",
                     "Failed to validate the OIDC token",
                 )],
+                "401",
                 vec![
                     "JFrog refused the token exchange",
-                    "HTTP 401 UNAUTHORIZED",
+                    "UNAUTHORIZED",
                     "\"k8s-prod\"",
                     "system:serviceaccount:team:app",
                 ],
@@ -178,25 +184,29 @@ fn refusals_name_jfrog_the_status_and_the_fix() {
                     "FORBIDDEN",
                     "No identity mapping matched the token claims",
                 )],
-                vec!["HTTP 403 FORBIDDEN", "No identity mapping matched"],
+                "403",
+                vec!["FORBIDDEN", "No identity mapping matched"],
             ),
             (
                 vec![
                     jfrog::error(429, "TOO_MANY_REQUESTS", "Rate limit exceeded")
                         .with_header("Retry-After", "120"),
                 ],
-                vec!["HTTP 429", "asking to retry after 2m0s"],
+                "429",
+                vec!["asking to retry after 2m0s"],
             ),
             (
                 vec![jfrog::error(500, "INTERNAL_ERROR", "x"); 4],
+                "500",
                 vec![
                     "JFrog failed the token exchange",
-                    "HTTP 500 INTERNAL_ERROR",
+                    "INTERNAL_ERROR",
                     "throttling or unavailable",
                 ],
             ),
             (
                 vec![Response::text(200, "{\"access_token\":")],
+                "200",
                 vec![
                     "with a body that is not a JSON token response",
                     "--jfrog-url",

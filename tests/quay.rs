@@ -101,41 +101,51 @@ fn no_token_on_stderr_at_info_or_debug() {
 fn refusals_name_quay_the_status_and_the_fix() {
     let fake = fake();
     let token = token();
-    let run = || invoke(&args(&fake, REGISTRY), IMAGE, &token, &[(OURS, ROBOT)]);
+    let json = [
+        args(&fake, REGISTRY),
+        vec!["--log-format".into(), "json".into()],
+    ]
+    .concat();
+    let run = || invoke(&json, IMAGE, &token, &[(OURS, ROBOT)]);
     ts::assert_failures(
         &fake,
         run,
         vec![
             (
                 vec![quay::error(401, "Invalid robot")],
+                "401",
                 vec![
                     "Quay refused the token exchange",
-                    "HTTP 401: \"Invalid robot\"",
+                    "\"Invalid robot\"",
                     "subject system:serviceaccount:team:app",
                 ],
             ),
             (
                 vec![quay::error(403, "Robot federation is not enabled")],
-                vec!["HTTP 403", "Robot federation is not enabled"],
+                "403",
+                vec!["Robot federation is not enabled"],
             ),
             (
                 vec![Response::text(429, "Too Many Requests").with_header("Retry-After", "120")],
-                vec!["HTTP 429", "asking to retry after 2m0s"],
+                "429",
+                vec!["asking to retry after 2m0s"],
             ),
             (
                 vec![Response::text(500, "<html>Internal Server Error</html>"); 4],
+                "500",
                 vec![
                     "Quay failed the token exchange",
-                    "HTTP 500 (",
                     "throttling or unavailable",
                 ],
             ),
             (
                 vec![Response::json(200, serde_json::json!({"robot": ROBOT}))],
+                "200",
                 vec!["with no token", "--quay-url"],
             ),
             (
                 vec![Response::text(200, "{\"token\":")],
+                "200",
                 vec!["with a body that is not a JSON token response"],
             ),
         ],

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::base::deadline::Deadline;
-use crate::base::error::{Error, Result};
+use crate::base::error::{Error, Fact, Result};
 use crate::observe::Endpoint;
 
 /// Longest an upstream may take to accept a connection.
@@ -480,13 +480,18 @@ fn retry_after_beyond_deadline(
     } else {
         crate::base::duration::format_go(asked)
     };
-    Error::upstream(format!(
+    let error = Error::upstream(format!(
         "{call} answered{} asking to retry after {asked}, beyond the {} left of the {} deadline",
         status.map(|s| format!(" HTTP {s}")).unwrap_or_default(),
         crate::base::duration::format_go(deadline.remaining()),
         crate::base::duration::format_go(deadline.budget()),
     ))
     .fix("the service is throttling or unavailable; the kubelet asks again on the next pull (a longer --timeout, up to 59s, lets the plugin wait)")
+    .with(Fact::Service, call);
+    match status {
+        Some(status) => error.with(Fact::Status, status.to_string()),
+        None => error,
+    }
 }
 
 /// The certificate problem behind a failed connection, if that is what it
@@ -670,7 +675,6 @@ pub fn endpoint_host(url: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::base::error::Fact;
 
     #[test]
     fn backoff_is_bounded_and_honours_retry_after() {

@@ -292,20 +292,30 @@ pub fn assert_quiet_at_every_level(
     response
 }
 
-/// For each case, scripts the fake's answers, runs `run`, and checks the
-/// one error line for every needle and for no secret.
+/// For each case, scripts the fake's answers, runs `run` (which passes
+/// `--log-format json`), and checks the one error line: an upstream
+/// failure recorded with the HTTP `status` the case names (a fact, not
+/// words), its message and fix holding every needle, and no secret.
 pub fn assert_failures(
     fake: &FakeService,
     run: impl Fn() -> Run,
-    cases: Vec<(Vec<Response>, Vec<&str>)>,
+    cases: Vec<(Vec<Response>, &str, Vec<&str>)>,
     secrets: &[&str],
 ) {
-    for (responses, needles) in cases {
+    for (responses, status, needles) in cases {
         fake.script(responses);
         let out = run();
-        let line = out.failure();
+        let line = out.failure_json();
+        assert_eq!(line["kind"], "upstream", "{line}");
+        assert_eq!(line["facts"]["status"], status, "{line}");
+        assert!(line["facts"]["service"].is_string(), "{line}");
+        let words = format!(
+            "{} {}",
+            line["message"].as_str().unwrap_or_default(),
+            line["fix"].as_str().unwrap_or_default()
+        );
         for needle in &needles {
-            assert!(line.contains(needle), "{needles:?}: {line}");
+            assert!(words.contains(needle), "{needles:?}: {line}");
         }
         let issued = fake.issued();
         let mut all: Vec<&str> = secrets.to_vec();
