@@ -349,12 +349,14 @@ fn entra_refusals_carry_the_aadsts_code_and_the_remedy() {
     let mut disabled = App::trusting("team", "puller");
     disabled.enabled = false;
     let other_audience = TokenSpec::new("team", "puller", "api://SomethingElse").mint();
-    // (the app Entra knows, the token, extra flags, annotations, expected texts)
+    // (the app Entra knows, the token, extra flags, annotations, the HTTP
+    // status recorded as a fact when the case pins it, expected texts)
     type Case<'a> = (
         App,
         String,
         Vec<&'a str>,
         Vec<(&'a str, &'a str)>,
+        Option<&'a str>,
         Vec<&'a str>,
     );
     let cases: Vec<Case> = vec![
@@ -364,8 +366,8 @@ fn entra_refusals_carry_the_aadsts_code_and_the_remedy() {
             sa_token(),
             vec![],
             IDENTITY.to_vec(),
+            Some("400"),
             vec![
-                "HTTP 400",
                 "invalid_client",
                 "AADSTS700213",
                 "'system:serviceaccount:team:puller'",
@@ -381,6 +383,7 @@ fn entra_refusals_carry_the_aadsts_code_and_the_remedy() {
             other_audience,
             vec!["--audience", "api://SomethingElse"],
             IDENTITY.to_vec(),
+            None,
             vec!["AADSTS700212", "matching this token's audience"],
         ),
         // Wrong tenant.
@@ -392,6 +395,7 @@ fn entra_refusals_carry_the_aadsts_code_and_the_remedy() {
                 (WI_CLIENT, CLIENT_ID),
                 (WI_TENANT, "fabrikam.onmicrosoft.com"),
             ],
+            None,
             vec!["AADSTS90002", "is not known to"],
         ),
         // Unknown client.
@@ -403,6 +407,7 @@ fn entra_refusals_carry_the_aadsts_code_and_the_remedy() {
                 (WI_CLIENT, "0f0f0f0f-0000-4000-8000-000000000000"),
                 (WI_TENANT, TENANT),
             ],
+            None,
             vec![
                 "unauthorized_client",
                 "AADSTS700016",
@@ -415,6 +420,7 @@ fn entra_refusals_carry_the_aadsts_code_and_the_remedy() {
             sa_token(),
             vec![],
             IDENTITY.to_vec(),
+            None,
             vec!["AADSTS7000112", "is disabled"],
         ),
         // A token the cluster did not sign: 401 from Entra.
@@ -423,16 +429,30 @@ fn entra_refusals_carry_the_aadsts_code_and_the_remedy() {
             TokenSpec::new("team", "puller", azure::AUDIENCE).mint_with_wrong_key(),
             vec![],
             IDENTITY.to_vec(),
-            vec!["HTTP 401", "AADSTS700027", "JWKS"],
+            Some("401"),
+            vec!["AADSTS700027", "JWKS"],
         ),
     ];
-    for (app, token, extra, annotations, expect) in cases {
+    for (app, token, extra, annotations, status, expect) in cases {
         let entra = FakeEntra::start(app);
         let acr = FakeAcr::start(REGISTRY, &entra);
         let mut args = flags(&entra, &acr);
         args.extend(extra.iter().map(|s| s.to_string()));
+        args.extend(["--log-format".to_string(), "json".to_string()]);
         let out = exec(&args, &[], &image, &token, &annotations);
-        let line = out.failure();
+        let json = out.failure_json();
+        assert_eq!(json["kind"], "upstream", "{json}");
+        assert_eq!(json["facts"]["service"], "Entra ID", "{json}");
+        let recorded = json["facts"]["status"].as_str().unwrap_or_default();
+        assert!(recorded.starts_with('4'), "{json}");
+        if let Some(status) = status {
+            assert_eq!(recorded, status, "{json}");
+        }
+        let line = format!(
+            "{} {}",
+            json["message"].as_str().unwrap_or_default(),
+            json["fix"].as_str().unwrap_or_default()
+        );
         for e in &expect {
             assert!(line.contains(e), "missing {e:?} in: {line}");
         }
