@@ -729,26 +729,37 @@ fn cache_duration_follows_the_earliest_expiry() {
 fn sts_refusals_fail_with_the_code_and_a_fix() {
     let google = FakeGoogle::start(Pool::Federation { allowed: vec![] });
     let aud = Pool::Federation { allowed: vec![] }.audience();
+    let json = |mut args: Vec<String>| {
+        args.extend(["--log-format".to_string(), "json".to_string()]);
+        args
+    };
+    // Who refused and how, as facts; the code and the fix, as words.
+    let refused = |line: &Value, status: &str| {
+        assert_eq!(line["kind"], "upstream", "{line}");
+        assert_eq!(line["facts"]["service"], "Google STS", "{line}");
+        assert_eq!(line["facts"]["status"], status, "{line}");
+        (
+            line["message"].as_str().unwrap_or_default().to_string(),
+            line["fix"].as_str().unwrap_or_default().to_string(),
+        )
+    };
 
     // A token the provider cannot verify.
     let forged = TokenSpec::new("team", "puller", &aud).mint_with_wrong_key();
-    let out = exec(&google.args(), &request(IMAGE, Some(&forged), &[]));
-    let line = out.failure();
+    let out = exec(&json(google.args()), &request(IMAGE, Some(&forged), &[]));
+    let line = out.failure_json();
+    let (message, fix) = refused(&line, "400");
+    assert_eq!(line["service_account"], "team/puller", "{line}");
+    assert_eq!(line["registry"], "us-docker.pkg.dev", "{line}");
     assert!(
-        line.contains(
-            "provider gcp, service account team/puller, registry us-docker.pkg.dev failed"
-        ),
+        message.contains("invalid_grant: \"Invalid JWT signature.\""),
         "{line}"
     );
     assert!(
-        line.contains("HTTP 400 invalid_grant: \"Invalid JWT signature.\""),
+        fix.starts_with("the pool provider did not accept the token"),
         "{line}"
     );
-    assert!(
-        line.contains("fix: the pool provider did not accept the token"),
-        "{line}"
-    );
-    assert!(line.contains("https://oidc.cluster.test"), "{line}");
+    assert!(fix.contains("https://oidc.cluster.test"), "{line}");
     assert!(!out.stderr.contains(&forged));
     assert_eq!(google.sts.request_count(), 1, "a refusal is not retried");
 
@@ -759,10 +770,11 @@ fn sts_refusals_fail_with_the_code_and_a_fix() {
     let at = args.iter().position(|a| a == PROVIDER).unwrap();
     args[at] = other.into();
     let t = TokenSpec::new("team", "puller", &format!("//iam.googleapis.com/{other}")).mint();
-    let line = exec(&args, &request(IMAGE, Some(&t), &[])).failure();
-    assert!(line.contains("HTTP 400 invalid_target"), "{line}");
+    let line = exec(&json(args), &request(IMAGE, Some(&t), &[])).failure_json();
+    let (message, fix) = refused(&line, "400");
+    assert!(message.contains("invalid_target"), "{line}");
     assert!(
-        line.contains("fix: no enabled pool provider has this name"),
+        fix.starts_with("no enabled pool provider has this name"),
         "{line}"
     );
 }
