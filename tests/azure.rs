@@ -12,7 +12,7 @@ use support::azure::{
     acr_error,
 };
 use support::http_server::{Response, TestServer};
-use support::plugin::{Run, request, run};
+use support::plugin::{self, Run, request, run};
 use support::token::TokenSpec;
 
 const REGISTRY: &str = "contoso.azurecr.io";
@@ -448,11 +448,7 @@ fn entra_refusals_carry_the_aadsts_code_and_the_remedy() {
         if let Some(status) = status {
             assert_eq!(recorded, status, "{json}");
         }
-        let line = format!(
-            "{} {}",
-            json["message"].as_str().unwrap_or_default(),
-            json["fix"].as_str().unwrap_or_default()
-        );
+        let line = plugin::words(&json);
         for e in &expect {
             assert!(line.contains(e), "missing {e:?} in: {line}");
         }
@@ -634,11 +630,7 @@ fn acr_refusals_and_garbage_are_reported() {
             }
             None => assert!(line.get("facts").is_none(), "{line}"),
         }
-        let words = format!(
-            "{} {}",
-            line["message"].as_str().unwrap_or_default(),
-            line["fix"].as_str().unwrap_or_default()
-        );
+        let words = plugin::words(&line);
         for e in &expect {
             assert!(words.contains(e), "missing {e:?} in: {line}");
         }

@@ -168,6 +168,16 @@ impl Run {
     }
 }
 
+/// The words of a JSON error line ([`Run::failure_json`]): its message and
+/// its fix, for the needles a test still matches on.
+pub fn words(line: &Value) -> String {
+    format!(
+        "{} {}",
+        line["message"].as_str().unwrap_or_default(),
+        line["fix"].as_str().unwrap_or_default()
+    )
+}
+
 /// A CredentialProviderRequest as the kubelet encodes it.
 pub fn request(image: &str, token: Option<&str>, annotations: &[(&str, &str)]) -> String {
     let mut r = json!({

@@ -309,11 +309,7 @@ pub fn assert_failures(
         assert_eq!(line["kind"], "upstream", "{line}");
         assert_eq!(line["facts"]["status"], status, "{line}");
         assert!(line["facts"]["service"].is_string(), "{line}");
-        let words = format!(
-            "{} {}",
-            line["message"].as_str().unwrap_or_default(),
-            line["fix"].as_str().unwrap_or_default()
-        );
+        let words = plugin::words(&line);
         for needle in &needles {
             assert!(words.contains(needle), "{needles:?}: {line}");
         }
