@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 use support::containerd::Containerd;
 use support::http_server::{Request, Response, TestServer};
-use support::plugin::{Run, request, run};
+use support::plugin::{self, Run, request, run};
 use support::registry::{Registry, TokenPost};
 use support::token::{self, TokenSpec};
 use wi_credential_provider::internal::duration::format_unix;
@@ -796,9 +796,14 @@ fn transient_failures_are_retried_then_reported() {
     for _ in 0..4 {
         google.script_sts(google_error(500, "INTERNAL", "Internal error encountered."));
     }
-    let line = exec(&google.args(), &req).failure();
+    let mut json = google.args();
+    json.extend(["--log-format".to_string(), "json".to_string()]);
+    let refusal = exec(&json, &req).failure_json();
+    assert_eq!(refusal["facts"]["service"], "Google STS", "{refusal}");
+    assert_eq!(refusal["facts"]["status"], "500", "{refusal}");
+    let line = plugin::words(&refusal);
     assert!(
-        line.contains("HTTP 500 INTERNAL: \"Internal error encountered.\""),
+        line.contains("INTERNAL: \"Internal error encountered.\""),
         "{line}"
     );
     assert!(line.contains("throttling or unavailable"), "{line}");
@@ -861,17 +866,28 @@ fn impersonation_refusals_name_the_binding_to_add() {
     let pool = Pool::Federation { allowed: vec![] };
     let google = FakeGoogle::start(pool.clone());
     let t = TokenSpec::new("team", "puller", &pool.audience()).mint();
-    let out = exec(
-        &google.args(),
-        &request(IMAGE, Some(&t), &[(ANNOTATION, GSA)]),
+    let mut json = google.args();
+    json.extend(["--log-format".to_string(), "json".to_string()]);
+    let out = exec(&json, &request(IMAGE, Some(&t), &[(ANNOTATION, GSA)]));
+    let refusal = out.failure_json();
+    assert_eq!(refusal["kind"], "upstream", "{refusal}");
+    assert_eq!(
+        refusal["facts"]["service"], "Google IAM Credentials",
+        "{refusal}"
     );
-    let line = out.failure();
-    assert!(line.contains(&format!(
-        "IAM Credentials refused to impersonate {GSA}: HTTP 403 PERMISSION_DENIED: \"Permission 'iam.serviceAccounts.getAccessToken' denied on resource (or it may not exist).\""
-    )), "{line}");
+    assert_eq!(refusal["facts"]["status"], "403", "{refusal}");
+    let line = plugin::words(&refusal);
+    assert!(
+        line.contains(&format!("IAM Credentials refused to impersonate {GSA}")),
+        "{line}"
+    );
+    assert!(
+        line.contains("PERMISSION_DENIED: \"Permission 'iam.serviceAccounts.getAccessToken' denied on resource (or it may not exist).\""),
+        "{line}"
+    );
     // The fix names the exact member the fake's policy needs.
     let member = pool.principal("team", "puller");
-    assert!(line.contains(&format!(
+    assert!(refusal["fix"].as_str().unwrap_or_default().contains(&format!(
         "gcloud iam service-accounts add-iam-policy-binding {GSA} --role roles/iam.workloadIdentityUser --member '{member}'"
     )), "{line}");
     assert_eq!(google.iam.request_count(), 1, "403 is not retried");
@@ -887,10 +903,12 @@ fn impersonation_refusals_name_the_binding_to_add() {
     .response();
 
     // Above an hour, the default organization policy refuses the lifetime.
-    let mut args = google.args();
+    let mut args = json.clone();
     args.extend(["--gcp-token-lifetime".into(), "2h".into()]);
-    let line = exec(&args, &request(IMAGE, Some(&t), &[(ANNOTATION, GSA)])).failure();
-    assert!(line.contains("HTTP 400 INVALID_ARGUMENT"), "{line}");
+    let refusal = exec(&args, &request(IMAGE, Some(&t), &[(ANNOTATION, GSA)])).failure_json();
+    assert_eq!(refusal["facts"]["status"], "400", "{refusal}");
+    let line = plugin::words(&refusal);
+    assert!(line.contains("INVALID_ARGUMENT"), "{line}");
     assert!(
         line.contains("allowServiceAccountCredentialLifetimeExtension"),
         "{line}"
