@@ -7,7 +7,7 @@ use crate::support;
 
 use serde_json::json;
 use support::http_server::Response;
-use support::plugin::{Run, request, run};
+use support::plugin::{self, Run, request, run};
 use support::token::TokenSpec;
 use support::vault::{FakeVault, Method, Role};
 
@@ -297,11 +297,37 @@ fn blank_and_control_character_annotations_never_reach_vault() {
     assert!(vault.requests().is_empty(), "{:?}", vault.requests());
 }
 
+/// As [`failure`], with `--log-format json`: the error line's JSON, after
+/// checking that Vault's refusal is recorded with `status` (a fact, not
+/// words).
+fn refusal(
+    vault: &FakeVault,
+    extra: &[&str],
+    annotations: &[(&str, &str)],
+    status: &str,
+) -> String {
+    let token = token();
+    let mut extra = extra.to_vec();
+    extra.extend(["--log-format", "json"]);
+    let out = invoke(vault, &extra, &token, annotations);
+    let line = out.failure_json();
+    assert_quiet(&out, vault, &token);
+    assert_eq!(line["service_account"], "team/puller", "{line}");
+    assert_eq!(line["kind"], "upstream", "{line}");
+    assert_eq!(line["facts"]["service"], "Vault", "{line}");
+    assert_eq!(line["facts"]["status"], status, "{line}");
+    plugin::words(&line)
+}
+
 #[test]
 fn unknown_role() {
     let vault = kubernetes_vault();
-    let line = failure(&vault, &[], &[(ROLE_KEY, "nope"), (SECRET_KEY, "team/app")]);
-    assert!(line.contains("HTTP 400"), "{line}");
+    let line = refusal(
+        &vault,
+        &[],
+        &[(ROLE_KEY, "nope"), (SECRET_KEY, "team/app")],
+        "400",
+    );
     assert!(line.contains(r#"invalid role name \"nope\""#), "{line}");
     assert!(
         line.contains("vault write auth/kubernetes/role/nope"),
@@ -325,12 +351,12 @@ fn role_not_bound_to_this_service_account() {
         "other",
         Role::new("team", "someone-else", &["registry-team"]),
     );
-    let line = failure(
+    let line = refusal(
         &vault,
         &[],
         &[(ROLE_KEY, "other"), (SECRET_KEY, "team/app")],
+        "403",
     );
-    assert!(line.contains("HTTP 403"), "{line}");
     assert!(
         line.contains("service account name not authorized"),
         "{line}"
@@ -375,12 +401,12 @@ fn policy_does_not_grant_the_path() {
         "registry/other/app",
         json!({"username": "u", "password": PASSWORD}),
     );
-    let line = failure(
+    let line = refusal(
         &vault,
         &[],
         &[(ROLE_KEY, "puller"), (SECRET_KEY, "other/app")],
+        "403",
     );
-    assert!(line.contains("HTTP 403"), "{line}");
     assert!(line.contains("permission denied"), "{line}");
     assert!(
         line.contains(r#"path "secret/data/registry/other/app""#),
@@ -392,12 +418,12 @@ fn policy_does_not_grant_the_path() {
 #[test]
 fn missing_secret_and_missing_field() {
     let vault = kubernetes_vault();
-    let line = failure(
+    let line = refusal(
         &vault,
         &[],
         &[(ROLE_KEY, "puller"), (SECRET_KEY, "team/none")],
+        "404",
     );
-    assert!(line.contains("HTTP 404"), "{line}");
     assert!(
         line.contains("no secret at secret/data/registry/team/none"),
         "{line}"

@@ -603,7 +603,9 @@ impl Vault {
             s if http::is_retryable_status(s) => UNAVAILABLE_FIX.to_string(),
             _ => "check --vault-kv-mount and --vault-kv-version".to_string(),
         };
-        Err(Error::upstream(what).fix(fix))
+        Err(Error::upstream(what)
+            .fix(fix)
+            .answered("Vault", reply.status, &reply.body))
     }
 }
 
