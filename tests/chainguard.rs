@@ -5,7 +5,7 @@ use crate::support;
 
 use support::chainguard::{AUDIENCE, FakeChainguard, IDENTITY, OTHER_IDENTITY, grpc_error};
 use support::http_server::{Response, TestServer};
-use support::plugin::{Run, request, run};
+use support::plugin::{self, Run, request, run};
 use support::token::TokenSpec;
 
 const IMAGE: &str = "cgr.dev/example.com/app:latest";
@@ -211,23 +211,34 @@ fn refusals_and_faults_name_the_code_and_a_fix() {
     let a = args(&cg, &[]);
     let t = token("puller");
     let req = request(IMAGE, Some(&t), &[(OURS, IDENTITY)]);
+    // Chainguard's refusal, with `status` as a fact; its words.
+    let json = [a.clone(), vec!["--log-format".into(), "json".into()]].concat();
+    let refused = |run: Run, status: &str| -> (Run, String) {
+        let line = run.failure_json();
+        assert_eq!(line["kind"], "upstream", "{line}");
+        assert_eq!(line["facts"]["service"], "Chainguard's STS", "{line}");
+        assert_eq!(line["facts"]["status"], status, "{line}");
+        (run, plugin::words(&line))
+    };
     // Unknown identity.
     let unknown = "0123456789abcdef0123456789abcdef01234567/0000000000000000";
-    let line = exec(&a, &request(IMAGE, Some(&t), &[(OURS, unknown)])).failure();
-    assert!(
-        line.contains("HTTP 404 NOT_FOUND: \"identity not found\""),
-        "{line}"
+    let (_, line) = refused(
+        exec(&json, &request(IMAGE, Some(&t), &[(OURS, unknown)])),
+        "404",
     );
+    assert!(line.contains("NOT_FOUND: \"identity not found\""), "{line}");
     assert!(line.contains("chainctl iam identities list"), "{line}");
     // A token with the wrong audience: Chainguard's 401.
     let wrong_aud = TokenSpec::new("team", "puller", "cgr.dev").mint();
-    let out = exec(
-        &[a.clone(), vec!["--audience".into(), "cgr.dev".into()]].concat(),
-        &request(IMAGE, Some(&wrong_aud), &[(OURS, IDENTITY)]),
+    let (out, line) = refused(
+        exec(
+            &[json.clone(), vec!["--audience".into(), "cgr.dev".into()]].concat(),
+            &request(IMAGE, Some(&wrong_aud), &[(OURS, IDENTITY)]),
+        ),
+        "401",
     );
-    let line = out.failure();
     assert!(
-        line.contains("HTTP 401 UNAUTHENTICATED: \"unable to verify token: InvalidAudience\""),
+        line.contains("UNAUTHENTICATED: \"unable to verify token: InvalidAudience\""),
         "{line}"
     );
     assert_no_secrets(&out, &[wrong_aud]);
@@ -239,9 +250,9 @@ fn refusals_and_faults_name_the_code_and_a_fix() {
     // 500 on every attempt.
     let before = cg.server.request_count();
     cg.script((0..4).map(|_| grpc_error(500, 13, "internal error")));
-    let line = exec(&a, &req).failure();
+    let (_, line) = refused(exec(&json, &req), "500");
     assert!(line.contains("failed the exchange for identity"), "{line}");
-    assert!(line.contains("HTTP 500 INTERNAL"), "{line}");
+    assert!(line.contains("INTERNAL"), "{line}");
     assert!(line.contains("throttling or unavailable"), "{line}");
     assert_eq!(cg.server.request_count() - before, 4);
     // Malformed JSON, no token, an expired token.
