@@ -6,7 +6,7 @@
 use crate::support;
 
 use support::http_server::{Response, TestServer};
-use support::plugin::{Run, request, run};
+use support::plugin::{self, Run, request, run};
 use support::sts::{ACCESS_TOKEN, Expect, FakeSts, oauth_error};
 use support::token::TokenSpec;
 
@@ -186,12 +186,22 @@ fn refusals_and_faults_name_the_code_and_a_fix() {
     let a = args(&sts, &["--token-exchange-username", "robot"]);
     let t = token();
     let req = request(IMAGE, Some(&t), &[]);
+    // The server's refusal, with `status` as a fact; its words.
+    let json = [a.clone(), vec!["--log-format".into(), "json".into()]].concat();
+    let refused = |request: &str, status: &str| -> String {
+        let line = exec(&json, request).failure_json();
+        assert_eq!(line["kind"], "upstream", "{line}");
+        assert_eq!(line["facts"]["status"], status, "{line}");
+        assert!(line["facts"]["service"].is_string(), "{line}");
+        plugin::words(&line)
+    };
 
     // A token the server does not trust (another subject).
     let other = TokenSpec::new("team", "other", AUDIENCE).mint();
-    let line = exec(&a, &request(IMAGE, Some(&other), &[])).failure();
+    let line = refused(&request(IMAGE, Some(&other), &[]), "400");
     assert!(
-        line.contains("refused the token exchange for team/other: HTTP 400 invalid_grant"),
+        line.contains("refused the token exchange for team/other: ")
+            && line.contains("invalid_grant"),
         "{line}"
     );
     assert!(line.contains("https://oidc.cluster.test"), "{line}");
@@ -212,8 +222,8 @@ fn refusals_and_faults_name_the_code_and_a_fix() {
         "invalid_request",
         "subject_token: audience not accepted",
     )]);
-    let line = exec(&a, &req).failure();
-    assert!(line.contains("HTTP 400 invalid_request"), "{line}");
+    let line = refused(&req, "400");
+    assert!(line.contains("invalid_request"), "{line}");
     assert!(line.contains("refused the service account token"), "{line}");
     assert!(!line.contains("is its token endpoint"), "{line}");
     sts.script([oauth_error(
@@ -237,15 +247,15 @@ fn refusals_and_faults_name_the_code_and_a_fix() {
     sts.script([
         oauth_error(429, "slow_down", "Too many requests.").with_header("Retry-After", "3600")
     ]);
-    let line = exec(&a, &req).failure();
-    assert!(line.contains("429"), "{line}");
+    let line = refused(&req, "429");
+    assert!(line.contains("asking to retry after"), "{line}");
     assert_eq!(sts.server.request_count() - before, 1);
     // 500 on every attempt.
     let before = sts.server.request_count();
     sts.script((0..4).map(|_| Response::text(500, "<html>upstream connect error</html>")));
-    let line = exec(&a, &req).failure();
+    let line = refused(&req, "500");
     assert!(
-        line.contains("failed the token exchange for team/puller: HTTP 500 with"),
+        line.contains("failed the token exchange for team/puller: "),
         "{line}"
     );
     assert!(line.contains("throttling or unavailable"), "{line}");
