@@ -163,6 +163,7 @@ impl Node {
         let health = Health::start(healthy);
         let node = Node { dir, health };
         node.set_health_port();
+        std::fs::create_dir(node.dir.path().join("tmp")).unwrap();
         let fake = node.dir.path().join("fakebin");
         std::fs::create_dir(&fake).unwrap();
         let log = node.dir.path().join("systemctl.log");
@@ -181,6 +182,20 @@ impl Node {
 
     fn root(&self) -> PathBuf {
         self.dir.path().join("root")
+    }
+
+    /// Clears `cmd`'s environment but for PATH (our fake systemctl first)
+    /// and TMPDIR: the node's own, so that what a killed run leaves in its
+    /// temporary directory goes when the node does.
+    fn environment<'c>(&self, cmd: &'c mut Command) -> &'c mut Command {
+        let path = format!(
+            "{}:{}",
+            self.dir.path().join("fakebin").display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        cmd.env_clear()
+            .env("PATH", path)
+            .env("TMPDIR", self.dir.path().join("tmp"))
     }
 
     fn path(&self, p: &str) -> PathBuf {
@@ -218,13 +233,8 @@ impl Node {
     }
 
     fn run(&self, args: &[&str]) -> Output {
-        let path = format!(
-            "{}:{}",
-            self.dir.path().join("fakebin").display(),
-            std::env::var("PATH").unwrap_or_default()
-        );
         let mut cmd = Command::new(support::plugin::bin());
-        cmd.env_clear().env("PATH", path).arg("node").args(args);
+        self.environment(&mut cmd).arg("node").args(args);
         let sub = args[0];
         cmd.arg("--root").arg(self.root());
         if !args.contains(&"--proc") {
@@ -1313,19 +1323,13 @@ fn without_systemd_a_tenants_kubelet_is_never_trusted() {
 /// `node ARGS` under strace, killed with SIGKILL at the `n`th call that
 /// changes the file system (rename, link, unlink, mkdir, fsync).
 fn run_killed_at(node: &Node, args: &[&str], n: u32) -> Output {
-    let path = format!(
-        "{}:{}",
-        node.dir.path().join("fakebin").display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
     let mut cmd = Command::new("strace");
-    cmd.args(["-o", "/dev/null", "-e"])
+    node.environment(&mut cmd)
+        .args(["-o", "/dev/null", "-e"])
         .arg(format!(
             "inject=rename,renameat,renameat2,symlinkat,unlinkat,mkdirat,fsync:signal=KILL:when={n}"
         ))
         .arg(support::plugin::bin())
-        .env_clear()
-        .env("PATH", path)
         .arg("node")
         .args(args)
         .arg("--root")
