@@ -24,7 +24,7 @@ use support::http_server::{Request, Response, TestServer};
 use support::moto::Moto;
 use support::plugin::{Run, request, run};
 use support::registry::Registry;
-use support::token::{ISSUER, TokenSpec, now};
+use support::token::{ISSUER, TokenSpec, now, rfc3339};
 
 const ROLE_ANNOTATION: &str = "eks.amazonaws.com/role-arn";
 const ECR_ROLE_ANNOTATION: &str = "eks.amazonaws.com/ecr-role-arn";
@@ -124,6 +124,57 @@ fn sts_success(
     Response::text(200, body).with_header("Content-Type", "text/xml")
 }
 
+/// A fake STS that issues hour-long credentials for `role` to the session
+/// `team.puller`, whatever it is asked.
+fn sts_issuing(role: &'static str) -> TestServer {
+    TestServer::start(move |_req| {
+        sts_success(
+            STS_AKID,
+            STS_SECRET,
+            STS_SESSION_TOKEN,
+            now() + 3600,
+            role,
+            "team.puller",
+        )
+    })
+}
+
+/// An ECR (or ECR Public) answer in the AWS JSON 1.1 protocol.
+fn ecr_answer(status: u16, body: Value) -> Response {
+    Response::json(status, body).with_header("Content-Type", "application/x-amz-json-1.1")
+}
+
+/// ECR's GetAuthorizationToken answer: `AWS:password`, valid 12 hours.
+fn ecr_token(password: &str, proxy_endpoint: &str) -> Response {
+    ecr_answer(
+        200,
+        json!({"authorizationData": [{
+            "authorizationToken": b64(&format!("AWS:{password}")),
+            "expiresAt": now() + 12 * 3600,
+            "proxyEndpoint": proxy_endpoint,
+        }]}),
+    )
+}
+
+/// Runs the plugin for `image` with the STS and one ECR endpoint (`ecr_var`
+/// names which) pointed at fakes, `role` in the role annotation.
+fn through(
+    sts: &TestServer,
+    ecr_var: &str,
+    ecr: &TestServer,
+    image: &str,
+    token: &str,
+    role: &str,
+) -> Run {
+    plugin(
+        &[],
+        &[("AWS_ENDPOINT_URL_STS", &sts.url()), (ecr_var, &ecr.url())],
+        image,
+        token,
+        &[(ROLE_ANNOTATION, role)],
+    )
+}
+
 /// An STS error answer: `<ErrorResponse><Error><Type/><Code/><Message/></Error>...`.
 fn sts_error(status: u16, code: &str, message: &str) -> Response {
     let body = format!(
@@ -141,28 +192,7 @@ fn sts_error(status: u16, code: &str, message: &str) -> Response {
 
 /// A JSON 1.1 error answer, as ECR and ECR Public send them.
 fn json_error(status: u16, code: &str, message: &str) -> Response {
-    Response::json(status, json!({"__type": code, "message": message}))
-        .with_header("Content-Type", "application/x-amz-json-1.1")
-}
-
-fn rfc3339(secs: i64) -> String {
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    ecr_answer(status, json!({"__type": code, "message": message}))
 }
 
 /// Asserts `req` is exactly the unsigned AssumeRoleWithWebIdentity call.
@@ -479,15 +509,10 @@ fn sts_request_carries_role_session_token_and_duration() {
         )
     });
     let ecr = TestServer::start(move |_req| {
-        Response::json(
-            200,
-            json!({"authorizationData": [{
-                "authorizationToken": b64("AWS:password-from-ecr"),
-                "expiresAt": now() + 12 * 3600,
-                "proxyEndpoint": "https://123456789012.dkr.ecr.us-east-1.amazonaws.com",
-            }]}),
+        ecr_token(
+            "password-from-ecr",
+            "https://123456789012.dkr.ecr.us-east-1.amazonaws.com",
         )
-        .with_header("Content-Type", "application/x-amz-json-1.1")
     });
     let token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
     let host = "123456789012.dkr.ecr.us-east-1.amazonaws.com";
@@ -549,15 +574,13 @@ fn long_service_account_names_become_a_cut_session_name_with_a_hash() {
     let ecr = TestServer::start(|_req| json_error(400, "AccessDeniedException", "stop here"));
     let name = "a-very-long-service-account-name-for-the-batch-ingestion-pipeline";
     let token = TokenSpec::new("data-platform-production", name, STS_AUDIENCE).mint();
-    let run = plugin(
-        &[],
-        &[
-            ("AWS_ENDPOINT_URL_STS", &sts.url()),
-            ("AWS_ENDPOINT_URL_ECR", &ecr.url()),
-        ],
+    let run = through(
+        &sts,
+        "AWS_ENDPOINT_URL_ECR",
+        &ecr,
         "123456789012.dkr.ecr.us-east-1.amazonaws.com/app",
         &token,
-        &[(ROLE_ANNOTATION, role)],
+        role,
     );
     run.failure();
     let session = sts.requests()[0].form()["RoleSessionName"].clone();
@@ -727,16 +750,7 @@ fn sts_that_never_answers_hits_the_deadline() {
 #[test]
 fn ecr_access_denied_names_the_role_and_the_permissions() {
     let role = "arn:aws:iam::123456789012:role/pull";
-    let sts = TestServer::start(move |_req| {
-        sts_success(
-            STS_AKID,
-            STS_SECRET,
-            STS_SESSION_TOKEN,
-            now() + 3600,
-            role,
-            "team.puller",
-        )
-    });
+    let sts = sts_issuing(role);
     let ecr = TestServer::start(|_req| {
         json_error(
             400,
@@ -745,15 +759,13 @@ fn ecr_access_denied_names_the_role_and_the_permissions() {
         )
     });
     let token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
-    let run = plugin(
-        &[],
-        &[
-            ("AWS_ENDPOINT_URL_STS", &sts.url()),
-            ("AWS_ENDPOINT_URL_ECR", &ecr.url()),
-        ],
+    let run = through(
+        &sts,
+        "AWS_ENDPOINT_URL_ECR",
+        &ecr,
         "123456789012.dkr.ecr.us-east-1.amazonaws.com/app",
         &token,
-        &[(ROLE_ANNOTATION, role)],
+        role,
     );
     let line = run.failure();
     assert_eq!(ecr.request_count(), 1, "AccessDenied is not retried");
@@ -778,37 +790,25 @@ fn ecr_access_denied_names_the_role_and_the_permissions() {
 #[test]
 fn ecr_public_uses_ecr_public_in_us_east_1() {
     let role = "arn:aws:iam::123456789012:role/pull";
-    let sts = TestServer::start(move |_req| {
-        sts_success(
-            STS_AKID,
-            STS_SECRET,
-            STS_SESSION_TOKEN,
-            now() + 3600,
-            role,
-            "team.puller",
-        )
-    });
+    let sts = sts_issuing(role);
     let public = TestServer::start(|_req| {
-        Response::json(
+        ecr_answer(
             200,
             json!({"authorizationData": {
                 "authorizationToken": b64("AWS:public-password"),
                 "expiresAt": now() + 12 * 3600,
             }}),
         )
-        .with_header("Content-Type", "application/x-amz-json-1.1")
     });
     let token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
     for host in ["public.ecr.aws", "ecr-public.aws.com"] {
-        let run = plugin(
-            &[],
-            &[
-                ("AWS_ENDPOINT_URL_STS", &sts.url()),
-                ("AWS_ENDPOINT_URL_ECR_PUBLIC", &public.url()),
-            ],
+        let run = through(
+            &sts,
+            "AWS_ENDPOINT_URL_ECR_PUBLIC",
+            &public,
             &format!("{host}/team/app"),
             &token,
-            &[(ROLE_ANNOTATION, role)],
+            role,
         );
         let response = run.response();
         assert_eq!(auth_entry(&response, host), ("AWS", "public-password"));
@@ -839,16 +839,7 @@ fn ecr_public_uses_ecr_public_in_us_east_1() {
 #[test]
 fn ecr_public_access_denied_names_the_bearer_token_permission() {
     let role = "arn:aws:iam::123456789012:role/pull";
-    let sts = TestServer::start(move |_req| {
-        sts_success(
-            STS_AKID,
-            STS_SECRET,
-            STS_SESSION_TOKEN,
-            now() + 3600,
-            role,
-            "team.puller",
-        )
-    });
+    let sts = sts_issuing(role);
     let public = TestServer::start(|_req| {
         json_error(
             400,
@@ -857,15 +848,13 @@ fn ecr_public_access_denied_names_the_bearer_token_permission() {
         )
     });
     let token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
-    let line = plugin(
-        &[],
-        &[
-            ("AWS_ENDPOINT_URL_STS", &sts.url()),
-            ("AWS_ENDPOINT_URL_ECR_PUBLIC", &public.url()),
-        ],
+    let line = through(
+        &sts,
+        "AWS_ENDPOINT_URL_ECR_PUBLIC",
+        &public,
         "public.ecr.aws/team/app",
         &token,
-        &[(ROLE_ANNOTATION, role)],
+        role,
     )
     .failure();
     assert!(
@@ -877,30 +866,21 @@ fn ecr_public_access_denied_names_the_bearer_token_permission() {
 #[test]
 fn ecr_answering_garbage_is_an_error_not_a_credential() {
     let role = "arn:aws:iam::123456789012:role/pull";
-    let sts = TestServer::start(move |_req| {
-        sts_success(
-            STS_AKID,
-            STS_SECRET,
-            STS_SESSION_TOKEN,
-            now() + 3600,
-            role,
-            "team.puller",
+    let sts = sts_issuing(role);
+    let ecr = TestServer::start(|_req| {
+        ecr_answer(
+            200,
+            json!({"authorizationData": [{"authorizationToken": b64("no-separator-here"), "expiresAt": now() + 3600}]}),
         )
     });
-    let ecr = TestServer::start(|_req| {
-        Response::json(200, json!({"authorizationData": [{"authorizationToken": b64("no-separator-here"), "expiresAt": now() + 3600}]}))
-            .with_header("Content-Type", "application/x-amz-json-1.1")
-    });
     let token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
-    let line = plugin(
-        &[],
-        &[
-            ("AWS_ENDPOINT_URL_STS", &sts.url()),
-            ("AWS_ENDPOINT_URL_ECR", &ecr.url()),
-        ],
+    let line = through(
+        &sts,
+        "AWS_ENDPOINT_URL_ECR",
+        &ecr,
         "123456789012.dkr.ecr.us-east-1.amazonaws.com/app",
         &token,
-        &[(ROLE_ANNOTATION, role)],
+        role,
     )
     .failure();
     assert!(
@@ -914,15 +894,13 @@ fn ecr_answering_garbage_is_an_error_not_a_credential() {
         Response::text(200, "<html><body>Please log in</body></html>")
             .with_header("Content-Type", "text/html")
     });
-    let line = plugin(
-        &[],
-        &[
-            ("AWS_ENDPOINT_URL_STS", &sts.url()),
-            ("AWS_ENDPOINT_URL_ECR", &portal.url()),
-        ],
+    let line = through(
+        &sts,
+        "AWS_ENDPOINT_URL_ECR",
+        &portal,
         "123456789012.dkr.ecr.us-east-1.amazonaws.com/app",
         &token,
-        &[(ROLE_ANNOTATION, role)],
+        role,
     )
     .failure();
     assert!(
@@ -1189,8 +1167,10 @@ fn pod_identity_credentials_sign_the_ecr_call() {
         }),
     );
     let ecr = TestServer::start(|_req| {
-        Response::json(200, json!({"authorizationData": [{"authorizationToken": b64("AWS:from-pod-identity"), "expiresAt": now() + 12 * 3600}]}))
-            .with_header("Content-Type", "application/x-amz-json-1.1")
+        ecr_answer(
+            200,
+            json!({"authorizationData": [{"authorizationToken": b64("AWS:from-pod-identity"), "expiresAt": now() + 12 * 3600}]}),
+        )
     });
     let host = "123456789012.dkr.ecr.eu-central-1.amazonaws.com";
     let run = plugin(
@@ -1583,26 +1563,12 @@ fn an_endless_sts_reply_is_cut_at_the_bound_with_bounded_memory() {
 #[test]
 fn an_ecr_pull_through_cache_serves_docker_io_keyed_by_docker_io() {
     let role = "arn:aws:iam::123456789012:role/pull";
-    let sts = TestServer::start(move |_req| {
-        sts_success(
-            STS_AKID,
-            STS_SECRET,
-            STS_SESSION_TOKEN,
-            now() + 3600,
-            role,
-            "team.puller",
-        )
-    });
+    let sts = sts_issuing(role);
     let ecr = TestServer::start(|_req| {
-        Response::json(
-            200,
-            json!({"authorizationData": [{
-                "authorizationToken": b64("AWS:cache-password"),
-                "expiresAt": now() + 12 * 3600,
-                "proxyEndpoint": "https://123456789012.dkr.ecr.us-west-2.amazonaws.com",
-            }]}),
+        ecr_token(
+            "cache-password",
+            "https://123456789012.dkr.ecr.us-west-2.amazonaws.com",
         )
-        .with_header("Content-Type", "application/x-amz-json-1.1")
     });
     let token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
     let mirror = "docker.io=123456789012.dkr.ecr.us-west-2.amazonaws.com/docker-hub";

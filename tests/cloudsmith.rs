@@ -266,44 +266,24 @@ fn annotations_never_move_the_token() {
 
 #[test]
 fn missing_settings_fail_with_the_flag_to_set() {
-    let token = token();
-    for (args, needle) in [
-        (
-            vec!["--provider", "cloudsmith", "--registry", REGISTRY],
-            "--cloudsmith-org is not set",
-        ),
-        (
-            vec![
-                "--provider",
-                "cloudsmith",
-                "--registry",
-                REGISTRY,
+    let stdin = support::plugin::request(IMAGE, Some(&token()), &[(OURS, SERVICE)]);
+    support::plugin::assert_flag_refusals(
+        &["--provider", "cloudsmith", "--registry", REGISTRY],
+        stdin.as_bytes(),
+        &[
+            (&[], "--cloudsmith-org", "is not set"),
+            (
+                &["--cloudsmith-org", "../x"],
                 "--cloudsmith-org",
-                "../x",
-            ],
-            "not a Cloudsmith organisation slug",
-        ),
-        (
-            vec![
-                "--provider",
-                "cloudsmith",
-                "--registry",
-                REGISTRY,
-                "--cloudsmith-org",
-                "acme",
+                "not a Cloudsmith organisation slug",
+            ),
+            (
+                &["--cloudsmith-org", "acme", "--cloudsmith-url", "http://u@h"],
                 "--cloudsmith-url",
-                "http://u@h",
-            ],
-            "holds user information",
-        ),
-    ] {
-        let out = support::plugin::run(
-            &args,
-            &[],
-            support::plugin::request(IMAGE, Some(&token), &[(OURS, SERVICE)]).as_bytes(),
-        );
-        assert!(out.failure().contains(needle), "{}", out.stderr);
-    }
+                "holds user information",
+            ),
+        ],
+    );
 }
 
 #[test]

@@ -300,51 +300,29 @@ fn annotations_never_move_the_token() {
 
 #[test]
 fn missing_settings_fail_with_the_flag_to_set() {
-    let token = token();
-    for (args, needle) in [
-        (
-            vec![
-                "--provider",
-                "jfrog",
-                "--registry",
-                REGISTRY,
+    let stdin = support::plugin::request(IMAGE, Some(&token()), &[]);
+    support::plugin::assert_flag_refusals(
+        &["--provider", "jfrog", "--registry", REGISTRY],
+        stdin.as_bytes(),
+        &[
+            (&["--jfrog-provider-name", "x"], "--jfrog-url", "is not set"),
+            (
+                &["--jfrog-url", "https://example.jfrog.io"],
                 "--jfrog-provider-name",
-                "x",
-            ],
-            "--jfrog-url is not set",
-        ),
-        (
-            vec![
-                "--provider",
-                "jfrog",
-                "--registry",
-                REGISTRY,
+                "is not set",
+            ),
+            (
+                &[
+                    "--jfrog-url",
+                    "https://u:p@example.jfrog.io",
+                    "--jfrog-provider-name",
+                    "x",
+                ],
                 "--jfrog-url",
-                "https://example.jfrog.io",
-            ],
-            "--jfrog-provider-name is not set",
-        ),
-        (
-            vec![
-                "--provider",
-                "jfrog",
-                "--registry",
-                REGISTRY,
-                "--jfrog-url",
-                "https://u:p@example.jfrog.io",
-                "--jfrog-provider-name",
-                "x",
-            ],
-            "holds user information",
-        ),
-    ] {
-        let out = support::plugin::run(
-            &args,
-            &[],
-            support::plugin::request(IMAGE, Some(&token), &[]).as_bytes(),
-        );
-        assert!(out.failure().contains(needle), "{}", out.stderr);
-    }
+                "holds user information",
+            ),
+        ],
+    );
 }
 
 #[test]

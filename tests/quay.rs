@@ -237,44 +237,24 @@ fn annotations_never_move_the_token() {
 
 #[test]
 fn missing_settings_fail_with_the_flag_to_set() {
-    let token = token();
-    for (args, needle) in [
-        (
-            vec!["--provider", "quay", "--registry", REGISTRY],
-            "no --quay-organization is set",
-        ),
-        (
-            vec![
-                "--provider",
-                "quay",
-                "--registry",
-                REGISTRY,
+    let stdin = support::plugin::request(IMAGE, Some(&token()), &[(OURS, ROBOT)]);
+    support::plugin::assert_flag_refusals(
+        &["--provider", "quay", "--registry", REGISTRY],
+        stdin.as_bytes(),
+        &[
+            (&[], "--quay-organization", "is not set"),
+            (
+                &["--quay-organization", "Acme"],
                 "--quay-organization",
-                "Acme",
-            ],
-            "not a Quay organisation name",
-        ),
-        (
-            vec![
-                "--provider",
-                "quay",
-                "--registry",
-                REGISTRY,
-                "--quay-organization",
-                "acme",
+                "not a Quay organisation name",
+            ),
+            (
+                &["--quay-organization", "acme", "--quay-url", "quay.io"],
                 "--quay-url",
-                "quay.io",
-            ],
-            "not an http(s) URL",
-        ),
-    ] {
-        let out = support::plugin::run(
-            &args,
-            &[],
-            support::plugin::request(IMAGE, Some(&token), &[(OURS, ROBOT)]).as_bytes(),
-        );
-        assert!(out.failure().contains(needle), "{}", out.stderr);
-    }
+                "not an http(s) URL",
+            ),
+        ],
+    );
 }
 
 #[test]

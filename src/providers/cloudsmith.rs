@@ -106,11 +106,14 @@ impl Guarded for Cloudsmith {
                     .fix("pass --cloudsmith-org (WICP_CLOUDSMITH_ORG) with the organisation's slug")
             })?;
         if !SLUG.matches(org) {
-            return Err(Error::config(format!(
-                "--cloudsmith-org {} is not a Cloudsmith organisation slug ({})",
-                quote(org),
-                SLUG.form
-            ))
+            return Err(Error::flag(
+                "--cloudsmith-org",
+                format!(
+                    "{} is not a Cloudsmith organisation slug ({})",
+                    quote(org),
+                    SLUG.form
+                ),
+            )
             .fix("write the slug as it appears in cloudsmith.io/orgs/<slug>/"));
         }
         Ok(Cloudsmith {

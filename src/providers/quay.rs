@@ -121,17 +121,20 @@ impl Guarded for Quay {
         for org in &options.quay_organization {
             let org = org.trim();
             if !ORGANISATION.matches(org) {
-                return Err(Error::config(format!(
-                    "--quay-organization {} is not a Quay organisation name ({})",
-                    quote(org),
-                    ORGANISATION.form
-                ))
+                return Err(Error::flag(
+                    "--quay-organization",
+                    format!(
+                        "{} is not a Quay organisation name ({})",
+                        quote(org),
+                        ORGANISATION.form
+                    ),
+                )
                 .fix("write the organisation as Quay shows it, e.g. acme"));
             }
             organisations.insert(org.to_string());
         }
         if organisations.is_empty() {
-            return Err(Error::config("no --quay-organization is set, so no robot may be used")
+            return Err(Error::flag("--quay-organization", "is not set, so no robot may be used")
                 .fix("pass --quay-organization ORG (WICP_QUAY_ORGANIZATION) for each organisation whose robots service accounts may name"));
         }
         Ok(Quay {

@@ -82,7 +82,7 @@ impl Containerd {
     /// With containerd's log, if it is not installed, exits, or does not answer in time: a
     /// runtime that cannot run here fails the test, it never skips it.
     pub fn start() -> Self {
-        require_tools(&["containerd", "ctr"]);
+        super::require_tools("containerd", INSTALL_HINT, &["containerd", "ctr"]);
         // Under /tmp, not $TMPDIR: a unix socket path must fit in 108 bytes.
         let dir = tempfile::Builder::new()
             .prefix("wicp-containerd-")
@@ -305,19 +305,4 @@ fn output_text(out: &Output) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
-}
-
-/// Panics with an install hint unless every tool is on `PATH`.
-fn require_tools(tools: &[&str]) {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let missing: Vec<&str> = tools
-        .iter()
-        .copied()
-        .filter(|tool| !std::env::split_paths(&path).any(|dir| dir.join(tool).is_file()))
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "containerd tests need {} on PATH; {INSTALL_HINT}",
-        missing.join(", ")
-    );
 }

@@ -22,3 +22,19 @@ pub mod token_service;
 pub mod vault;
 pub mod windows;
 pub mod zot;
+
+/// Panics with `hint` unless every tool is on `PATH`: a missing tool fails
+/// the `what` tests loudly, never skips them.
+pub fn require_tools(what: &str, hint: &str, tools: &[&str]) {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let missing: Vec<&str> = tools
+        .iter()
+        .copied()
+        .filter(|tool| !std::env::split_paths(&path).any(|dir| dir.join(tool).is_file()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{what} tests need {} on PATH; {hint}",
+        missing.join(", ")
+    );
+}

@@ -168,6 +168,23 @@ impl Run {
     }
 }
 
+/// For each case (extra flags, the flag at fault, words of its problem),
+/// runs the plugin with `base`, the case's flags and `--log-format json` on
+/// `stdin`, and checks the refusal by its facts: a config error whose
+/// `flag` is the one at fault and whose `problem` holds the words.
+pub fn assert_flag_refusals(base: &[&str], stdin: &[u8], cases: &[(&[&str], &str, &str)]) {
+    for (flags, flag, problem) in cases {
+        let mut args = base.to_vec();
+        args.extend_from_slice(flags);
+        args.extend_from_slice(&["--log-format", "json"]);
+        let line = run(&args, &[], stdin).failure_json();
+        assert_eq!(line["kind"], "config", "{flags:?}: {line}");
+        assert_eq!(line["facts"]["flag"], *flag, "{flags:?}: {line}");
+        let said = line["facts"]["problem"].as_str().unwrap_or_default();
+        assert!(said.contains(problem), "{flags:?}: {line}");
+    }
+}
+
 /// The words of a JSON error line ([`Run::failure_json`]): its message and
 /// its fix, for the needles a test still matches on.
 pub fn words(line: &Value) -> String {

@@ -28,7 +28,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -37,6 +37,7 @@ use sha2::{Digest, Sha256};
 use tempfile::TempDir;
 
 use super::http_server::{Request, Response, TestServer};
+use super::token::{now, rfc3339};
 
 const TOKEN_KEY_PEM: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -96,7 +97,7 @@ impl Registry {
         post: TokenPost,
         accept: impl Fn(&str, &str) -> bool + Send + Sync + 'static,
     ) -> Self {
-        require_tools(&["docker-registry", "skopeo"]);
+        super::require_tools("registry", INSTALL_HINT, &["docker-registry", "skopeo"]);
         let dir = tempdir();
         let admin_password = random_secret();
         let token = TokenService::start(admin_password.clone(), post, accept);
@@ -122,7 +123,7 @@ impl Registry {
     /// tokens with [`Registry::sign_token`]; `push_user`/`push_password` are the credentials it
     /// grants push to, for [`Registry::push_test_image`].
     pub fn start_with_token_realm(realm: &str, push_user: &str, push_password: &str) -> Self {
-        require_tools(&["docker-registry", "skopeo"]);
+        super::require_tools("registry", INSTALL_HINT, &["docker-registry", "skopeo"]);
         let dir = tempdir();
         let auth = json!({
             "token": {
@@ -153,7 +154,11 @@ impl Registry {
     /// Starts a registry with Basic auth for exactly one bcrypt htpasswd account, which also has
     /// push rights.
     pub fn start_with_htpasswd(user: &str, password: &str) -> Self {
-        require_tools(&["docker-registry", "skopeo", "htpasswd"]);
+        super::require_tools(
+            "registry",
+            INSTALL_HINT,
+            &["docker-registry", "skopeo", "htpasswd"],
+        );
         let dir = tempdir();
         // distribution accepts only bcrypt entries, hence `-B`.
         let output = Command::new("htpasswd")
@@ -492,7 +497,7 @@ impl TokenService {
                             "access_token": token,
                             "scope": scope,
                             "expires_in": TOKEN_LIFETIME_SECS,
-                            "issued_at": rfc3339_utc(now_secs()),
+                            "issued_at": rfc3339(now()),
                         })
                     }),
                 },
@@ -501,7 +506,7 @@ impl TokenService {
                         "token": token,
                         "access_token": token,
                         "expires_in": TOKEN_LIFETIME_SECS,
-                        "issued_at": rfc3339_utc(now_secs()),
+                        "issued_at": rfc3339(now()),
                     })
                 }),
             };
@@ -551,7 +556,7 @@ fn oauth2_password_grant(req: &Request) -> Result<Grant, String> {
     ))
 }
 
-const TOKEN_LIFETIME_SECS: u64 = 300;
+const TOKEN_LIFETIME_SECS: i64 = 300;
 
 /// Signs a registry token (distribution's JWT profile) granting each requested
 /// `repository:NAME:ACTIONS` scope the requested actions that are also in `granted`.
@@ -573,7 +578,7 @@ fn issue_token(
             (kind == "repository").then(|| json!({"type": kind, "name": name, "actions": actions}))
         })
         .collect();
-    let now = now_secs();
+    let now = now();
     let claims = json!({
         "iss": Registry::ISSUER,
         "sub": subject,
@@ -724,22 +729,6 @@ fn v2_status(host: &str) -> Option<u16> {
     std::str::from_utf8(head.get(9..12)?).ok()?.parse().ok()
 }
 
-/// Panics with an install hint unless every tool is on `PATH`: a missing tool must fail the test
-/// loudly, never skip it.
-fn require_tools(tools: &[&str]) {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let missing: Vec<&str> = tools
-        .iter()
-        .copied()
-        .filter(|tool| !std::env::split_paths(&path).any(|dir| dir.join(tool).is_file()))
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "registry tests need {} on PATH; {INSTALL_HINT}",
-        missing.join(", ")
-    );
-}
-
 /// The base64 body of a PEM block (DER, still base64-encoded), as `x5c` wants it.
 fn pem_body(pem: &str) -> String {
     let body: String = pem
@@ -766,41 +755,12 @@ fn random_secret() -> String {
     let word = || {
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();
         h.write_u128(
-            SystemTime::now()
-                .duration_since(UNIX_EPOCH)
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
                 .unwrap_or_default()
                 .as_nanos(),
         );
         h.finish()
     };
     format!("{:016x}{:016x}", word(), word())
-}
-
-fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_secs()
-}
-
-/// Formats Unix seconds as `YYYY-MM-DDTHH:MM:SSZ` (days-to-civil from Howard Hinnant's
-/// algorithms), to avoid a date crate for one field.
-fn rfc3339_utc(secs: u64) -> String {
-    // Unsigned arithmetic is enough: every date handled here is after 1970.
-    let z = secs / 86_400 + 719_468;
-    let rem = secs % 86_400;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3_600,
-        rem % 3_600 / 60,
-        rem % 60
-    )
 }

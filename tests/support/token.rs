@@ -19,6 +19,29 @@ pub fn now() -> i64 {
         .as_secs() as i64
 }
 
+/// Unix seconds as `YYYY-MM-DDTHH:MM:SSZ`, the way STS, the ECS agent and
+/// registry token servers write a time (days-to-civil from Howard
+/// Hinnant's algorithms, to avoid a date crate for one field).
+pub fn rfc3339(secs: i64) -> String {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
 /// What a token says about its pod.
 #[derive(Clone, Debug)]
 pub struct TokenSpec {

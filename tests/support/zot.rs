@@ -102,27 +102,6 @@ fn audiences_of(claims: &Value) -> Vec<String> {
     }
 }
 
-fn rfc3339(secs: i64) -> String {
-    // Days from the civil date algorithm (Howard Hinnant), enough for a test.
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
 fn handle(
     req: &Request,
     issuer: &str,
@@ -236,7 +215,7 @@ fn handle(
                         "token": registry_token,
                         "access_token": registry_token,
                         "expires_in": (verified["exp"].as_i64().unwrap_or(now) - now).max(0),
-                        "issued_at": rfc3339(verified["iat"].as_i64().unwrap_or(now)),
+                        "issued_at": token::rfc3339(verified["iat"].as_i64().unwrap_or(now)),
                     }),
                 )
                 .with_header("Cache-Control", "no-store")
