@@ -53,27 +53,6 @@ fn plugin(
     )
 }
 
-/// Asserts none of `secrets` reached stderr (whole, or a JWT's signature).
-fn assert_no_secrets(run: &Run, secrets: &[&str]) {
-    for secret in secrets {
-        assert!(!secret.is_empty());
-        assert!(
-            !run.stderr.contains(secret),
-            "a secret reached stderr: {}",
-            run.stderr
-        );
-        if let Some((_, signature)) = secret.rsplit_once('.')
-            && signature.len() >= 16
-        {
-            assert!(
-                !run.stderr.contains(signature),
-                "a token signature reached stderr: {}",
-                run.stderr
-            );
-        }
-    }
-}
-
 fn auth_entry<'a>(response: &'a Value, key: &str) -> (&'a str, &'a str) {
     let auth = response["auth"].as_object().expect("auth map");
     assert_eq!(auth.len(), 1, "exactly one auth entry: {response}");
@@ -302,7 +281,7 @@ fn web_identity_full_path_against_moto() {
         "{}",
         run.stderr
     );
-    assert_no_secrets(&run, &[&token, password]);
+    run.assert_no_secrets(&[&token, password]);
     let log = moto.log();
     assert_eq!(
         log.matches("POST / HTTP/1.1\" 200").count(),
@@ -551,10 +530,7 @@ fn sts_request_carries_role_session_token_and_duration() {
         0,
         "the specific overrides win over AWS_ENDPOINT_URL"
     );
-    assert_no_secrets(
-        &run,
-        &[&token, "password-from-ecr", STS_SECRET, STS_SESSION_TOKEN],
-    );
+    run.assert_no_secrets(&[&token, "password-from-ecr", STS_SECRET, STS_SESSION_TOKEN]);
 }
 
 #[test]
@@ -609,7 +585,7 @@ fn sts_refusal(answer: Response) -> (String, usize, String) {
         &[(ROLE_ANNOTATION, "arn:aws:iam::123456789012:role/pull")],
     );
     let line = run.failure();
-    assert_no_secrets(&run, &[&token]);
+    run.assert_no_secrets(&[&token]);
     (line, sts.request_count(), run.stderr)
 }
 
@@ -784,7 +760,7 @@ fn ecr_access_denied_names_the_role_and_the_permissions() {
         line.contains("AmazonEC2ContainerRegistryReadOnly"),
         "{line}"
     );
-    assert_no_secrets(&run, &[&token, STS_SECRET, STS_SESSION_TOKEN]);
+    run.assert_no_secrets(&[&token, STS_SECRET, STS_SESSION_TOKEN]);
 }
 
 #[test]
@@ -1150,7 +1126,7 @@ fn pod_identity_full_path_with_moto() {
         "{}",
         run.stderr
     );
-    assert_no_secrets(&run, &[&token, &secret, &session]);
+    run.assert_no_secrets(&[&token, &secret, &session]);
 }
 
 #[test]
@@ -1224,7 +1200,7 @@ fn agent_refusal(answer: Response) -> (String, usize) {
         &[],
     );
     let line = run.failure();
-    assert_no_secrets(&run, &[&token]);
+    run.assert_no_secrets(&[&token]);
     (line, fake_agent.request_count())
 }
 

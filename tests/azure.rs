@@ -56,34 +56,14 @@ fn exec(
     token: &str,
     annotations: &[(&str, &str)],
 ) -> Run {
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     run(
-        &args,
+        args,
         env,
         request(image, Some(token), annotations).as_bytes(),
     )
 }
 
 const IDENTITY: &[(&str, &str)] = &[(WI_CLIENT, CLIENT_ID), (WI_TENANT, TENANT)];
-
-/// No secret the exchange handled reaches stderr.
-fn assert_no_secrets(run: &Run, secrets: &[String]) {
-    for secret in secrets {
-        assert!(
-            !run.stderr.contains(secret.as_str()),
-            "a secret reached stderr: {}",
-            run.stderr
-        );
-        // Nor its signature alone (the part that makes it usable).
-        if let Some((_, signature)) = secret.rsplit_once('.') {
-            assert!(
-                signature.len() < 16 || !run.stderr.contains(signature),
-                "{}",
-                run.stderr
-            );
-        }
-    }
-}
 
 fn all_secrets(token: &str, entra: &FakeEntra, acr: &FakeAcr) -> Vec<String> {
     let mut secrets = vec![token.to_string()];
@@ -161,7 +141,7 @@ fn exchanges_the_service_account_token_for_an_acr_refresh_token() {
     assert_eq!(claims["aud"], REGISTRY);
     assert_eq!(claims["iss"], ACR_ISSUER);
 
-    assert_no_secrets(&out, &all_secrets(&token, &entra, &acr));
+    out.assert_no_secrets(&all_secrets(&token, &entra, &acr));
     assert!(
         out.stderr
             .contains("azure credentials for team/puller on contoso.azurecr.io"),
@@ -456,7 +436,7 @@ fn entra_refusals_carry_the_aadsts_code_and_the_remedy() {
         // A refusal is final: no retry, and nothing reaches ACR.
         assert_eq!(entra.server.request_count(), 1, "{line}");
         assert_eq!(acr.server.request_count(), 0);
-        assert_no_secrets(&out, std::slice::from_ref(&token));
+        out.assert_no_secrets(std::slice::from_ref(&token));
     }
 }
 
@@ -640,7 +620,7 @@ fn acr_refusals_and_garbage_are_reported() {
         );
         let mut secrets = all_secrets(&token, &entra, &acr);
         secrets.push("opaque-refresh-token-value".into());
-        assert_no_secrets(&out, &secrets);
+        out.assert_no_secrets(&secrets);
     }
 
     // One 429 with Retry-After, then ACR's answer.
@@ -848,14 +828,7 @@ fn bad_settings_fail_azure_but_not_other_providers() {
         // Passthrough on the same node still works.
         let pass = TokenSpec::new("team", "puller", "harbor.test").mint();
         run(
-            &[
-                "--provider",
-                "passthrough",
-                "--registry",
-                "harbor.test",
-                "--audience",
-                "harbor.test",
-            ],
+            support::plugin::PASSTHROUGH,
             &[env],
             request("harbor.test/a", Some(&pass), &[]).as_bytes(),
         )
@@ -1032,7 +1005,7 @@ fn identity_binding_sends_the_token_to_the_pinned_endpoint_then_acr() {
     let mut secrets = vec![token];
     secrets.extend(binding.issued());
     secrets.extend(minted);
-    assert_no_secrets(&out, &secrets);
+    out.assert_no_secrets(&secrets);
 }
 
 /// What the binding path refuses, each with one clear line and nothing
@@ -1111,9 +1084,8 @@ fn identity_binding_refusals() {
         assert!(line.contains("--azure-identity-binding"), "{line}");
     }
 
-    let args_ref: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = run(
-        &args_ref,
+        &args,
         &[],
         request(&image, None, &[(AKS_CLIENT, CLIENT_ID)]).as_bytes(),
     );
@@ -1155,7 +1127,7 @@ fn an_acr_cache_rule_serves_mcr_keyed_by_mcr() {
     );
     let form = acr.server.requests()[0].form();
     assert_eq!(form["service"], REGISTRY);
-    assert_no_secrets(&out, &all_secrets(&token, &entra, &acr));
+    out.assert_no_secrets(&all_secrets(&token, &entra, &acr));
 }
 
 /// Annotations name an identity, never where the token goes: a service

@@ -87,7 +87,6 @@ impl World {
                 None => args.extend(pair.iter().map(|s| s.to_string())),
             }
         }
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let out = run(
             &args,
             &[],
@@ -187,16 +186,7 @@ fn passthrough_tokens_are_never_cached() {
     let dir = parent.path().join("cache");
     let token = TokenSpec::new("team", "puller", "harbor.test").mint();
     let run = run(
-        &[
-            "--provider",
-            "passthrough",
-            "--registry",
-            "harbor.test",
-            "--audience",
-            "harbor.test",
-            "--cache-dir",
-            arg(&dir),
-        ],
+        &[support::plugin::PASSTHROUGH, &["--cache-dir", arg(&dir)]].concat(),
         &[],
         request("harbor.test/team/app", Some(&token), &[]).as_bytes(),
     );

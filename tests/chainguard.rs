@@ -5,7 +5,7 @@ use crate::support;
 
 use support::chainguard::{AUDIENCE, FakeChainguard, IDENTITY, OTHER_IDENTITY, grpc_error};
 use support::http_server::{Response, TestServer};
-use support::plugin::{self, Run, request, run};
+use support::plugin::{self, Run, exec, request, run};
 use support::token::TokenSpec;
 
 const IMAGE: &str = "cgr.dev/example.com/app:latest";
@@ -28,23 +28,8 @@ fn args(cg: &FakeChainguard, extra: &[&str]) -> Vec<String> {
     a
 }
 
-fn exec(args: &[String], stdin: &str) -> Run {
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    run(&args, &[], stdin.as_bytes())
-}
-
 fn token(name: &str) -> String {
     TokenSpec::new("team", name, AUDIENCE).mint()
-}
-
-fn assert_no_secrets(out: &Run, secrets: &[String]) {
-    for s in secrets {
-        assert!(
-            !out.stderr.contains(s.as_str()),
-            "stderr leaks a secret: {}",
-            out.stderr
-        );
-    }
 }
 
 #[test]
@@ -66,7 +51,7 @@ fn exchanges_for_the_annotated_identity() {
     let req = &cg.server.requests()[0];
     assert_eq!(req.query_values("identity"), [IDENTITY]);
     assert_eq!(req.bearer().as_deref(), Some(t.as_str()));
-    assert_no_secrets(&out, &[t, issued[0].clone()]);
+    out.assert_no_secrets(&[t, issued[0].clone()]);
 }
 
 #[test]
@@ -241,7 +226,7 @@ fn refusals_and_faults_name_the_code_and_a_fix() {
         line.contains("UNAUTHENTICATED: \"unable to verify token: InvalidAudience\""),
         "{line}"
     );
-    assert_no_secrets(&out, &[wrong_aud]);
+    out.assert_no_secrets(&[wrong_aud]);
     // 429 with Retry-After, then success.
     let before = cg.server.request_count();
     cg.script([grpc_error(429, 8, "rate limited").with_header("Retry-After", "1")]);
@@ -274,7 +259,7 @@ fn refusals_and_faults_name_the_code_and_a_fix() {
     cg.script([Response::json(200, serde_json::json!({"token": expired}))]);
     let out = exec(&a, &req);
     assert!(out.failure().contains("expired already"));
-    assert_no_secrets(&out, &[expired, t]);
+    out.assert_no_secrets(&[expired, t]);
 }
 
 #[test]

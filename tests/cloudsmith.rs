@@ -57,17 +57,7 @@ fn exchanges_for_a_service_account_token() {
             &token,
             &[(key, SERVICE)],
         );
-        let response = out.response_for(IMAGE);
-        assert_eq!(response["cacheKeyType"], "Registry");
-        let auth = &response["auth"][REGISTRY];
-        assert_eq!(auth["username"], "token");
-        let password = auth["password"].as_str().unwrap();
-        assert_eq!(Some(password), fake.issued().last().map(String::as_str));
-        assert!(
-            ["48m0s", "47m59s"].contains(&response["cacheDuration"].as_str().unwrap()),
-            "{response}"
-        );
-        ts::assert_no_secrets(&out.stderr, &[&token, password]);
+        ts::assert_exchanged(&out, &fake, IMAGE, REGISTRY, "token", &token);
     }
     // A two-hour token is capped by --max-cache-duration (1h by default).
     fake.set_lifetime(7200);
@@ -219,7 +209,7 @@ fn an_expired_cloudsmith_token_is_an_error() {
         "{line}"
     );
     let issued = fake.issued();
-    ts::assert_no_secrets(&out.stderr, &[&token, &issued[0]]);
+    out.assert_no_secrets(&[&token, &issued[0]]);
 }
 
 #[test]

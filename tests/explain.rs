@@ -244,9 +244,8 @@ fn the_printed_cache_key_is_the_one_the_binary_uses() {
     ];
     let spec = TokenSpec::new("team", "app-puller", support::azure::AUDIENCE);
     let token = spec.mint();
-    let args_ref: Vec<&str> = args.iter().map(String::as_str).collect();
     let pull = support::plugin::run(
-        &args_ref,
+        &args,
         &[],
         support::plugin::request("contoso.azurecr.io/team/app", Some(&token), &annotations)
             .as_bytes(),

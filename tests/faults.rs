@@ -379,7 +379,6 @@ impl Case {
     /// Runs the plugin with the first call sent to `first`.
     fn run(&self, first: &str, extra: &[&str], env: &[(&str, &str)]) -> Run {
         let args = self.args(first, extra);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let out = run(
             &args,
             env,

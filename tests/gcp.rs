@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 use support::containerd::Containerd;
 use support::http_server::{Request, Response, TestServer};
-use support::plugin::{self, Run, request, run};
+use support::plugin::{self, exec, request, run};
 use support::registry::{Registry, TokenPost};
 use support::token::{self, TokenSpec};
 use wi_credential_provider::internal::duration::format_unix;
@@ -424,11 +424,6 @@ fn iam_handler(state: &Mutex<State>, req: &Request) -> Response {
         200,
         json!({"accessToken": access_token, "expireTime": format_unix(now + lifetime)}),
     )
-}
-
-fn exec(args: &[String], stdin: &str) -> Run {
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    run(&args, &[], stdin.as_bytes())
 }
 
 /// `"47m12s"` to seconds.
@@ -993,7 +988,7 @@ fn registry_hosts_and_lookalikes() {
 fn configuration_errors_name_the_flags() {
     let t = TokenSpec::new("team", "puller", &Pool::Gke.audience()).mint();
     let req = request(IMAGE, Some(&t), &[]);
-    let none = exec(&["--provider".into(), "gcp".into()], &req).failure();
+    let none = exec(&["--provider", "gcp"], &req).failure();
     assert!(
         none.contains("the gcp exchanger has no identity pool configured"),
         "{none}"

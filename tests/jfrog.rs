@@ -64,18 +64,7 @@ fn exchanges_for_the_username_jfrog_returns() {
             &token,
             &annotations,
         );
-        let response = out.response_for(IMAGE);
-        assert_eq!(response["cacheKeyType"], "Registry");
-        let auth = &response["auth"][REGISTRY];
-        assert_eq!(auth["username"], "k8s-team-a");
-        let password = auth["password"].as_str().unwrap();
-        assert_eq!(Some(password), fake.issued().last().map(String::as_str));
-        // 80% of the hour JFrog granted (a second may pass on the way).
-        assert!(
-            ["48m0s", "47m59s"].contains(&response["cacheDuration"].as_str().unwrap()),
-            "{response}"
-        );
-        ts::assert_no_secrets(&out.stderr, &[&token, password]);
+        ts::assert_exchanged(&out, &fake, IMAGE, REGISTRY, "k8s-team-a", &token);
         assert!(!out.stderr.contains("lives only"), "{}", out.stderr);
     }
     assert_eq!(fake.request_count(), 2);
@@ -256,7 +245,7 @@ fn an_expired_jfrog_token_is_an_error() {
     );
     assert!(line.contains("clock"), "{line}");
     let issued = fake.issued();
-    ts::assert_no_secrets(&out.stderr, &[&token, &issued[0]]);
+    out.assert_no_secrets(&[&token, &issued[0]]);
 }
 
 #[test]

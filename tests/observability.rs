@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use serde_json::Value;
-use support::plugin::{Run, request, run};
+use support::plugin::{Run, exec, request, run};
 use support::sts::{Expect, FakeSts, oauth_error};
 use support::token::TokenSpec;
 
@@ -91,11 +91,6 @@ fn passthrough(observe: &[String], image: &str) -> Run {
     ]);
     args.extend(observe.iter().cloned());
     exec(&args, &request(image, Some(&token()), &[]))
-}
-
-fn exec(args: &[String], stdin: &str) -> Run {
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    run(&args, &[], stdin.as_bytes())
 }
 
 fn metrics_flags(dir: &Path) -> Vec<String> {

@@ -5,18 +5,25 @@ use crate::support;
 use support::plugin::{request, run};
 use support::token::TokenSpec;
 
+/// Passthrough for `registry` with the token's `audience`, then `extra`.
+fn passthrough<'a>(registry: &'a str, audience: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "--provider",
+        "passthrough",
+        "--registry",
+        registry,
+        "--audience",
+        audience,
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
 #[test]
 fn passthrough_returns_the_token_for_an_allowed_registry() {
     let token = TokenSpec::new("team", "puller", "harbor.test").mint();
     let run = run(
-        &[
-            "--provider",
-            "passthrough",
-            "--registry",
-            "harbor.test",
-            "--audience",
-            "harbor.test",
-        ],
+        &passthrough("harbor.test", "harbor.test", &[]),
         &[],
         request("harbor.test/team/app", Some(&token), &[]).as_bytes(),
     );
@@ -52,14 +59,7 @@ fn skopeo_pulls_with_the_passthrough_credentials() {
 
     let token = TokenSpec::new("team", "puller", AUDIENCE).mint();
     let out = run(
-        &[
-            "--provider",
-            "passthrough",
-            "--registry",
-            &host,
-            "--audience",
-            AUDIENCE,
-        ],
+        &passthrough(&host, AUDIENCE, &[]),
         &[],
         request(&format!("{host}/team/app"), Some(&token), &[]).as_bytes(),
     );
@@ -77,14 +77,7 @@ fn skopeo_pulls_with_the_passthrough_credentials() {
     // The same pull with a token the cluster did not sign must fail.
     let forged = TokenSpec::new("team", "puller", AUDIENCE).mint_with_wrong_key();
     let out = run(
-        &[
-            "--provider",
-            "passthrough",
-            "--registry",
-            &host,
-            "--audience",
-            AUDIENCE,
-        ],
+        &passthrough(&host, AUDIENCE, &[]),
         &[],
         request(&format!("{host}/team/app"), Some(&forged), &[]).as_bytes(),
     );
@@ -187,14 +180,7 @@ fn containerd_pulls_with_the_passthrough_credentials() {
     let digest = registry.push_test_image("team/app", "v1");
     let host = registry.host().to_string();
     let image = format!("{host}/team/app:v1");
-    let args = [
-        "--provider",
-        "passthrough",
-        "--registry",
-        &host,
-        "--audience",
-        AUDIENCE,
-    ];
+    let args = passthrough(&host, AUDIENCE, &[]);
     let credentials = |token: &str| {
         let response = run(
             &args,
@@ -260,16 +246,7 @@ fn skopeo_pulls_through_zots_token_endpoint_with_the_passthrough_credentials() {
     let registry = Registry::start_with_token_realm(&zot.realm(), "zot-admin", "admin-password");
     let digest = registry.push_test_image("team/app", "v1");
     let host = registry.host().to_string();
-    let args = [
-        "--provider",
-        "passthrough",
-        "--registry",
-        &host,
-        "--audience",
-        AUDIENCE,
-        "--passthrough-username",
-        "zot",
-    ];
+    let args = passthrough(&host, AUDIENCE, &["--passthrough-username", "zot"]);
 
     let token = TokenSpec::new("team", "puller", AUDIENCE).mint();
     let out = run(
@@ -344,14 +321,7 @@ fn skopeo_pulls_through_zots_token_endpoint_with_the_passthrough_credentials() {
 fn a_registry_pattern_with_a_scheme_is_refused() {
     let token = TokenSpec::new("team", "puller", "harbor.test").mint();
     let out = run(
-        &[
-            "--provider",
-            "passthrough",
-            "--registry",
-            "https://harbor.test",
-            "--audience",
-            "harbor.test",
-        ],
+        &passthrough("https://harbor.test", "harbor.test", &[]),
         &[],
         request("harbor.test/team/app", Some(&token), &[]).as_bytes(),
     );
@@ -391,16 +361,7 @@ fn a_mirror_rule_keys_the_credential_by_the_source_and_containerd_pulls_from_the
     let source = upstream.addr().to_string();
     let target = mirror.host().to_string();
     let rule = format!("{source}={target}");
-    let args = [
-        "--provider",
-        "passthrough",
-        "--registry",
-        &target,
-        "--audience",
-        AUDIENCE,
-        "--registry-mirror",
-        &rule,
-    ];
+    let args = passthrough(&target, AUDIENCE, &["--registry-mirror", &rule]);
     let token = TokenSpec::new("team", "puller", AUDIENCE).mint();
     let out = run(
         &args,

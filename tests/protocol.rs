@@ -7,18 +7,10 @@ use crate::support;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::json;
-use support::plugin::{request, run, run_as};
+use support::plugin::{PASSTHROUGH, request, run, run_as};
 use support::token::{self, TokenSpec};
 
 const REGISTRY: &str = "harbor.test";
-const PASSTHROUGH: &[&str] = &[
-    "--provider",
-    "passthrough",
-    "--registry",
-    "harbor.test",
-    "--audience",
-    "harbor.test",
-];
 
 fn token() -> String {
     TokenSpec::new("team", "puller", REGISTRY).mint()
@@ -269,7 +261,7 @@ fn flags_have_environment_variables_and_the_flag_wins() {
         ("WICP_PASSTHROUGH_USERNAME", "robot"),
         ("WICP_MAX_CACHE_DURATION", "5m"),
     ];
-    let response = run(&[], &env, req.as_bytes()).response();
+    let response = run(&[] as &[&str], &env, req.as_bytes()).response();
     assert_eq!(response["auth"]["harbor.test"]["username"], "robot");
     assert_eq!(response["cacheDuration"], "5m0s");
     // The flag wins over the variable.
@@ -288,7 +280,7 @@ fn flags_have_environment_variables_and_the_flag_wins() {
     assert_eq!(response["cacheDuration"], "2m0s");
     // A wrong audience in the environment is caught like a wrong flag.
     let line = run(
-        &[],
+        &[] as &[&str],
         &[
             ("WICP_AUDIENCE", "other"),
             ("WICP_PROVIDER", "passthrough"),

@@ -47,17 +47,7 @@ fn exchanges_for_the_robots_token() {
     let token = token();
     for key in [OURS, THEIRS] {
         let out = invoke(&args(&fake, REGISTRY), IMAGE, &token, &[(key, ROBOT)]);
-        let response = out.response_for(IMAGE);
-        assert_eq!(response["cacheKeyType"], "Registry");
-        let auth = &response["auth"][REGISTRY];
-        assert_eq!(auth["username"], ROBOT);
-        let password = auth["password"].as_str().unwrap();
-        assert_eq!(Some(password), fake.issued().last().map(String::as_str));
-        assert!(
-            ["48m0s", "47m59s"].contains(&response["cacheDuration"].as_str().unwrap()),
-            "{response}"
-        );
-        ts::assert_no_secrets(&out.stderr, &[&token, password]);
+        ts::assert_exchanged(&out, &fake, IMAGE, REGISTRY, ROBOT, &token);
     }
     // Ours wins over theirs.
     let out = invoke(
@@ -182,7 +172,7 @@ fn an_expired_robot_token_is_an_error() {
         "{line}"
     );
     let issued = fake.issued();
-    ts::assert_no_secrets(&out.stderr, &[&token, &issued[0]]);
+    out.assert_no_secrets(&[&token, &issued[0]]);
 }
 
 #[test]

@@ -55,9 +55,8 @@ fn socket_args(socket: &str, rest: &[&str]) -> Vec<String> {
 }
 
 fn exec(args: &[String], image: &str, token: &str, annotations: &[(&str, &str)]) -> Run {
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     run(
-        &args,
+        args,
         &[],
         request(image, Some(token), annotations).as_bytes(),
     )

@@ -6,7 +6,7 @@
 use crate::support;
 
 use support::http_server::{Response, TestServer};
-use support::plugin::{self, Run, request, run};
+use support::plugin::{self, exec, request};
 use support::sts::{ACCESS_TOKEN, Expect, FakeSts, oauth_error};
 use support::token::TokenSpec;
 
@@ -48,24 +48,8 @@ fn args(sts: &FakeSts, extra: &[&str]) -> Vec<String> {
     a
 }
 
-fn exec(args: &[String], stdin: &str) -> Run {
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    run(&args, &[], stdin.as_bytes())
-}
-
 fn token() -> String {
     TokenSpec::new("team", "puller", AUDIENCE).mint()
-}
-
-/// No secret on stderr, at debug.
-fn assert_no_secrets(out: &Run, secrets: &[String]) {
-    for s in secrets {
-        assert!(
-            !out.stderr.contains(s.as_str()),
-            "stderr leaks a secret: {}",
-            out.stderr
-        );
-    }
 }
 
 #[test]
@@ -113,7 +97,7 @@ fn exchanges_with_every_optional_field() {
         d.ends_with('s') && d.starts_with("1") && d.contains('m'),
         "{d}"
     );
-    assert_no_secrets(&out, &[t, issued[0].clone()]);
+    out.assert_no_secrets(&[t, issued[0].clone()]);
 }
 
 #[test]
@@ -158,10 +142,7 @@ fn client_authentication_and_username_from_the_answer() {
     let out = exec(&with_secret, &request(IMAGE, Some(&t), &[]));
     let response = out.response();
     assert_eq!(response["auth"][REGISTRY]["username"], "svc-from-sts");
-    assert_no_secrets(
-        &out,
-        &[t.clone(), "s3cr:et value".into(), sts.issued()[0].clone()],
-    );
+    out.assert_no_secrets(&[t.clone(), "s3cr:et value".into(), sts.issued()[0].clone()]);
 
     // The wrong secret: the server's 401 invalid_client, with the fix.
     std::fs::write(&secret_file, "wrong").unwrap();
@@ -213,7 +194,7 @@ fn refusals_and_faults_name_the_code_and_a_fix() {
         line.contains("invalid_grant: \"subject_token is invalid: InvalidSignature\""),
         "{line}"
     );
-    assert_no_secrets(&out, &[forged]);
+    out.assert_no_secrets(&[forged]);
 
     // RFC 8693 §2.2.2: a server may refuse the subject token with
     // invalid_request; that is a refusal of the token, not a wrong URL.
@@ -272,7 +253,7 @@ fn refusals_and_faults_name_the_code_and_a_fix() {
     let out = exec(&a, &req);
     let line = out.failure();
     assert!(line.contains("expired already"), "{line}");
-    assert_no_secrets(&out, &[expired, t]);
+    out.assert_no_secrets(&[expired, t]);
 }
 
 #[test]

@@ -61,7 +61,6 @@ fn args(vault: &FakeVault, extra: &[&str]) -> Vec<String> {
 
 fn invoke(vault: &FakeVault, extra: &[&str], token: &str, annotations: &[(&str, &str)]) -> Run {
     let args = args(vault, extra);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     run(
         &args,
         &[],
@@ -181,7 +180,6 @@ fn a_path_scoped_registry_keys_the_answer_with_its_path() {
     let mut scoped = args(&vault, &[]);
     let at = scoped.iter().position(|a| a == REGISTRY).unwrap();
     scoped[at] = format!("{REGISTRY}/team");
-    let scoped: Vec<&str> = scoped.iter().map(String::as_str).collect();
     let out = run(
         &scoped,
         &[],
@@ -644,7 +642,6 @@ fn hostile_annotations_never_reach_the_network() {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = run(
         &args,
         &[],
@@ -710,11 +707,7 @@ fn https_vault_with_a_private_ca() {
     };
     let req = request(&image(), Some(&token), &TEAM_APP);
     let untrusted = args_for(&front.url(), false);
-    let out = run(
-        &untrusted.iter().map(String::as_str).collect::<Vec<_>>(),
-        &[],
-        req.as_bytes(),
-    );
+    let out = run(&untrusted, &[], req.as_bytes());
     let line = out.failure();
     assert!(line.contains("not trusted"), "{line}");
     assert!(line.contains("--ca-file"), "{line}");
@@ -724,22 +717,14 @@ fn https_vault_with_a_private_ca() {
     );
 
     let trusted = args_for(&front.url(), true);
-    let out = run(
-        &trusted.iter().map(String::as_str).collect::<Vec<_>>(),
-        &[],
-        req.as_bytes(),
-    );
+    let out = run(&trusted, &[], req.as_bytes());
     assert_eq!(out.response()["auth"][REGISTRY]["password"], PASSWORD);
     assert_eq!(vault.requests().len(), 3);
     assert_quiet(&out, &vault, &token);
 
     // Through an HTTPS proxy: every tunnel goes to the configured Vault.
     let proxy = support::net::Proxy::start();
-    let out = run(
-        &trusted.iter().map(String::as_str).collect::<Vec<_>>(),
-        &[("HTTPS_PROXY", &proxy.url())],
-        req.as_bytes(),
-    );
+    let out = run(&trusted, &[("HTTPS_PROXY", &proxy.url())], req.as_bytes());
     assert_eq!(out.response()["auth"][REGISTRY]["password"], PASSWORD);
     let targets = proxy.targets();
     assert!(!targets.is_empty());
@@ -753,11 +738,7 @@ fn https_vault_with_a_private_ca() {
 
     // Nothing listening: a transport error naming the login call.
     let refused = args_for(&format!("http://127.0.0.1:{}", closed_port()), false);
-    let out = run(
-        &refused.iter().map(String::as_str).collect::<Vec<_>>(),
-        &[],
-        req.as_bytes(),
-    );
+    let out = run(&refused, &[], req.as_bytes());
     let line = out.failure();
     assert!(line.contains("Vault kubernetes login"), "{line}");
 }
@@ -912,7 +893,6 @@ fn skopeo_pulls_with_the_credentials_from_vault() {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let image = format!("{host}/team/app:v1");
     let out = run(
         &args,

@@ -28,7 +28,7 @@ use support::moto::Moto;
 use support::plugin::{Run, request, run, run_as};
 use support::sts::{Expect, FakeSts};
 use support::token::TokenSpec;
-use support::token_service::{FakeService, Trust, assert_no_secrets};
+use support::token_service::{FakeService, Trust};
 use support::vault::{FakeVault, Method, Role};
 use support::windows::{self, on_windows};
 use support::{cloudsmith, jfrog, quay};
@@ -42,10 +42,9 @@ fn exec(
     token: &str,
     annotations: &[(&str, &str)],
 ) -> Run {
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     on_windows(|| {
         run(
-            &args,
+            args,
             env,
             request(image, Some(token), annotations).as_bytes(),
         )
@@ -76,7 +75,7 @@ fn served(out: &Run, image: &str, registry: &str, issued: Vec<String>, token: &s
         response["auth"][registry]["password"], expected,
         "{response}"
     );
-    assert_no_secrets(&out.stderr, &[token, expected]);
+    out.assert_no_secrets(&[token, expected]);
     response
 }
 
@@ -145,7 +144,7 @@ fn passthrough_by_the_exe_name() {
         )
     });
     refused(&out, "team/puller");
-    assert_no_secrets(&out.stderr, &[&other]);
+    out.assert_no_secrets(&[&other]);
 }
 
 fn vendor_args(name: &str, url_flag: &str, url: &str, extra: &[&str]) -> Vec<String> {
@@ -184,7 +183,7 @@ fn vendor_case(
     fake.script([forbidden]);
     let out = exec(&args, &[], IMAGE, &token, annotations);
     refused(&out, "team/puller");
-    assert_no_secrets(&out.stderr, &[&token]);
+    out.assert_no_secrets(&[&token]);
 }
 
 #[test]
@@ -354,7 +353,7 @@ fn token_exchange() {
     let other = TokenSpec::new("team", "intruder", "sts.cluster.test").mint();
     let out = exec(&args, &[], IMAGE, &other, &[]);
     refused(&out, "team/intruder");
-    assert_no_secrets(&out.stderr, &[&other]);
+    out.assert_no_secrets(&[&other]);
 }
 
 #[test]

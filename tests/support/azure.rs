@@ -44,19 +44,8 @@ pub const TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
 pub const CLIENT_ID: &str = "5b8e2c1a-9f3d-4e7b-a6c2-1d0f8e9a7b3c";
 pub const OBJECT_ID: &str = "0c7d3a2b-1e4f-4a5b-8c9d-2e3f4a5b6c7d";
 
-/// A random key per fake, so a token minted by one test's fake is worthless
-/// to another's.
-fn random_key() -> Vec<u8> {
-    use std::io::Read;
-    let mut key = vec![0u8; 32];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut key))
-        .expect("read /dev/urandom");
-    key
-}
-
 fn guid() -> String {
-    let k = random_key();
+    let k = super::token::random_key();
     let hex: String = k.iter().take(16).map(|b| format!("{b:02x}")).collect();
     format!(
         "{}-{}-{}-{}-{}",
@@ -171,7 +160,7 @@ impl FakeEntra {
         let ledger = Arc::new(Ledger::default());
         let state = Arc::new(EntraState {
             app,
-            key: random_key(),
+            key: super::token::random_key(),
             ledger: Arc::clone(&ledger),
             delay: Mutex::new(std::time::Duration::ZERO),
         });
@@ -358,14 +347,7 @@ fn entra_handle(state: &EntraState, req: &Request) -> Response {
     };
     let issuer = claims["iss"].as_str().unwrap_or_default().to_string();
     let subject = claims["sub"].as_str().unwrap_or_default().to_string();
-    let audiences: Vec<String> = match &claims["aud"] {
-        Value::String(s) => vec![s.clone()],
-        Value::Array(a) => a
-            .iter()
-            .filter_map(|v| v.as_str().map(str::to_string))
-            .collect(),
-        _ => Vec::new(),
-    };
+    let audiences = super::token::audiences(&claims);
     if !app.federated.iter().any(|f| f.issuer == issuer) {
         return entra_error(
             400,
@@ -476,7 +458,7 @@ impl FakeAcr {
         let ledger = Arc::new(Ledger::default());
         let state = Arc::new(AcrState {
             login_server: login_server.into(),
-            key: random_key(),
+            key: super::token::random_key(),
             verify_access: Box::new(entra.verifier()),
             ledger: Arc::clone(&ledger),
             delay: Mutex::new(std::time::Duration::ZERO),

@@ -4,6 +4,7 @@
 //! or WICP_* variables never change a test's outcome.
 
 use std::collections::BTreeSet;
+use std::ffi::OsStr;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -151,6 +152,32 @@ impl Run {
 }
 
 impl Run {
+    /// Asserts that none of `secrets` reached stderr: whole, or a JWT's
+    /// signature alone (the part that makes it usable). A secret shorter
+    /// than 8 bytes (an empty token a fake issued) proves nothing and is
+    /// skipped.
+    pub fn assert_no_secrets(&self, secrets: &[impl AsRef<str>]) {
+        for secret in secrets.iter().map(AsRef::as_ref) {
+            if secret.len() < 8 {
+                continue;
+            }
+            assert!(
+                !self.stderr.contains(secret),
+                "a secret reached stderr: {}",
+                self.stderr
+            );
+            if let Some((_, signature)) = secret.rsplit_once('.')
+                && signature.len() >= 16
+            {
+                assert!(
+                    !self.stderr.contains(signature),
+                    "a token's signature reached stderr: {}",
+                    self.stderr
+                );
+            }
+        }
+    }
+
     /// Asserts failure, as [`Run::failure`], of a run with `--log-format
     /// json`: returns the one error line as JSON, whose `kind` and `facts`
     /// say what failed without the message's words.
@@ -195,6 +222,18 @@ pub fn words(line: &Value) -> String {
     )
 }
 
+/// Passthrough for `harbor.test` with the audience `harbor.test`: the
+/// simplest configuration that works, for tests of the plugin itself
+/// rather than of a provider.
+pub const PASSTHROUGH: &[&str] = &[
+    "--provider",
+    "passthrough",
+    "--registry",
+    "harbor.test",
+    "--audience",
+    "harbor.test",
+];
+
 /// A CredentialProviderRequest as the kubelet encodes it.
 pub fn request(image: &str, token: Option<&str>, annotations: &[(&str, &str)]) -> String {
     let mut r = json!({
@@ -215,15 +254,20 @@ pub fn request(image: &str, token: Option<&str>, annotations: &[(&str, &str)]) -
     r.to_string()
 }
 
-/// Runs the binary with `args`, only `env` set (plus PATH), `stdin` piped.
-pub fn run(args: &[&str], env: &[(&str, &str)], stdin: &[u8]) -> Run {
+/// Runs the binary with `args` (`&str`s or `String`s), only `env` set (plus PATH), `stdin` piped.
+pub fn run(args: &[impl AsRef<OsStr>], env: &[(&str, &str)], stdin: &[u8]) -> Run {
     run_program(&bin(), args, env, stdin)
+}
+
+/// [`run`] with no environment and `stdin` as text: the common case.
+pub fn exec(args: &[impl AsRef<OsStr>], stdin: &str) -> Run {
+    run(args, &[], stdin.as_bytes())
 }
 
 /// Runs the binary under another name (a symlink, as admins install it for
 /// several provider entries; a copy named `NAME.exe` on Windows, as the
 /// Windows installer writes it).
-pub fn run_as(name: &str, args: &[&str], env: &[(&str, &str)], stdin: &[u8]) -> Run {
+pub fn run_as(name: &str, args: &[impl AsRef<OsStr>], env: &[(&str, &str)], stdin: &[u8]) -> Run {
     let dir = tempfile::tempdir().unwrap();
     if super::windows::active() {
         let copy = dir.path().join(format!("{name}.exe"));
@@ -243,7 +287,12 @@ pub fn run_as(name: &str, args: &[&str], env: &[(&str, &str)], stdin: &[u8]) -> 
 /// crashes (an NTSTATUS such as 0xC0000005), and a panic exits 101. Wine
 /// has died so on a loaded machine (once in CI, after the plugin had
 /// written its success line), so such a run is made once more.
-pub fn run_program(program: &Path, args: &[&str], env: &[(&str, &str)], stdin: &[u8]) -> Run {
+pub fn run_program(
+    program: &Path,
+    args: &[impl AsRef<OsStr>],
+    env: &[(&str, &str)],
+    stdin: &[u8],
+) -> Run {
     let run = run_once(program, args, env, stdin);
     if super::windows::active() && run.code.is_none() {
         return run_once(program, args, env, stdin);
@@ -251,7 +300,7 @@ pub fn run_program(program: &Path, args: &[&str], env: &[(&str, &str)], stdin: &
     run
 }
 
-fn run_once(program: &Path, args: &[&str], env: &[(&str, &str)], stdin: &[u8]) -> Run {
+fn run_once(program: &Path, args: &[impl AsRef<OsStr>], env: &[(&str, &str)], stdin: &[u8]) -> Run {
     let (program, first) = super::windows::wrap(program);
     let mut child = Command::new(program)
         .args(first)

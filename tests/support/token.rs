@@ -19,6 +19,30 @@ pub fn now() -> i64 {
         .as_secs() as i64
 }
 
+/// 32 random bytes: a signing key per fake, so that a token one test's
+/// fake minted is worthless to another's.
+pub fn random_key() -> Vec<u8> {
+    use std::io::Read;
+    let mut key = vec![0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut key))
+        .expect("read /dev/urandom");
+    key
+}
+
+/// A JWT's `aud` claim as a list, whether it was written as one string or
+/// as an array.
+pub fn audiences(claims: &Value) -> Vec<String> {
+    match &claims["aud"] {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(a) => a
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// Unix seconds as `YYYY-MM-DDTHH:MM:SSZ`, the way STS, the ECS agent and
 /// registry token servers write a time (days-to-civil from Howard
 /// Hinnant's algorithms, to avoid a date crate for one field).

@@ -157,7 +157,7 @@ impl FakeService {
         let state = Arc::new(State {
             name,
             trust,
-            key: random_key(),
+            key: super::token::random_key(),
             ledger: Arc::clone(&ledger),
             lifetime: AtomicI64::new(3600),
         });
@@ -203,15 +203,6 @@ impl FakeService {
     }
 }
 
-fn random_key() -> Vec<u8> {
-    use std::io::Read;
-    let mut key = vec![0u8; 32];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut key))
-        .expect("read /dev/urandom");
-    key
-}
-
 /// Annotation values a tenant might craft to move the token elsewhere:
 /// none may pass an identity pattern.
 pub const HOSTILE: &[&str] = &[
@@ -226,16 +217,6 @@ pub const HOSTILE: &[&str] = &[
     "https://evil.example/",
     "a b",
 ];
-
-/// Asserts that `stderr` holds none of `secrets`.
-pub fn assert_no_secrets(stderr: &str, secrets: &[&str]) {
-    for secret in secrets {
-        assert!(
-            secret.len() < 8 || !stderr.contains(secret),
-            "a secret reached stderr: {stderr}"
-        );
-    }
-}
 
 /// Runs the plugin as the kubelet does for `image`, at debug level.
 pub fn invoke(args: &[String], image: &str, token: &str, annotations: &[(&str, &str)]) -> Run {
@@ -279,7 +260,7 @@ pub fn assert_quiet_at_every_level(
             .next()
             .unwrap();
         let password = entry["password"].as_str().unwrap();
-        assert_no_secrets(&out.stderr, &[token, password]);
+        out.assert_no_secrets(&[token, password]);
         if let Some((_, signature)) = token.rsplit_once('.') {
             assert!(!out.stderr.contains(signature), "{level}: {}", out.stderr);
         }
@@ -290,6 +271,32 @@ pub fn assert_quiet_at_every_level(
         );
     }
     response
+}
+
+/// Checks a successful exchange through `fake`: one `Registry`-keyed
+/// credential for `registry`, the `username` given and the token the fake
+/// issued last as password, cached for 80 % of the fake's hour (a second
+/// may pass on the way), and neither token on stderr. Returns the password.
+pub fn assert_exchanged(
+    out: &Run,
+    fake: &FakeService,
+    image: &str,
+    registry: &str,
+    username: &str,
+    token: &str,
+) -> String {
+    let response = out.response_for(image);
+    assert_eq!(response["cacheKeyType"], "Registry");
+    let auth = &response["auth"][registry];
+    assert_eq!(auth["username"], username, "{response}");
+    let password = auth["password"].as_str().unwrap().to_string();
+    assert_eq!(Some(&password), fake.issued().last());
+    assert!(
+        ["48m0s", "47m59s"].contains(&response["cacheDuration"].as_str().unwrap()),
+        "{response}"
+    );
+    out.assert_no_secrets(&[token, &password]);
+    password
 }
 
 /// For each case, scripts the fake's answers, runs `run` (which passes
@@ -316,7 +323,7 @@ pub fn assert_failures(
         let issued = fake.issued();
         let mut all: Vec<&str> = secrets.to_vec();
         all.extend(issued.iter().map(String::as_str));
-        assert_no_secrets(&out.stderr, &all);
+        out.assert_no_secrets(&all);
     }
 }
 

@@ -479,14 +479,7 @@ fn handle_login(state: &State, request: &Request, namespace: Option<String>) -> 
     let name_claim = claims["kubernetes.io"]["serviceaccount"]["name"]
         .as_str()
         .unwrap_or("");
-    let audiences: Vec<String> = match &claims["aud"] {
-        Value::String(s) => vec![s.clone()],
-        Value::Array(a) => a
-            .iter()
-            .filter_map(|v| v.as_str().map(String::from))
-            .collect(),
-        _ => Vec::new(),
-    };
+    let audiences = super::token::audiences(&claims);
     match state.method {
         Method::Kubernetes => {
             if let Some(aud) = &role.audience

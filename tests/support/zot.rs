@@ -91,17 +91,6 @@ fn unverified_claims(jwt: &str) -> Option<Value> {
     serde_json::from_slice(&bytes).ok()
 }
 
-fn audiences_of(claims: &Value) -> Vec<String> {
-    match &claims["aud"] {
-        Value::String(s) => vec![s.clone()],
-        Value::Array(a) => a
-            .iter()
-            .filter_map(|v| v.as_str().map(str::to_string))
-            .collect(),
-        _ => Vec::new(),
-    }
-}
-
 fn handle(
     req: &Request,
     issuer: &str,
@@ -190,7 +179,7 @@ fn handle(
         let Some(claims) = unverified_claims(&candidate) else {
             continue;
         };
-        let owned_audience = audiences_of(&claims)
+        let owned_audience = token::audiences(&claims)
             .into_iter()
             .find(|a| audiences.contains(a));
         if claims["iss"] != issuer {
