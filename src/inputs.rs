@@ -21,12 +21,6 @@ pub struct Env {
 }
 
 impl Env {
-    /// The process's environment. Variables whose name or value is not
-    /// UTF-8 are left out: none of those the plugin reads can be.
-    pub fn from_process() -> Self {
-        Self::from_os(std::env::vars_os())
-    }
-
     /// The environment of these variables (the process's, as `main` read
     /// it once), without those whose name or value is not UTF-8.
     pub fn from_os(vars: impl IntoIterator<Item = (OsString, OsString)>) -> Self {

@@ -73,7 +73,7 @@ pub mod internal {
         pub use crate::options::{BINARY, CommandLine, parse_as};
     }
     pub mod protocol {
-        pub use crate::request::protocol::{CacheKeyType, read_request};
+        pub use crate::request::protocol::{CacheKeyType, request_from_bytes};
     }
     pub mod redact {
         pub use crate::base::redact::{body_shape, clean};

@@ -35,18 +35,7 @@ fn sa_token() -> String {
 /// The flags that point the plugin at the fakes, debug logging on so the
 /// secret checks cover every log line.
 fn flags(entra: &FakeEntra, acr: &FakeAcr) -> Vec<String> {
-    [
-        "--provider",
-        "azure",
-        "--log-level",
-        "debug",
-        "--azure-authority-host",
-        &entra.url(),
-        "--acr-endpoint",
-        &acr.url(),
-    ]
-    .map(str::to_string)
-    .to_vec()
+    azure::flags(entra, acr, &["--provider", "azure", "--log-level", "debug"])
 }
 
 fn exec(
@@ -661,7 +650,7 @@ fn every_acr_host_form_and_cloud_is_served() {
         assert_eq!(acr.server.requests()[0].form()["service"], host);
         // And with auto routing.
         let mut args = flags(&entra, &acr);
-        args[1] = "auto".into();
+        support::plugin::set_flag(&mut args, "--provider", "auto");
         exec(
             &args,
             &[],
@@ -695,7 +684,7 @@ fn lookalike_hosts_never_get_a_token() {
             "{host}: {line}"
         );
         let mut args = flags(&entra, &acr);
-        args[1] = "auto".into();
+        support::plugin::set_flag(&mut args, "--provider", "auto");
         let line = exec(&args, &[], &image, &sa_token(), IDENTITY).failure();
         assert!(
             line.contains("is not a cloud registry this plugin recognises"),

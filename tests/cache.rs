@@ -61,20 +61,18 @@ impl World {
     /// The kubelet's arguments for this node, debug logging on so the
     /// secret checks cover every line.
     fn args(&self) -> Vec<String> {
-        [
-            "--provider",
-            "azure",
-            "--log-level",
-            "debug",
-            "--azure-authority-host",
-            &self.entra.url(),
-            "--acr-endpoint",
-            &self.acr.url(),
-            "--cache-dir",
-            arg(&self.dir),
-        ]
-        .map(str::to_string)
-        .to_vec()
+        azure::flags(
+            &self.entra,
+            &self.acr,
+            &[
+                "--provider",
+                "azure",
+                "--log-level",
+                "debug",
+                "--cache-dir",
+                arg(&self.dir),
+            ],
+        )
     }
 
     /// `extra` is flag and value pairs, replacing the flag's value in
@@ -82,10 +80,7 @@ impl World {
     fn pull_with(&self, extra: &[&str], token: &str, annotations: &[(&str, &str)]) -> Run {
         let mut args = self.args();
         for pair in extra.chunks(2) {
-            match args.iter().position(|a| a == pair[0]) {
-                Some(i) => args[i + 1] = pair[1].to_string(),
-                None => args.extend(pair.iter().map(|s| s.to_string())),
-            }
+            support::plugin::set_flag(&mut args, pair[0], pair[1]);
         }
         let out = run(
             &args,
@@ -557,7 +552,7 @@ fn finish(child: Child) -> Run {
 fn stampede(world: &World, tokens: &[String]) -> Vec<Run> {
     let mut args = world.args();
     // info level: 64 processes of debug output is noise.
-    args[3] = "info".into();
+    support::plugin::set_flag(&mut args, "--log-level", "info");
     let mut children: Vec<Child> = tokens.iter().map(|_| spawn(&args)).collect();
     for (child, token) in children.iter_mut().zip(tokens) {
         let mut stdin = child.stdin.take().unwrap();
@@ -686,7 +681,7 @@ fn slow_world() -> (World, Vec<String>) {
     world.entra.delay(SLOW_CALL);
     world.acr.delay(SLOW_CALL);
     let mut args = world.args();
-    args[3] = "info".into();
+    support::plugin::set_flag(&mut args, "--log-level", "info");
     args.extend(["--timeout".to_string(), "20s".to_string()]);
     (world, args)
 }

@@ -13,19 +13,8 @@ const OURS: &str = "wi-credential-provider.io/chainguard-identity";
 const COOKBOOK: &str = "credentials.chainguard.dev/identity";
 
 fn args(cg: &FakeChainguard, extra: &[&str]) -> Vec<String> {
-    let mut a: Vec<String> = [
-        "--provider",
-        "chainguard",
-        "--chainguard-issuer-url",
-        &cg.url(),
-        "--log-level",
-        "debug",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    a.extend(extra.iter().map(|s| s.to_string()));
-    a
+    let ours = ["--provider", "chainguard", "--log-level", "debug"];
+    cg.flags(&[&ours[..], extra].concat())
 }
 
 fn token(name: &str) -> String {

@@ -31,7 +31,7 @@ use support::net::{CA_PEM, Proxy, Raw, RawServer, Relay, Target, TlsFront, close
 use support::plugin::{Run, request, run};
 use support::token::{self, TokenSpec};
 use support::token_service::{FakeService, Trust};
-use support::vault::{FakeVault, Method as VaultMethod, Role as VaultRole};
+use support::vault::FakeVault;
 use support::{cloudsmith, jfrog, quay};
 
 const ACR_HOST: &str = "contoso.azurecr.io";
@@ -179,17 +179,7 @@ impl Case {
     }
 
     fn vault() -> Case {
-        let vault = FakeVault::start(VaultMethod::Kubernetes, "kubernetes", None);
-        vault
-            .policy("registry-team", &["secret/data/registry/team/*"])
-            .role(
-                "puller",
-                VaultRole::new("team", "puller", &["registry-team"]),
-            )
-            .kv2(
-                "registry/team/app",
-                json!({"username": "team-robot", "password": "vault-stored-registry-password"}),
-            );
+        let vault = FakeVault::kubernetes_team("vault-stored-registry-password");
         Case {
             name: "vault",
             image: format!("{VAULT_REGISTRY}/team/app"),

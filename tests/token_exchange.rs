@@ -29,23 +29,17 @@ fn expect(fields: &[(&str, &str)], client: Option<(&str, &str)>) -> Expect {
 }
 
 fn args(sts: &FakeSts, extra: &[&str]) -> Vec<String> {
-    let mut a: Vec<String> = [
+    let base = [
         "--provider",
         "token-exchange",
         "--registry",
         REGISTRY,
         "--audience",
         AUDIENCE,
-        "--token-exchange-url",
-        &sts.url(),
         "--log-level",
         "debug",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    a.extend(extra.iter().map(|s| s.to_string()));
-    a
+    ];
+    sts.flags(&[&base[..], extra].concat())
 }
 
 fn token() -> String {

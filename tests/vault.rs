@@ -25,38 +25,20 @@ fn token() -> String {
     TokenSpec::new("team", "puller", AUDIENCE).mint()
 }
 
-/// Kubernetes auth at `kubernetes`, role `puller` bound to team/puller with
-/// a policy that reads `secret/data/registry/team/*`, and one KV v2 secret.
 fn kubernetes_vault() -> FakeVault {
-    let vault = FakeVault::start(Method::Kubernetes, "kubernetes", None);
-    vault
-        .policy("registry-team", &["secret/data/registry/team/*"])
-        .role("puller", Role::new("team", "puller", &["registry-team"]))
-        .kv2(
-            "registry/team/app",
-            json!({"username": "team-robot", "password": PASSWORD}),
-        );
-    vault
+    FakeVault::kubernetes_team(PASSWORD)
 }
 
 fn args(vault: &FakeVault, extra: &[&str]) -> Vec<String> {
-    let mut args: Vec<String> = [
+    let ours = [
         "--provider",
         "vault",
         "--registry",
         REGISTRY,
         "--audience",
         AUDIENCE,
-        "--vault-address",
-        &vault.url(),
-        "--vault-secret-prefix",
-        "registry",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    args.extend(extra.iter().map(|s| s.to_string()));
-    args
+    ];
+    vault.flags(&[&ours[..], extra].concat())
 }
 
 fn invoke(vault: &FakeVault, extra: &[&str], token: &str, annotations: &[(&str, &str)]) -> Run {

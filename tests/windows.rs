@@ -29,9 +29,13 @@ use support::plugin::{Run, request, run, run_as};
 use support::sts::{Expect, FakeSts};
 use support::token::TokenSpec;
 use support::token_service::{FakeService, Trust};
-use support::vault::{FakeVault, Method, Role};
+use support::vault::FakeVault;
 use support::windows::{self, on_windows};
 use support::{cloudsmith, jfrog, quay};
+
+/// The azure provider at debug level (so that the secret checks cover
+/// every log line).
+const AZURE: &[&str] = &["--provider", "azure", "--log-level", "debug"];
 
 const WHY: &str = "needs the Windows build under Wine: make test-windows";
 
@@ -249,14 +253,7 @@ fn chainguard() {
     const IMAGE: &str = "cgr.dev/example.com/app:latest";
     let cg = FakeChainguard::start();
     let token = TokenSpec::new("team", "puller", chainguard::AUDIENCE).mint();
-    let args = strings(&[
-        "--provider",
-        "chainguard",
-        "--chainguard-issuer-url",
-        &cg.url(),
-        "--log-level",
-        "debug",
-    ]);
+    let args = cg.flags(&["--provider", "chainguard", "--log-level", "debug"]);
     let annotations = [("wi-credential-provider.io/chainguard-identity", IDENTITY)];
     let out = exec(&args, &[], IMAGE, &token, &annotations);
     served(&out, IMAGE, "cgr.dev", cg.issued(), &token);
@@ -269,26 +266,15 @@ fn chainguard() {
 #[ignore = "needs the Windows build under Wine: make test-windows"]
 fn vault() {
     const IMAGE: &str = "registry.example.com/team/app";
-    let vault = FakeVault::start(Method::Kubernetes, "kubernetes", None);
-    vault
-        .policy("registry-team", &["secret/data/registry/team/*"])
-        .role("puller", Role::new("team", "puller", &["registry-team"]))
-        .kv2(
-            "registry/team/app",
-            json!({"username": "team-robot", "password": "vault-kept-password"}),
-        );
+    let vault = FakeVault::kubernetes_team("vault-kept-password");
     let token = TokenSpec::new("team", "puller", "vault.cluster.test").mint();
-    let args = strings(&[
+    let args = vault.flags(&[
         "--provider",
         "vault",
         "--registry",
         "registry.example.com",
         "--audience",
         "vault.cluster.test",
-        "--vault-address",
-        &vault.url(),
-        "--vault-secret-prefix",
-        "registry",
         "--log-level",
         "debug",
     ]);
@@ -332,15 +318,13 @@ fn token_exchange() {
         subject: "system:serviceaccount:team:puller".into(),
         verify: support::token::verify,
     });
-    let args = strings(&[
+    let args = sts.flags(&[
         "--provider",
         "token-exchange",
         "--registry",
         "registry.example.com",
         "--audience",
         "sts.cluster.test",
-        "--token-exchange-url",
-        &sts.url(),
         "--token-exchange-username",
         "robot",
         "--log-level",
@@ -409,21 +393,6 @@ fn aws_against_moto() {
     assert!(line.contains("AccessDenied"), "{line}");
 }
 
-fn azure_args(entra: &FakeEntra, acr: &FakeAcr, extra: &[&str]) -> Vec<String> {
-    let mut args = strings(&[
-        "--provider",
-        "azure",
-        "--log-level",
-        "debug",
-        "--azure-authority-host",
-        &entra.url(),
-        "--acr-endpoint",
-        &acr.url(),
-    ]);
-    args.extend(strings(extra));
-    args
-}
-
 const AZURE_IDENTITY: [(&str, &str); 2] = [
     ("azure.workload.identity/client-id", CLIENT_ID),
     ("azure.workload.identity/tenant-id", TENANT),
@@ -437,7 +406,7 @@ fn azure() {
     let acr = FakeAcr::start("contoso.azurecr.io", &entra);
     let token = TokenSpec::new("team", "puller", azure::AUDIENCE).mint();
     let out = exec(
-        &azure_args(&entra, &acr, &[]),
+        &azure::flags(&entra, &acr, AZURE),
         &[],
         IMAGE,
         &token,
@@ -450,7 +419,7 @@ fn azure() {
     // A service account Entra has no federated credential for.
     let other = TokenSpec::new("team", "other", azure::AUDIENCE).mint();
     let out = exec(
-        &azure_args(&entra, &acr, &[]),
+        &azure::flags(&entra, &acr, AZURE),
         &[],
         IMAGE,
         &other,
@@ -511,7 +480,7 @@ fn the_cache_hits_misses_and_keeps_service_accounts_apart() {
     let parent = tempfile::tempdir().unwrap();
     let dir = parent.path().join("cache");
     let cache = windows::path(&dir);
-    let args = azure_args(&entra, &acr, &["--cache-dir", &cache]);
+    let args = azure::flags(&entra, &acr, &[AZURE, &["--cache-dir", &cache]].concat());
     let puller = TokenSpec::new("team", "puller", azure::AUDIENCE).mint();
     let other = TokenSpec::new("team", "other", azure::AUDIENCE).mint();
 
@@ -579,7 +548,11 @@ fn a_cache_folder_everyone_may_write_is_refused() {
     // means: 0777 is an entry that lets Everyone (S-1-1-0) write.
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
     let token = TokenSpec::new("team", "puller", azure::AUDIENCE).mint();
-    let args = azure_args(&entra, &acr, &["--cache-dir", &windows::path(&dir)]);
+    let args = azure::flags(
+        &entra,
+        &acr,
+        &[AZURE, &["--cache-dir", &windows::path(&dir)]].concat(),
+    );
     let out = exec(&args, &[], IMAGE, &token, &AZURE_IDENTITY);
     let line = out.failure();
     assert!(line.contains("writable by group or others"), "{line}");

@@ -15,7 +15,7 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(again, image);
         // (The kubelet's SplitHostPort cannot split a bracketed IPv6 host
         // without a port, so such a key never matches there either.)
-        if !(image.registry().starts_with('[') && image.port().is_none()) {
+        if !(image.registry().starts_with('[') && image.hostname() == image.registry()) {
             assert!(
                 matching::matches(image.registry(), &normalized),
                 "{normalized}"

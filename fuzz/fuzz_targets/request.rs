@@ -1,10 +1,10 @@
-//! The kubelet's request on stdin: any bytes get a request or an error,
-//! never a panic.
+//! The kubelet's request on stdin, through the function `serve` hands what
+//! it read: any bytes get a request or an error, never a panic.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(request) = wi_credential_provider::internal::protocol::read_request(data) {
+    if let Ok(request) = wi_credential_provider::internal::protocol::request_from_bytes(data) {
         // Whatever parsed must be usable downstream without panicking.
         let _ = wi_credential_provider::internal::ImageRef::parse(&request.image);
     }

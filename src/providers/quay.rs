@@ -324,15 +324,13 @@ mod tests {
             quay_url: DEFAULT_URL.into(),
             quay_organization: orgs.iter().map(|o| o.to_string()).collect(),
         };
-        assert!(
-            Quay::new(&options(&[]), Arc::default())
-                .err()
-                .unwrap()
-                .to_string()
-                .contains("no --quay-organization")
-        );
-        assert!(Quay::new(&options(&["Acme"]), Arc::default()).is_err());
-        assert!(Quay::new(&options(&["acme/x"]), Arc::default()).is_err());
+        let flag = |orgs: &[&str]| {
+            let e = Quay::new(&options(orgs), Arc::default()).err().unwrap();
+            e.fact(crate::base::error::Fact::Flag).map(str::to_string)
+        };
+        for refused in [&[][..], &["Acme"], &["acme/x"]] {
+            assert_eq!(flag(refused).as_deref(), Some("--quay-organization"));
+        }
         assert!(Quay::new(&options(&["acme", "b.c"]), Arc::default()).is_ok());
     }
 

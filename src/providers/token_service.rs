@@ -21,7 +21,7 @@ use std::sync::{Arc, LazyLock};
 use regex_lite::Regex;
 
 use crate::base::deadline::Deadline;
-use crate::base::error::{Error, Result, quote};
+use crate::base::error::{Error, Fact, Result, quote};
 use crate::base::secret::Secret;
 use crate::net::{
     self,
@@ -371,6 +371,7 @@ pub(crate) fn expiry(
             service.call(),
             crate::base::duration::format_unix(expires_at)
         ))
+        .with(Fact::Service, service.vendor)
         .fix(format!(
             "check the node's clock (NTP) and the token lifetime configured in {}",
             service.vendor

@@ -115,12 +115,8 @@ impl ImageRef {
         split_port(&self.registry).0
     }
 
-    /// The port, if the reference names one.
-    pub fn port(&self) -> Option<&str> {
-        split_port(&self.registry).1
-    }
-
-    pub fn repository(&self) -> &str {
+    /// The repository path after the registry (a mirror rule keeps it).
+    pub(crate) fn repository(&self) -> &str {
         &self.repository
     }
 }
@@ -267,7 +263,10 @@ mod tests {
             assert_eq!(image.repository(), repository, "{text}");
         }
         let image = ImageRef::parse("reg.io:5000/a").unwrap();
-        assert_eq!((image.hostname(), image.port()), ("reg.io", Some("5000")));
+        assert_eq!(
+            (image.hostname(), image.registry()),
+            ("reg.io", "reg.io:5000")
+        );
     }
 
     #[test]

@@ -12,7 +12,6 @@
 //! exactly the kubelet's fields, in the kubelet's spelling, and nothing else.
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -82,20 +81,9 @@ struct WireRequest {
     service_account_annotations: Option<BTreeMap<String, String>>,
 }
 
-/// Reads the whole request from `input`, at most [`MAX_REQUEST_BYTES`].
-pub fn read_request(input: impl Read) -> Result<Request> {
-    let mut bytes = Vec::new();
-    let limit = u64::try_from(MAX_REQUEST_BYTES).unwrap_or(u64::MAX) + 1;
-    input
-        .take(limit)
-        .read_to_end(&mut bytes)
-        .map_err(|e| Error::request(format!("cannot read the request from stdin: {e}")))?;
-    request_from_bytes(&bytes)
-}
-
 /// A request read whole, at most one byte past [`MAX_REQUEST_BYTES`]:
 /// refused when over the bound, else parsed and checked.
-pub(crate) fn request_from_bytes(bytes: &[u8]) -> Result<Request> {
+pub fn request_from_bytes(bytes: &[u8]) -> Result<Request> {
     if bytes.len() > MAX_REQUEST_BYTES {
         return Err(Error::request(format!(
             "the request on stdin is larger than {} bytes",
@@ -180,8 +168,9 @@ pub enum CacheKeyType {
     Image,
     /// For every image of this registry host.
     Registry,
-    /// For every image this provider entry matches.
-    Global,
+    // The kubelet's third kind, `Global` (every image the provider entry
+    // matches), is never sent: one identity's credential must not serve
+    // another registry's images.
 }
 
 impl CacheKeyType {
@@ -189,7 +178,6 @@ impl CacheKeyType {
         match self {
             CacheKeyType::Image => "Image",
             CacheKeyType::Registry => "Registry",
-            CacheKeyType::Global => "Global",
         }
     }
 }
@@ -318,7 +306,7 @@ mod tests {
     #[test]
     fn oversized_input_is_refused() {
         let big = vec![b' '; MAX_REQUEST_BYTES + 1];
-        let err = read_request(&big[..]).unwrap_err().to_string();
+        let err = request_from_bytes(&big).unwrap_err().to_string();
         assert!(err.contains("larger than"), "{err}");
     }
 

@@ -149,6 +149,16 @@ struct EntraState {
     delay: Mutex<std::time::Duration>,
 }
 
+/// The flags that point the azure provider at `entra` and `acr`, then
+/// `extra` (the test's own: `--provider` among them).
+pub fn flags(entra: &FakeEntra, acr: &FakeAcr, extra: &[&str]) -> Vec<String> {
+    // Built here, not with plugin::flags: benches/upstream.rs compiles
+    // this file without the plugin module.
+    let (entra, acr) = (entra.url(), acr.url());
+    let here = ["--azure-authority-host", &entra, "--acr-endpoint", &acr];
+    here.iter().chain(extra).map(|s| s.to_string()).collect()
+}
+
 /// The fake Entra ID token endpoint.
 pub struct FakeEntra {
     pub server: Fake,

@@ -54,6 +54,12 @@ impl FakeChainguard {
         self.server.url()
     }
 
+    /// The flag that points the chainguard provider here, then `extra`
+    /// (the test's own: `--provider` among them).
+    pub fn flags(&self, extra: &[&str]) -> Vec<String> {
+        super::plugin::flags(&["--chainguard-issuer-url", &self.url()], extra)
+    }
+
     pub fn script(&self, responses: impl IntoIterator<Item = Response>) {
         self.server.ledger().script(responses);
     }

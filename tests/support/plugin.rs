@@ -222,6 +222,21 @@ pub fn words(line: &Value) -> String {
     )
 }
 
+/// `base` then `extra`, owned: the arguments of a run whose flags hold a
+/// fake's address.
+pub fn flags(base: &[&str], extra: &[&str]) -> Vec<String> {
+    base.iter().chain(extra).map(|s| s.to_string()).collect()
+}
+
+/// Sets `flag` to `value` in `args`: replaces the value after it, or adds
+/// both.
+pub fn set_flag(args: &mut Vec<String>, flag: &str, value: &str) {
+    match args.iter().position(|a| a == flag) {
+        Some(i) => args[i + 1] = value.to_string(),
+        None => args.extend([flag.to_string(), value.to_string()]),
+    }
+}
+
 /// Passthrough for `harbor.test` with the audience `harbor.test`: the
 /// simplest configuration that works, for tests of the plugin itself
 /// rather than of a provider.

@@ -55,6 +55,12 @@ impl FakeSts {
         format!("{}{PATH}", self.server.url())
     }
 
+    /// The flag that points the token-exchange provider here, then
+    /// `extra` (the test's own: `--provider` among them).
+    pub fn flags(&self, extra: &[&str]) -> Vec<String> {
+        super::plugin::flags(&["--token-exchange-url", &self.url()], extra)
+    }
+
     pub fn script(&self, responses: impl IntoIterator<Item = Response>) {
         self.server.ledger().script(responses);
     }

@@ -327,6 +327,26 @@ pub fn assert_failures(
     }
 }
 
+/// `fake` issues a credential that has already expired: `run` (which
+/// passes `--log-format json`) fails with an upstream error naming
+/// `vendor` and the clock, and neither token reaches stderr.
+pub fn assert_expired_refused(
+    fake: &FakeService,
+    vendor: &str,
+    token: &str,
+    run: impl Fn() -> Run,
+) {
+    fake.set_lifetime(-30);
+    let out = run();
+    let line = out.failure_json();
+    assert_eq!(line["kind"], "upstream", "{line}");
+    assert_eq!(line["facts"]["service"], vendor, "{line}");
+    let words = plugin::words(&line);
+    assert!(words.contains("expired at"), "{line}");
+    assert!(words.contains("clock"), "{line}");
+    out.assert_no_secrets(&[token, &fake.issued()[0]]);
+}
+
 /// Every hostile value of `key` is refused before any request reaches the
 /// fake (or anywhere: the fake is the only endpoint configured).
 pub fn assert_hostile_refused(fake: &FakeService, key: &str, run: impl Fn(&str) -> Run) {

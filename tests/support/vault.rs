@@ -142,6 +142,30 @@ impl FakeVault {
         self.server.url()
     }
 
+    /// Kubernetes auth at `kubernetes`, role `puller` bound to team/puller
+    /// with a policy that reads `secret/data/registry/team/*`, and one KV
+    /// v2 secret at `registry/team/app` holding `team-robot` and `password`.
+    pub fn kubernetes_team(password: &str) -> Self {
+        let vault = FakeVault::start(Method::Kubernetes, "kubernetes", None);
+        vault
+            .policy("registry-team", &["secret/data/registry/team/*"])
+            .role("puller", Role::new("team", "puller", &["registry-team"]))
+            .kv2(
+                "registry/team/app",
+                json!({"username": "team-robot", "password": password}),
+            );
+        vault
+    }
+
+    /// The flags that point the vault provider here, with the secret
+    /// prefix `registry`, then `extra` (the test's own: `--provider` among
+    /// them).
+    pub fn flags(&self, extra: &[&str]) -> Vec<String> {
+        let url = self.url();
+        let here = ["--vault-address", &url, "--vault-secret-prefix", "registry"];
+        super::plugin::flags(&here, extra)
+    }
+
     pub fn addr(&self) -> std::net::SocketAddr {
         self.server.addr()
     }

@@ -151,7 +151,13 @@ mod tests {
     fn the_process_environment_is_ignored() {
         // Whatever WICP_* the developer has set, an entry without env parses
         // to the defaults.
-        let r = route("wi-credential-provider", &[], &[], &Env::from_process()).unwrap();
+        let r = route(
+            "wi-credential-provider",
+            &[],
+            &[],
+            &Env::from_os(std::env::vars_os()),
+        )
+        .unwrap();
         assert_eq!(r.line.options.max_cache_duration, Duration::from_secs(3600));
         assert!(r.line.options.registries.registries.is_empty());
     }
