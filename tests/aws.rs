@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use support::containerd::Containerd;
 use support::http_server::{Request, Response, TestServer};
 use support::moto::Moto;
-use support::plugin::{Run, request, run};
+use support::plugin::{self, Run, request, run};
 use support::registry::Registry;
 use support::token::{ISSUER, TokenSpec, now, rfc3339};
 
@@ -927,45 +927,31 @@ fn missing_empty_and_malformed_role_annotations_are_refused_before_any_call() {
     let token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
     let image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/app";
 
-    let line = plugin(&[], &env, image, &token, &[]).failure();
-    assert!(line.contains("service account team/puller has no role ARN annotation (\"eks.amazonaws.com/ecr-role-arn\" or \"eks.amazonaws.com/role-arn\")"), "{line}");
+    let json = ["--log-format", "json"];
+    // Missing: the first key that would name the role, and how to pass it.
+    let line = plugin(&json, &env, image, &token, &[]).refused_for_annotation(ECR_ROLE_ANNOTATION);
     assert!(
-        line.contains("tokenAttributes.optionalServiceAccountAnnotationKeys"),
+        plugin::words(&line).contains("tokenAttributes.optionalServiceAccountAnnotationKeys"),
         "{line}"
     );
-
-    // An empty value is refused by the check every provider's annotations
-    // get, before the role is read.
-    let line = plugin(&[], &env, image, &token, &[(ECR_ROLE_ANNOTATION, "")]).failure();
-    assert!(
-        line.contains("service account team/puller")
-            && line.contains("annotation eks.amazonaws.com/ecr-role-arn is empty"),
-        "{line}"
-    );
-
-    let line = plugin(
-        &[],
-        &env,
-        image,
-        &token,
-        &[(ROLE_ANNOTATION, "arn:aws:iam::123456789012:user/alice")],
-    )
-    .failure();
-    assert!(
-        line.contains("is \"arn:aws:iam::123456789012:user/alice\", which is not an IAM role ARN"),
-        "{line}"
-    );
-
-    // A role of another partition than the registry's.
-    let line = plugin(
-        &[],
-        &env,
-        image,
-        &token,
-        &[(ROLE_ANNOTATION, "arn:aws-cn:iam::123456789012:role/pull")],
-    )
-    .failure();
-    assert!(line.contains("is in partition aws-cn, but registry 123456789012.dkr.ecr.us-east-1.amazonaws.com is in partition aws"), "{line}");
+    for (annotations, key) in [
+        // Empty: refused by the check every provider's annotations get,
+        // before the role is read.
+        ([(ECR_ROLE_ANNOTATION, "")], ECR_ROLE_ANNOTATION),
+        // Not a role.
+        (
+            [(ROLE_ANNOTATION, "arn:aws:iam::123456789012:user/alice")],
+            ROLE_ANNOTATION,
+        ),
+        // A role of another partition than the registry's.
+        (
+            [(ROLE_ANNOTATION, "arn:aws-cn:iam::123456789012:role/pull")],
+            ROLE_ANNOTATION,
+        ),
+    ] {
+        let line = plugin(&json, &env, image, &token, &annotations).refused_for_annotation(key);
+        assert_eq!(line["service_account"], "team/puller", "{line}");
+    }
     assert_eq!(wire.request_count(), 0);
 }
 

@@ -258,52 +258,47 @@ fn missing_empty_and_malformed_identity_fails_before_the_network() {
     let (entra, acr) = fakes(REGISTRY);
     let image = format!("{REGISTRY}/team/app");
     let args = flags(&entra, &acr);
-    for (annotations, expect) in [
-        (
-            vec![(WI_TENANT, TENANT)],
-            "has no azure.workload.identity/client-id (or kubernetes.azure.com/acr-client-id) annotation",
-        ),
-        (vec![(WI_CLIENT, CLIENT_ID)], "no Entra ID tenant"),
+    let mut json = args.clone();
+    json.extend(["--log-format", "json"].map(String::from));
+    // The annotation at fault: the one set wrongly, or the first that
+    // would name the identity.
+    for (annotations, key) in [
+        (vec![(WI_TENANT, TENANT)], WI_CLIENT),
+        (vec![(WI_CLIENT, CLIENT_ID)], WI_TENANT),
         (
             vec![
                 (WI_CLIENT, ""),
                 (AKS_CLIENT, CLIENT_ID),
                 (WI_TENANT, TENANT),
             ],
-            "annotation azure.workload.identity/client-id is empty",
+            WI_CLIENT,
         ),
-        (
-            vec![(WI_CLIENT, CLIENT_ID), (WI_TENANT, " ")],
-            "annotation azure.workload.identity/tenant-id is empty",
-        ),
-        (
-            vec![(WI_CLIENT, "my-app"), (WI_TENANT, TENANT)],
-            "is \"my-app\", not a client ID",
-        ),
+        (vec![(WI_CLIENT, CLIENT_ID), (WI_TENANT, " ")], WI_TENANT),
+        (vec![(WI_CLIENT, "my-app"), (WI_TENANT, TENANT)], WI_CLIENT),
         (
             vec![(WI_CLIENT, CLIENT_ID), (WI_TENANT, "common")],
-            "not an Entra ID tenant",
+            WI_TENANT,
         ),
         (
             vec![(WI_CLIENT, CLIENT_ID), (WI_TENANT, "x/../../evil")],
-            "not an Entra ID tenant",
+            WI_TENANT,
         ),
     ] {
-        let line = exec(&args, &[], &image, &sa_token(), &annotations).failure();
-        assert!(line.contains(expect), "{annotations:?}: {line}");
-        assert!(line.contains("service account team/puller"), "{line}");
-        assert!(line.contains("registry contoso.azurecr.io"), "{line}");
+        let out = exec(&json, &[], &image, &sa_token(), &annotations);
+        let line = out.refused_for_annotation(key);
+        assert_eq!(line["service_account"], "team/puller", "{line}");
+        assert_eq!(line["registry"], "contoso.azurecr.io", "{line}");
     }
     // A bad default tenant fails azure, naming the setting.
     let line = exec(
-        &args,
+        &json,
         &[("WICP_AZURE_TENANT_ID", "common")],
         &image,
         &sa_token(),
         &[(WI_CLIENT, CLIENT_ID)],
     )
-    .failure();
-    assert!(line.contains("--azure-tenant-id"), "{line}");
+    .failure_json();
+    assert_eq!(line["facts"]["flag"], "--azure-tenant-id", "{line}");
     // The token must be for Entra's audience.
     let wrong = TokenSpec::new("team", "puller", "sts.amazonaws.com").mint();
     let line = exec(&args, &[], &image, &wrong, IDENTITY).failure();

@@ -209,7 +209,7 @@ fn annotations_never_move_the_token() {
     let token = token();
     for key in [OURS, THEIRS] {
         ts::assert_hostile_refused(&fake, key, |value| {
-            invoke(&args(&fake, REGISTRY, ORG), IMAGE, &token, &[(key, value)])
+            ts::invoke_json(&args(&fake, REGISTRY, ORG), IMAGE, &token, &[(key, value)])
         });
     }
     // Cloudsmith's own plugin reads these to change the organisation and
@@ -226,11 +226,7 @@ fn annotations_never_move_the_token() {
     );
     out.response_for(IMAGE);
     assert_eq!(fake.request_count(), 1);
-    let line = invoke(&args(&fake, REGISTRY, ORG), IMAGE, &token, &[]).failure();
-    assert!(
-        line.contains("no wi-credential-provider.io/cloudsmith-service"),
-        "{line}"
-    );
+    ts::invoke_json(&args(&fake, REGISTRY, ORG), IMAGE, &token, &[]).refused_for_annotation(OURS);
     let line = invoke(
         &args(&fake, REGISTRY, ORG),
         "evil.example/acme/app",

@@ -246,7 +246,7 @@ fn annotations_never_move_the_token() {
     let fake = fake(None);
     let token = token();
     ts::assert_hostile_refused(&fake, MAPPING_KEY, |value| {
-        invoke(
+        ts::invoke_json(
             &args(&fake, REGISTRY, &[]),
             IMAGE,
             &token,

@@ -177,7 +177,7 @@ fn annotations_never_move_the_token() {
     let token = token();
     for key in [OURS, THEIRS] {
         ts::assert_hostile_refused(&fake, key, |value| {
-            invoke(
+            ts::invoke_json(
                 &args(&fake, REGISTRY),
                 IMAGE,
                 &token,
@@ -185,7 +185,7 @@ fn annotations_never_move_the_token() {
             )
         });
         ts::assert_hostile_refused(&fake, key, |value| {
-            invoke(&args(&fake, REGISTRY), IMAGE, &token, &[(key, value)])
+            ts::invoke_json(&args(&fake, REGISTRY), IMAGE, &token, &[(key, value)])
         });
     }
     // A robot of an organisation the admin did not allow.
@@ -200,12 +200,8 @@ fn annotations_never_move_the_token() {
         line.contains("organisation evil, which is not allowed"),
         "{line}"
     );
-    // No robot at all.
-    let line = invoke(&args(&fake, REGISTRY), IMAGE, &token, &[]).failure();
-    assert!(
-        line.contains("no wi-credential-provider.io/quay-robot"),
-        "{line}"
-    );
+    // No robot at all: the annotation to set is ours.
+    ts::invoke_json(&args(&fake, REGISTRY), IMAGE, &token, &[]).refused_for_annotation(OURS);
     // Another registry.
     let line = invoke(
         &args(&fake, REGISTRY),

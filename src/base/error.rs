@@ -103,6 +103,10 @@ pub enum Fact {
     Problem,
     /// The upstream that answered, in words (`Google STS`, `Entra ID`).
     Service,
+    /// The service account annotation at fault, by key
+    /// (`eks.amazonaws.com/role-arn`): the one that is malformed, or the
+    /// first of those that would name the identity when none is set.
+    Annotation,
     /// The HTTP status it answered with.
     Status,
     /// What its body looked like: size and kind, never its text
@@ -117,6 +121,7 @@ impl Fact {
             Fact::Flag => "flag",
             Fact::Problem => "problem",
             Fact::Service => "service",
+            Fact::Annotation => "annotation",
             Fact::Status => "status",
             Fact::BodyShape => "body_shape",
         }
@@ -162,6 +167,12 @@ impl Error {
         Error::config(format!("{flag} {problem}"))
             .with(Fact::Flag, flag)
             .with(Fact::Problem, problem)
+    }
+
+    /// A service account annotation set wrongly, or missing: a
+    /// [`Kind::Annotation`] error with the annotation's `key` as a fact.
+    pub fn annotation_key(key: &str, what: impl Into<String>) -> Self {
+        Error::annotation(what).with(Fact::Annotation, key)
     }
 
     /// The facts of an upstream's answer: who answered (`service`, in

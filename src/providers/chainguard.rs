@@ -171,7 +171,7 @@ impl Chainguard {
             if let Some(raw) = cx.annotations.get(key) {
                 let id = raw.trim();
                 if !is_identity_id(id) {
-                    return Err(Error::annotation(format!(
+                    return Err(Error::annotation_key(key, format!(
                         "service account annotation {key} is {}, not a Chainguard identity ID",
                         quote(&crate::base::redact::clean(raw, 100))
                     ))
@@ -182,7 +182,7 @@ impl Chainguard {
         }
         match &self.identity {
             Some(id) => Ok((id.clone(), "--chainguard-identity")),
-            None => Err(Error::annotation("no Chainguard identity to assume: the service account has no identity annotation and --chainguard-identity is not set")
+            None => Err(Error::annotation_key(IDENTITY_ANNOTATION, "no Chainguard identity to assume: the service account has no identity annotation and --chainguard-identity is not set")
                 .fix(format!("annotate the service account with {IDENTITY_ANNOTATION}: <identity ID> (and list the key in tokenAttributes.optionalServiceAccountAnnotationKeys), or set --chainguard-identity"))),
         }
     }

@@ -182,14 +182,14 @@ impl Quay {
         )?;
         let (org, short) = robot.split_once('+').unwrap_or_default();
         if !ROBOT_SHORT_NAME.contains(&short.len()) {
-            return Err(Error::annotation(format!(
+            return Err(Error::annotation_key(key, format!(
                 "annotation {key} names robot {robot}, whose short name {short} is {} characters; Quay's are 2 to 255",
                 short.len()
             ))
             .fix("name the robot as Quay shows it (<organisation>+<robot>)"));
         }
         if !self.organisations.contains(org) {
-            return Err(Error::annotation(format!(
+            return Err(Error::annotation_key(key, format!(
                 "annotation {key} names robot {robot} of organisation {org}, which is not allowed (allowed: {})",
                 self.organisations.iter().cloned().collect::<Vec<_>>().join(", ")
             ))

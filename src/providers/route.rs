@@ -143,7 +143,7 @@ pub(crate) fn check_annotations(
             None
         };
         if let Some(why) = why {
-            return Err(Error::annotation(format!(
+            return Err(Error::annotation_key(&key, format!(
                 "service account annotation {key} {why}, so it names no identity"
             ))
             .fix(format!(

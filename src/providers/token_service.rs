@@ -419,11 +419,14 @@ pub(crate) fn identity(
         // Not trimmed: a value with a stray newline or space is refused as
         // written, so what is checked is exactly what would be sent.
         if !pattern.matches(value) {
-            return Err(Error::annotation(format!(
-                "annotation {key} is {}, not a {what} ({})",
-                quote(value),
-                pattern.form
-            ))
+            return Err(Error::annotation_key(
+                key,
+                format!(
+                    "annotation {key} is {}, not a {what} ({})",
+                    quote(value),
+                    pattern.form
+                ),
+            )
             .fix(format!(
                 "set {key} to the {what}; an annotation names an identity, never a host or a path"
             )));
@@ -446,7 +449,7 @@ pub(crate) fn required_identity(
     identity(cx, keys, pattern, what)?.ok_or_else(|| {
         let (first, others) = keys.split_first().map_or(("", &[][..]), |(f, o)| (*f, o));
         let others: String = others.iter().map(|k| format!(" (or {k})")).collect();
-        Error::annotation(format!(
+        Error::annotation_key(first, format!(
             "the service account has no {first}{others} annotation naming the {what}"
         ))
         .fix(format!(

@@ -178,6 +178,16 @@ impl Run {
         }
     }
 
+    /// Asserts that a run with `--log-format json` was refused for the
+    /// service account annotation `key` (kind and fact, not words);
+    /// returns the error line.
+    pub fn refused_for_annotation(&self, key: &str) -> Value {
+        let line = self.failure_json();
+        assert_eq!(line["kind"], "annotation", "{line}");
+        assert_eq!(line["facts"]["annotation"], key, "{line}");
+        line
+    }
+
     /// Asserts failure, as [`Run::failure`], of a run with `--log-format
     /// json`: returns the one error line as JSON, whose `kind` and `facts`
     /// say what failed without the message's words.

@@ -223,6 +223,13 @@ pub fn invoke(args: &[String], image: &str, token: &str, annotations: &[(&str, &
     invoke_at("debug", args, image, token, annotations)
 }
 
+/// [`invoke`] with `--log-format json`, for checks on the error's facts.
+pub fn invoke_json(args: &[String], image: &str, token: &str, annotations: &[(&str, &str)]) -> Run {
+    let mut json = args.to_vec();
+    json.extend(["--log-format", "json"].map(String::from));
+    invoke(&json, image, token, annotations)
+}
+
 /// Runs the plugin as the kubelet does for `image`, at `level`.
 pub fn invoke_at(
     level: &str,
@@ -347,13 +354,13 @@ pub fn assert_expired_refused(
     out.assert_no_secrets(&[token, &fake.issued()[0]]);
 }
 
-/// Every hostile value of `key` is refused before any request reaches the
-/// fake (or anywhere: the fake is the only endpoint configured).
+/// Every hostile value of `key` is refused, as that annotation's fault,
+/// before any request reaches the fake (or anywhere: the fake is the only
+/// endpoint configured). `run` passes `--log-format json` ([`invoke_json`]).
 pub fn assert_hostile_refused(fake: &FakeService, key: &str, run: impl Fn(&str) -> Run) {
     let before = fake.request_count();
     for value in HOSTILE {
-        let line = run(value).failure();
-        assert!(line.contains(key), "{value:?}: {line}");
+        run(value).refused_for_annotation(key);
         assert_eq!(
             fake.request_count(),
             before,

@@ -103,7 +103,7 @@ pub(crate) fn role_from_annotations(
             .collect::<Vec<_>>()
             .join(" or ");
         let first = keys.first().map(String::as_str).unwrap_or_default();
-        return Err(Error::annotation(format!(
+        return Err(Error::annotation_key(first, format!(
             "the service account {service_account} has no role ARN annotation ({listed}) in the request"
         ))
         .fix(format!(
@@ -114,7 +114,7 @@ pub(crate) fn role_from_annotations(
     };
     let trimmed = value.trim();
     if trimmed.is_empty() {
-        return Err(Error::annotation(format!(
+        return Err(Error::annotation_key(key, format!(
             "the annotation {key} on service account {service_account} is empty; expected {ARN_FORM}"
         ))
         .fix(format!(
@@ -122,7 +122,7 @@ pub(crate) fn role_from_annotations(
         )));
     }
     let arn = RoleArn::parse(trimmed).ok_or_else(|| {
-        Error::annotation(format!(
+        Error::annotation_key(key, format!(
             "the annotation {key} on service account {service_account} is {}, which is not an IAM role ARN; expected {ARN_FORM}",
             quote(value)
         ))

@@ -293,7 +293,7 @@ impl Aws {
             token.service_account(),
         )?;
         if role.partition() != registry.partition() {
-            return Err(Error::annotation(format!(
+            return Err(Error::annotation_key(&key, format!(
                 "the role {role} (annotation {key}) is in partition {}, but registry {} is in partition {}; roles cannot be assumed across partitions",
                 role.partition(),
                 cx.image.registry(),

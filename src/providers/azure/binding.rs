@@ -174,14 +174,14 @@ impl Binding {
     ) -> Result<(String, String)> {
         let client_id = match identity::first(annotations, &CLIENT_ID_KEYS)? {
             Some((value, key)) => identity::parse_client_id(value).ok_or_else(|| {
-                Error::annotation(format!(
+                Error::annotation_key(key, format!(
                     "annotation {key} is {}, not a client ID (a GUID)",
                     quote(value)
                 ))
                 .fix("set it to the client ID of the managed identity the service account is bound to")
             })?,
             None => self.default_client_id.clone().ok_or_else(|| {
-                Error::annotation(format!(
+                Error::annotation_key(identity::AKS_CLIENT_ID, format!(
                     "the service account has no {} annotation naming the managed identity of its identity binding, and no default is configured",
                     identity::AKS_CLIENT_ID
                 ))

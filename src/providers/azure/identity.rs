@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::base::error::{Error, Kind, Result, quote};
+use crate::base::error::{Error, Fact, Result, quote};
 
 pub(crate) const WI_CLIENT_ID: &str = "azure.workload.identity/client-id";
 pub(crate) const AKS_CLIENT_ID: &str = "kubernetes.azure.com/acr-client-id";
@@ -56,7 +56,7 @@ pub(crate) fn resolve(
     default_tenant: Option<&str>,
 ) -> Result<Identity> {
     let (client_id, client_key) = first(annotations, &CLIENT_ID_KEYS)?.ok_or_else(|| {
-        Error::annotation(format!(
+        Error::annotation_key(WI_CLIENT_ID, format!(
             "the service account has no {WI_CLIENT_ID} (or {AKS_CLIENT_ID}) annotation naming the Entra ID application to federate to"
         ))
         .fix(format!(
@@ -65,7 +65,7 @@ pub(crate) fn resolve(
         ))
     })?;
     let client_id = parse_client_id(client_id).ok_or_else(|| {
-        Error::annotation(format!(
+        Error::annotation_key(client_key, format!(
             "annotation {client_key} is {}, not a client ID (a GUID like 00000000-0000-0000-0000-000000000000)",
             quote(client_id)
         ))
@@ -80,7 +80,7 @@ pub(crate) fn resolve(
         None => match default_tenant {
             Some(tenant) => (tenant.to_string(), Source::Default),
             None => {
-                return Err(Error::annotation(format!(
+                return Err(Error::annotation_key(WI_TENANT_ID, format!(
                     "no Entra ID tenant: the service account has no {WI_TENANT_ID} (or {AKS_TENANT_ID}) annotation and no default tenant is configured"
                 ))
                 .fix(format!(
@@ -112,7 +112,7 @@ pub(crate) fn first<'a>(
         let value = value.trim();
         if value.is_empty() {
             return Err(
-                Error::annotation(format!("annotation {key} is empty")).fix(format!(
+                Error::annotation_key(key, format!("annotation {key} is empty")).fix(format!(
                     "set {key} to a value on the service account, or remove it"
                 )),
             );
@@ -173,14 +173,16 @@ pub(crate) fn parse_tenant(value: &str) -> Option<String> {
 }
 
 pub(crate) fn invalid_tenant(source: &Source, value: &str) -> Error {
-    let kind = match source {
-        Source::Annotation(_) => Kind::Annotation,
-        Source::Default => Kind::Config,
-    };
-    Error::with_kind(kind, format!(
-        "{source} is {}, not an Entra ID tenant (a tenant GUID or a domain like contoso.onmicrosoft.com)",
+    let problem = format!(
+        "is {}, not an Entra ID tenant (a tenant GUID or a domain like contoso.onmicrosoft.com)",
         quote(value)
-    ))
+    );
+    match source {
+        Source::Annotation(key) => Error::annotation_key(key, format!("{source} {problem}")),
+        Source::Default => Error::config(format!("{source} {problem}"))
+            .with(Fact::Flag, "--azure-tenant-id")
+            .with(Fact::Problem, problem),
+    }
     .fix("set it to the directory (tenant) ID of the managed identity or app registration (az account show --query tenantId)")
 }
 
@@ -239,8 +241,8 @@ mod tests {
     #[test]
     fn missing_empty_and_malformed_values_are_errors() {
         let e = resolve(&map(&[(WI_TENANT_ID, TENANT)]), None).unwrap_err();
-        assert_eq!(e.kind(), Kind::Annotation);
-        assert!(e.what().contains(WI_CLIENT_ID), "{e}");
+        assert_eq!(e.kind(), crate::base::error::Kind::Annotation);
+        assert_eq!(e.fact(Fact::Annotation), Some(WI_CLIENT_ID), "{e}");
 
         let e = resolve(&map(&[(WI_CLIENT_ID, CLIENT)]), None).unwrap_err();
         assert!(e.to_string().contains("AZURE_TENANT_ID"), "{e}");

@@ -280,7 +280,7 @@ pub(super) fn parse_service_account(value: &str) -> Result<String> {
     if valid {
         return Ok(value.to_string());
     }
-    Err(Error::annotation(format!(
+    Err(Error::annotation_key(SERVICE_ACCOUNT_ANNOTATION, format!(
         "annotation {SERVICE_ACCOUNT_ANNOTATION} {} is not a Google service account email",
         quote(value)
     ))

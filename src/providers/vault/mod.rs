@@ -379,7 +379,7 @@ impl Vault {
         // repaired.
         if let Some(value) = cx.annotation(ROLE_ANNOTATION) {
             if !path::is_role(value) {
-                return Err(Error::annotation(format!(
+                return Err(Error::annotation_key(ROLE_ANNOTATION, format!(
                     "annotation {ROLE_ANNOTATION} {} is not a Vault role name",
                     quote(value)
                 ))
@@ -388,7 +388,7 @@ impl Vault {
             return Ok(value.to_string());
         }
         self.default_role.clone().ok_or_else(|| {
-            Error::annotation(format!(
+            Error::annotation_key(ROLE_ANNOTATION, format!(
                 "no Vault role: the service account has no {ROLE_ANNOTATION} annotation and --vault-role is not set"
             ))
             .fix(format!(
@@ -408,7 +408,7 @@ impl Vault {
             .find_map(|k| cx.annotation(k).map(|v| (*k, v, true)));
         if let Some((key, value, full_api_path)) = ours.or(compat) {
             let Some(prefix) = &self.secrets.prefix else {
-                return Err(Error::annotation(format!(
+                return Err(Error::annotation_key(key, format!(
                     "annotation {key} names a Vault secret, but no --vault-secret-prefix allows secrets from annotations"
                 ))
                 .fix("remove the annotation (the secret comes from --vault-secret-path), or have the admin set --vault-secret-prefix"));
@@ -417,7 +417,7 @@ impl Vault {
                 // The full API path: <kv mount>/[data/]<prefix>/<rest>.
                 let base = format!("{}/{}{prefix}/", self.kv_mount, self.data_segment());
                 value.strip_prefix(&base).ok_or_else(|| {
-                    Error::annotation(format!(
+                    Error::annotation_key(key, format!(
                         "annotation {key} {} is not under {base}",
                         quote(value)
                     ))
@@ -435,7 +435,7 @@ impl Vault {
                 let sa = cx.token()?.service_account();
                 template.render(&sa.namespace, &sa.name)
             }
-            None => Err(Error::annotation(format!(
+            None => Err(Error::annotation_key(SECRET_ANNOTATION, format!(
                 "no Vault secret: the service account has no {SECRET_ANNOTATION} annotation and --vault-secret-path is not set"
             ))
             .fix(format!(

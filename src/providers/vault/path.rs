@@ -105,7 +105,7 @@ impl Template {
 /// what follows the prefix, checked as a relative path.
 pub(crate) fn under_prefix(annotation: &str, prefix: &str, rest: &str) -> Result<String> {
     if !is_relative_path(rest) {
-        return Err(Error::annotation(format!(
+        return Err(Error::annotation_key(annotation, format!(
             "annotation {annotation} {} is not a secret path under the prefix {prefix}/",
             quote(rest)
         ))
