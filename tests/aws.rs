@@ -1017,7 +1017,12 @@ fn the_token_audience_must_match_the_credential_source() {
     let wire = tripwire();
     let sts_token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
     let line = plugin(
-        &["--aws-credential-source", "pod-identity"],
+        &[
+            "--aws-credential-source",
+            "pod-identity",
+            "--log-format",
+            "json",
+        ],
         &[(
             "AWS_CONTAINER_CREDENTIALS_FULL_URI",
             &format!("{}/v1/credentials", wire.url()),
@@ -1026,18 +1031,24 @@ fn the_token_audience_must_match_the_credential_source() {
         &sts_token,
         &[],
     )
-    .failure();
-    assert!(line.contains("\"pods.eks.amazonaws.com\""), "{line}");
+    .refused("token", &[("claim", "aud")]);
+    assert!(
+        plugin::words(&line).contains("\"pods.eks.amazonaws.com\""),
+        "{line}"
+    );
     let pod_token = TokenSpec::new("team", "puller", POD_IDENTITY_AUDIENCE).mint();
     let line = plugin(
-        &[],
+        &["--log-format", "json"],
         &[("AWS_ENDPOINT_URL", &wire.url())],
         "123456789012.dkr.ecr.us-east-1.amazonaws.com/app",
         &pod_token,
         &[(ROLE_ANNOTATION, "arn:aws:iam::123456789012:role/pull")],
     )
-    .failure();
-    assert!(line.contains("\"sts.amazonaws.com\""), "{line}");
+    .refused("token", &[("claim", "aud")]);
+    assert!(
+        plugin::words(&line).contains("\"sts.amazonaws.com\""),
+        "{line}"
+    );
     assert_eq!(wire.request_count(), 0);
 }
 

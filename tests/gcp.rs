@@ -664,10 +664,11 @@ fn federation_accepts_both_audience_forms_and_a_configured_one() {
         &t,
     );
     // Without --audience the same token is refused before any network call.
-    let line = exec(&google.args(), &request(IMAGE, Some(&t), &[])).failure();
-    assert!(line.contains("does not include"), "{line}");
+    let mut json = google.args();
+    json.extend(["--log-format", "json"].map(String::from));
+    let line = exec(&json, &request(IMAGE, Some(&t), &[])).refused("token", &[("claim", "aud")]);
     assert!(
-        line.contains(&format!("//iam.googleapis.com/{PROVIDER}")),
+        plugin::words(&line).contains(&format!("//iam.googleapis.com/{PROVIDER}")),
         "{line}"
     );
     assert_eq!(google.sts.request_count(), 1);

@@ -7,7 +7,7 @@ use crate::support;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::json;
-use support::plugin::{PASSTHROUGH, request, run, run_as};
+use support::plugin::{self, PASSTHROUGH, request, run, run_as};
 use support::token::{self, TokenSpec};
 
 const REGISTRY: &str = "harbor.test";
@@ -280,7 +280,7 @@ fn flags_have_environment_variables_and_the_flag_wins() {
     assert_eq!(response["cacheDuration"], "2m0s");
     // A wrong audience in the environment is caught like a wrong flag.
     let line = run(
-        &[] as &[&str],
+        &["--log-format", "json"],
         &[
             ("WICP_AUDIENCE", "other"),
             ("WICP_PROVIDER", "passthrough"),
@@ -288,8 +288,8 @@ fn flags_have_environment_variables_and_the_flag_wins() {
         ],
         req.as_bytes(),
     )
-    .failure();
-    assert!(line.contains("does not include \"other\""), "{line}");
+    .refused("token", &[("claim", "aud")]);
+    assert!(plugin::words(&line).contains("\"other\""), "{line}");
 }
 
 /// The serving path parses only the chosen provider's flags; another
@@ -485,27 +485,27 @@ fn unsigned_and_alg_none_tokens_are_refused() {
         URL_SAFE_NO_PAD.encode(r#"{"alg":"none"}"#),
         URL_SAFE_NO_PAD.encode(claims.to_string())
     );
+    let json = [PASSTHROUGH, &["--log-format", "json"]].concat();
     let line = run(
-        PASSTHROUGH,
+        &json,
         &[],
         request("harbor.test/a", Some(&none), &[]).as_bytes(),
     )
-    .failure();
-    assert!(line.contains("not signed"), "{line}");
+    .refused("token", &[]);
+    assert!(
+        line["message"].as_str().unwrap().contains("not signed"),
+        "{line}"
+    );
     // A token whose sub disagrees with its kubernetes.io claim is not a
     // service account token.
     let mut claims = claims;
     claims["sub"] = json!("system:serviceaccount:kube-system:admin");
-    let line = run(
-        PASSTHROUGH,
+    run(
+        &json,
         &[],
         request("harbor.test/a", Some(&unsigned_jwt(&claims)), &[]).as_bytes(),
     )
-    .failure();
-    assert!(
-        line.contains("does not match its kubernetes.io claim"),
-        "{line}"
-    );
+    .refused("token", &[("claim", "sub")]);
 }
 
 #[test]

@@ -107,6 +107,9 @@ pub enum Fact {
     /// (`eks.amazonaws.com/role-arn`): the one that is malformed, or the
     /// first of those that would name the identity when none is set.
     Annotation,
+    /// The service account token's claim at fault (`aud`, `exp`, `sub`,
+    /// `kubernetes.io.namespace`).
+    Claim,
     /// The HTTP status it answered with.
     Status,
     /// What its body looked like: size and kind, never its text
@@ -122,6 +125,7 @@ impl Fact {
             Fact::Problem => "problem",
             Fact::Service => "service",
             Fact::Annotation => "annotation",
+            Fact::Claim => "claim",
             Fact::Status => "status",
             Fact::BodyShape => "body_shape",
         }

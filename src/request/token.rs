@@ -12,7 +12,7 @@
 use serde::Deserialize;
 
 use crate::base::duration::format_unix;
-use crate::base::error::{Error, Result, quote};
+use crate::base::error::{Error, Fact, Result, quote};
 use crate::base::secret::Secret;
 
 use base64::Engine;
@@ -117,6 +117,7 @@ impl ServiceAccountToken {
                 format_unix(claims.expires_at),
                 now.saturating_sub(claims.expires_at)
             ))
+            .with(Fact::Claim, "exp")
             .fix("check the node's clock; the kubelet mints a fresh token for each pull"));
         }
         Ok(ServiceAccountToken { raw, claims })
@@ -156,6 +157,7 @@ impl ServiceAccountToken {
         Err(Error::token(format!(
             "the service account token's audience [{got}] does not include {wanted}, which the {provider} exchanger presents it to"
         ))
+        .with(Fact::Claim, "aud")
         .fix(format!(
             "set tokenAttributes.serviceAccountTokenAudience: {} in this provider's CredentialProviderConfig entry, \
              or pass --audience with the audience your identity provider trusts",
@@ -344,6 +346,7 @@ fn number(n: Option<serde_json::Number>, claim: &str) -> Result<i64> {
             Error::token(format!(
                 "the service account token's {claim} claim is not a number"
             ))
+            .with(Fact::Claim, claim)
             .fix(TOKEN_FIX)
         })
 }
@@ -352,6 +355,7 @@ fn missing(claim: &str) -> Error {
     Error::token(format!(
         "the service account token has no {claim} claim, so it is not a Kubernetes service account token"
     ))
+    .with(Fact::Claim, claim)
     .fix(TOKEN_FIX)
 }
 
@@ -401,6 +405,7 @@ fn kubernetes_claims(
             "the service account token's sub {} does not match its kubernetes.io claim ({expected_subject})",
             quote(subject)
         ))
+        .with(Fact::Claim, "sub")
         .fix(TOKEN_FIX));
     }
     let pod = match kubernetes.pod {

@@ -182,9 +182,17 @@ impl Run {
     /// service account annotation `key` (kind and fact, not words);
     /// returns the error line.
     pub fn refused_for_annotation(&self, key: &str) -> Value {
+        self.refused("annotation", &[("annotation", key)])
+    }
+
+    /// Asserts that a run with `--log-format json` failed with an error of
+    /// `kind` recording each of `facts`; returns the error line.
+    pub fn refused(&self, kind: &str, facts: &[(&str, &str)]) -> Value {
         let line = self.failure_json();
-        assert_eq!(line["kind"], "annotation", "{line}");
-        assert_eq!(line["facts"]["annotation"], key, "{line}");
+        assert_eq!(line["kind"], kind, "{line}");
+        for (fact, value) in facts {
+            assert_eq!(line["facts"][fact], *value, "{fact}: {line}");
+        }
         line
     }
 
