@@ -157,18 +157,18 @@ impl Reply {
         serde_json::from_slice(&self.body).ok()
     }
 
-    /// The error for an answer from `from` (the upstream, in words) that
-    /// is not what it documents: `why` says what it has or lacks. The body
-    /// is described by its size and kind, never its text, which may quote
-    /// a token back.
-    pub(crate) fn unusable(&self, from: impl std::fmt::Display, why: &str) -> Error {
-        let from = from.to_string();
+    /// The error for an answer from `service` (its stable name, the
+    /// `service` fact: `Google STS`) that is not what it documents: `from`
+    /// says which call in words (with its address or what was asked), `why`
+    /// what the answer has or lacks. The body is described by its size and
+    /// kind, never its text, which may quote a token back.
+    pub(crate) fn unusable(&self, service: &str, from: impl std::fmt::Display, why: &str) -> Error {
         Error::upstream(format!(
             "{from} answered HTTP {} with {why} ({})",
             self.status,
             crate::base::redact::body_shape(&self.body)
         ))
-        .answered(from, self.status, &self.body)
+        .answered(service, self.status, &self.body)
     }
 
     /// The credential a token service's success carries in the non-empty
@@ -675,6 +675,24 @@ pub fn endpoint_host(url: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unusable_answer_records_the_stable_service_name_not_the_call() {
+        let e = reply(200, "<html>portal</html>").unusable(
+            "ACR",
+            "ACR at https://contoso.azurecr.io",
+            "no refresh token",
+        );
+        assert_eq!(e.fact(Fact::Service), Some("ACR"));
+        assert_eq!(e.fact(Fact::Status), Some("200"));
+        assert!(
+            e.what().starts_with(
+                "ACR at https://contoso.azurecr.io answered HTTP 200 with no refresh token"
+            ),
+            "{e}"
+        );
+        assert!(!e.what().contains("portal"), "{e}");
+    }
 
     #[test]
     fn backoff_is_bounded_and_honours_retry_after() {

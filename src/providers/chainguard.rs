@@ -379,7 +379,7 @@ pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential
             "Chainguard's STS at {}, asked for identity {},",
             d.url, d.identity
         );
-        reply.unusable(from, &why).fix("check that --chainguard-issuer-url is Chainguard's STS (https://issuer.enforce.dev); a proxy may be answering instead")
+        reply.unusable("Chainguard's STS", from, &why).fix("check that --chainguard-issuer-url is Chainguard's STS (https://issuer.enforce.dev); a proxy may be answering instead")
     };
     let (body, token) = reply.token_field("token").map_err(malformed)?;
     let from_jwt = crate::request::token::unverified_expiry(token.expose());

@@ -647,7 +647,7 @@ pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential
             "the token server at {url}, asked for {},",
             d.service_account
         );
-        reply.unusable(from, &why).fix("check that --token-exchange-url is the token endpoint; a proxy or another service may be answering instead")
+        reply.unusable("the token server", from, &why).fix("check that --token-exchange-url is the token endpoint; a proxy or another service may be answering instead")
     };
     let (body, access_token) = reply.token_field("access_token").map_err(malformed)?;
     let issued_type = body

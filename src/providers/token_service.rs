@@ -238,7 +238,7 @@ pub(crate) fn refused(service: &Service, reply: &Reply, fix: impl FnOnce(u16) ->
 
 /// The error for a success whose body is not what the service documents.
 pub(crate) fn malformed(service: &Service, reply: &Reply, why: &str) -> Error {
-    reply.unusable(service.call(), why).fix(format!(
+    reply.unusable(service.vendor, service.call(), why).fix(format!(
         "check that {} points at {}'s own endpoint; a proxy or captive portal may be answering instead",
         service.endpoint_flag, service.vendor
     ))

@@ -224,6 +224,7 @@ pub(crate) fn credentials(
     let garbage = || {
         reply
             .unusable(
+                service.name,
                 format_args!("{service}, asked for the credentials of role {role},"),
                 "a body that is not the credentials JSON",
             )

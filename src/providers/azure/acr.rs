@@ -115,7 +115,7 @@ pub(crate) async fn exchange(
         .filter(|t| !t.is_empty())
         .ok_or_else(|| {
             reply
-                .unusable(format_args!("ACR at {}", request.endpoint), "no refresh token")
+                .unusable("ACR", format_args!("ACR at {}", request.endpoint), "no refresh token")
                 .fix("check that the endpoint is an ACR login server (--acr-endpoint) and that no proxy rewrites the answer")
         })?;
     let token = Secret::new(token);

@@ -288,6 +288,7 @@ pub(crate) async fn request_token(
             .ok_or_else(|| {
                 reply
                     .unusable(
+                        "the AKS identity binding",
                         format_args!("the identity binding at {}", binding.sni),
                         "with no access_token",
                     )

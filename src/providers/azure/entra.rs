@@ -121,6 +121,7 @@ pub(crate) async fn request_token(
             .ok_or_else(|| {
                 reply
                     .unusable(
+                        "Entra ID",
                         format_args!("Entra ID at {}", request.authority),
                         "a body that is not a token response",
                     )

@@ -449,7 +449,7 @@ async fn managed_identity_token(
     }
     token.ok_or_else(|| {
         reply
-            .unusable(service, "no access_token")
+            .unusable(service.name, service, "no access_token")
             .fix("check that --azure-imds-endpoint (if set) is Azure IMDS")
     })
 }

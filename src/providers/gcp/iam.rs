@@ -119,7 +119,11 @@ pub fn interpret(reply: &Reply, request: &Request<'_>) -> Result<AccessToken> {
     }
     let malformed = |why: String| {
         reply
-            .unusable(format_args!("IAM Credentials, asked to impersonate {sa},"), &why)
+            .unusable(
+                "Google IAM Credentials",
+                format_args!("IAM Credentials, asked to impersonate {sa},"),
+                &why,
+            )
             .fix("check that --gcp-iamcredentials-endpoint points at IAM Credentials; a proxy or captive portal may be answering instead")
     };
     let wire: Wire = reply

@@ -112,7 +112,11 @@ fn read(service: &metadata::Service, reply: &http::Reply, now: i64) -> Result<Cr
     }
     let (Some(token), Some(expires_in)) = (token, parsed.and_then(|r| r.expires_in)) else {
         return Err(reply
-            .unusable(service, "no access_token and integer expires_in")
+            .unusable(
+                service.name,
+                service,
+                "no access_token and integer expires_in",
+            )
             .fix(format!(
                 "check that {HOST_ENV} (if set) names the GCE metadata server"
             )));

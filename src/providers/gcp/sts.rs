@@ -80,7 +80,7 @@ pub fn interpret(reply: &Reply, now: i64, request: &Request<'_>) -> Result<Acces
     }
     let malformed = |why: &str| {
         reply
-            .unusable(format_args!("Google STS, asked for audience {audience},"), why)
+            .unusable("Google STS", format_args!("Google STS, asked for audience {audience},"), why)
             .fix("check that --gcp-sts-endpoint points at Google STS; a proxy or captive portal may be answering instead")
     };
     let wire: Wire = reply

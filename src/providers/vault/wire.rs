@@ -95,7 +95,7 @@ fn lease(value: Option<&Value>) -> Option<i64> {
 /// Reads a 2xx login answer. `what` names the call for messages.
 pub fn read_login(reply: &Reply, what: &str) -> Result<Login> {
     let malformed = |why: &str| {
-        reply.unusable(what, why).fix("check that --vault-address points at Vault's API (https://HOST:8200), not a UI, proxy or load balancer page")
+        reply.unusable("Vault", what, why).fix("check that --vault-address points at Vault's API (https://HOST:8200), not a UI, proxy or load balancer page")
     };
     let value: Value = reply
         .json()
@@ -119,7 +119,7 @@ pub fn read_login(reply: &Reply, what: &str) -> Result<Login> {
 
 /// Reads a 2xx KV answer (`version` 1 or 2) for `path` (shown in messages).
 pub fn read_secret(reply: &Reply, version: u8, what: &str) -> Result<Secrets> {
-    let malformed = |why: &str| reply.unusable(what, why);
+    let malformed = |why: &str| reply.unusable("Vault", what, why);
     let value: Value = reply.json().ok_or_else(|| {
         malformed("a body that is not JSON").fix(
             "check that --vault-address points at Vault's API, not a proxy or load balancer page",
