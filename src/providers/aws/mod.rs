@@ -350,9 +350,7 @@ fn imds_then_ecr(
     crate::base::log::debug!(
         "IMDS issued the credentials of instance profile role {}, expiring at {}",
         node.role,
-        node.credentials
-            .expires_at
-            .map_or("an unknown time".to_string(), duration::format_unix)
+        node.credentials.expiry()
     );
     let principal = format!("the node's instance profile role {}", node.role);
     login(&ecr.call(principal), &node.credentials, net, deadline)
@@ -377,9 +375,7 @@ fn sts_then_ecr(
         "STS issued credentials for role {}, session {}, expiring at {}",
         sts_call.role,
         sts_call.session_name,
-        credentials
-            .expires_at
-            .map_or("an unknown time".to_string(), duration::format_unix)
+        credentials.expiry()
     );
     login(
         &ecr.call(format!("role {}", sts_call.role)),

@@ -161,6 +161,17 @@ pub(crate) struct AwsCredentials {
     pub(crate) expires_at: Option<i64>,
 }
 
+impl AwsCredentials {
+    /// When they expire, for the log: a timestamp, or "an unknown time"
+    /// when the source did not say.
+    pub(crate) fn expiry(&self) -> String {
+        self.expires_at.map_or_else(
+            || "an unknown time".to_string(),
+            crate::base::duration::format_unix,
+        )
+    }
+}
+
 impl std::fmt::Debug for AwsCredentials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AwsCredentials")
