@@ -1341,6 +1341,26 @@ fn run_killed_at(node: &Node, args: &[&str], n: u32) -> Output {
     cmd.output().unwrap()
 }
 
+/// A failed uninstall says why on stderr, not only in its report on
+/// stdout: the DaemonSet's log, and a script's `2>`, read stderr.
+#[test]
+fn a_failed_uninstall_says_why_on_stderr() {
+    let node = Node::new("kubeadm-deb", true);
+    let manifest = node.path("/var/lib/wi-credential-provider/node-install.json");
+    std::fs::create_dir_all(manifest.parent().unwrap()).unwrap();
+    std::fs::write(&manifest, "{ not json").unwrap();
+    std::fs::set_permissions(&manifest, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = node.run(&["uninstall"]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stderr = text(&out.stderr);
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("node uninstall: "))
+        .unwrap_or_else(|| panic!("no error line on stderr: {}", show(&out)));
+    assert!(line.contains("node-install.json"), "{line}");
+    assert!(text(&out.stdout).contains("error: "), "{}", show(&out));
+}
+
 #[test]
 fn a_sigkill_at_every_step_leaves_a_node_that_uninstall_restores_and_a_rerun_completes() {
     assert!(

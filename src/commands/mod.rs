@@ -48,6 +48,21 @@ pub(crate) fn run(command: &Command, options: &Options, inputs: &Inputs) -> Exit
     }
 }
 
+/// Ends a command that changes the node (`node install`, `node
+/// uninstall`) as [`report`] does, and when it failed with `error`, says
+/// so on stderr too, as one line: the DaemonSet's log and a script's
+/// `2>` see the failure, not only the report's reader.
+pub(crate) fn report_change(command: &str, text: &str, error: Option<&str>) -> ExitCode {
+    let status = report(text, error.is_none());
+    if let Some(e) = error {
+        crate::base::log::write(
+            crate::base::log::Level::Error,
+            format_args!("{command}: {e}"),
+        );
+    }
+    status
+}
+
 /// Ends a command that writes a report to stdout: exit status 0 when the
 /// report says all is well (`ok`), 1 when it found a problem, 2 when
 /// stdout could not take it (a closed pipe): the caller saw nothing.

@@ -123,14 +123,7 @@ pub(crate) fn run(args: &Args, env: &Env) -> ExitCode {
         Output::Json => serde_json::to_string_pretty(&report).unwrap_or_default() + "\n",
         Output::Text => render(&report),
     };
-    let status = crate::commands::report(&text, report.error.is_none());
-    if let Some(e) = &report.error {
-        crate::base::log::write(
-            crate::base::log::Level::Error,
-            format_args!("node install: {e}"),
-        );
-    }
-    status
+    crate::commands::report_change("node install", &text, report.error.as_deref())
 }
 
 /// Reads the binary to install, bounded.

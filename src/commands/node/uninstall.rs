@@ -77,7 +77,7 @@ pub(crate) fn run(args: &Args) -> ExitCode {
             t
         }
     };
-    crate::commands::report(&text, result.is_ok())
+    crate::commands::report_change("node uninstall", &text, report.error.as_deref())
 }
 
 fn uninstall(args: &Args, report: &mut Report) -> Result<()> {
