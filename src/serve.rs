@@ -274,13 +274,14 @@ fn respond(line: &CommandLine, inputs: &Inputs, record: &mut Record) -> Result<V
     let cached_as = prepared.plan.every_registry.unwrap_or(auth_key.as_str());
     let cached = cache.as_ref().map(|(cache, key)| {
         // A node credential, or one shared by a SPIFFE identity, is no
-        // one service account's.
-        let whose = token
-            .as_ref()
-            .filter(|t| !prepared.plan.identity.is_node() && t.spiffe_id().is_none());
+        // one service account's; the SPIFFE ID is recorded instead.
+        let pods = token.as_ref().filter(|_| !prepared.plan.identity.is_node());
         let subject = cache::Subject {
             provider: provider.name(),
-            service_account: whose.map(|t| t.service_account()),
+            service_account: pods
+                .filter(|t| t.spiffe_id().is_none())
+                .map(|t| t.service_account()),
+            spiffe_id: pods.and_then(|t| t.spiffe_id()),
             registry: cached_as,
         };
         (cache, key, subject)

@@ -270,6 +270,52 @@ fn one_identity_shares_the_cache_and_another_never_does() {
     assert_eq!(sts.issued().len(), 1);
 }
 
+/// A credential shared by a SPIFFE identity is no one service account's:
+/// `cache list` shows its SPIFFE ID, a purge by service account leaves it,
+/// and `cache purge --spiffe-id` removes it, so the next pull exchanges
+/// anew (what an admin does after revoking the identity's trust).
+#[test]
+fn a_spiffe_entry_is_listed_and_purged_by_its_id() {
+    let cache = tempfile::tempdir().unwrap();
+    let cache_dir = cache.path().display().to_string();
+    let shared = "spiffe://cluster.test/ns/team";
+    let agent = SpireAgent::start(vec![entry(shared, &["k8s:ns:team"])]);
+    let sts = sts_trusting(shared);
+    let args = exchange_args(&agent, &sts, &["--cache-dir", &cache_dir]);
+    exec(&args, IMAGE, &kubelet_token("puller"), &[]).response_for(IMAGE);
+
+    let cache_command = |words: &[&str]| {
+        let mut argv = vec!["cache"];
+        argv.extend_from_slice(words);
+        argv.extend(["--cache-dir", &cache_dir]);
+        let out = run(&argv, &[], b"");
+        assert_eq!(out.code, Some(0), "{words:?}: {}", out.stderr);
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let listed = cache_command(&["list"]);
+    assert!(listed.contains(shared), "{listed}");
+    assert!(listed.contains("1 entries"), "{listed}");
+    let by_account = cache_command(&[
+        "purge",
+        "--namespace",
+        "team",
+        "--service-account",
+        "puller",
+    ]);
+    assert!(!by_account.contains(shared), "{by_account}");
+    assert!(cache_command(&["list"]).contains(shared));
+    let by_id = cache_command(&["purge", "--spiffe-id", shared]);
+    assert!(by_id.contains(&format!("SPIFFE ID {shared}")), "{by_id}");
+    assert!(cache_command(&["list"]).contains("0 entries"));
+
+    exec(&args, IMAGE, &kubelet_token("puller"), &[]).response_for(IMAGE);
+    assert_eq!(
+        sts.issued().len(),
+        2,
+        "the purge made the next pull exchange"
+    );
+}
+
 /// Annotations, which tenants write, cannot add or change selectors, nor
 /// move the socket or the audience.
 #[test]

@@ -82,6 +82,8 @@ pub(crate) struct Options {
 pub(crate) struct Subject<'a> {
     pub(crate) provider: &'a str,
     pub(crate) service_account: Option<&'a ServiceAccount>,
+    /// The SPIFFE ID presented, under `--identity spiffe`.
+    pub(crate) spiffe_id: Option<&'a str>,
     pub(crate) registry: &'a str,
 }
 
@@ -233,6 +235,7 @@ impl Cache {
             key: key.clone(),
             provider: subject.provider.to_string(),
             service_account: subject.service_account.cloned(),
+            spiffe_id: subject.spiffe_id.map(str::to_string),
             registry: subject.registry.to_string(),
             username: credential.username.clone(),
             password: credential.password.clone(),
@@ -508,6 +511,7 @@ mod tests {
         Subject {
             provider: "aws",
             service_account: None,
+            spiffe_id: None,
             registry: "reg.example",
         }
     }
@@ -665,6 +669,7 @@ mod tests {
                 key: key.clone(),
                 provider: "aws".into(),
                 service_account: None,
+                spiffe_id: None,
                 registry: "reg.example".into(),
                 username: credential.username,
                 password: credential.password,

@@ -50,6 +50,10 @@ pub struct Entry {
     pub key: Key,
     pub(crate) provider: String,
     pub(crate) service_account: Option<ServiceAccount>,
+    /// Under `--identity spiffe`: the SPIFFE ID the credential was
+    /// exchanged for, shared by the service accounts it selects (so the
+    /// entry names no one service account).
+    pub(crate) spiffe_id: Option<String>,
     /// The registry host the credential is for (the response's auth key).
     pub registry: String,
     pub username: String,
@@ -61,6 +65,9 @@ pub struct Entry {
 }
 
 /// What reading an entry found.
+// Returned by each read and matched at once, never kept in a collection:
+// boxing the entry would add an allocation to every cache hit for nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Lookup {
     Missing,
@@ -345,6 +352,10 @@ struct WireEntry {
     provider: String,
     #[serde(rename = "serviceAccount")]
     service_account: Option<WireServiceAccount>,
+    /// Absent but under `--identity spiffe`, so that other entries read as
+    /// they always did.
+    #[serde(rename = "spiffeId", default, skip_serializing_if = "Option::is_none")]
+    spiffe_id: Option<String>,
     registry: String,
     #[serde(rename = "createdAt")]
     created_at: i64,
@@ -364,6 +375,7 @@ fn serialize(entry: &Entry) -> io::Result<Vec<u8>> {
             name: sa.name.clone(),
             uid: sa.uid.clone(),
         }),
+        spiffe_id: entry.spiffe_id.clone(),
         registry: entry.registry.clone(),
         created_at: entry.created_at,
         expires_at: entry.expires_at,
@@ -412,6 +424,7 @@ fn parse(bytes: &[u8], key: &Key) -> Result<Entry, String> {
             name: sa.name,
             uid: sa.uid,
         }),
+        spiffe_id: wire.spiffe_id,
         registry: wire.registry,
         username: wire.username,
         password: Secret::new(wire.password),
@@ -442,6 +455,7 @@ pub(crate) mod tests {
                 name: "puller".into(),
                 uid: "uid-1".into(),
             }),
+            spiffe_id: None,
             registry: "123456789012.dkr.ecr.eu-west-1.amazonaws.com".into(),
             username: "AWS".into(),
             password: Secret::new("s3cr3t-password-value"),

@@ -34,7 +34,7 @@ pub(crate) enum Command {
     clap::ArgGroup::new("selection")
         .required(true)
         .multiple(true)
-        .args(["namespace", "service_account", "all"])
+        .args(["namespace", "service_account", "spiffe_id", "all"])
 ))]
 pub(crate) struct PurgeArgs {
     /// Only entries of service accounts in this namespace.
@@ -44,9 +44,18 @@ pub(crate) struct PurgeArgs {
     /// unless --namespace is given too).
     #[arg(long = "service-account", value_name = "NAME")]
     pub(crate) service_account: Option<String>,
+    /// Only entries exchanged for this SPIFFE ID (`--identity spiffe`):
+    /// those are shared by the service accounts the ID selects, so they
+    /// name no service account.
+    #[arg(
+        long = "spiffe-id",
+        value_name = "ID",
+        conflicts_with_all = ["namespace", "service_account"]
+    )]
+    pub(crate) spiffe_id: Option<String>,
     /// Every entry, including unreadable ones, with their lock and
     /// temporary files.
-    #[arg(long, conflicts_with_all = ["namespace", "service_account"])]
+    #[arg(long, conflicts_with_all = ["namespace", "service_account", "spiffe_id"])]
     pub(crate) all: bool,
 }
 
@@ -113,14 +122,7 @@ pub(crate) fn list(store: &Store, now: i64, max_age: Duration) -> Result<String>
     let scan = store.scan().map_err(|e| scan_error(store, e))?;
     let mut rows = vec![
         [
-            "KEY",
-            "PROVIDER",
-            "SERVICE ACCOUNT",
-            "UID",
-            "REGISTRY",
-            "CREATED",
-            "EXPIRES",
-            "STATE",
+            "KEY", "PROVIDER", "IDENTITY", "UID", "REGISTRY", "CREATED", "EXPIRES", "STATE",
         ]
         .map(String::from),
     ];
@@ -166,9 +168,12 @@ pub(crate) fn list(store: &Store, now: i64, max_age: Duration) -> Result<String>
 }
 
 fn row(entry: &Entry, now: i64, max_age: Duration) -> [String; 8] {
-    let (sa, uid) = match &entry.service_account {
-        Some(sa) => (sa.to_string(), sa.uid.clone()),
-        None => ("-".into(), "-".into()),
+    // The service account, else the SPIFFE ID its credential is shared
+    // by, else nobody's (a node credential).
+    let (sa, uid) = match (&entry.service_account, &entry.spiffe_id) {
+        (Some(sa), _) => (sa.to_string(), sa.uid.clone()),
+        (None, Some(id)) => (id.clone(), "-".into()),
+        (None, None) => ("-".into(), "-".into()),
     };
     let state = if entry.expires_at <= now {
         "expired".to_string()
@@ -286,6 +291,9 @@ fn selected(entry: &Entry, args: &PurgeArgs) -> bool {
     if args.all {
         return true;
     }
+    if let Some(id) = &args.spiffe_id {
+        return entry.spiffe_id.as_ref() == Some(id);
+    }
     let Some(sa) = &entry.service_account else {
         return false;
     };
@@ -297,10 +305,11 @@ fn selected(entry: &Entry, args: &PurgeArgs) -> bool {
 }
 
 fn describe(entry: &Entry) -> String {
-    let sa = entry.service_account.as_ref().map_or_else(
-        || "no service account".to_string(),
-        |sa| format!("service account {sa}"),
-    );
+    let sa = match (&entry.service_account, &entry.spiffe_id) {
+        (Some(sa), _) => format!("service account {sa}"),
+        (None, Some(id)) => format!("SPIFFE ID {id}"),
+        (None, None) => "no service account".to_string(),
+    };
     format!(
         "{} ({}, {sa}, registry {})",
         entry.key, entry.provider, entry.registry
@@ -345,6 +354,7 @@ mod tests {
         PurgeArgs {
             namespace: ns.map(String::from),
             service_account: sa.map(String::from),
+            spiffe_id: None,
             all,
         }
     }
@@ -394,6 +404,46 @@ mod tests {
             expired.lines().nth(1).unwrap().ends_with("expired"),
             "{expired}"
         );
+    }
+
+    /// An entry exchanged for a SPIFFE ID names no service account: it is
+    /// listed and purged by its ID, and a purge by service account leaves
+    /// it alone.
+    #[test]
+    fn spiffe_entries_are_listed_and_purged_by_their_id() {
+        let (_parent, store) = store();
+        let by_sa = put(&store, 'a', "team", "puller");
+        let shared = key('b');
+        let mut e = entry(&shared);
+        e.service_account = None;
+        e.spiffe_id = Some("spiffe://cluster.test/ns/team".into());
+        e.created_at = 100_000;
+        e.expires_at = 103_600;
+        store.write(&e).unwrap();
+
+        let text = list(&store, 100_060, HOUR).unwrap();
+        let row = text
+            .lines()
+            .find(|l| l.starts_with(shared.as_str()))
+            .unwrap();
+        assert!(row.contains("spiffe://cluster.test/ns/team"), "{text}");
+
+        let by_name = purge(&store, &args(Some("team"), Some("puller"), false), HOUR).unwrap();
+        assert_eq!(keys_in(&by_name.report), vec![by_sa]);
+        let mut by_id = args(None, None, false);
+        by_id.spiffe_id = Some("spiffe://cluster.test/ns/other".into());
+        assert!(keys_in(&purge(&store, &by_id, HOUR).unwrap().report).is_empty());
+        by_id.spiffe_id = Some("spiffe://cluster.test/ns/team".into());
+        let purged = purge(&store, &by_id, HOUR).unwrap();
+        assert_eq!(keys_in(&purged.report), vec![shared.clone()]);
+        assert!(
+            purged
+                .report
+                .contains("SPIFFE ID spiffe://cluster.test/ns/team"),
+            "{}",
+            purged.report
+        );
+        assert!(matches!(store.read(&shared), Lookup::Missing));
     }
 
     #[test]
