@@ -694,6 +694,46 @@ fn doctor_reports_the_overlap_and_the_nodeadm_rewrite() {
     assert_eq!(r["ok"], false);
 }
 
+/// An `--identity spiffe` entry pulls through the SPIRE agent's admin
+/// socket: doctor fails while nothing is there, or a file is, and passes
+/// once a socket is (it connects to none).
+#[test]
+fn doctor_checks_the_spire_admin_socket_of_spiffe_entries() {
+    let node = Node::new("kubeadm-deb", true);
+    let config = repo().join("config-examples/spiffe-zot/credential-provider-config.yaml");
+    let install = node.run(&["install", "--config", config.to_str().unwrap()]);
+    assert_eq!(install.status.code(), Some(0), "{}", show(&install));
+    let spire = |node: &Node| {
+        let out = node.run(&["doctor", "--output", "json"]);
+        let r = json(&out);
+        let found: Vec<Value> = r["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["check"] == "spire.socket")
+            .cloned()
+            .collect();
+        assert_eq!(found.len(), 1, "{r:#}");
+        found[0].clone()
+    };
+    let socket = node.path("/run/spire/admin/admin.sock");
+    let missing = spire(&node);
+    assert_eq!(missing["verdict"], "fail", "{missing:#}");
+    assert!(
+        missing["message"]
+            .to_string()
+            .contains("/run/spire/admin/admin.sock"),
+        "{missing:#}"
+    );
+    std::fs::create_dir_all(socket.parent().unwrap()).unwrap();
+    std::fs::write(&socket, "not a socket").unwrap();
+    assert_eq!(spire(&node)["verdict"], "fail");
+    std::fs::remove_file(&socket).unwrap();
+    let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let there = spire(&node);
+    assert_eq!(there["verdict"], "ok", "{there:#}");
+}
+
 #[test]
 fn doctor_reports_an_unhealthy_kubelet() {
     let node = Node::new("kubeadm-deb", false);

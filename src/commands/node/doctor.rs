@@ -4,8 +4,9 @@
 //! provider name exist and run, check-config on the live config (with the
 //! overlap and image-reuse lints), a node docker-config beside our
 //! registries, what rewrites the files on this distribution, k3s's silent
-//! skip, the kubelet's health, and the recent failures the plugin's own
-//! metrics and audit log recorded. Exit 0 when nothing fails, 1 otherwise.
+//! skip, the SPIRE agent's socket for `--identity spiffe` entries, the
+//! kubelet's health, and the recent failures the plugin's own metrics and
+//! audit log recorded. Exit 0 when nothing fails, 1 otherwise.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -129,6 +130,7 @@ pub(crate) fn diagnose(target: &Target, env: &Env) -> Report {
     checks.extend(super::mirrors::checks(&host, &ours, env));
     observed_checks(&host, &ours, env, &mut checks);
     keyring_checks(&host, &ours, &mut checks);
+    spire_checks(&host, &ours, env, &mut checks);
     rewrite_check(&d, &config, &ours, &mut checks);
     checks.push(health_check(target, &d));
     finish(d, checks, audiences)
@@ -374,6 +376,58 @@ fn keyring_checks(host: &Host, ours: &[&Entry], checks: &mut Vec<Check>) {
                 ));
             }
         }
+    }
+}
+
+/// For each SPIRE admin socket our `--identity spiffe` entries name (each
+/// once), whether there is one where the plugin will dial: every pull of
+/// those entries fails without it. Only that something other than a file
+/// or directory is there is checked, inside the root; the doctor connects
+/// to nothing it found. On Windows the agent listens on a named pipe, which
+/// is no path under the root: not checked.
+fn spire_checks(host: &Host, ours: &[&Entry], env: &Env, checks: &mut Vec<Check>) {
+    use crate::base::platform::Kind;
+    if crate::base::platform::WINDOWS {
+        return;
+    }
+    let mut sockets: Vec<(PathBuf, String)> = Vec::new();
+    for entry in ours {
+        let Ok(routing) = crate::commands::check_config::entry::route(
+            entry.name(),
+            entry.provider.args(),
+            &entry.provider.env(),
+            env,
+        ) else {
+            // check-config already reports args the binary refuses.
+            continue;
+        };
+        if let Ok(Some(spiffe)) = routing.line.options.identity.spiffe() {
+            match sockets.iter_mut().find(|(s, _)| s == spiffe.socket) {
+                Some((_, names)) => names.push_str(&format!(", {}", entry.name())),
+                None => sockets.push((spiffe.socket.to_path_buf(), entry.name().to_string())),
+            }
+        }
+    }
+    for (socket, names) in sockets {
+        let shown = socket.display();
+        let (verdict, said, fix) = match host.kind(&socket) {
+            Some(Kind::Other) => (
+                Verdict::Ok,
+                format!("the SPIRE admin socket {shown} of {names} is there"),
+                None,
+            ),
+            Some(Kind::File | Kind::Dir | Kind::Symlink) => (
+                Verdict::Fail,
+                format!("{shown}, the SPIRE admin socket of {names}, is not a socket"),
+                Some(format!("point --spire-admin-socket at the agent's admin_socket_path, or remove what is at {shown}")),
+            ),
+            None => (
+                Verdict::Fail,
+                format!("no SPIRE admin socket at {shown}, which {names} pull through: every pull of theirs fails"),
+                Some("run the SPIRE agent on this node with admin_socket_path set there (docs/spiffe.md), or correct --spire-admin-socket".to_string()),
+            ),
+        };
+        checks.push(check(verdict, "spire.socket", said, fix));
     }
 }
 
