@@ -35,8 +35,6 @@
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
-use serde::Deserialize;
-
 use crate::base::deadline::Deadline;
 use crate::base::error::{Error, Result, quote};
 use crate::base::redact;
@@ -250,11 +248,6 @@ fn parse_address(value: &str) -> Result<(String, u16)> {
     }
 }
 
-#[derive(Deserialize)]
-struct TokenResponse {
-    access_token: Option<String>,
-}
-
 /// Asks the binding endpoint for an ACR access token of `client_id`.
 pub(crate) async fn request_token(
     client: &http::Client,
@@ -271,30 +264,16 @@ pub(crate) async fn request_token(
         binding.host,
         binding.port
     );
-    let form = [
-        ("grant_type", entra::GRANT_TYPE),
-        ("client_assertion_type", entra::ASSERTION_TYPE),
-        ("client_assertion", assertion.expose()),
-        ("client_id", client_id),
-        ("scope", entra::SCOPE),
-    ];
+    let form = entra::assertion_form(client_id, assertion);
     let endpoint = crate::observe::Endpoint::TokenExchange;
     let reply = http::post_form(client, endpoint, &url, &form, &call, deadline).await?;
     if reply.is_success() {
-        let token = reply
-            .json::<TokenResponse>()
-            .and_then(|r| r.access_token)
-            .filter(|t| !t.is_empty())
-            .ok_or_else(|| {
-                reply
-                    .unusable(
-                        "the AKS identity binding",
-                        format_args!("the identity binding at {}", binding.sni),
-                        "with no access_token",
-                    )
-                    .fix("check that --azure-identity-binding-sni names the cluster's identity-binding endpoint")
-            })?;
-        return Ok(Secret::new(token));
+        return entra::access_token(
+            &reply,
+            "the AKS identity binding",
+            format_args!("the identity binding at {}", binding.sni),
+            "check that --azure-identity-binding-sni names the cluster's identity-binding endpoint",
+        );
     }
     Err(explain(binding, client_id, &reply))
 }

@@ -32,8 +32,8 @@ use crate::providers::oauth;
 /// ARM-audience authentication, which Microsoft recommends.
 pub(crate) const SCOPE: &str = "https://containerregistry.azure.net/.default";
 
-pub(crate) const GRANT_TYPE: &str = "client_credentials";
-pub(crate) const ASSERTION_TYPE: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
+const GRANT_TYPE: &str = "client_credentials";
+const ASSERTION_TYPE: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
 
 /// What the request needs, all checked before the network.
 pub(crate) struct TokenRequest<'a> {
@@ -76,6 +76,42 @@ struct TokenResponse {
     access_token: Option<String>,
 }
 
+/// The form of a token request that presents the service account token as
+/// a federated client assertion for `client_id`: Entra's, and the AKS
+/// identity binding's, which speaks the same protocol.
+pub(crate) fn assertion_form<'a>(
+    client_id: &'a str,
+    assertion: &'a Secret,
+) -> [(&'static str, &'a str); 5] {
+    [
+        ("grant_type", GRANT_TYPE),
+        ("client_id", client_id),
+        ("client_assertion_type", ASSERTION_TYPE),
+        ("client_assertion", assertion.expose()),
+        ("scope", SCOPE),
+    ]
+}
+
+/// The `access_token` of a 2xx token response from `service` (`from` says
+/// which call), or the error that it is unusable, with `fix`.
+pub(crate) fn access_token(
+    reply: &http::Reply,
+    service: &str,
+    from: impl std::fmt::Display,
+    fix: &str,
+) -> Result<Secret> {
+    reply
+        .json::<TokenResponse>()
+        .and_then(|r| r.access_token)
+        .filter(|t| !t.is_empty())
+        .map(Secret::new)
+        .ok_or_else(|| {
+            reply
+                .unusable(service, from, "a body that is not a token response")
+                .fix(fix)
+        })
+}
+
 #[derive(Deserialize, Default)]
 struct ErrorResponse {
     #[serde(flatten)]
@@ -104,30 +140,16 @@ pub(crate) async fn request_token(
         "requesting an Entra ID token at {url} for client {} (scope {SCOPE})",
         request.client_id
     );
-    let form = [
-        ("grant_type", GRANT_TYPE),
-        ("client_id", request.client_id),
-        ("client_assertion_type", ASSERTION_TYPE),
-        ("client_assertion", request.assertion.expose()),
-        ("scope", SCOPE),
-    ];
+    let form = assertion_form(request.client_id, request.assertion);
     let endpoint = crate::observe::Endpoint::TokenExchange;
     let reply = http::post_form(client, endpoint, &url, &form, &call, deadline).await?;
     if reply.is_success() {
-        let token = reply
-            .json::<TokenResponse>()
-            .and_then(|r| r.access_token)
-            .filter(|t| !t.is_empty())
-            .ok_or_else(|| {
-                reply
-                    .unusable(
-                        "Entra ID",
-                        format_args!("Entra ID at {}", request.authority),
-                        "a body that is not a token response",
-                    )
-                    .fix("check that --azure-authority-host (or AZURE_AUTHORITY_HOST) points at Entra ID and that no proxy rewrites the answer")
-            })?;
-        return Ok(Secret::new(token));
+        return access_token(
+            &reply,
+            "Entra ID",
+            format_args!("Entra ID at {}", request.authority),
+            "check that --azure-authority-host (or AZURE_AUTHORITY_HOST) points at Entra ID and that no proxy rewrites the answer",
+        );
     }
     Err(explain(request, &reply))
 }
