@@ -1,9 +1,14 @@
 //! One finding of `node doctor`: a verdict, the check's name, what it
-//! saw and the fix. Its own module so that the checks of other modules
+//! saw and the fix; and the options our entries run the binary with, which
+//! several checks read. Its own module so that the checks of other modules
 //! (`observed`, `mirrors`) and the doctor that gathers them depend on it,
 //! not on each other.
 
 use serde::Serialize;
+
+use crate::inputs::Env;
+use crate::kubelet::provider_config::Entry;
+use crate::options::Options;
 
 /// How a check came out; any `Fail` makes `node doctor` exit 1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -41,4 +46,24 @@ pub(super) fn check(
         message: escape(message.into()),
         fix: fix.map(escape),
     }
+}
+
+/// The options each of `entries` runs the binary with, parsed as the binary
+/// parses its args and env (`env`: the environment the kubelet starts
+/// plugins with), with the entry's name. An entry whose args the binary
+/// refuses is left out: check-config already reports it.
+pub(super) fn entry_options(entries: &[&Entry], env: &Env) -> Vec<(String, Options)> {
+    entries
+        .iter()
+        .filter_map(|entry| {
+            let routing = crate::commands::check_config::entry::route(
+                entry.name(),
+                entry.provider.args(),
+                &entry.provider.env(),
+                env,
+            )
+            .ok()?;
+            Some((entry.name().to_string(), routing.line.options))
+        })
+        .collect()
 }

@@ -391,20 +391,11 @@ fn spire_checks(host: &Host, ours: &[&Entry], env: &Env, checks: &mut Vec<Check>
         return;
     }
     let mut sockets: Vec<(PathBuf, String)> = Vec::new();
-    for entry in ours {
-        let Ok(routing) = crate::commands::check_config::entry::route(
-            entry.name(),
-            entry.provider.args(),
-            &entry.provider.env(),
-            env,
-        ) else {
-            // check-config already reports args the binary refuses.
-            continue;
-        };
-        if let Ok(Some(spiffe)) = routing.line.options.identity.spiffe() {
+    for (name, options) in super::checks::entry_options(ours, env) {
+        if let Ok(Some(spiffe)) = options.identity.spiffe() {
             match sockets.iter_mut().find(|(s, _)| s == spiffe.socket) {
-                Some((_, names)) => names.push_str(&format!(", {}", entry.name())),
-                None => sockets.push((spiffe.socket.to_path_buf(), entry.name().to_string())),
+                Some((_, names)) => names.push_str(&format!(", {name}")),
+                None => sockets.push((spiffe.socket.to_path_buf(), name)),
             }
         }
     }

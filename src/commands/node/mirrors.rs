@@ -20,7 +20,6 @@ use serde::Deserialize;
 
 use super::checks::{Check, Verdict, check};
 use crate::base::platform::Host;
-use crate::commands::check_config::entry;
 use crate::inputs::Env;
 use crate::kubelet::provider_config::Entry;
 use crate::providers::mirror::Rule;
@@ -33,10 +32,9 @@ const DEFAULT_HOSTS_DIR: &str = "/etc/containerd/certs.d";
 /// The mirror rules of our entries, each checked against containerd's
 /// hosts configuration under `host`.
 pub(super) fn checks(host: &Host, ours: &[&Entry], env: &Env) -> Vec<Check> {
-    let rules: Vec<Rule> = ours
-        .iter()
-        .filter_map(|e| entry::route(e.name(), e.provider.args(), &e.provider.env(), env).ok())
-        .flat_map(|routing| routing.line.options.mirrors.registry_mirror)
+    let rules: Vec<Rule> = super::checks::entry_options(ours, env)
+        .into_iter()
+        .flat_map(|(_, options)| options.mirrors.registry_mirror)
         .collect();
     if rules.is_empty() {
         return Vec::new();

@@ -22,17 +22,8 @@ pub(super) const RECENT_SECS: i64 = 24 * 3600;
 pub(super) fn configured(entries: &[&Entry], env: &Env) -> (Vec<PathBuf>, Vec<PathBuf>) {
     let mut dirs = Vec::new();
     let mut logs = Vec::new();
-    for entry in entries {
-        let Ok(routing) = crate::commands::check_config::entry::route(
-            entry.name(),
-            entry.provider.args(),
-            &entry.provider.env(),
-            env,
-        ) else {
-            // check-config already reports args the binary refuses.
-            continue;
-        };
-        let observe = &routing.line.options.observe;
+    for (_, options) in super::checks::entry_options(entries, env) {
+        let observe = &options.observe;
         if let Some(dir) = &observe.metrics_dir
             && !dirs.contains(dir)
         {
