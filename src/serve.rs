@@ -167,7 +167,11 @@ pub fn prepare<'a>(
         annotations,
         token,
     };
-    let mut plan = exchanger.plan(&cx)?;
+    // A provider's own registry refusal (not ECR, another cloud) names
+    // the registry as a fact here, for every provider alike.
+    let mut plan = exchanger
+        .plan(&cx)
+        .map_err(|e| e.refusing(image.registry()))?;
     scope_to_allowlist(exchanger, image, &mut plan);
     if !matching::matches_auth_key(&plan.auth_key, &image.to_string()) {
         return Err(Error::internal(format!(

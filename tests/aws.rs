@@ -21,12 +21,11 @@ use serde_json::{Value, json};
 
 use support::containerd::Containerd;
 use support::http_server::{Request, Response, TestServer};
-use support::moto::Moto;
-use support::plugin::{self, Run, request, run};
+use support::moto::{Moto, ROLE_ANNOTATION};
+use support::plugin::{self, Run, auth_entry, request, run};
 use support::registry::Registry;
 use support::token::{ISSUER, TokenSpec, now, rfc3339};
 
-const ROLE_ANNOTATION: &str = "eks.amazonaws.com/role-arn";
 const ECR_ROLE_ANNOTATION: &str = "eks.amazonaws.com/ecr-role-arn";
 const STS_AUDIENCE: &str = "sts.amazonaws.com";
 const POD_IDENTITY_AUDIENCE: &str = "pods.eks.amazonaws.com";
@@ -50,16 +49,6 @@ fn plugin(
         &all,
         env,
         request(image, Some(token), annotations).as_bytes(),
-    )
-}
-
-fn auth_entry<'a>(response: &'a Value, key: &str) -> (&'a str, &'a str) {
-    let auth = response["auth"].as_object().expect("auth map");
-    assert_eq!(auth.len(), 1, "exactly one auth entry: {response}");
-    let entry = &auth[key];
-    (
-        entry["username"].as_str().expect("username"),
-        entry["password"].as_str().expect("password"),
     )
 }
 
@@ -379,14 +368,7 @@ fn ecr_login_pulls_from_a_real_registry_with_exactly_the_returned_credentials() 
     // containerd's store is empty.
     let containerd = Containerd::start();
     let image = format!("{}/team/app:1.0", registry.host());
-    let refused = containerd
-        .pull(&image, user, "210987654321-auth-tokem")
-        .expect_err("containerd must not pull with a wrong password");
-    assert!(refused.contains("401 Unauthorized"), "{refused}");
-    let pulled = containerd
-        .pull(&image, user, password)
-        .unwrap_or_else(|e| panic!("containerd refused the plugin's credentials:\n{e}"));
-    assert_eq!(pulled, digest);
+    containerd.assert_pulls_only_with(&image, user, (password, "210987654321-auth-tokem"), &digest);
 
     // A role in another account gets another password, which this registry
     // (standing in for account 210987654321's) refuses.
@@ -968,20 +950,14 @@ fn ecr_hosts_with_a_port_are_refused_before_any_call() {
         "public.ecr.aws:8443",
     ] {
         let image = format!("{registry}/team/app");
-        let line = plugin(&[], &env, &image, &token, &role).failure();
-        assert!(
-            line.contains(&format!(
-                "registry {registry} is not served by the aws exchanger"
-            )),
-            "{line}"
-        );
+        plugin(&["--log-format", "json"], &env, &image, &token, &role).refused_registry(registry);
         // Nor does auto routing send it to aws.
-        let out = run(
-            &["--provider", "auto"],
+        run(
+            &["--provider", "auto", "--log-format", "json"],
             &env,
             request(&image, Some(&token), &role).as_bytes(),
-        );
-        out.failure();
+        )
+        .refused_registry(registry);
     }
     assert_eq!(wire.request_count(), 0);
 }
@@ -996,18 +972,14 @@ fn lookalike_hosts_are_not_ecr() {
         "123456789012.dkr.ecr.amazonaws.com/app",
         "public.ecr.aws.evil.io/app",
     ] {
-        let line = plugin(
-            &[],
+        plugin(
+            &["--log-format", "json"],
             &[("AWS_ENDPOINT_URL", &wire.url())],
             image,
             &token,
             &[(ROLE_ANNOTATION, "arn:aws:iam::123456789012:role/pull")],
         )
-        .failure();
-        assert!(
-            line.contains("is not served by the aws exchanger"),
-            "{line}"
-        );
+        .refused_registry(image.split_once('/').unwrap().0);
     }
     assert_eq!(wire.request_count(), 0);
 }

@@ -10,19 +10,19 @@ use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::azure::{self, App, CLIENT_ID, FakeAcr, FakeEntra, FederatedCredential, TENANT};
+use support::azure::{
+    self, ACR_HOST as REGISTRY, App, CLIENT_ID, FakeAcr, FakeEntra, FederatedCredential, TENANT,
+    WI_CLIENT, WI_TENANT,
+};
 use support::http_server::Response;
 use support::plugin::{Run, bin, request, run};
 use support::token::{self, TokenSpec};
 
-const REGISTRY: &str = "contoso.azurecr.io";
 const IMAGE: &str = "contoso.azurecr.io/team/app";
-const WI_CLIENT: &str = "azure.workload.identity/client-id";
-const WI_TENANT: &str = "azure.workload.identity/tenant-id";
 const IDENTITY: &[(&str, &str)] = &[(WI_CLIENT, CLIENT_ID), (WI_TENANT, TENANT)];
 
 /// Fake Entra ID and ACR, and a cache directory that does not exist yet.
@@ -154,21 +154,6 @@ fn password(out: &Run) -> String {
         .as_str()
         .unwrap()
         .to_string()
-}
-
-fn go_duration_secs(text: &str) -> u64 {
-    let mut total = 0;
-    let mut number = 0;
-    for c in text.chars() {
-        match c {
-            '0'..='9' => number = number * 10 + u64::from(c.to_digit(10).unwrap()),
-            'h' => (total, number) = (total + number * 3600, 0),
-            'm' => (total, number) = (total + number * 60, 0),
-            's' => (total, number) = (total + number, 0),
-            _ => panic!("unexpected duration {text}"),
-        }
-    }
-    total
 }
 
 fn arg(path: &Path) -> &str {
@@ -490,7 +475,7 @@ fn cache_duration_is_computed_when_served() {
     };
     let served = |world: &World| {
         let out = world.pull(&sa_token("team", "puller"));
-        let duration = go_duration_secs(out.response()["cacheDuration"].as_str().unwrap());
+        let duration = out.cache_seconds();
         (out.stderr.contains("from the on-disk cache"), duration)
     };
     // 30 minutes after the exchange, 2 h left: only the 30 minutes left of
@@ -527,15 +512,7 @@ fn cache_duration_is_computed_when_served() {
 
 /// Spawns the plugin without feeding stdin yet, so many can start at once.
 fn spawn(args: &[String]) -> Child {
-    Command::new(bin())
-        .args(args)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+    support::plugin::piped(bin()).args(args).spawn().unwrap()
 }
 
 fn finish(child: Child) -> Run {
@@ -799,13 +776,8 @@ fn a_process_killed_while_writing_leaves_no_entry_and_no_harm() {
         bin().to_str().unwrap().into(),
     ];
     args.extend(world.args());
-    let mut traced = Command::new("strace")
+    let mut traced = support::plugin::piped("strace")
         .args(&args)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .process_group(0)
         .spawn()
         .expect("strace is needed for this test (apt-get install strace)");

@@ -23,18 +23,16 @@ use crate::support;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::azure::{self, App, FakeAcr, FakeEntra};
+use support::azure::{self, ACR_HOST, App, FakeAcr, FakeEntra};
 use support::google::{FakeSts, GCP_CLUSTER, GCP_PROJECT};
 use support::http_server::{Response, TestServer};
-use support::moto::Moto;
+use support::moto::{Moto, ROLE};
 use support::net::{CA_PEM, Proxy, Raw, RawServer, Relay, Target, TlsFront, closed_port};
-use support::plugin::{Run, request, run};
+use support::plugin::{REGISTRY as VAULT_REGISTRY, Run, request, run};
 use support::token::{self, TokenSpec};
 use support::token_service::{FakeService, Trust};
 use support::vault::FakeVault;
 use support::{cloudsmith, jfrog, quay};
-
-const ACR_HOST: &str = "contoso.azurecr.io";
 
 /// One exchanger, its fakes, and the knobs the faults turn: the first
 /// upstream call's endpoint flag and its scripted answers.
@@ -113,8 +111,6 @@ impl Vendor {
         }
     }
 }
-
-const VAULT_REGISTRY: &str = "registry.example.com";
 
 impl Case {
     fn azure() -> Case {
@@ -825,10 +821,9 @@ fn a_bad_ca_file_or_ssl_cert_file_is_named() {
 /// loading a trust store makes; returns the run and the trace.
 fn traced(args: &[String], stdin: &[u8]) -> (Run, String) {
     use std::io::Write as _;
-    use std::process::{Command, Stdio};
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("trace");
-    let mut child = Command::new("strace")
+    let mut child = support::plugin::piped("strace")
         .args([
             "-f",
             "-qq",
@@ -839,11 +834,6 @@ fn traced(args: &[String], stdin: &[u8]) -> (Run, String) {
         .arg(&trace)
         .arg(support::plugin::bin())
         .args(args)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .spawn()
         .expect("strace is needed for this test (apt-get install strace)");
     child.stdin.take().unwrap().write_all(stdin).unwrap();
@@ -1135,7 +1125,6 @@ fn an_unusable_proxy_setting_is_refused_not_bypassed() {
 // relay in front of its STS to script faults and keep what STS answered.
 
 const ECR_HOST: &str = "123456789012.dkr.ecr.us-west-2.amazonaws.com";
-const ROLE: &str = "arn:aws:iam::123456789012:role/pull";
 
 struct Aws {
     moto: Moto,

@@ -31,6 +31,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 use support::containerd::Containerd;
+use support::google::{GCP_CLUSTER, GCP_PROJECT, GCP_SCOPE, GSA, STS_FIELDS};
 use support::http_server::{Request, Response, TestServer};
 use support::plugin::{self, exec, request, run};
 use support::registry::{Registry, TokenPost};
@@ -39,13 +40,9 @@ use wi_credential_provider::internal::duration::format_unix;
 
 const PROVIDER: &str =
     "projects/123456789012/locations/global/workloadIdentityPools/k8s-pool/providers/prod-cluster";
-const PROJECT: &str = "my-project";
-const CLUSTER: &str = "projects/my-project/locations/us-central1/clusters/prod";
-const GSA: &str = "puller@my-project.iam.gserviceaccount.com";
 const IMAGE: &str = "us-docker.pkg.dev/my-project/team/app";
 const HOST: &str = "us-docker.pkg.dev";
 const ANNOTATION: &str = "iam.gke.io/gcp-service-account";
-const SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
 
 /// The identity pool the fake STS serves.
 #[derive(Clone)]
@@ -53,7 +50,7 @@ enum Pool {
     /// A pool provider trusting the test cluster's issuer; `allowed` is its
     /// allowedAudiences (empty: the provider's own name, with `//` or `https://`).
     Federation { allowed: Vec<String> },
-    /// GKE's built-in pool for PROJECT, and the cluster CLUSTER.
+    /// GKE's built-in pool for GCP_PROJECT, and the cluster GCP_CLUSTER.
     Gke,
 }
 
@@ -62,7 +59,7 @@ impl Pool {
         match self {
             Pool::Federation { .. } => format!("//iam.googleapis.com/{PROVIDER}"),
             Pool::Gke => format!(
-                "identitynamespace:{PROJECT}.svc.id.goog:https://container.googleapis.com/v1/{CLUSTER}"
+                "identitynamespace:{GCP_PROJECT}.svc.id.goog:https://container.googleapis.com/v1/{GCP_CLUSTER}"
             ),
         }
     }
@@ -74,7 +71,7 @@ impl Pool {
                 format!("//iam.googleapis.com/{PROVIDER}"),
                 format!("https://iam.googleapis.com/{PROVIDER}"),
             ],
-            Pool::Gke => vec![format!("{PROJECT}.svc.id.goog")],
+            Pool::Gke => vec![format!("{GCP_PROJECT}.svc.id.goog")],
         }
     }
 
@@ -89,7 +86,7 @@ impl Pool {
             Pool::Federation { .. } => format!(
                 "principal://iam.googleapis.com/projects/123456789012/locations/global/workloadIdentityPools/k8s-pool/subject/system:serviceaccount:{namespace}:{name}"
             ),
-            Pool::Gke => format!("serviceAccount:{PROJECT}.svc.id.goog[{namespace}/{name}]"),
+            Pool::Gke => format!("serviceAccount:{GCP_PROJECT}.svc.id.goog[{namespace}/{name}]"),
         }
     }
 
@@ -101,9 +98,9 @@ impl Pool {
             }
             Pool::Gke => vec![
                 "--gcp-project-id".into(),
-                PROJECT.into(),
+                GCP_PROJECT.into(),
                 "--gcp-cluster".into(),
-                CLUSTER.into(),
+                GCP_CLUSTER.into(),
             ],
         }
     }
@@ -265,15 +262,7 @@ fn sts_handler(pool: &Pool, state: &Mutex<State>, req: &Request) -> Response {
     }
     let form = req.form();
     let keys: BTreeSet<&str> = form.keys().map(String::as_str).collect();
-    let expected: BTreeSet<&str> = [
-        "audience",
-        "grant_type",
-        "requested_token_type",
-        "scope",
-        "subject_token",
-        "subject_token_type",
-    ]
-    .into();
+    let expected: BTreeSet<&str> = STS_FIELDS.into();
     if keys != expected {
         return oauth_error("invalid_request", &format!("Unexpected fields: {keys:?}"));
     }
@@ -285,7 +274,7 @@ fn sts_handler(pool: &Pool, state: &Mutex<State>, req: &Request) -> Response {
     {
         return oauth_error("invalid_request", "Invalid value for token type.");
     }
-    if form["scope"] != SCOPE {
+    if form["scope"] != GCP_SCOPE {
         return oauth_error("invalid_scope", "Invalid scope.");
     }
     if form["audience"] != pool.sts_audience() {
@@ -426,22 +415,6 @@ fn iam_handler(state: &Mutex<State>, req: &Request) -> Response {
     )
 }
 
-/// `"47m12s"` to seconds.
-fn seconds(go: &str) -> u64 {
-    let mut total = 0;
-    let mut number = 0;
-    for c in go.chars() {
-        match c {
-            '0'..='9' => number = number * 10 + u64::from(c.to_digit(10).unwrap()),
-            'h' => (total, number) = (total + number * 3600, 0),
-            'm' => (total, number) = (total + number * 60, 0),
-            's' => (total, number) = (total + number, 0),
-            _ => panic!("bad duration {go}"),
-        }
-    }
-    total
-}
-
 /// The one STS request, checked field by field and header by header.
 fn assert_sts_request(req: &Request, audience: &str, subject_token: &str) {
     assert_eq!(req.method, "POST");
@@ -467,7 +440,7 @@ fn assert_sts_request(req: &Request, audience: &str, subject_token: &str) {
             "requested_token_type",
             "urn:ietf:params:oauth:token-type:access_token",
         ),
-        ("scope", SCOPE),
+        ("scope", GCP_SCOPE),
         ("subject_token", subject_token),
         ("subject_token_type", "urn:ietf:params:oauth:token-type:jwt"),
     ]
@@ -489,7 +462,7 @@ fn assert_iam_request(req: &Request, email: &str, federated: &str, lifetime: &st
     assert_eq!(req.bearer().as_deref(), Some(federated));
     assert_eq!(
         req.json(),
-        json!({"scope": [SCOPE], "lifetime": lifetime}),
+        json!({"scope": [GCP_SCOPE], "lifetime": lifetime}),
         "generateAccessToken body"
     );
 }
@@ -693,7 +666,7 @@ fn cache_duration_follows_the_earliest_expiry() {
     let mut spec = TokenSpec::new("team", "puller", &Pool::Gke.audience());
     spec.expires_in = 600;
     let out = exec(&google.args(), &request(IMAGE, Some(&spec.mint()), &[]));
-    let d = seconds(out.response()["cacheDuration"].as_str().unwrap());
+    let d = out.cache_seconds();
     assert!((470..=480).contains(&d), "{d}");
 
     // Impersonation: an hour-long service account token, but a 30-minute
@@ -704,7 +677,7 @@ fn cache_duration_follows_the_earliest_expiry() {
         &google.args(),
         &request(IMAGE, Some(&spec.mint()), &[(ANNOTATION, GSA)]),
     );
-    let d = seconds(out.response()["cacheDuration"].as_str().unwrap());
+    let d = out.cache_seconds();
     assert!((1430..=1440).contains(&d), "{d}");
 
     // And the other way round: a 2-hour subject token, a 20-minute lifetime.
@@ -715,7 +688,7 @@ fn cache_duration_follows_the_earliest_expiry() {
         &args,
         &request(IMAGE, Some(&spec.mint()), &[(ANNOTATION, GSA)]),
     );
-    let d = seconds(out.response()["cacheDuration"].as_str().unwrap());
+    let d = out.cache_seconds();
     assert!((950..=960).contains(&d), "{d}");
     let iam = google.iam.requests();
     assert_eq!(iam.last().unwrap().json()["lifetime"], "1200s");
@@ -963,15 +936,9 @@ fn registry_hosts_and_lookalikes() {
         "gcr.io:5000",
         "127.0.0.1:5000",
     ] {
-        let line = exec(
-            &google.args(),
-            &request(&format!("{host}/p/app"), Some(&t), &[]),
-        )
-        .failure();
-        assert!(
-            line.contains("is not served by the gcp exchanger"),
-            "{host}: {line}"
-        );
+        let mut args = google.args();
+        args.extend(["--log-format", "json"].map(String::from));
+        exec(&args, &request(&format!("{host}/p/app"), Some(&t), &[])).refused_registry(host);
     }
     assert_eq!(
         google.sts.request_count(),
@@ -1005,16 +972,16 @@ fn configuration_errors_name_the_flags() {
         "--gcp-workload-identity-provider",
         PROVIDER,
         "--gcp-project-id",
-        PROJECT,
+        GCP_PROJECT,
         "--gcp-cluster",
-        CLUSTER,
+        GCP_CLUSTER,
     ]
     .map(String::from)
     .into();
     let line = exec(&both, &req).failure();
     assert!(line.contains("are both set"), "{line}");
 
-    let half: Vec<String> = ["--provider", "gcp", "--gcp-project-id", PROJECT]
+    let half: Vec<String> = ["--provider", "gcp", "--gcp-project-id", GCP_PROJECT]
         .map(String::from)
         .into();
     let line = exec(&half, &req).failure();

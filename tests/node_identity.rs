@@ -14,14 +14,13 @@ use support::azure::{App, CLIENT_ID, FakeAcr, FakeEntra, TENANT};
 use support::containerd::Containerd;
 use support::http_server::{Response, TestServer};
 use support::metadata::{self, Behaviour, InstanceProfile};
-use support::moto::Moto;
+use support::moto::{Moto, ROLE_ANNOTATION};
 use support::plugin::{Run, request, run};
 use support::registry::Registry;
 use support::token::TokenSpec;
 
 const ECR_HOST: &str = "210987654321.dkr.ecr.eu-west-1.amazonaws.com";
 const NODE_ROLE: &str = "arn:aws:iam::210987654321:role/eks-node";
-const ROLE_ANNOTATION: &str = "eks.amazonaws.com/role-arn";
 
 fn aws(args: &[&str], env: &[(&str, &str)], token: Option<&str>, ann: &[(&str, &str)]) -> Run {
     let mut all = vec!["--provider", "aws", "--log-level", "debug"];

@@ -17,26 +17,16 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use serde_json::Value;
-use support::plugin::{Run, exec, request, run};
-use support::sts::{Expect, FakeSts, oauth_error};
+use support::plugin::{IMAGE, REGISTRY, Run, exec, request, run};
+use support::sts::{AUDIENCE, Expect, FakeSts, oauth_error};
 use support::token::TokenSpec;
 
-const AUDIENCE: &str = "sts.cluster.test";
-const REGISTRY: &str = "registry.example.com";
-const IMAGE: &str = "registry.example.com/team/app:v1";
-const SUBJECT: &str = "system:serviceaccount:team:puller";
 const PROM: &str = "wi_credential_provider.prom";
 const NODE_EXPORTER: &str = "/usr/bin/prometheus-node-exporter";
 const PROMTOOL: &str = "/usr/bin/promtool";
 
 fn sts() -> FakeSts {
-    FakeSts::start(Expect {
-        token_audience: AUDIENCE.into(),
-        fields: Vec::new(),
-        client: None,
-        subject: SUBJECT.into(),
-        verify: support::token::verify,
-    })
+    FakeSts::start(Expect::puller())
 }
 
 fn token() -> String {
@@ -59,22 +49,8 @@ fn exchange_with_token(
     image: &str,
     token: &str,
 ) -> Run {
-    let url = sts.url();
     let cache = cache.display().to_string();
-    let mut args = strings(&[
-        "--provider",
-        "token-exchange",
-        "--registry",
-        REGISTRY,
-        "--audience",
-        AUDIENCE,
-        "--token-exchange-url",
-        &url,
-        "--token-exchange-username",
-        "robot",
-        "--cache-dir",
-        &cache,
-    ]);
+    let mut args = sts.entry(&["--cache-dir", &cache]);
     args.extend(observe.iter().cloned());
     exec(&args, &request(image, Some(token), &[]))
 }

@@ -64,11 +64,7 @@ fn skopeo_pulls_with_the_passthrough_credentials() {
         request(&format!("{host}/team/app"), Some(&token), &[]).as_bytes(),
     );
     let response = out.response();
-    let auth = &response["auth"][host.as_str()];
-    let (username, password) = (
-        auth["username"].as_str().unwrap(),
-        auth["password"].as_str().unwrap(),
-    );
+    let (username, password) = support::plugin::auth_entry(&response, host.as_str());
     registry
         .pull("team/app", "v1", username, password)
         .expect("skopeo pulls with the plugin's credentials");
@@ -82,14 +78,9 @@ fn skopeo_pulls_with_the_passthrough_credentials() {
         request(&format!("{host}/team/app"), Some(&forged), &[]).as_bytes(),
     );
     let response = out.response();
-    let auth = &response["auth"][host.as_str()];
+    let (username, password) = support::plugin::auth_entry(&response, &host);
     let err = registry
-        .pull(
-            "team/app",
-            "v1",
-            auth["username"].as_str().unwrap(),
-            auth["password"].as_str().unwrap(),
-        )
+        .pull("team/app", "v1", username, password)
         .expect_err("a token signed by another key must not pull");
     assert!(err.contains("unauthorized"), "{err}");
     // And a valid token for another audience too.

@@ -47,56 +47,64 @@ fn bad_inputs_get_one_precise_error() {
         "x".repeat(2 * 1024 * 1024)
     );
 
-    let cases: Vec<(&str, String, &str)> = vec![
-        ("empty stdin", String::new(), "stdin is empty"),
-        ("not JSON", "hello".into(), "not a JSON object"),
-        ("broken JSON", "{\"kind\":".into(), "cannot parse the request"),
-        ("JSON array", "[]".into(), "not a JSON object"),
-        ("2 MiB input", big, "larger than 1048576 bytes"),
+    // (case, stdin, kind, facts): the refusal by kind and facts, not words.
+    type Case<'a> = (&'a str, String, &'a str, &'a [(&'a str, &'a str)]);
+    let cases: Vec<Case> = vec![
+        ("empty stdin", String::new(), "request", &[]),
+        ("not JSON", "hello".into(), "request", &[]),
+        ("broken JSON", "{\"kind\":".into(), "request", &[]),
+        ("JSON array", "[]".into(), "request", &[]),
+        ("2 MiB input", big, "request", &[]),
         (
             "wrong kind",
             json!({"kind":"Pod","apiVersion":"credentialprovider.kubelet.k8s.io/v1","image":"harbor.test/a"}).to_string(),
-            "kind \"Pod\", expected CredentialProviderRequest",
+            "request",
+            &[],
         ),
         (
             "unknown apiVersion",
             json!({"kind":"CredentialProviderRequest","apiVersion":"credentialprovider.kubelet.k8s.io/v2","image":"harbor.test/a"}).to_string(),
-            "unsupported apiVersion \"credentialprovider.kubelet.k8s.io/v2\"",
+            "request",
+            &[],
         ),
         (
             "missing image",
             json!({"kind":"CredentialProviderRequest","apiVersion":"credentialprovider.kubelet.k8s.io/v1"}).to_string(),
-            "the request has no image",
+            "request",
+            &[],
         ),
-        ("malformed image", request("harbor.test/UPPER/case", Some(&good), &[]), "invalid image reference"),
-        ("no token", request("harbor.test/a", None, &[]), "the request carries no service account token"),
-        ("token with 2 segments", request("harbor.test/a", Some(&two_segments), &[]), "has 2 dot-separated segments instead of 3"),
-        ("bad base64", request("harbor.test/a", Some(&bad_base64), &[]), "header is not valid base64url"),
-        ("bad JSON claims", request("harbor.test/a", Some(&bad_claims), &[]), "claims are not a JSON object"),
-        ("expired token", request("harbor.test/a", Some(&expired), &[]), "expired at"),
-        ("wrong audience", request("harbor.test/a", Some(&wrong_aud), &[]), "does not include \"harbor.test\""),
-        ("missing kubernetes.io claim", request("harbor.test/a", Some(&no_k8s), &[]), "no kubernetes.io claim"),
-        ("passthrough to a non-allowed registry", request("evil.test/a", Some(&good), &[]), "registry evil.test is not allowed to receive the service account token"),
+        ("malformed image", request("harbor.test/UPPER/case", Some(&good), &[]), "request", &[]),
+        ("no token", request("harbor.test/a", None, &[]), "token", &[]),
+        ("token with 2 segments", request("harbor.test/a", Some(&two_segments), &[]), "token", &[]),
+        ("bad base64", request("harbor.test/a", Some(&bad_base64), &[]), "token", &[]),
+        ("bad JSON claims", request("harbor.test/a", Some(&bad_claims), &[]), "token", &[]),
+        ("expired token", request("harbor.test/a", Some(&expired), &[]), "token", &[("claim", "exp")]),
+        ("wrong audience", request("harbor.test/a", Some(&wrong_aud), &[]), "token", &[("claim", "aud")]),
+        ("missing kubernetes.io claim", request("harbor.test/a", Some(&no_k8s), &[]), "token", &[("claim", "kubernetes.io")]),
+        ("passthrough to a non-allowed registry", request("evil.test/a", Some(&good), &[]), "registry", &[("registry", "evil.test")]),
     ];
-    for (name, stdin, needle) in cases {
-        let out = run(PASSTHROUGH, &[], stdin.as_bytes());
-        let line = out.failure();
-        assert!(
-            line.contains(needle),
-            "{name}: expected {needle:?} in {line:?}"
-        );
-        assert!(line.contains("; fix: "), "{name}: no remedy in {line:?}");
-        for secret in [&good, &expired, &wrong_aud, &no_k8s] {
-            assert!(
-                !out.stderr.contains(secret.as_str()),
-                "{name}: token leaked to stderr"
-            );
-            let signature = secret.rsplit('.').next().unwrap();
-            assert!(
-                !out.stderr.contains(signature),
-                "{name}: token signature leaked to stderr"
-            );
+    let secrets = [&good, &expired, &wrong_aud, &no_k8s];
+    let json = [PASSTHROUGH, &["--log-format", "json"]].concat();
+    for (name, stdin, kind, facts) in cases {
+        let out = run(&json, &[], stdin.as_bytes());
+        let line = out.failure_json();
+        assert_eq!(line["kind"], kind, "{name}: {line}");
+        for (fact, value) in facts {
+            assert_eq!(line["facts"][fact], *value, "{name}: {line}");
         }
+        assert!(
+            line["fix"].as_str().is_some_and(|f| !f.is_empty()),
+            "{name}: no remedy in {line}"
+        );
+        out.assert_no_secrets(&secrets);
+        // The text line the kubelet logs says the same with its remedy.
+        let text = run(PASSTHROUGH, &[], stdin.as_bytes());
+        assert!(
+            text.failure().contains("; fix: "),
+            "{name}: no remedy in {}",
+            text.stderr
+        );
+        text.assert_no_secrets(&secrets);
     }
 }
 
@@ -346,44 +354,48 @@ fn the_program_name_selects_the_provider() {
         t.as_str()
     );
     // An explicit --provider wins over the name.
-    let out = run_as(
+    run_as(
         "wi-credential-provider-passthrough",
-        &["--provider", "auto", "--registry", "harbor.test"],
+        &[
+            "--provider",
+            "auto",
+            "--registry",
+            "harbor.test",
+            "--log-format",
+            "json",
+        ],
         &[],
         req.as_bytes(),
-    );
-    assert!(
-        out.failure()
-            .contains("is not a cloud registry this plugin recognises")
-    );
+    )
+    .refused_registry("harbor.test");
 }
 
 #[test]
 fn auto_never_routes_to_passthrough() {
-    let out = run(
-        &["--registry", "harbor.test"],
+    let line = run(
+        &["--registry", "harbor.test", "--log-format", "json"],
         &[],
         request("harbor.test/a", Some(&token()), &[]).as_bytes(),
-    );
-    let line = out.failure();
+    )
+    .refused_registry("harbor.test");
+    // The fix names the explicit choice that would serve it.
     assert!(
-        line.contains("registry harbor.test is not a cloud registry"),
+        line["fix"]
+            .as_str()
+            .unwrap()
+            .contains("--provider passthrough"),
         "{line}"
     );
-    assert!(line.contains("--provider passthrough"), "{line}");
 }
 
 #[test]
 fn passthrough_without_registries_refuses() {
-    let out = run(
-        &["--provider", "passthrough"],
+    run(
+        &["--provider", "passthrough", "--log-format", "json"],
         &[],
         request("harbor.test/a", Some(&token()), &[]).as_bytes(),
-    );
-    assert!(
-        out.failure()
-            .contains("passthrough has no allowed registries")
-    );
+    )
+    .refused_registry("harbor.test");
 }
 
 #[test]
@@ -511,10 +523,9 @@ fn unsigned_and_alg_none_tokens_are_refused() {
 #[test]
 fn a_stdin_that_never_closes_ends_at_the_deadline() {
     use std::io::Write;
-    use std::process::{Command, Stdio};
     use std::time::{Duration, Instant};
 
-    let mut child = Command::new(support::plugin::bin())
+    let mut child = support::plugin::piped(support::plugin::bin())
         .args([
             "--provider",
             "passthrough",
@@ -523,10 +534,6 @@ fn a_stdin_that_never_closes_ends_at_the_deadline() {
             "--timeout",
             "2s",
         ])
-        .env_clear()
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     // Half a request, and the writer keeps stdin open.

@@ -13,17 +13,15 @@
 use crate::support;
 
 use serde_json::json;
-use support::azure::{self, App, FakeEntra};
-use support::google::{FakeSts, GCP_CLUSTER, GCP_PROJECT};
+use support::azure::{self, ACR_HOST, App, FakeEntra};
+use support::google::{FakeSts, GCP_CLUSTER, GCP_PROJECT, GSA};
 use support::http_server::{Response, TestServer};
+use support::moto::ROLE;
 use support::plugin::{Run, request, run};
 use support::token::{TokenSpec, now};
 
 const LEVELS: [&str; 2] = ["info", "debug"];
-const ACR_HOST: &str = "contoso.azurecr.io";
-const GSA: &str = "puller@my-project.iam.gserviceaccount.com";
 const ECR_IMAGE: &str = "123456789012.dkr.ecr.us-east-1.amazonaws.com/app";
-const ROLE: &str = "arn:aws:iam::123456789012:role/pull";
 const AWS_SECRET: &str = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzEXAMPLEKEY";
 const AWS_SESSION_TOKEN: &str = "IQoJb3JpZ2luX2VjEJr//////////wEaCXVzLWVhc3QtMSJHMEUCIQDw+session/token+Zm9vYmFyYmF6cXV4cXV1eGNvcmdl==";
 
@@ -374,24 +372,13 @@ fn a_token_server_quoting_the_client_secret_in_every_encoding() {
             });
             let token = TokenSpec::new("team", "puller", "sts.cluster.test").mint();
             let url = format!("{}/token", sts.url());
-            let args = [
-                "--provider",
-                "token-exchange",
-                "--registry",
-                "registry.example.com",
-                "--audience",
-                "sts.cluster.test",
-                "--token-exchange-url",
-                &url,
-                "--token-exchange-username",
-                "robot",
-                "--token-exchange-client-id",
-                "kubelet",
+            let client = ["--token-exchange-client-id", "kubelet"];
+            let secret = [
                 "--token-exchange-client-secret-file",
                 file.to_str().unwrap(),
-                "--log-level",
-                level,
             ];
+            let level = ["--log-level", level];
+            let args = support::sts::token_exchange(&url, &[client, secret, level].concat());
             let out = run(
                 &args,
                 &[],

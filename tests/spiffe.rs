@@ -11,18 +11,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::plugin::{Run, request, run};
+use support::plugin::{IMAGE, REGISTRY, Run, request, run};
 use support::spire::{self, SpireAgent, entry, id_of};
-use support::sts::{Expect, FakeSts};
+use support::sts::{AUDIENCE as STS_AUDIENCE, Expect, FakeSts};
 use support::token::TokenSpec;
 
 /// The audience of the kubelet's token in SPIFFE mode: only this plugin
 /// reads it.
 const KUBELET_AUDIENCE: &str = "spire-selectors.wi-credential-provider";
 const REGISTRY_AUDIENCE: &str = "registry.cluster.test";
-const STS_AUDIENCE: &str = "sts.cluster.test";
-const REGISTRY: &str = "registry.example.com";
-const IMAGE: &str = "registry.example.com/team/app:v1";
 
 fn kubelet_token(name: &str) -> String {
     TokenSpec::new("team", name, KUBELET_AUDIENCE).mint()

@@ -7,11 +7,10 @@ use crate::support;
 
 use serde_json::json;
 use support::http_server::Response;
-use support::plugin::{self, Run, request, run};
+use support::plugin::{self, REGISTRY, Run, request, run};
 use support::token::TokenSpec;
 use support::vault::{FakeVault, Method, Role};
 
-const REGISTRY: &str = "registry.example.com";
 const AUDIENCE: &str = "vault.cluster.test";
 const ROLE_KEY: &str = "wi-credential-provider.io/vault-role";
 const SECRET_KEY: &str = "wi-credential-provider.io/vault-secret";
@@ -880,11 +879,7 @@ fn skopeo_pulls_with_the_credentials_from_vault() {
         request(&image, Some(&token), &TEAM_APP).as_bytes(),
     );
     let response = out.response_for(&image);
-    let auth = &response["auth"][host.as_str()];
-    let (username, password) = (
-        auth["username"].as_str().unwrap(),
-        auth["password"].as_str().unwrap(),
-    );
+    let (username, password) = support::plugin::auth_entry(&response, host.as_str());
     registry
         .pull("team/app", "v1", username, password)
         .expect("skopeo pulls with the credentials the plugin read from Vault");
@@ -925,20 +920,9 @@ fn containerd_pulls_with_the_credentials_from_vault() {
         request(&image, Some(&token), &TEAM_APP).as_bytes(),
     );
     let response = out.response_for(&image);
-    let auth = &response["auth"][host.as_str()];
-    let (username, password) = (
-        auth["username"].as_str().unwrap(),
-        auth["password"].as_str().unwrap(),
-    );
+    let (username, password) = support::plugin::auth_entry(&response, host.as_str());
     let containerd = Containerd::start();
-    let err = containerd
-        .pull(&image, username, "not-the-password")
-        .expect_err("a wrong password must not pull");
-    assert!(err.contains("401"), "{err}");
-    let pulled = containerd
-        .pull(&image, username, password)
-        .unwrap_or_else(|e| panic!("containerd refused the credentials from Vault:\n{e}"));
-    assert_eq!(pulled, digest);
+    containerd.assert_pulls_only_with(&image, username, (password, "not-the-password"), &digest);
     assert_quiet(&out, &vault, &token);
 }
 

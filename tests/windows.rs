@@ -46,13 +46,7 @@ fn exec(
     token: &str,
     annotations: &[(&str, &str)],
 ) -> Run {
-    on_windows(|| {
-        run(
-            args,
-            env,
-            request(image, Some(token), annotations).as_bytes(),
-        )
-    })
+    on_windows(|| support::plugin::pull(args, env, image, token, annotations))
 }
 
 fn strings(args: &[&str]) -> Vec<String> {
@@ -311,25 +305,8 @@ fn vault() {
 #[ignore = "needs the Windows build under Wine: make test-windows"]
 fn token_exchange() {
     const IMAGE: &str = "registry.example.com/team/app";
-    let sts = FakeSts::start(Expect {
-        token_audience: "sts.cluster.test".into(),
-        fields: Vec::new(),
-        client: None,
-        subject: "system:serviceaccount:team:puller".into(),
-        verify: support::token::verify,
-    });
-    let args = sts.flags(&[
-        "--provider",
-        "token-exchange",
-        "--registry",
-        "registry.example.com",
-        "--audience",
-        "sts.cluster.test",
-        "--token-exchange-username",
-        "robot",
-        "--log-level",
-        "debug",
-    ]);
+    let sts = FakeSts::start(Expect::puller());
+    let args = sts.entry(&["--log-level", "debug"]);
     let token = TokenSpec::new("team", "puller", "sts.cluster.test").mint();
     let out = exec(&args, &[], IMAGE, &token, &[]);
     served(&out, IMAGE, "registry.example.com", sts.issued(), &token);
@@ -564,27 +541,23 @@ fn a_cache_folder_everyone_may_write_is_refused() {
 #[ignore = "needs the Windows build under Wine: make test-windows"]
 fn a_stdin_that_never_closes_ends_at_the_timeout_with_json_logs() {
     use std::io::Write;
-    use std::process::{Command, Stdio};
-    let (program, first) = on_windows(|| windows::wrap(&windows::exe()));
-    let mut child = Command::new(program)
-        .args(first)
-        .args([
-            "--provider",
-            "passthrough",
-            "--registry",
-            "r.test",
-            "--timeout",
-            "3s",
-            "--log-format",
-            "json",
-        ])
-        .env_clear()
-        .envs(on_windows(windows::env))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = on_windows(|| {
+        let (program, first) = windows::wrap(&windows::exe());
+        support::plugin::piped(program)
+            .args(first)
+            .args([
+                "--provider",
+                "passthrough",
+                "--registry",
+                "r.test",
+                "--timeout",
+                "3s",
+                "--log-format",
+                "json",
+            ])
+            .spawn()
+            .unwrap()
+    });
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(b"{\"kind\":").unwrap();
     let started = Instant::now();

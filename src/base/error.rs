@@ -110,6 +110,10 @@ pub enum Fact {
     /// The service account token's claim at fault (`aud`, `exp`, `sub`,
     /// `kubernetes.io.namespace`).
     Claim,
+    /// The registry refused on an error of [`Kind::Registry`], as the
+    /// image names it (with a port when it has one; for a mirrored image,
+    /// the mirror's).
+    Registry,
     /// The HTTP status it answered with.
     Status,
     /// What its body looked like: size and kind, never its text
@@ -126,6 +130,7 @@ impl Fact {
             Fact::Service => "service",
             Fact::Annotation => "annotation",
             Fact::Claim => "claim",
+            Fact::Registry => "registry",
             Fact::Status => "status",
             Fact::BodyShape => "body_shape",
         }
@@ -177,6 +182,18 @@ impl Error {
     /// [`Kind::Annotation`] error with the annotation's `key` as a fact.
     pub fn annotation_key(key: &str, what: impl Into<String>) -> Self {
         Error::annotation(what).with(Fact::Annotation, key)
+    }
+
+    /// Records `registry` as the one refused, when this is an error of
+    /// [`Kind::Registry`] that does not name one yet. Routing and planning
+    /// call it for every error they return, so each provider's refusal
+    /// carries the fact without saying so itself.
+    pub fn refusing(self, registry: &str) -> Self {
+        if self.kind == Kind::Registry && self.fact(Fact::Registry).is_none() {
+            self.with(Fact::Registry, registry)
+        } else {
+            self
+        }
     }
 
     /// The facts of an upstream's answer: who answered (`service`, in
@@ -284,6 +301,20 @@ mod tests {
             "gcp: Google STS refused",
             "facts are not rendered"
         );
+    }
+
+    #[test]
+    fn only_a_registry_refusal_records_the_registry() {
+        let refused = Error::registry("not served").refusing("a.test:5000");
+        assert_eq!(refused.fact(Fact::Registry), Some("a.test:5000"));
+        let kept = refused.refusing("b.test");
+        assert_eq!(
+            kept.fact(Fact::Registry),
+            Some("a.test:5000"),
+            "the first stays"
+        );
+        let other = Error::token("expired").refusing("a.test");
+        assert_eq!(other.fact(Fact::Registry), None);
     }
 
     #[test]

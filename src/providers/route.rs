@@ -33,6 +33,7 @@ pub fn choose(choice: Option<&'static Provider>, image: &ImageRef) -> Result<&'s
                 image.registry()
             ))
             .fix("for a registry that trusts the cluster's OIDC issuer use --provider passthrough --registry <host>; otherwise remove it from matchImages")
+            .refusing(image.registry())
         })
 }
 
@@ -63,7 +64,7 @@ pub fn require_served(exchanger: &dyn Exchanger, image: &ImageRef) -> Result<()>
     if exchanger.serves(image) {
         Ok(())
     } else {
-        Err(exchanger.refusal(image))
+        Err(exchanger.refusal(image).refusing(image.registry()))
     }
 }
 

@@ -40,6 +40,11 @@ pub const NULL_GUID: &str = "00000000-0000-0000-0000-000000000000";
 /// ACR refresh tokens live about three hours.
 pub const REFRESH_LIFETIME_SECS: i64 = 3 * 3600;
 
+/// The ACR login server the tests pull from.
+pub const ACR_HOST: &str = "contoso.azurecr.io";
+/// Azure Workload Identity's annotations naming the identity.
+pub const WI_CLIENT: &str = "azure.workload.identity/client-id";
+pub const WI_TENANT: &str = "azure.workload.identity/tenant-id";
 pub const TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
 pub const CLIENT_ID: &str = "5b8e2c1a-9f3d-4e7b-a6c2-1d0f8e9a7b3c";
 pub const OBJECT_ID: &str = "0c7d3a2b-1e4f-4a5b-8c9d-2e3f4a5b6c7d";

@@ -133,6 +133,26 @@ impl Containerd {
         self.pull_with(image, username, password, &[])
     }
 
+    /// Asserts that containerd refuses `wrong` (a 401 from the registry,
+    /// tried first so that nothing is in containerd's store yet), then
+    /// pulls `image` as `username` with `password` and gets `digest`.
+    pub fn assert_pulls_only_with(
+        &self,
+        image: &str,
+        username: &str,
+        (password, wrong): (&str, &str),
+        digest: &str,
+    ) {
+        let err = self
+            .pull(image, username, wrong)
+            .expect_err("a wrong password must not pull");
+        assert!(err.contains("401 Unauthorized"), "{err}");
+        let pulled = self
+            .pull(image, username, password)
+            .unwrap_or_else(|e| panic!("containerd refused the plugin's credentials:\n{e}"));
+        assert_eq!(pulled, digest);
+    }
+
     /// [`Containerd::pull`] with the registry hosts configured by
     /// `hosts_dir` (`<dir>/<registry host>/hosts.toml`, containerd's
     /// `config_path` layout): mirrors, and the upstream fallback. ctr offers

@@ -15,6 +15,18 @@ use serde_json::{Value, json};
 use super::http_server::{Fake, Ledger, Request, Response};
 use super::token;
 
+/// Every form field of a token exchange with Google STS, and no other.
+pub const STS_FIELDS: [&str; 6] = [
+    "audience",
+    "grant_type",
+    "requested_token_type",
+    "scope",
+    "subject_token",
+    "subject_token_type",
+];
+
+/// The Google service account the tests impersonate.
+pub const GSA: &str = "puller@my-project.iam.gserviceaccount.com";
 pub const GCP_PROJECT: &str = "my-project";
 pub const GCP_CLUSTER: &str = "projects/my-project/locations/us-central1/clusters/prod";
 pub const GCP_SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
@@ -63,15 +75,7 @@ fn sts(ledger: &Ledger, req: &Request) -> Response {
     if req.header("content-type") != Some("application/x-www-form-urlencoded") {
         problems.push(format!("content type {:?}", req.header("content-type")));
     }
-    let expected: BTreeSet<&str> = [
-        "audience",
-        "grant_type",
-        "requested_token_type",
-        "scope",
-        "subject_token",
-        "subject_token_type",
-    ]
-    .into();
+    let expected: BTreeSet<&str> = STS_FIELDS.into();
     if keys != expected {
         problems.push(format!("fields {keys:?}"));
     } else {

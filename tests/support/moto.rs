@@ -27,6 +27,10 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+/// The role the tests' service accounts assume, and EKS's annotation for it.
+pub const ROLE: &str = "arn:aws:iam::123456789012:role/pull";
+pub const ROLE_ANNOTATION: &str = "eks.amazonaws.com/role-arn";
+
 const INSTALL_HINT: &str = "run `bash .ci/run` (it installs moto[server] from PyPI into \
      ~/.cache/wicp-venv and sets WICP_MOTO_SERVER), or point WICP_MOTO_SERVER at a moto_server";
 

@@ -122,6 +122,24 @@ impl Run {
         response
     }
 
+    /// The response's `cacheDuration` (a Go duration, `"47m12s"`) in
+    /// seconds, after asserting success.
+    pub fn cache_seconds(&self) -> u64 {
+        let response = self.response();
+        let text = response["cacheDuration"].as_str().expect("a cacheDuration");
+        let (mut total, mut number) = (0, 0);
+        for c in text.chars() {
+            match c {
+                '0'..='9' => number = number * 10 + u64::from(c.to_digit(10).unwrap()),
+                'h' => (total, number) = (total + number * 3600, 0),
+                'm' => (total, number) = (total + number * 60, 0),
+                's' => (total, number) = (total + number, 0),
+                _ => panic!("unexpected duration {text}"),
+            }
+        }
+        total
+    }
+
     /// Asserts failure: non-zero exit, nothing on stdout, and one line on
     /// stderr. Returns that line.
     pub fn failure(&self) -> String {
@@ -185,6 +203,13 @@ impl Run {
         self.refused("annotation", &[("annotation", key)])
     }
 
+    /// Asserts that a run with `--log-format json` refused `registry` (as
+    /// the image names it) as one its provider may not serve; returns the
+    /// error line.
+    pub fn refused_registry(&self, registry: &str) -> Value {
+        self.refused("registry", &[("registry", registry)])
+    }
+
     /// Asserts that a run with `--log-format json` failed with an error of
     /// `kind` recording each of `facts`; returns the error line.
     pub fn refused(&self, kind: &str, facts: &[(&str, &str)]) -> Value {
@@ -240,6 +265,18 @@ pub fn words(line: &Value) -> String {
     )
 }
 
+/// The username and password of `response`'s one auth entry, which must
+/// be keyed `key`.
+pub fn auth_entry<'a>(response: &'a Value, key: &str) -> (&'a str, &'a str) {
+    let auth = response["auth"].as_object().expect("auth map");
+    assert_eq!(auth.len(), 1, "exactly one auth entry: {response}");
+    let entry = &auth[key];
+    (
+        entry["username"].as_str().expect("username"),
+        entry["password"].as_str().expect("password"),
+    )
+}
+
 /// `base` then `extra`, owned: the arguments of a run whose flags hold a
 /// fake's address.
 pub fn flags(base: &[&str], extra: &[&str]) -> Vec<String> {
@@ -258,6 +295,12 @@ pub fn set_flag(args: &mut Vec<String>, flag: &str, value: &str) {
 /// Passthrough for `harbor.test` with the audience `harbor.test`: the
 /// simplest configuration that works, for tests of the plugin itself
 /// rather than of a provider.
+/// The registry of the tests whose upstream is the cluster's own token
+/// service (token exchange, Vault, SPIFFE): a host no provider claims.
+pub const REGISTRY: &str = "registry.example.com";
+/// An image on [`REGISTRY`].
+pub const IMAGE: &str = "registry.example.com/team/app:v1";
+
 pub const PASSTHROUGH: &[&str] = &[
     "--provider",
     "passthrough",
@@ -290,6 +333,38 @@ pub fn request(image: &str, token: Option<&str>, annotations: &[(&str, &str)]) -
 /// Runs the binary with `args` (`&str`s or `String`s), only `env` set (plus PATH), `stdin` piped.
 pub fn run(args: &[impl AsRef<OsStr>], env: &[(&str, &str)], stdin: &[u8]) -> Run {
     run_program(&bin(), args, env, stdin)
+}
+
+/// Runs the binary as the kubelet does for `image`: a request with
+/// `token` and `annotations` on stdin, `env` (plus PATH) its environment.
+pub fn pull(
+    args: &[impl AsRef<OsStr>],
+    env: &[(&str, &str)],
+    image: &str,
+    token: &str,
+    annotations: &[(&str, &str)],
+) -> Run {
+    run(
+        args,
+        env,
+        request(image, Some(token), annotations).as_bytes(),
+    )
+}
+
+/// `program` to be spawned as the kubelet spawns the plugin: an empty
+/// environment but PATH (and Wine's, under Wine), stdin, stdout and stderr
+/// piped. For a test that must hold the child (feed stdin slowly, start
+/// many at once, wrap it in strace).
+pub fn piped(program: impl AsRef<OsStr>) -> Command {
+    let mut command = Command::new(program);
+    command
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(super::windows::env())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
 }
 
 /// [`run`] with no environment and `stdin` as text: the common case.
@@ -335,16 +410,10 @@ pub fn run_program(
 
 fn run_once(program: &Path, args: &[impl AsRef<OsStr>], env: &[(&str, &str)], stdin: &[u8]) -> Run {
     let (program, first) = super::windows::wrap(program);
-    let mut child = Command::new(program)
+    let mut child = piped(program)
         .args(first)
         .args(args)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .envs(super::windows::env())
         .envs(env.iter().copied())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .spawn()
         .expect("spawn the plugin");
     {

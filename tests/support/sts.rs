@@ -16,10 +16,28 @@ use serde_json::json;
 use super::http_server::{Fake, Ledger, Request, Response, form_urlencoded_pairs};
 use super::token;
 
+/// The audience the cluster's token service expects on a service account
+/// token.
+pub const AUDIENCE: &str = "sts.cluster.test";
 pub const PATH: &str = "/oauth2/token";
 pub const GRANT_TYPE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
 pub const JWT: &str = "urn:ietf:params:oauth:token-type:jwt";
 pub const ACCESS_TOKEN: &str = "urn:ietf:params:oauth:token-type:access_token";
+
+/// A token-exchange entry for [`super::plugin::REGISTRY`] taking tokens
+/// for [`AUDIENCE`] and asking `url` as the robot `robot`, then `extra`:
+/// the flags most token-exchange tests start from.
+pub fn token_exchange(url: &str, extra: &[&str]) -> Vec<String> {
+    let entry = [
+        "--provider",
+        "token-exchange",
+        "--registry",
+        super::plugin::REGISTRY,
+    ];
+    let robot = ["--audience", AUDIENCE, "--token-exchange-username", "robot"];
+    let url = ["--token-exchange-url", url];
+    super::plugin::flags(&[&entry[..], &robot, &url].concat(), extra)
+}
 
 /// What the server expects, as an admin would have configured it.
 #[derive(Clone)]
@@ -39,6 +57,20 @@ pub struct Expect {
     pub verify: fn(&str, &str) -> Result<serde_json::Value, String>,
 }
 
+impl Expect {
+    /// The cluster's tokens for [`AUDIENCE`], granted to team/puller
+    /// alone, with no further fields and no client credentials.
+    pub fn puller() -> Expect {
+        Expect {
+            token_audience: AUDIENCE.into(),
+            fields: Vec::new(),
+            client: None,
+            subject: super::token::SUBJECT.into(),
+            verify: super::token::verify,
+        }
+    }
+}
+
 pub struct FakeSts {
     pub server: Fake,
 }
@@ -53,6 +85,11 @@ impl FakeSts {
 
     pub fn url(&self) -> String {
         format!("{}{PATH}", self.server.url())
+    }
+
+    /// [`token_exchange`] with this server's URL.
+    pub fn entry(&self, extra: &[&str]) -> Vec<String> {
+        token_exchange(&self.url(), extra)
     }
 
     /// The flag that points the token-exchange provider here, then

@@ -7,6 +7,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde_json::{Value, json};
 
+/// The `sub` of [`TokenSpec::new("team", "puller", …)`](TokenSpec::new):
+/// the service account most tests pull as.
+pub const SUBJECT: &str = "system:serviceaccount:team:puller";
 pub const SIGNER_KEY: &str = include_str!("../fixtures/sa-signer.key");
 pub const SIGNER_PUB: &str = include_str!("../fixtures/sa-signer.pub");
 pub const WRONG_KEY: &str = include_str!("../fixtures/wrong-signer.key");

@@ -389,23 +389,12 @@ pub fn clients_pull(
     let host = registry.host().to_string();
     let image = format!("{host}/team/app:v1");
     let response = run(&host);
-    let auth = &response["auth"][host.as_str()];
-    let (user, password) = (
-        auth["username"].as_str().unwrap(),
-        auth["password"].as_str().unwrap(),
-    );
+    let (user, password) = super::plugin::auth_entry(&response, host.as_str());
     assert_eq!(user, username);
 
     let containerd = Containerd::start();
     // Refused first, so nothing is in containerd's store yet.
-    let err = containerd
-        .pull(&image, user, &format!("{password}x"))
-        .expect_err("a wrong password must not pull");
-    assert!(err.contains("401 Unauthorized"), "{err}");
-    let pulled = containerd
-        .pull(&image, user, password)
-        .unwrap_or_else(|e| panic!("containerd refused the plugin's credentials:\n{e}"));
-    assert_eq!(pulled, digest);
+    containerd.assert_pulls_only_with(&image, user, (password, &format!("{password}x")), &digest);
 
     registry
         .pull("team/app", "v1", user, password)
