@@ -259,16 +259,12 @@ fn web_identity_full_path_against_moto() {
     assert_eq!(password, "210987654321-auth-token");
     // moto's expiresAt is 2015: handed out, not cached, with a warning.
     assert_eq!(response["cacheDuration"], "0s");
-    assert!(
-        run.stderr
-            .contains("expiresAt 2015-01-01T00:00:00Z is already past"),
-        "{}",
-        run.stderr
-    );
-    assert!(
-        run.stderr.contains("session name\", \"team.puller\""),
-        "{}",
-        run.stderr
+    support::assert_says(
+        &run.stderr,
+        &[
+            "expiresAt 2015-01-01T00:00:00Z is already past",
+            "session name\", \"team.puller\"",
+        ],
     );
     run.assert_no_secrets(&[&token, password]);
     let log = moto.log();
@@ -443,11 +439,13 @@ fn proxy_variables_are_honoured_for_sts_and_ecr() {
         &annotations,
     );
     let line = dead.failure();
-    assert!(
-        line.contains("cannot reach STS AssumeRoleWithWebIdentity"),
-        "{line}"
+    support::assert_says(
+        &line,
+        &[
+            "cannot reach STS AssumeRoleWithWebIdentity",
+            "HTTPS_PROXY/NO_PROXY",
+        ],
     );
-    assert!(line.contains("HTTPS_PROXY/NO_PROXY"), "{line}");
 }
 
 // ---------------------------------------------------------------------------
@@ -579,25 +577,21 @@ fn sts_access_denied_explains_the_trust_policy() {
         "Not authorized to perform sts:AssumeRoleWithWebIdentity",
     ));
     assert_eq!(count, 1, "AccessDenied is not retried");
-    assert!(line.contains("STS refused to let service account team/puller assume role arn:aws:iam::123456789012:role/pull"), "{line}");
-    assert!(
-        line.contains("AccessDenied: \"Not authorized to perform sts:AssumeRoleWithWebIdentity\""),
-        "{line}"
+    support::assert_says(
+        &line,
+        &[
+            "STS refused to let service account team/puller assume role arn:aws:iam::123456789012:role/pull",
+            "AccessDenied: \"Not authorized to perform sts:AssumeRoleWithWebIdentity\"",
+        ],
     );
     let issuer = ISSUER.strip_prefix("https://").unwrap();
-    assert!(
-        line.contains(&format!(
-            "federated principal arn:aws:iam::123456789012:oidc-provider/{issuer}"
-        )),
-        "{line}"
-    );
-    assert!(
-        line.contains(&format!("{issuer}:sub = system:serviceaccount:team:puller")),
-        "{line}"
-    );
-    assert!(
-        line.contains(&format!("{issuer}:aud = sts.amazonaws.com")),
-        "{line}"
+    support::assert_says(
+        &line,
+        &[
+            &format!("federated principal arn:aws:iam::123456789012:oidc-provider/{issuer}"),
+            &format!("{issuer}:sub = system:serviceaccount:team:puller"),
+            &format!("{issuer}:aud = sts.amazonaws.com"),
+        ],
     );
 }
 
@@ -609,17 +603,14 @@ fn sts_invalid_identity_token_explains_the_oidc_provider() {
         &format!("No OpenIDConnect provider found in your account for {ISSUER}"),
     ));
     assert_eq!(count, 1);
-    assert!(
-        line.contains("the token's issuer is not trusted by IAM"),
-        "{line}"
+    support::assert_says(
+        &line,
+        &[
+            "the token's issuer is not trusted by IAM",
+            &format!("register the cluster's issuer {ISSUER} as an IAM OIDC identity provider"),
+            "client ID sts.amazonaws.com",
+        ],
     );
-    assert!(
-        line.contains(&format!(
-            "register the cluster's issuer {ISSUER} as an IAM OIDC identity provider"
-        )),
-        "{line}"
-    );
-    assert!(line.contains("client ID sts.amazonaws.com"), "{line}");
 }
 
 #[test]
@@ -629,8 +620,10 @@ fn sts_expired_token_points_at_the_clock() {
         "ExpiredTokenException",
         "Token expired: current date/time 1700000000 must be before the expiration date/time 1699990000",
     ));
-    assert!(line.contains("the token has expired"), "{line}");
-    assert!(line.contains("check the node's clock (NTP)"), "{line}");
+    support::assert_says(
+        &line,
+        &["the token has expired", "check the node's clock (NTP)"],
+    );
 }
 
 #[test]
@@ -645,12 +638,14 @@ fn sts_throttling_is_retried_within_bounds_then_explained() {
         "{:?}",
         started.elapsed()
     );
-    assert!(
-        line.contains("STS throttled AssumeRoleWithWebIdentity"),
-        "{line}"
+    support::assert_says(
+        &line,
+        &[
+            "STS throttled AssumeRoleWithWebIdentity",
+            "after 4 attempt(s)",
+            "cacheType: ServiceAccount",
+        ],
     );
-    assert!(line.contains("after 4 attempt(s)"), "{line}");
-    assert!(line.contains("cacheType: ServiceAccount"), "{line}");
 }
 
 #[test]
@@ -727,20 +722,16 @@ fn ecr_access_denied_names_the_role_and_the_permissions() {
     );
     let line = run.failure();
     assert_eq!(ecr.request_count(), 1, "AccessDenied is not retried");
-    assert!(
-        line.contains(&format!(
-            "ECR GetAuthorizationToken at {} was denied for role {role}",
-            ecr.url()
-        )),
-        "{line}"
-    );
-    assert!(
-        line.contains("allow ecr:GetAuthorizationToken (Resource \"*\") for role"),
-        "{line}"
-    );
-    assert!(
-        line.contains("AmazonEC2ContainerRegistryReadOnly"),
-        "{line}"
+    support::assert_says(
+        &line,
+        &[
+            &format!(
+                "ECR GetAuthorizationToken at {} was denied for role {role}",
+                ecr.url()
+            ),
+            "allow ecr:GetAuthorizationToken (Resource \"*\") for role",
+            "AmazonEC2ContainerRegistryReadOnly",
+        ],
     );
     run.assert_no_secrets(&[&token, STS_SECRET, STS_SESSION_TOKEN]);
 }
@@ -770,15 +761,9 @@ fn ecr_public_uses_ecr_public_in_us_east_1() {
         );
         let response = run.response();
         assert_eq!(auth_entry(&response, host), ("AWS", "public-password"));
-        assert!(
-            run.stderr.contains("\"registry\", \"ecr-public\""),
-            "{}",
-            run.stderr
-        );
-        assert!(
-            run.stderr.contains("\"region\", \"us-east-1\""),
-            "{}",
-            run.stderr
+        support::assert_says(
+            &run.stderr,
+            &["\"registry\", \"ecr-public\"", "\"region\", \"us-east-1\""],
         );
     }
     for req in public.requests() {
@@ -893,10 +878,12 @@ fn an_override_in_another_region_than_the_registry_is_refused_before_any_call() 
         &[(ROLE_ANNOTATION, "arn:aws:iam::123456789012:role/pull")],
     )
     .failure();
-    assert!(line.contains("AWS_ENDPOINT_URL_ECR is https://api.ecr.us-west-2.amazonaws.com, an endpoint in region us-west-2, but the registry is in region us-east-1"), "{line}");
-    assert!(
-        line.contains("point AWS_ENDPOINT_URL_ECR at an endpoint in us-east-1"),
-        "{line}"
+    support::assert_says(
+        &line,
+        &[
+            "AWS_ENDPOINT_URL_ECR is https://api.ecr.us-west-2.amazonaws.com, an endpoint in region us-west-2, but the registry is in region us-east-1",
+            "point AWS_ENDPOINT_URL_ECR at an endpoint in us-east-1",
+        ],
     );
     assert_eq!(wire.request_count(), 0);
 }
@@ -1177,10 +1164,12 @@ fn agent_refusal(answer: Response) -> (String, usize) {
 fn pod_identity_agent_401_asks_for_the_right_audience() {
     let (line, count) = agent_refusal(Response::text(401, "Access Denied. invalid token"));
     assert_eq!(count, 1, "refusals are not retried");
-    assert!(line.contains("answered HTTP 401 for service account team/puller (the service account token was refused)"), "{line}");
-    assert!(
-        line.contains("serviceAccountTokenAudience: pods.eks.amazonaws.com"),
-        "{line}"
+    support::assert_says(
+        &line,
+        &[
+            "answered HTTP 401 for service account team/puller (the service account token was refused)",
+            "serviceAccountTokenAudience: pods.eks.amazonaws.com",
+        ],
     );
 }
 
@@ -1190,13 +1179,12 @@ fn pod_identity_agent_called_on_another_address_says_which_to_use() {
         403,
         "Access Denied. Called agent through invalid address, please use either [169.254.170.23 fd00:ec2::23] address not 10.0.0.5",
     ));
-    assert!(
-        line.contains("called on an address the agent does not serve"),
-        "{line}"
-    );
-    assert!(
-        line.contains("unset AWS_CONTAINER_CREDENTIALS_FULL_URI"),
-        "{line}"
+    support::assert_says(
+        &line,
+        &[
+            "called on an address the agent does not serve",
+            "unset AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        ],
     );
 }
 
@@ -1207,11 +1195,13 @@ fn pod_identity_agent_500_is_retried_then_explained() {
         "[req-1]: (InternalServerException): try again, fault: server",
     ));
     assert_eq!(count, 4, "retried with backoff while the deadline allows");
-    assert!(line.contains("answered HTTP 500"), "{line}");
-    assert!(line.contains("InternalServerException"), "{line}");
-    assert!(
-        line.contains("kubectl -n kube-system logs ds/eks-pod-identity-agent"),
-        "{line}"
+    support::assert_says(
+        &line,
+        &[
+            "answered HTTP 500",
+            "InternalServerException",
+            "kubectl -n kube-system logs ds/eks-pod-identity-agent",
+        ],
     );
 }
 
@@ -1235,8 +1225,13 @@ fn pod_identity_association_missing_says_how_to_create_it() {
         400,
         "[a1b2c3]: (ResourceNotFoundException): No Pod Identity Association found for the given service account, fault: client",
     ));
-    assert!(line.contains("(no Pod Identity association)"), "{line}");
-    assert!(line.contains("aws eks create-pod-identity-association --cluster-name <cluster> --namespace team --service-account puller"), "{line}");
+    support::assert_says(
+        &line,
+        &[
+            "(no Pod Identity association)",
+            "aws eks create-pod-identity-association --cluster-name <cluster> --namespace team --service-account puller",
+        ],
+    );
 }
 
 #[test]
@@ -1262,15 +1257,12 @@ fn pod_identity_agent_unreachable_says_to_install_it() {
         &[],
     );
     let line = run.failure();
-    assert!(
-        line.contains(&format!(
-            "EKS Pod Identity Agent at http://127.0.0.1:{closed}/v1/credentials"
-        )),
-        "{line}"
-    );
-    assert!(
-        line.contains("install the Amazon EKS Pod Identity Agent add-on"),
-        "{line}"
+    support::assert_says(
+        &line,
+        &[
+            &format!("EKS Pod Identity Agent at http://127.0.0.1:{closed}/v1/credentials"),
+            "install the Amazon EKS Pod Identity Agent add-on",
+        ],
     );
 }
 
@@ -1476,16 +1468,12 @@ fn an_endless_sts_reply_is_cut_at_the_bound_with_bounded_memory() {
     );
     assert!(!out.status.success(), "{stderr}");
     let line = run.failure();
-    assert!(
-        line.contains(&format!(
-            "STS AssumeRoleWithWebIdentity at {} failed",
-            sts.url()
-        )),
-        "{line}"
-    );
-    assert!(
-        line.contains("the reply body is larger than 1024 KiB"),
-        "{line}"
+    support::assert_says(
+        &line,
+        &[
+            &format!("STS AssumeRoleWithWebIdentity at {} failed", sts.url()),
+            "the reply body is larger than 1024 KiB",
+        ],
     );
     assert_eq!(
         sts.connections.load(std::sync::atomic::Ordering::SeqCst),

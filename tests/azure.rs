@@ -192,8 +192,7 @@ fn aks_annotation_keys_and_the_default_tenant() {
         client_only,
     )
     .failure();
-    assert!(line.contains("AADSTS90002"), "{line}");
-    assert!(line.contains("tenant fabrikam.onmicrosoft.com"), "{line}");
+    support::assert_says(&line, &["AADSTS90002", "tenant fabrikam.onmicrosoft.com"]);
     // An annotation wins over every default.
     let out = exec(
         &args,
@@ -979,13 +978,15 @@ fn identity_binding_refusals() {
 
     let other = TokenSpec::new("team", "intruder", azure::BINDING_AUDIENCE).mint();
     let line = exec(&args, &[], &image, &other, &[(AKS_CLIENT, CLIENT_ID)]).failure();
-    assert!(
-        line.contains("the AKS identity binding at ib.cluster.test refused"),
-        "{line}"
+    support::assert_says(
+        &line,
+        &[
+            "the AKS identity binding at ib.cluster.test refused",
+            "HTTP 403, unauthorized_client",
+            "use-managed-identity",
+            "team/intruder",
+        ],
     );
-    assert!(line.contains("HTTP 403, unauthorized_client"), "{line}");
-    assert!(line.contains("use-managed-identity"), "{line}");
-    assert!(line.contains("team/intruder"), "{line}");
 
     // A server with a certificate the cluster CA did not sign.
     let backend = TestServer::start(|_req| Response::json(200, json!({"access_token": "x"})));

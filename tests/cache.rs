@@ -241,11 +241,10 @@ fn cache_commands_refuse_an_unsafe_directory() {
     std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o777)).unwrap();
     let run = support::plugin::run(&["cache", "list", "--cache-dir", arg(&real)], &[], b"");
     let line = run.failure();
-    assert!(
-        line.contains("writable by group or others (mode 0777)"),
-        "{line}"
+    support::assert_says(
+        &line,
+        &["writable by group or others (mode 0777)", "chmod 0700"],
     );
-    assert!(line.contains("chmod 0700"), "{line}");
 }
 
 fn sa_token(namespace: &str, name: &str) -> String {
@@ -453,8 +452,10 @@ fn isolation_every_identity_input_is_its_own_entry() {
     );
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("service account team/other"), "{text}");
-    assert!(text.contains("purged 1 cached credential "), "{text}");
+    support::assert_says(
+        &text,
+        &["service account team/other", "purged 1 cached credential "],
+    );
     assert_eq!(world.entry_files().len(), variants.len() - 1);
     world.pull(&sa_token("team", "other")).response();
     assert_eq!(world.exchanges(), variants.len() + 1);
@@ -912,16 +913,12 @@ fn a_read_only_cache_never_fails_a_pull() {
     for n in [2, 3] {
         let out = world.pull(&sa_token("team", "other"));
         assert_eq!(password(&out), world.acr.minted()[n - 1]);
-        assert!(
-            out.stderr.contains("Read-only file system"),
-            "{}",
-            out.stderr
-        );
-        assert!(
-            out.stderr
-                .contains("the credential is returned but not cached"),
-            "{}",
-            out.stderr
+        support::assert_says(
+            &out.stderr,
+            &[
+                "Read-only file system",
+                "the credential is returned but not cached",
+            ],
         );
         assert_eq!(world.exchanges(), n);
     }
@@ -958,8 +955,7 @@ fn an_unsafe_cache_directory_is_refused_before_any_exchange() {
         let out = world.pull_with(&["--cache-dir", arg(dir)], &token, IDENTITY);
         let line = out.failure();
         assert!(line.contains(needle), "{line}");
-        assert!(line.contains("service account team/puller"), "{line}");
-        assert!(line.contains("fix:"), "{line}");
+        support::assert_says(&line, &["service account team/puller", "fix:"]);
     };
     refused(&link, "is a symbolic link");
     std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o770)).unwrap();

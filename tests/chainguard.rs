@@ -87,8 +87,13 @@ fn identity_order_cookbook_key_and_flag() {
         ),
     )
     .failure();
-    assert!(line.contains("HTTP 403 PERMISSION_DENIED"), "{line}");
-    assert!(line.contains("system:serviceaccount:team:other"), "{line}");
+    support::assert_says(
+        &line,
+        &[
+            "HTTP 403 PERMISSION_DENIED",
+            "system:serviceaccount:team:other",
+        ],
+    );
     // The flag is the default.
     exec(
         &args(&cg, &["--chainguard-identity", IDENTITY]),
@@ -190,8 +195,13 @@ fn refusals_and_faults_name_the_code_and_a_fix() {
         exec(&json, &request(IMAGE, Some(&t), &[(OURS, unknown)])),
         "404",
     );
-    assert!(line.contains("NOT_FOUND: \"identity not found\""), "{line}");
-    assert!(line.contains("chainctl iam identities list"), "{line}");
+    support::assert_says(
+        &line,
+        &[
+            "NOT_FOUND: \"identity not found\"",
+            "chainctl iam identities list",
+        ],
+    );
     // A token with the wrong audience: Chainguard's 401.
     let wrong_aud = TokenSpec::new("team", "puller", "cgr.dev").mint();
     let (out, line) = refused(
@@ -215,9 +225,14 @@ fn refusals_and_faults_name_the_code_and_a_fix() {
     let before = cg.server.request_count();
     cg.script((0..4).map(|_| grpc_error(500, 13, "internal error")));
     let (_, line) = refused(exec(&json, &req), "500");
-    assert!(line.contains("failed the exchange for identity"), "{line}");
-    assert!(line.contains("INTERNAL"), "{line}");
-    assert!(line.contains("throttling or unavailable"), "{line}");
+    support::assert_says(
+        &line,
+        &[
+            "failed the exchange for identity",
+            "INTERNAL",
+            "throttling or unavailable",
+        ],
+    );
     assert_eq!(cg.server.request_count() - before, 4);
     // Malformed JSON, no token, an expired token.
     cg.script([Response::text(200, "{\"token\":")]);

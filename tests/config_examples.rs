@@ -310,8 +310,7 @@ fn every_example_pod_image_passes_explain() {
                     ));
                     continue;
                 }
-                assert!(stdout.contains("    auth key: "), "{stdout}");
-                assert!(stdout.contains("network: not contacted"), "{stdout}");
+                support::assert_says(&stdout, &["    auth key: ", "network: not contacted"]);
             }
         }
     }
@@ -399,14 +398,13 @@ fn the_node_install_config_and_daemonset_are_sound() {
     // the config from the ConfigMap, privileged; then the pod only sleeps.
     let init = &spec.init_containers.as_ref().unwrap()[0];
     let command = init.command.as_ref().unwrap().join(" ");
-    assert!(
-        command.contains("/opt/wi-credential-provider/install.sh"),
-        "{command}"
-    );
-    assert!(command.contains("--root=/host"), "{command}");
-    assert!(
-        command.contains("--config=/config/credential-provider.yaml"),
-        "{command}"
+    support::assert_says(
+        &command,
+        &[
+            "/opt/wi-credential-provider/install.sh",
+            "--root=/host",
+            "--config=/config/credential-provider.yaml",
+        ],
     );
     assert_eq!(
         init.security_context.as_ref().unwrap().privileged,

@@ -424,12 +424,14 @@ fn the_list_check_fails_when_a_provider_is_missing_from_one_list() {
         .map(String::from)
         .into();
     let problems = provider_list_drift(&more, &read).join("\n");
-    assert!(problems.contains("docs/development.md"), "{problems}");
-    assert!(
-        problems.contains("docs/flags.md's --provider row does not name quay"),
-        "{problems}"
+    support::assert_says(
+        &problems,
+        &[
+            "docs/development.md",
+            "docs/flags.md's --provider row does not name quay",
+            "tests/quay.rs",
+        ],
     );
-    assert!(problems.contains("tests/quay.rs"), "{problems}");
     assert_eq!(problems.lines().count(), 3, "{problems}");
 }
 
@@ -461,21 +463,14 @@ fn the_link_check_finds_a_missing_file_and_a_missing_heading() {
     let read = in_memory(&docs);
     let files: Vec<PathBuf> = docs.iter().map(|(p, _)| PathBuf::from(p)).collect();
     let problems = broken_links(&files, &read).join("\n");
-    assert!(
-        problems.contains("README.md:3: docs/nope.md: docs/nope.md does not exist"),
-        "{problems}"
-    );
-    assert!(
-        problems.contains("no heading #no-such-heading in docs/providers/aws.md"),
-        "{problems}"
-    );
-    assert!(
-        problems.contains("docs/ref.md does not exist"),
-        "{problems}"
-    );
-    assert!(
-        problems.contains("../../../x.md: leaves the repository"),
-        "{problems}"
+    support::assert_says(
+        &problems,
+        &[
+            "README.md:3: docs/nope.md: docs/nope.md does not exist",
+            "no heading #no-such-heading in docs/providers/aws.md",
+            "docs/ref.md does not exist",
+            "../../../x.md: leaves the repository",
+        ],
     );
     assert!(!problems.contains("in-code"), "{problems}");
     assert!(!problems.contains("span.md"), "{problems}");
@@ -510,21 +505,14 @@ fn the_provider_check_finds_a_missing_page_or_row() {
     let providers: Vec<String> = ["aws", "gcp", "quay"].map(String::from).into();
     let pages = ["docs/providers/aws.md", "docs/providers/gcp.md"];
     let problems = missing_provider_docs(&providers, readme, &|p| pages.contains(&p)).join("\n");
-    assert!(
-        problems.contains("provider quay: no page docs/providers/quay.md"),
-        "{problems}"
-    );
-    assert!(
-        problems.contains("provider quay: no row in README.md's `## Providers` table"),
-        "{problems}"
-    );
-    assert!(
-        problems.contains("provider gcp: its README row links to docs/providers/azure.md"),
-        "{problems}"
-    );
-    assert!(
-        problems.contains("lists old, which --version does not report"),
-        "{problems}"
+    support::assert_says(
+        &problems,
+        &[
+            "provider quay: no page docs/providers/quay.md",
+            "provider quay: no row in README.md's `## Providers` table",
+            "provider gcp: its README row links to docs/providers/azure.md",
+            "lists old, which --version does not report",
+        ],
     );
     assert_eq!(problems.lines().count(), 4, "{problems}");
 }

@@ -151,12 +151,12 @@ fn a_response_the_kubelet_would_discard_is_not_a_success() {
     let out = explain(dir.path(), &config, SA, "harbor.example.com/team/app");
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
-    assert!(stdout.contains("set cacheType: Token"), "{stdout}");
-    assert!(
-        stdout.contains(
-            "the plugin would answer, but the error above keeps the credential from being used"
-        ),
-        "{stdout}"
+    support::assert_says(
+        &stdout,
+        &[
+            "set cacheType: Token",
+            "the plugin would answer, but the error above keeps the credential from being used",
+        ],
     );
 }
 
@@ -167,11 +167,13 @@ fn a_config_the_kubelet_refuses_is_reported_as_such() {
     let out = explain(dir.path(), &config, SA, "harbor.example.com/team/app");
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
-    assert!(
-        stdout.contains("the kubelet would refuse to start with this config"),
-        "{stdout}"
+    support::assert_says(
+        &stdout,
+        &[
+            "the kubelet would refuse to start with this config",
+            "cacheType is required",
+        ],
     );
-    assert!(stdout.contains("cacheType is required"), "{stdout}");
 }
 
 #[test]
@@ -190,13 +192,12 @@ items:
     let out = explain(dir.path(), HARBOR, list, "harbor.example.com/team/app");
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}");
-    assert!(
-        stdout.contains("assumed: namespace \"default\""),
-        "{stdout}"
-    );
-    assert!(
-        stdout.contains("assumed: uid 00000000-0000-0000-0000-000000000000"),
-        "{stdout}"
+    support::assert_says(
+        &stdout,
+        &[
+            "assumed: namespace \"default\"",
+            "assumed: uid 00000000-0000-0000-0000-000000000000",
+        ],
     );
 
     for (manifest, needle) in [
@@ -350,15 +351,12 @@ metadata:
     let out = explain(dir.path(), &config, &annotated, image);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
-    assert!(
-        stdout.contains(
-            "identity: service account team/web's own (--fallback node; it opted in, so a refusal fails the pull and never falls back to the node)"
-        ),
-        "{stdout}"
-    );
-    assert!(
-        stdout.contains("role arn: arn:aws:iam::210987654321:role/web-pull"),
-        "{stdout}"
+    support::assert_says(
+        &stdout,
+        &[
+            "identity: service account team/web's own (--fallback node; it opted in, so a refusal fails the pull and never falls back to the node)",
+            "role arn: arn:aws:iam::210987654321:role/web-pull",
+        ],
     );
 }
 

@@ -317,8 +317,10 @@ fn a_registry_pattern_with_a_scheme_is_refused() {
         request("harbor.test/team/app", Some(&token), &[]).as_bytes(),
     );
     let line = out.failure();
-    assert!(line.contains("has a scheme (https://)"), "{line}");
-    assert!(line.contains("--registry harbor.test"), "{line}");
+    support::assert_says(
+        &line,
+        &["has a scheme (https://)", "--registry harbor.test"],
+    );
     assert!(!out.stderr.contains(&token));
 }
 

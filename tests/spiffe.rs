@@ -262,8 +262,7 @@ fn one_identity_shares_the_cache_and_another_never_does() {
         json!({"entries": [entry("spiffe://cluster.test/ns/team/sa/builder", &["k8s:ns:team"])]}),
     );
     let line = exec(&args, IMAGE, &kubelet_token("builder"), &[]).failure();
-    assert!(line.contains("service account team/builder"), "{line}");
-    assert!(line.contains("invalid_grant"), "{line}");
+    support::assert_says(&line, &["service account team/builder", "invalid_grant"]);
     assert_eq!(sts.issued().len(), 1);
 }
 

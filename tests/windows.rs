@@ -532,8 +532,7 @@ fn a_cache_folder_everyone_may_write_is_refused() {
     );
     let out = exec(&args, &[], IMAGE, &token, &AZURE_IDENTITY);
     let line = out.failure();
-    assert!(line.contains("writable by group or others"), "{line}");
-    assert!(line.contains("S-1-1-0"), "{line}");
+    support::assert_says(&line, &["writable by group or others", "S-1-1-0"]);
     assert_eq!(entra.server.request_count(), 0, "refused before any call");
 }
 
@@ -702,17 +701,13 @@ fn aks_windows_install_is_idempotent_and_uninstall_restores_every_byte() {
     assert_eq!(dry.code, Some(0), "{}\n{}", report(&dry), dry.stderr);
     assert_eq!(tree(node.dir.path()), before, "a dry run wrote");
     let text = report(&dry);
-    assert!(
-        text.contains("distribution: AKS Windows (AgentBaker)"),
-        "{text}"
-    );
-    assert!(
-        text.contains("c:\\k\\credential-provider-config.yaml (from --image-credential-provider-config in Kubernetes.Kubelet.ConfigArgs in c:\\k\\kubeclusterconfig.json)"),
-        "{text}"
-    );
-    assert!(
-        text.contains("kubelet version: 1.34 (from Kubernetes.Source.Release"),
-        "{text}"
+    support::assert_says(
+        &text,
+        &[
+            "distribution: AKS Windows (AgentBaker)",
+            "c:\\k\\credential-provider-config.yaml (from --image-credential-provider-config in Kubernetes.Kubelet.ConfigArgs in c:\\k\\kubeclusterconfig.json)",
+            "kubelet version: 1.34 (from Kubernetes.Source.Release",
+        ],
     );
 
     let out = node.node("install", INSTALL);
@@ -723,8 +718,10 @@ fn aks_windows_install_is_idempotent_and_uninstall_restores_every_byte() {
         "{config}"
     );
     assert!(!config.contains("acr-credential-provider"), "{config}");
-    assert!(config.contains("c:\\k\\azure.json"), "{config}");
-    assert!(config.contains("requireServiceAccount: false"), "{config}");
+    support::assert_says(
+        &config,
+        &["c:\\k\\azure.json", "requireServiceAccount: false"],
+    );
     let bin = node.dir.path().join("var/lib/kubelet/credential-provider");
     let copy = std::fs::read(bin.join("wi-credential-provider-azure.exe")).unwrap();
     assert_eq!(copy, std::fs::read(windows::exe()).unwrap());
@@ -742,13 +739,12 @@ fn aks_windows_install_is_idempotent_and_uninstall_restores_every_byte() {
 
     let doctor = node.node("doctor", &[]);
     let said = report(&doctor);
-    assert!(
-        said.contains("wi-credential-provider-azure.exe answers"),
-        "{said}"
-    );
-    assert!(
-        said.contains(&format!("127.0.0.1:{port}/healthz answers ok")),
-        "{said}"
+    support::assert_says(
+        &said,
+        &[
+            "wi-credential-provider-azure.exe answers",
+            &format!("127.0.0.1:{port}/healthz answers ok"),
+        ],
     );
 
     let undo = node.node("uninstall", &[]);
@@ -768,11 +764,13 @@ fn a_kubelet_without_the_token_gate_and_eks_windows_are_refused_without_a_write(
     let out = node.node("install", INSTALL);
     assert_eq!(out.code, Some(1), "{}", report(&out));
     let text = report(&out);
-    assert!(
-        text.contains("kubelet 1.33 does not accept tokenAttributes (KubeletServiceAccountTokenForCredentialProviders is off)"),
-        "{text}"
+    support::assert_says(
+        &text,
+        &[
+            "kubelet 1.33 does not accept tokenAttributes (KubeletServiceAccountTokenForCredentialProviders is off)",
+            "[token-attributes.kubelet-gate]",
+        ],
     );
-    assert!(text.contains("[token-attributes.kubelet-gate]"), "{text}");
     assert_eq!(tree(node.dir.path()), before, "a refused install wrote");
 
     let gated = AksWindows::new(
@@ -794,11 +792,13 @@ fn a_kubelet_without_the_token_gate_and_eks_windows_are_refused_without_a_write(
     });
     assert_eq!(out.code, Some(1));
     let text = report(&out);
-    assert!(text.contains("distribution: EKS Windows"), "{text}");
-    assert!(text.contains("cannot install on EKS Windows"), "{text}");
-    assert!(
-        text.contains("docs/windows.md#installing-by-hand"),
-        "{text}"
+    support::assert_says(
+        &text,
+        &[
+            "distribution: EKS Windows",
+            "cannot install on EKS Windows",
+            "docs/windows.md#installing-by-hand",
+        ],
     );
 
     // Another provider's executable under our name is not replaced.
@@ -873,12 +873,14 @@ fn aks_windows_restart_through_the_service_manager_and_one_rollback() {
     let out = broken.node("install", &restart);
     assert_eq!(out.code, Some(1), "{}", report(&out));
     let text = report(&out);
-    assert!(text.contains("did not come back healthy"), "{text}");
-    assert!(
-        text.contains("restored c:\\k\\credential-provider-config.yaml"),
-        "{text}"
+    support::assert_says(
+        &text,
+        &[
+            "did not come back healthy",
+            "restored c:\\k\\credential-provider-config.yaml",
+            r"C:\k\kubelet.err.log",
+        ],
     );
-    assert!(text.contains(r"C:\k\kubelet.err.log"), "{text}");
     // Started for the install, then once more after the rollback.
     assert_eq!(starts(), 3);
     let mut after = tree(broken.dir.path());

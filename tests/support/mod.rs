@@ -38,3 +38,11 @@ pub fn require_tools(what: &str, hint: &str, tools: &[&str]) {
         missing.join(", ")
     );
 }
+
+/// Asserts that `text` (an error line, a report, a log) says each of
+/// `needles`; a missing one is named, with the whole text.
+pub fn assert_says(text: &str, needles: &[&str]) {
+    for needle in needles {
+        assert!(text.contains(needle), "{needle:?} is not in:\n{text}");
+    }
+}
