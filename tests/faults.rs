@@ -22,13 +22,13 @@ use crate::support;
 
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{Value, json};
 use support::azure::{self, ACR_HOST, App, FakeAcr, FakeEntra};
 use support::google::{FakeSts, GCP_CLUSTER, GCP_PROJECT};
 use support::http_server::{Response, TestServer};
 use support::moto::{Moto, ROLE};
 use support::net::{CA_PEM, Proxy, Raw, RawServer, Relay, Target, TlsFront, closed_port};
-use support::plugin::{REGISTRY as VAULT_REGISTRY, Run, request, run};
+use support::plugin::{REGISTRY as VAULT_REGISTRY, Run, request, run, words};
 use support::token::{self, TokenSpec};
 use support::token_service::{FakeService, Trust};
 use support::vault::FakeVault;
@@ -68,14 +68,6 @@ impl Vendor {
             Vendor::Jfrog => "--jfrog-url",
             Vendor::Quay => "--quay-url",
             Vendor::Cloudsmith => "--cloudsmith-url",
-        }
-    }
-
-    fn path(self) -> &'static str {
-        match self {
-            Vendor::Jfrog => jfrog::PATH,
-            Vendor::Quay => quay::PATH,
-            Vendor::Cloudsmith => "/openid/acme/",
         }
     }
 
@@ -236,19 +228,14 @@ impl Case {
         }
     }
 
-    /// How messages name the first call, when it goes to `url`.
-    fn first_call(&self, url: &str) -> String {
+    /// The first call's upstream, by the stable name its errors record as
+    /// the `service` fact.
+    fn first_service(&self) -> &'static str {
         match self.fakes {
-            Fakes::Azure(..) => format!("the Entra ID token request to {url}"),
-            Fakes::Gcp(_) => format!("the Google STS token exchange at {url}/v1/token"),
-            Fakes::Vendor(_, vendor) => format!(
-                "the {} token exchange at {url}{}",
-                vendor.vendor(),
-                vendor.path()
-            ),
-            Fakes::Vault(_) => {
-                format!("the Vault kubernetes login at {url}/v1/auth/kubernetes/login")
-            }
+            Fakes::Azure(..) => "Entra ID",
+            Fakes::Gcp(_) => "Google STS",
+            Fakes::Vendor(_, vendor) => vendor.vendor(),
+            Fakes::Vault(_) => "Vault",
         }
     }
 
@@ -326,11 +313,14 @@ impl Case {
         Response::text(200, "{\"access_token\": ").with_header("Content-Type", "application/json")
     }
 
-    /// The flags for the exchanger, with the first call sent to `first`.
+    /// The flags for the exchanger, with the first call sent to `first`,
+    /// logging JSON at debug level (so that a failure is checked by its
+    /// kind and facts).
     fn args(&self, first: &str, extra: &[&str]) -> Vec<String> {
-        let mut args: Vec<String> = ["--provider", self.name, "--log-level", "debug"]
-            .map(str::to_string)
-            .to_vec();
+        let mut args = support::plugin::flags(
+            &["--provider", self.name, "--log-level", "debug"],
+            &["--log-format", "json"],
+        );
         match &self.fakes {
             Fakes::Azure(_, acr) => {
                 if !extra.contains(&"--acr-endpoint") {
@@ -422,23 +412,28 @@ impl Case {
         }
         // Debug logging is on in every run: the secrets were not merely
         // hidden by a quiet level.
-        assert!(out.stderr.contains(": debug: "), "{}", out.stderr);
+        assert!(out.stderr.contains(r#""level":"debug""#), "{}", out.stderr);
     }
 
     /// The failure line, checked to name the provider, the service account
     /// and the registry.
-    fn failure(&self, out: &Run) -> String {
-        let line = out.failure();
+    fn failure(&self, out: &Run) -> Value {
+        let line = out.failure_json();
         // Shown with --nocapture, to read the messages as an admin would.
-        eprintln!("{line}");
+        eprintln!("{}", words(&line));
         let registry = self.image.split('/').next().unwrap();
-        assert!(
-            line.contains(&format!(
-                "provider {}, service account team/puller, registry {registry} failed: ",
-                self.name
-            )),
-            "{line}"
-        );
+        assert_eq!(line["provider"], self.name, "{line}");
+        assert_eq!(line["service_account"], "team/puller", "{line}");
+        assert_eq!(line["registry"], registry, "{line}");
+        line
+    }
+
+    /// The failure of a call to the first upstream: of `kind`, recording
+    /// that upstream as its `service`; returns the line.
+    fn failed_at_first(&self, out: &Run, kind: &str) -> Value {
+        let line = self.failure(out);
+        assert_eq!(line["kind"], kind, "{line}");
+        assert_eq!(line["facts"]["service"], self.first_service(), "{line}");
         line
     }
 }
@@ -514,13 +509,13 @@ fn a_refused_connection_is_retried_then_named() {
         let url = format!("http://127.0.0.1:{}", closed_port());
         let started = Instant::now();
         let out = case.run(&url, &[], &[]);
-        let line = case.failure(&out);
+        let line = case.failed_at_first(&out, "network");
         support::assert_says(
-            &line,
+            &words(&line),
             &[
-                &format!("{} failed after 4 attempt(s)", case.first_call(&url)),
+                "after 4 attempt(s)",
                 "Connection refused",
-                "fix: check that the node can reach the endpoint (DNS, firewall; set HTTPS_PROXY",
+                "check that the node can reach the endpoint (DNS, firewall; set HTTPS_PROXY",
             ],
         );
         // Four attempts with full-jitter backoff (at most 0.5 + 1 + 2 s).
@@ -534,19 +529,19 @@ fn a_refused_connection_is_retried_then_named() {
 }
 
 /// Runs `case` against a server that accepts and never answers, with
-/// `--timeout 3s`, and checks the run ends at the deadline naming `call`.
-/// Returns the run, so callers can check what else it printed.
-fn assert_ends_at_the_deadline(case: &Case, first: &str, call: &str) -> Run {
+/// `--timeout 3s`, and checks the run ends at the deadline waiting for
+/// `service` (the `service` fact), and says so. Returns the run, so
+/// callers can check what else it printed.
+fn assert_ends_at_the_deadline(case: &Case, first: &str, service: &str) -> Run {
     let started = Instant::now();
     let out = case.run(first, &["--timeout", "3s"], &[]);
     let elapsed = started.elapsed();
     let line = case.failure(&out);
+    assert_eq!(line["kind"], "network", "{line}");
+    assert_eq!(line["facts"]["service"], service, "{line}");
     support::assert_says(
-        &line,
-        &[
-            &format!("the deadline of 3s ran out while waiting for {call}"),
-            "raise --timeout",
-        ],
+        &words(&line),
+        &["the deadline of 3s ran out", "raise --timeout"],
     );
     assert!(
         elapsed >= Duration::from_secs(3) && elapsed < Duration::from_secs(6),
@@ -560,7 +555,7 @@ fn assert_ends_at_the_deadline(case: &Case, first: &str, call: &str) -> Run {
 fn a_server_that_never_answers_ends_at_the_deadline() {
     for case in Case::all() {
         let silent = TestServer::start(|_| Response::hang());
-        assert_ends_at_the_deadline(&case, &silent.url(), &case.first_call(&silent.url()));
+        assert_ends_at_the_deadline(&case, &silent.url(), case.first_service());
         assert_eq!(silent.request_count(), 1, "one attempt fills the deadline");
     }
     // The second call of an exchange stalls: the message names that one.
@@ -569,11 +564,7 @@ fn a_server_that_never_answers_ends_at_the_deadline() {
         unreachable!()
     };
     acr.script([Response::hang()]);
-    assert_ends_at_the_deadline(
-        &case,
-        &entra.url(),
-        &format!("the ACR token exchange at {}", acr.url()),
-    );
+    assert_ends_at_the_deadline(&case, &entra.url(), "ACR");
 }
 
 #[test]
@@ -583,8 +574,7 @@ fn a_reply_that_stalls_mid_body_ends_at_the_deadline() {
             b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 400\r\n\r\n{\"access_token\":\"ya29.partial"
                 .to_vec(),
         )]);
-        let stalled =
-            assert_ends_at_the_deadline(&case, &stall.url(), &case.first_call(&stall.url()));
+        let stalled = assert_ends_at_the_deadline(&case, &stall.url(), case.first_service());
         // The stalled run itself (at debug level) must not print the bytes it did receive:
         // a cut body can hold the start of a token.
         assert!(
@@ -657,21 +647,16 @@ fn retry_after_beyond_the_deadline_fails_at_once() {
         case.script(vec![case.throttled("120")]);
         let started = Instant::now();
         let out = case.run_normal(&["--timeout", "10s"], &[]);
-        let line = case.failure(&out);
+        let line = case.failed_at_first(&out, "upstream");
         assert!(
             started.elapsed() < Duration::from_secs(5),
             "slept toward the deadline: {:?}",
             started.elapsed()
         );
+        assert_eq!(line["facts"]["status"], "429", "{line}");
         support::assert_says(
-            &line,
-            &[
-                &format!(
-                    "{} answered HTTP 429 asking to retry after 2m0s, beyond the ",
-                    case.first_call(&case.first_url())
-                ),
-                "left of the 10s deadline",
-            ],
+            &words(&line),
+            &["asking to retry after 2m0s", "left of the 10s deadline"],
         );
         assert_eq!(case.first_requests(), 1);
     }
@@ -682,9 +667,10 @@ fn an_absurd_retry_after_is_shown_clamped() {
     for case in Case::all() {
         case.script(vec![case.throttled("99999999999999999999")]);
         let out = case.run_normal(&["--timeout", "10s"], &[]);
-        let line = case.failure(&out);
+        let line = case.failed_at_first(&out, "upstream");
+        assert_eq!(line["facts"]["status"], "429", "{line}");
         assert!(
-            line.contains("answered HTTP 429 asking to retry after more than 24h0m0s, beyond the "),
+            words(&line).contains("asking to retry after more than 24h0m0s, beyond the "),
             "{line}"
         );
         assert_eq!(case.first_requests(), 1);
@@ -696,8 +682,8 @@ fn a_refusal_is_not_retried() {
     for case in Case::all() {
         case.script(vec![case.forbidden()]);
         let out = case.run_normal(&[], &[]);
-        let line = case.failure(&out);
-        assert!(line.contains("HTTP 403"), "{line}");
+        let line = case.failed_at_first(&out, "upstream");
+        assert_eq!(line["facts"]["status"], "403", "{line}");
         assert_eq!(case.first_requests(), 1, "{line}");
         assert!(!out.stderr.contains("retrying"), "{}", out.stderr);
     }
@@ -710,17 +696,8 @@ fn a_cut_body_is_retried_then_reported() {
         // Cut once, then the real answer through a relay to the fake.
         let server = RawServer::start(vec![Raw::Send(cut.clone())]);
         let out = case.run(&server.url(), &[], &[]);
-        let line = case.failure(&out);
-        support::assert_says(
-            &line,
-            &[
-                &format!(
-                    "{} failed after 4 attempt(s)",
-                    case.first_call(&server.url())
-                ),
-                "body",
-            ],
-        );
+        let line = case.failed_at_first(&out, "network");
+        support::assert_says(&words(&line), &["failed after 4 attempt(s)", "body"]);
         assert_eq!(server.request_count(), 4);
         assert!(!out.stderr.contains("ya29.cut-secret"), "{}", out.stderr);
         // Every attempt carried the same, complete request.
@@ -733,19 +710,16 @@ fn a_cut_body_is_retried_then_reported() {
 fn malformed_and_non_http_answers_are_refused_without_echoing_them() {
     for case in Case::all() {
         case.script(vec![case.malformed()]);
-        let line = case.failure(&case.run_normal(&[], &[]));
-        assert!(
-            line.contains("not a") && line.contains("token response"),
-            "{line}"
-        );
+        let line = case.failed_at_first(&case.run_normal(&[], &[]), "upstream");
+        assert_eq!(line["facts"]["status"], "200", "{line}");
+        assert!(line["facts"]["body_shape"].is_string(), "{line}");
         assert_eq!(case.first_requests(), 1);
 
         let garbage = RawServer::start(vec![Raw::Send(
             b"SSH-2.0-OpenSSH_9.2 ya29.not-http-secret\r\n".to_vec(),
         )]);
         let out = case.run(&garbage.url(), &[], &[]);
-        let line = case.failure(&out);
-        assert!(line.contains(&case.first_call(&garbage.url())), "{line}");
+        case.failed_at_first(&out, "network");
         assert!(
             !out.stderr.contains("ya29.not-http-secret"),
             "{}",
@@ -759,17 +733,10 @@ fn tls_with_an_unknown_ca_fails_unless_the_ca_is_trusted() {
     for case in Case::all() {
         let front = TlsFront::start(case.first_addr());
         let out = case.run(&front.url(), &[], &[]);
-        let line = case.failure(&out);
+        let line = case.failed_at_first(&out, "network");
         support::assert_says(
-            &line,
-            &[
-                &format!(
-                    "{} failed: the server's TLS certificate is not trusted",
-                    case.first_call(&front.url())
-                ),
-                "UnknownIssuer",
-                "--ca-file",
-            ],
+            &words(&line),
+            &["certificate is not trusted", "UnknownIssuer", "--ca-file"],
         );
         // Not retried, and nothing (the token least of all) was sent.
         assert_eq!(front.connections(), 1, "{line}");
@@ -797,23 +764,20 @@ fn a_bad_ca_file_or_ssl_cert_file_is_named() {
     let missing = dir.path().join("missing.pem");
     for case in Case::all() {
         let front = TlsFront::start(case.first_addr());
-        let line =
-            case.failure(&case.run(&front.url(), &["--ca-file", missing.to_str().unwrap()], &[]));
-        assert!(line.contains("cannot read the --ca-file"), "{line}");
-        let line =
-            case.failure(&case.run(&front.url(), &["--ca-file", empty.to_str().unwrap()], &[]));
-        assert!(line.contains("holds no PEM certificate"), "{line}");
-        let line = case.failure(&case.run(
-            &front.url(),
-            &[],
-            &[("SSL_CERT_FILE", missing.to_str().unwrap())],
-        ));
-        support::assert_says(
-            &line,
-            &[
-                "cannot read SSL_CERT_FILE",
-                "to add a CA to the system's, use --ca-file",
-            ],
+        let refused = |extra: &[&str], env: &[(&str, &str)], flag: &str| {
+            let line = case.failure(&case.run(&front.url(), extra, env));
+            assert_eq!(line["kind"], "config", "{line}");
+            assert_eq!(line["facts"]["flag"], flag, "{line}");
+            words(&line)
+        };
+        let missing = missing.to_str().unwrap();
+        refused(&["--ca-file", missing], &[], "--ca-file");
+        let said = refused(&["--ca-file", empty.to_str().unwrap()], &[], "--ca-file");
+        assert!(said.contains("holds no PEM certificate"), "{said}");
+        let said = refused(&[], &[("SSL_CERT_FILE", missing)], "SSL_CERT_FILE");
+        assert!(
+            said.contains("to add a CA to the system's, use --ca-file"),
+            "{said}"
         );
         assert_eq!(front.connections(), 0, "checked before connecting");
     }
@@ -1058,9 +1022,9 @@ fn proxy_credentials_are_used_and_never_logged() {
         // Wrong credentials: the proxy's 407 is reported, the password is not.
         let wrong = format!("http://node:wrong-{PASSWORD}@127.0.0.1:{}", proxy.port());
         let out = case.run(&fronts[0].url(), &extra, &[("HTTPS_PROXY", &wrong)]);
-        let line = case.failure(&out);
+        let line = case.failed_at_first(&out, "network");
         support::assert_says(
-            &line,
+            &words(&line),
             &[
                 "proxy authorization required",
                 "credentials go in the proxy URL",
@@ -1077,14 +1041,12 @@ fn an_unreachable_proxy_is_reported() {
         let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
         let proxy = format!("http://127.0.0.1:{}", closed_port());
         let out = case.run(&fronts[0].url(), &extra, &[("HTTPS_PROXY", &proxy)]);
-        let line = case.failure(&out);
+        let line = case.failed_at_first(&out, "network");
         support::assert_says(
-            &line,
+            &words(&line),
             &[
-                &case.first_call(&fronts[0].url()),
-                &format!(
-                    "(proxy settings: HTTPS_PROXY={proxy}); fix: check that the proxy is reachable"
-                ),
+                &format!("(proxy settings: HTTPS_PROXY={proxy})"),
+                "check that the proxy is reachable",
             ],
         );
         assert_eq!(fronts[0].connections(), 0);
@@ -1109,11 +1071,10 @@ fn an_unusable_proxy_setting_is_refused_not_bypassed() {
         for (var, value, why) in UNUSABLE_PROXIES {
             let out = case.run_normal(&[], &[(var, value)]);
             let line = case.failure(&out);
-            assert!(
-                line.contains(&format!("{var} is ")) && line.contains("not a usable proxy URL"),
-                "{line}"
-            );
-            assert!(line.contains(why), "{line}");
+            assert_eq!(line["kind"], "config", "{line}");
+            assert_eq!(line["facts"]["flag"], var, "{line}");
+            let problem = line["facts"]["problem"].as_str().unwrap();
+            assert!(problem.contains(why), "{line}");
             assert!(
                 !out.stderr.contains("pa ss") && !out.stderr.contains("pa/ss"),
                 "{}",
@@ -1166,9 +1127,16 @@ impl Aws {
             .unwrap()
     }
 
-    /// Runs the plugin with STS at `sts` and ECR at `ecr`.
+    /// Runs the plugin with STS at `sts` and ECR at `ecr`, logging JSON.
     fn run(&self, sts: &str, ecr: &str, extra: &[&str], env: &[(&str, &str)]) -> Run {
-        let mut args = vec!["--provider", "aws", "--log-level", "debug"];
+        let mut args = vec![
+            "--provider",
+            "aws",
+            "--log-level",
+            "debug",
+            "--log-format",
+            "json",
+        ];
         args.extend_from_slice(extra);
         let mut vars = vec![("AWS_ENDPOINT_URL_STS", sts), ("AWS_ENDPOINT_URL_ECR", ecr)];
         vars.extend_from_slice(env);
@@ -1206,7 +1174,7 @@ impl Aws {
                 out.stderr
             );
         }
-        assert!(out.stderr.contains(": debug: "), "{}", out.stderr);
+        assert!(out.stderr.contains(r#""level":"debug""#), "{}", out.stderr);
         out
     }
 
@@ -1214,15 +1182,15 @@ impl Aws {
         self.run(&self.sts.server.url(), &self.moto.url(), extra, env)
     }
 
-    fn failure(&self, out: &Run) -> String {
-        let line = out.failure();
-        eprintln!("{line}");
-        assert!(
-            line.contains(&format!(
-                "provider aws, service account team/puller, registry {ECR_HOST} failed: "
-            )),
-            "{line}"
-        );
+    /// The failure line, checked to name the provider, the service account
+    /// and the registry, and to be of `kind`.
+    fn failure(&self, out: &Run, kind: &str) -> Value {
+        let line = out.failure_json();
+        eprintln!("{}", words(&line));
+        assert_eq!(line["provider"], "aws", "{line}");
+        assert_eq!(line["service_account"], "team/puller", "{line}");
+        assert_eq!(line["registry"], ECR_HOST, "{line}");
+        assert_eq!(line["kind"], kind, "{line}");
         line
     }
 }
@@ -1253,14 +1221,12 @@ fn aws_tls_with_an_unknown_ca_fails_unless_the_ca_is_trusted() {
     let sts = TlsFront::start(aws.sts.server.addr());
     let ecr = TlsFront::start(aws.moto_addr());
     let out = aws.run(&sts.url(), &ecr.url(), &[], &[]);
-    let line = aws.failure(&out);
+    let line = aws.failure(&out, "network");
+    assert_eq!(line["facts"]["service"], "AWS STS", "{line}");
     support::assert_says(
-        &line,
+        &words(&line),
         &[
-            &format!(
-                "STS AssumeRoleWithWebIdentity at {} failed: the server's TLS certificate is not trusted (invalid peer certificate: UnknownIssuer)",
-                sts.url()
-            ),
+            "the server's TLS certificate is not trusted (invalid peer certificate: UnknownIssuer)",
             "--ca-file",
         ],
     );
@@ -1292,9 +1258,10 @@ fn aws_tls_with_an_unknown_ca_fails_unless_the_ca_is_trusted() {
         &["--ca-file", junk.to_str().unwrap()],
         &[],
     );
-    let line = aws.failure(&out);
+    let line = aws.failure(&out, "config");
+    assert_eq!(line["facts"]["flag"], "--ca-file", "{line}");
     assert!(
-        line.contains("holds a certificate (number 1) that cannot be parsed"),
+        words(&line).contains("holds a certificate (number 1) that cannot be parsed"),
         "{line}"
     );
     assert_eq!(out.code, Some(1), "an error, not an abort");
@@ -1350,14 +1317,9 @@ fn aws_refused_failing_refusing_and_cut_answers() {
     let aws = Aws::start();
     // Refused.
     let refused = format!("http://127.0.0.1:{}", closed_port());
-    let line = aws.failure(&aws.run(&refused, &aws.moto.url(), &[], &[]));
-    support::assert_says(
-        &line,
-        &[
-            &format!("cannot reach STS AssumeRoleWithWebIdentity at {refused}"),
-            "Connection refused",
-        ],
-    );
+    let line = aws.failure(&aws.run(&refused, &aws.moto.url(), &[], &[]), "network");
+    assert_eq!(line["facts"]["service"], "AWS STS", "{line}");
+    assert!(words(&line).contains("Connection refused"), "{line}");
 
     // 500, then moto's answer.
     aws.sts
@@ -1371,8 +1333,10 @@ fn aws_refused_failing_refusing_and_cut_answers() {
         "AccessDenied",
         "Not authorized to perform sts:AssumeRoleWithWebIdentity",
     )]);
-    let line = aws.failure(&aws.run_normal(&[], &[]));
-    assert!(line.contains("AccessDenied"), "{line}");
+    let line = aws.failure(&aws.run_normal(&[], &[]), "upstream");
+    assert_eq!(line["facts"]["service"], "AWS STS", "{line}");
+    assert_eq!(line["facts"]["status"], "403", "{line}");
+    assert!(words(&line).contains("AccessDenied"), "{line}");
     assert_eq!(aws.sts.server.request_count(), 3, "not retried");
 
     // A cut answer.
@@ -1381,11 +1345,8 @@ fn aws_refused_failing_refusing_and_cut_answers() {
             .to_vec(),
     )]);
     let out = aws.run(&cut.url(), &aws.moto.url(), &[], &[]);
-    let line = aws.failure(&out);
-    assert!(
-        line.contains(&format!("STS AssumeRoleWithWebIdentity at {}", cut.url())),
-        "{line}"
-    );
+    let line = aws.failure(&out, "network");
+    assert_eq!(line["facts"]["service"], "AWS STS", "{line}");
     assert!(
         !out.stderr.contains("cut-secret-key-value"),
         "{}",
@@ -1400,12 +1361,12 @@ fn aws_an_unusable_proxy_setting_is_refused_not_bypassed() {
     let aws = Aws::start();
     for (var, value, why) in UNUSABLE_PROXIES {
         let out = aws.run_normal(&[], &[(var, value)]);
-        let line = aws.failure(&out);
+        let line = aws.failure(&out, "config");
+        assert_eq!(line["facts"]["flag"], var, "{line}");
         assert!(
-            line.contains(&format!("{var} is ")) && line.contains("not a usable proxy URL"),
+            line["facts"]["problem"].as_str().unwrap().contains(why),
             "{line}"
         );
-        assert!(line.contains(why), "{line}");
         assert!(
             !out.stderr.contains("pa ss") && !out.stderr.contains("pa/ss"),
             "{}",

@@ -97,7 +97,8 @@ kinds! {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fact {
     /// The flag an admin set wrongly, as written on the command line
-    /// (`--gcp-sts-endpoint`).
+    /// (`--gcp-sts-endpoint`), or the environment variable (`HTTPS_PROXY`,
+    /// `SSL_CERT_FILE`).
     Flag,
     /// What is wrong with the flag's value, in words.
     Problem,

@@ -47,14 +47,44 @@ const MAX_ATTEMPTS: u32 = 4;
 const BACKOFF_BASE: Duration = Duration::from_millis(250);
 const BACKOFF_CAP: Duration = Duration::from_secs(8);
 
+/// An upstream call as its errors name it: `service`, the upstream's
+/// stable name, recorded as the `service` fact (`Google STS`, `Entra ID`),
+/// and `what`, the call in words for the message ("the Google STS token
+/// exchange at https://…"). Every error of the call (a refusal, the
+/// deadline, a transport failure, an untrusted certificate) records the
+/// same service, so a query or a test never parses the words.
+#[derive(Debug, Clone)]
+pub(crate) struct Call {
+    pub(crate) service: &'static str,
+    pub(crate) what: String,
+}
+
+impl Call {
+    pub(crate) fn new(service: &'static str, what: impl Into<String>) -> Self {
+        Call {
+            service,
+            what: what.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Call {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.what)
+    }
+}
+
 /// Runs `future` to completion on a fresh single-threaded runtime, giving up
-/// at the deadline with an error naming `call`.
+/// at the deadline with an error naming `exchange` (a [`Call`], or an
+/// exchange of several calls in words). The calls inside run out at the
+/// same instant and report first, with their service; this is the
+/// fallback for time spent between them.
 pub(crate) fn block_on<T>(
     deadline: &Deadline,
-    call: &str,
+    exchange: impl std::fmt::Display,
     future: impl Future<Output = Result<T>>,
 ) -> Result<T> {
-    block_on_or(deadline, || deadline_exceeded(deadline, call), future)
+    block_on_or(deadline, || ran_out(deadline, exchange), future)
 }
 
 /// [`block_on`] for a call whose deadline error is its own (`late`): a
@@ -76,9 +106,13 @@ pub(crate) fn block_on_or<T>(
     })
 }
 
-pub(crate) fn deadline_exceeded(deadline: &Deadline, call: &str) -> Error {
+pub(crate) fn deadline_exceeded(deadline: &Deadline, call: &Call) -> Error {
+    ran_out(deadline, call).with(Fact::Service, call.service)
+}
+
+fn ran_out(deadline: &Deadline, waiting_for: impl std::fmt::Display) -> Error {
     Error::network(format!(
-        "the deadline of {} ran out while waiting for {call}",
+        "the deadline of {} ran out while waiting for {waiting_for}",
         crate::base::duration::format_go(deadline.budget())
     ))
     .fix("check that the node can reach the endpoint (proxy, firewall, VPC endpoint), or raise --timeout (below 60s)")
@@ -314,7 +348,7 @@ pub(crate) enum Verdict {
 /// its own per-attempt cap, [`attempt_timeout`]); `verdict` classifies its
 /// outcome. Returns the last outcome and the number of attempts made.
 pub(crate) async fn with_retries<T, F, Fut>(
-    call: &str,
+    call: &Call,
     deadline: &Deadline,
     mut attempt: F,
     verdict: impl Fn(&T) -> Verdict,
@@ -369,7 +403,7 @@ pub(crate) async fn post_form(
     endpoint: Endpoint,
     url: &str,
     form: &[(&str, &str)],
-    call: &str,
+    call: &Call,
     deadline: &Deadline,
 ) -> Result<Reply> {
     send(
@@ -391,7 +425,7 @@ pub(crate) async fn send(
     client: &Client,
     endpoint: Endpoint,
     build: impl Fn() -> reqwest::RequestBuilder,
-    call: &str,
+    call: &Call,
     deadline: &Deadline,
 ) -> Result<Reply> {
     let (outcome, attempts) = with_retries(
@@ -425,7 +459,7 @@ pub(crate) async fn send(
 
 /// The error for a call that never got a reply.
 fn transport_error(
-    call: &str,
+    call: &Call,
     attempt: u32,
     e: &reqwest::Error,
     deadline: &Deadline,
@@ -443,7 +477,8 @@ fn transport_error(
         proxies
             .map(|p| format!(" (proxy settings: {p})"))
             .unwrap_or_default()
-    ));
+    ))
+    .with(Fact::Service, call.service);
     match proxies {
         Some(_) => error.fix(
             "check that the proxy is reachable from the node and accepts it (credentials go in the proxy URL), \
@@ -456,7 +491,7 @@ fn transport_error(
 }
 
 /// The error for a server whose certificate no trusted CA vouches for.
-pub(crate) fn untrusted_certificate(call: &str, detail: &str) -> Error {
+pub(crate) fn untrusted_certificate(call: &Call, detail: &str) -> Error {
     Error::network(format!(
         "{call} failed: the server's TLS certificate is not trusted ({detail})"
     ))
@@ -464,10 +499,11 @@ pub(crate) fn untrusted_certificate(call: &str, detail: &str) -> Error {
         "if the endpoint or a TLS-inspecting proxy uses a private CA, pass its CA certificate with --ca-file \
          (WICP_CA_FILE); check also the node's clock and that the URL names the host the certificate is for",
     )
+    .with(Fact::Service, call.service)
 }
 
 fn retry_after_beyond_deadline(
-    call: &str,
+    call: &Call,
     status: Option<u16>,
     asked: Duration,
     deadline: &Deadline,
@@ -487,7 +523,7 @@ fn retry_after_beyond_deadline(
         crate::base::duration::format_go(deadline.budget()),
     ))
     .fix("the service is throttling or unavailable; the kubelet asks again on the next pull (a longer --timeout, up to 59s, lets the plugin wait)")
-    .with(Fact::Service, call);
+    .with(Fact::Service, call.service);
     match status {
         Some(status) => error.with(Fact::Status, status.to_string()),
         None => error,

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::base::deadline::Deadline;
-use crate::base::error::{Error, Result};
+use crate::base::error::{Error, Fact, Result};
 use crate::net::http::{self, Reply, Verdict};
 
 /// Link-local services accept a connection at once or not at all.
@@ -120,18 +120,22 @@ pub(crate) async fn send(
     retry: fn(u16) -> bool,
     deadline: &Deadline,
 ) -> Result<Reply> {
-    let call = format!("{what} from {} at {}", service.name, service.base);
+    let call = http::Call::new(
+        service.name,
+        format!("{what} from {} at {}", service.name, service.base),
+    );
+    let call = &call;
     // When the invocation's --timeout, not the metadata budget, bounds this
     // call, its running out is the deadline's doing, not a silent service
     // (whose usual cause, a hop limit, would be the wrong fix).
     let deadline_bound = deadline.remaining() < BUDGET;
     if deadline.expired() {
-        return Err(ran_out(deadline, &call));
+        return Err(ran_out(deadline, call));
     }
     let budget = Deadline::after(BUDGET.min(deadline.remaining()));
     let attempt_timeout = ATTEMPT_TIMEOUT.min(budget.remaining());
     let outcome = http::with_retries(
-        &call,
+        call,
         &budget,
         || {
             http::send_bounded(
@@ -160,16 +164,17 @@ pub(crate) async fn send(
     )
     .await;
     let out_of_time = deadline_bound && deadline.expired();
-    match outcome {
+    let failure = match outcome {
         Ok((Ok(reply), _)) => {
-            answered(&call);
-            Ok(reply)
+            answered(&call.what);
+            return Ok(reply);
         }
-        Ok((Err(e), _)) if out_of_time && e.is_timeout() => Err(ran_out(deadline, &call)),
-        Ok((Err(e), attempts)) => Err(unanswered(service, &call, &e, attempts)),
-        Err(_) if out_of_time => Err(ran_out(deadline, &call)),
-        Err(_) => Err(silent(service, &call, budget.budget())),
-    }
+        Ok((Err(e), _)) if out_of_time && e.is_timeout() => ran_out(deadline, call),
+        Ok((Err(e), attempts)) => unanswered(service, call, &e, attempts),
+        Err(_) if out_of_time => ran_out(deadline, call),
+        Err(_) => silent(service, call, budget.budget()),
+    };
+    Err(failure.with(Fact::Service, service.name))
 }
 
 /// The metadata calls of this invocation that got an answer, for
@@ -186,7 +191,7 @@ fn answered(call: &str) {
 /// The invocation's deadline ran out before `call` got an answer (or
 /// before it could start): said as such, with the calls that did answer,
 /// so nobody goes looking for a silent metadata service.
-fn ran_out(deadline: &Deadline, call: &str) -> Error {
+fn ran_out(deadline: &Deadline, call: &http::Call) -> Error {
     let before = ANSWERED.lock().map(|list| list.clone()).unwrap_or_default();
     let answered = if before.is_empty() {
         String::new()
@@ -206,7 +211,7 @@ pub(crate) fn transient(status: u16) -> bool {
     http::is_retryable_status(status)
 }
 
-fn unanswered(service: &Service, call: &str, e: &reqwest::Error, attempts: u32) -> Error {
+fn unanswered(service: &Service, call: &http::Call, e: &reqwest::Error, attempts: u32) -> Error {
     let detail = http::describe(e);
     if e.is_connect() && !e.is_timeout() {
         return Error::network(format!(
@@ -230,7 +235,7 @@ fn unanswered(service: &Service, call: &str, e: &reqwest::Error, attempts: u32) 
     .fix(service.absent_fix)
 }
 
-fn silent(service: &Service, call: &str, waited: Duration) -> Error {
+fn silent(service: &Service, call: &http::Call, waited: Duration) -> Error {
     Error::network(format!(
         "{call} failed: the connection opened but no answer came within {}",
         crate::base::duration::format_go(waited)

@@ -17,7 +17,7 @@
 //! set value that is not a usable proxy URL is refused with an error naming
 //! the variable, where reqwest would skip it silently and connect directly.
 
-use crate::base::error::{Error, Result, quote};
+use crate::base::error::{Error, Fact, Result, quote};
 
 /// The variables, each with its lowercase form.
 const HTTPS: [&str; 2] = ["HTTPS_PROXY", "https_proxy"];
@@ -335,6 +335,8 @@ fn unusable(setting: &Setting, why: &str) -> Error {
          or unset it; the plugin does not connect around a proxy setting it cannot use",
         setting.name
     ))
+    .with(Fact::Flag, setting.name)
+    .with(Fact::Problem, why)
 }
 
 /// `http://user:pass@proxy:3128` as `http://<credentials>@proxy:3128`:

@@ -26,7 +26,7 @@ use rustls::RootCertStore;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 
-use crate::base::error::{Error, Result, quote};
+use crate::base::error::{Error, Fact, Result, quote};
 
 /// The standard variable naming a CA bundle that replaces the system's.
 pub(crate) const SSL_CERT_FILE: &str = "SSL_CERT_FILE";
@@ -225,12 +225,16 @@ fn add_ca_file(path: &Path, store: &mut Roots) -> Result<usize> {
 /// added, and the PEM text (for a verifier that takes certificates).
 fn read_ca_file(path: &Path, store: &mut Roots) -> Result<(usize, Vec<u8>)> {
     let shown = quote(&path.display().to_string());
-    let fix = "pass a PEM file of CA certificates (-----BEGIN CERTIFICATE-----) readable by the kubelet's user, \
-               or unset --ca-file (WICP_CA_FILE)";
+    let refused = |what: String| {
+        Error::config(what)
+            .fix("pass a PEM file of CA certificates (-----BEGIN CERTIFICATE-----) readable by the kubelet's user, \
+                  or unset --ca-file (WICP_CA_FILE)")
+            .with(Fact::Flag, "--ca-file")
+    };
     let pem = read_bounded(path)
-        .map_err(|e| Error::config(format!("cannot read the --ca-file {shown}: {e}")).fix(fix))?;
-    let added = add_anchors(&pem, store)
-        .map_err(|why| Error::config(format!("the --ca-file {shown} {why}")).fix(fix))?;
+        .map_err(|e| refused(format!("cannot read the --ca-file {shown}: {e}")))?;
+    let added =
+        add_anchors(&pem, store).map_err(|why| refused(format!("the --ca-file {shown} {why}")))?;
     crate::base::log::debug!("trusting {added} extra CA certificate(s) from {shown}");
     Ok((added, pem))
 }
@@ -256,11 +260,16 @@ pub(crate) fn only(path: &Path, what: &str) -> Result<Arc<rustls::ClientConfig>>
         "point {what} at the PEM file of the cluster's CA (on AKS /etc/kubernetes/certs/ca.crt)"
     );
     let pem = read_bounded(path).map_err(|e| {
-        Error::config(format!("cannot read the {what} {shown}: {e}")).fix(fix.clone())
+        Error::config(format!("cannot read the {what} {shown}: {e}"))
+            .fix(fix.clone())
+            .with(Fact::Flag, what)
     })?;
     let mut roots = Roots::default();
-    add_anchors(&pem, &mut roots)
-        .map_err(|why| Error::config(format!("the {what} {shown} {why}")).fix(fix))?;
+    add_anchors(&pem, &mut roots).map_err(|why| {
+        Error::config(format!("the {what} {shown} {why}"))
+            .fix(fix)
+            .with(Fact::Flag, what)
+    })?;
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -276,12 +285,15 @@ pub(crate) fn only(path: &Path, what: &str) -> Result<Arc<rustls::ClientConfig>>
 fn add_ssl_cert_file(path: &Path, store: &mut Roots) -> Result<usize> {
     store.first_read(path);
     let shown = quote(&path.display().to_string());
-    let fix = "point SSL_CERT_FILE at a PEM bundle of CA certificates (it replaces the system's trust store) or unset it; \
-               to add a CA to the system's, use --ca-file";
+    let refused = |what: String| {
+        Error::config(what)
+            .fix("point SSL_CERT_FILE at a PEM bundle of CA certificates (it replaces the system's trust store) or unset it; \
+                  to add a CA to the system's, use --ca-file")
+            .with(Fact::Flag, "SSL_CERT_FILE")
+    };
     let pem = read_bounded(path)
-        .map_err(|e| Error::config(format!("cannot read SSL_CERT_FILE {shown}: {e}")).fix(fix))?;
-    add_anchors(&pem, store)
-        .map_err(|why| Error::config(format!("SSL_CERT_FILE {shown} {why}")).fix(fix))
+        .map_err(|e| refused(format!("cannot read SSL_CERT_FILE {shown}: {e}")))?;
+    add_anchors(&pem, store).map_err(|why| refused(format!("SSL_CERT_FILE {shown} {why}")))
 }
 
 /// The certificates of a PEM bundle, each checked as a webpki trust anchor,

@@ -242,7 +242,10 @@ impl Exchanger for Chainguard {
             inputs,
             move |deadline| {
                 let url = format!("{}/sts/exchange", self.issuer);
-                let call = format!("the Chainguard token exchange at {url}");
+                let call = http::Call::new(
+                    "Chainguard's STS",
+                    format!("the Chainguard token exchange at {url}"),
+                );
                 // The query (application/x-www-form-urlencoded, as grpc-gateway reads it).
                 let query_url = format!(
                     "{url}?aud={}&identity={}",

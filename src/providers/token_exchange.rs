@@ -236,7 +236,10 @@ impl Guarded for TokenExchange {
             cx.image,
             inputs,
             move |deadline| {
-                let call = format!("the token exchange at {}", self.url);
+                let call = http::Call::new(
+                    "the token server",
+                    format!("the token exchange at {}", self.url),
+                );
                 let service_account = token.service_account().to_string();
                 let claims = token.claims();
                 let reply = http::block_on(deadline, &call, async {

@@ -69,9 +69,12 @@ impl Service {
     }
 
     /// `the JFrog token exchange at https://...`, naming the call in
-    /// transport and deadline errors.
-    pub(crate) fn call(&self) -> String {
-        format!("the {} token exchange at {}", self.vendor, self.url)
+    /// transport and deadline errors; the vendor is its `service` fact.
+    pub(crate) fn call(&self) -> http::Call {
+        http::Call::new(
+            self.vendor,
+            format!("the {} token exchange at {}", self.vendor, self.url),
+        )
     }
 }
 
@@ -273,7 +276,7 @@ pub(crate) fn call<F>(
 where
     F: std::future::Future<Output = Result<Reply>>,
 {
-    http::block_on(deadline, &service.call(), async {
+    http::block_on(deadline, service.call(), async {
         let client = service.net.client(deadline)?;
         send(client).await
     })

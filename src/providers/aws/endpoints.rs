@@ -47,6 +47,16 @@ impl Service {
             Service::EcrPublic => "ECR Public",
         }
     }
+
+    /// The service's stable name in its errors' `service` fact, apart
+    /// from Google's STS.
+    pub(crate) fn fact(self) -> &'static str {
+        match self {
+            Service::Sts => "AWS STS",
+            Service::Ecr => "ECR",
+            Service::EcrPublic => "ECR Public",
+        }
+    }
 }
 
 /// The global override variable.

@@ -344,7 +344,7 @@ fn imds_then_ecr(
 ) -> Result<Credential> {
     let node = http::block_on(
         deadline,
-        &format!("{} at {}", imds.name, imds.base),
+        http::Call::new(imds.name, format!("{} at {}", imds.name, imds.base)),
         imds::fetch(imds, net, deadline),
     )?;
     crate::base::log::debug!(
@@ -368,7 +368,7 @@ fn sts_then_ecr(
 ) -> Result<Credential> {
     let credentials = http::block_on(
         deadline,
-        &sts_call.call_name(),
+        sts_call.call_name(),
         sdk::assume_role_with_web_identity(sts_call, net, deadline),
     )?;
     crate::base::log::debug!(
@@ -416,7 +416,10 @@ fn agent_then_ecr(
 ) -> Result<Credential> {
     let from_agent = http::block_on(
         deadline,
-        &format!("EKS Pod Identity Agent at {}", agent.url),
+        http::Call::new(
+            pod_identity::AGENT,
+            format!("EKS Pod Identity Agent at {}", agent.url),
+        ),
         pod_identity::fetch(agent, token, net, deadline),
     )?;
     let principal = match &from_agent.account {
@@ -487,7 +490,7 @@ fn login(
 ) -> Result<Credential> {
     let login = http::block_on(
         deadline,
-        &call.call_name(),
+        call.call_name(),
         sdk::get_authorization_token(call, credentials, net, deadline),
     )?;
     let now = duration::unix_now();

@@ -26,6 +26,9 @@ use crate::request::token::ServiceAccountToken;
 /// How much of the agent's error message is repeated.
 const MAX_MESSAGE_CHARS: usize = 300;
 
+/// The agent's stable name, the `service` fact of its errors.
+pub(crate) const AGENT: &str = "EKS Pod Identity Agent";
+
 /// The audience the agent (and EKS Auth behind it) accepts.
 pub(crate) const AUDIENCE: &str = "pods.eks.amazonaws.com";
 
@@ -58,7 +61,7 @@ pub(crate) async fn fetch(
     net: &net::Settings,
     deadline: &Deadline,
 ) -> Result<AgentCredentials> {
-    let call = format!("EKS Pod Identity Agent at {}", agent.url);
+    let call = http::Call::new(AGENT, format!("EKS Pod Identity Agent at {}", agent.url));
     let client = net.direct_client(deadline)?;
     let mut authorization = reqwest::header::HeaderValue::from_str(token.secret().expose())
         .map_err(|_| {
@@ -84,10 +87,11 @@ pub(crate) async fn fetch(
         return Err(refusal(&call, reply.status, &reply.body, token));
     }
     let wire: WireCredentials = reply.json().ok_or_else(|| {
-        Error::upstream(format!(
-            "{call} answered HTTP {} with a body that is not container credentials JSON (AccessKeyId, SecretAccessKey, Token, Expiration)",
-            reply.status
-        ))
+        reply.unusable(
+            AGENT,
+            &call,
+            "a body that is not container credentials JSON (AccessKeyId, SecretAccessKey, Token, Expiration)",
+        )
         .fix("check that AWS_CONTAINER_CREDENTIALS_FULL_URI (if set) points at the EKS Pod Identity Agent's /v1/credentials")
     })?;
     if wire.access_key_id.is_empty() || wire.secret_access_key.is_empty() || wire.token.is_empty() {
@@ -142,7 +146,7 @@ fn error_code(body: &str) -> Option<(String, String)> {
 }
 
 /// Explains a non-2xx answer from the agent.
-fn refusal(call: &str, status: u16, body: &[u8], token: &ServiceAccountToken) -> Error {
+fn refusal(call: &http::Call, status: u16, body: &[u8], token: &ServiceAccountToken) -> Error {
     let text = String::from_utf8_lossy(body);
     let sa = token.service_account();
     // The agent's message names the failure; anything else (a proxy's
@@ -161,6 +165,7 @@ fn refusal(call: &str, status: u16, body: &[u8], token: &ServiceAccountToken) ->
         Error::upstream(format!(
             "{call} answered HTTP {status} for service account {sa} ({summary}); it said {said}"
         ))
+        .answered(AGENT, status, body)
     };
     match (code.as_str(), status) {
         // The agent checks the Host it was called by and refuses others.

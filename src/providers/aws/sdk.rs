@@ -98,7 +98,7 @@ macro_rules! authorization_token {
 /// Runs one SDK call (`send` makes a fresh request each time) under the
 /// shared retry policy. Returns the last outcome and the attempts made.
 async fn with_retries<O, E, Fut>(
-    call: &str,
+    call: &http::Call,
     deadline: &Deadline,
     send: impl Fn() -> Fut,
 ) -> Result<(std::result::Result<O, SdkError<E>>, u32)>
@@ -193,8 +193,11 @@ pub(crate) struct WebIdentity<'a> {
 }
 
 impl WebIdentity<'_> {
-    pub(crate) fn call_name(&self) -> String {
-        format!("STS AssumeRoleWithWebIdentity at {}", self.endpoint.url)
+    pub(crate) fn call_name(&self) -> http::Call {
+        http::Call::new(
+            Service::Sts.fact(),
+            format!("STS AssumeRoleWithWebIdentity at {}", self.endpoint.url),
+        )
     }
 }
 
@@ -264,11 +267,14 @@ impl EcrCall<'_> {
         }
     }
 
-    pub(crate) fn call_name(&self) -> String {
-        format!(
-            "{} GetAuthorizationToken at {}",
-            self.service().name(),
-            self.endpoint.url
+    pub(crate) fn call_name(&self) -> http::Call {
+        http::Call::new(
+            self.service().fact(),
+            format!(
+                "{} GetAuthorizationToken at {}",
+                self.service().name(),
+                self.endpoint.url
+            ),
         )
     }
 }
@@ -477,14 +483,14 @@ fn is_throttling(code: &str, status: Option<u16>) -> bool {
 /// variable) the same way for every call.
 fn call_error(
     failure: Failure,
-    call: &str,
+    call: &http::Call,
     var: &str,
     deadline: &Deadline,
     tried: &Tried,
     refused: impl FnOnce(&str, &str, Option<u16>) -> Error,
 ) -> Error {
     let attempts = tried.attempts;
-    match failure {
+    let error = match failure {
         Failure::Timeout if deadline.remaining() < Duration::from_secs(1) => {
             http::deadline_exceeded(deadline, call)
         }
@@ -510,27 +516,32 @@ fn call_error(
         Failure::TooLarge(detail) => Error::upstream(format!("{call} failed: {detail}")).fix(format!(
             "check that {var} (or AWS_ENDPOINT_URL) points at the AWS service, and that no proxy rewrites the answer"
         )),
-        Failure::Garbled { status, detail } => Error::upstream(format!(
-            "{call} answered{} with something that is not an AWS response: {}",
-            status.map(|s| format!(" HTTP {s}")).unwrap_or_default(),
-            redact::clean(&detail, MAX_MESSAGE_CHARS)
-        ))
-        .fix(format!(
-            "check that {var} (or AWS_ENDPOINT_URL) points at the AWS service, and that no proxy rewrites the answer"
-        )),
+        Failure::Garbled { status, detail } => {
+            let error = Error::upstream(format!(
+                "{call} answered{} with something that is not an AWS response: {}",
+                status.map(|s| format!(" HTTP {s}")).unwrap_or_default(),
+                redact::clean(&detail, MAX_MESSAGE_CHARS)
+            ))
+            .fix(format!(
+                "check that {var} (or AWS_ENDPOINT_URL) points at the AWS service, and that no proxy rewrites the answer"
+            ));
+            with_status(error, status)
+        }
         Failure::Other(detail) => Error::internal(format!("{call} failed: {detail}"))
             .fix("report this with the message; it is not an upstream refusal"),
         Failure::Service {
             code,
             message,
             status,
-        } => {
-            let error = refused(&code, &message, status).with(Fact::Service, call);
-            match status {
-                Some(status) => error.with(Fact::Status, status.to_string()),
-                None => error,
-            }
-        }
+        } => with_status(refused(&code, &message, status), status),
+    };
+    error.with(Fact::Service, call.service)
+}
+
+fn with_status(error: Error, status: Option<u16>) -> Error {
+    match status {
+        Some(status) => error.with(Fact::Status, status.to_string()),
+        None => error,
     }
 }
 
@@ -722,19 +733,31 @@ mod tests {
             status,
         };
         let explain = |code: &str, _: &str, _: Option<u16>| Error::upstream(code.to_string());
+        let sts = http::Call::new(
+            "AWS STS",
+            "STS AssumeRoleWithWebIdentity at https://sts.test",
+        );
         let e = call_error(
             refusal(Some(403)),
-            "STS AssumeRoleWithWebIdentity",
+            &sts,
             "AWS_ENDPOINT_URL_STS",
             &deadline,
             &tried,
             explain,
         );
         assert_eq!(e.kind(), crate::base::error::Kind::Upstream);
-        assert_eq!(e.fact(Fact::Service), Some("STS AssumeRoleWithWebIdentity"));
+        assert_eq!(e.fact(Fact::Service), Some("AWS STS"));
         assert_eq!(e.fact(Fact::Status), Some("403"));
-        let e = call_error(refusal(None), "ECR", "X", &deadline, &tried, explain);
+        let e = call_error(refusal(None), &sts, "X", &deadline, &tried, explain);
         assert_eq!(e.fact(Fact::Status), None);
+        let unreachable = Failure::Unreachable("connection refused".into());
+        let e = call_error(unreachable, &sts, "X", &deadline, &tried, explain);
+        assert_eq!(e.kind(), crate::base::error::Kind::Network);
+        assert_eq!(
+            e.fact(Fact::Service),
+            Some("AWS STS"),
+            "a transport failure too"
+        );
     }
 
     #[test]

@@ -93,7 +93,10 @@ pub(crate) async fn exchange(
     deadline: &Deadline,
 ) -> Result<RefreshToken> {
     let url = exchange_url(request.endpoint);
-    let call = format!("the ACR token exchange at {}", request.endpoint);
+    let call = http::Call::new(
+        "ACR",
+        format!("the ACR token exchange at {}", request.endpoint),
+    );
     crate::base::log::debug!(
         "exchanging the Entra ID token at {url} for service {}",
         request.service

@@ -146,7 +146,13 @@ impl Binding {
         let lookup = tokio::net::lookup_host((self.host.as_str(), self.port));
         let found = tokio::time::timeout(deadline.remaining(), lookup)
             .await
-            .map_err(|_| http::deadline_exceeded(deadline, "resolving the identity-binding address"))?
+            .map_err(|_| {
+                let call = http::Call::new(
+                    "the AKS identity binding",
+                    "resolving the identity-binding address",
+                );
+                http::deadline_exceeded(deadline, &call)
+            })?
             .map_err(|e| {
                 Error::network(format!(
                     "cannot resolve the identity-binding address {}: {e}",
@@ -257,7 +263,10 @@ pub(crate) async fn request_token(
     deadline: &Deadline,
 ) -> Result<Secret> {
     let url = binding.url();
-    let call = format!("the AKS identity-binding token request to {}", binding.sni);
+    let call = http::Call::new(
+        "the AKS identity binding",
+        format!("the AKS identity-binding token request to {}", binding.sni),
+    );
     crate::base::log::debug!(
         "requesting an ACR access token for client {client_id} from the identity binding at {} ({}:{})",
         binding.sni,

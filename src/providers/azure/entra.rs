@@ -135,7 +135,10 @@ pub(crate) async fn request_token(
     deadline: &Deadline,
 ) -> Result<Secret> {
     let url = token_url(request.authority, request.tenant);
-    let call = format!("the Entra ID token request to {}", request.authority);
+    let call = http::Call::new(
+        "Entra ID",
+        format!("the Entra ID token request to {}", request.authority),
+    );
     crate::base::log::debug!(
         "requesting an Entra ID token at {url} for client {} (scope {SCOPE})",
         request.client_id

@@ -52,9 +52,12 @@ pub async fn generate_access_token(
         "{}/v1/projects/-/serviceAccounts/{}:generateAccessToken",
         request.endpoint, request.service_account
     );
-    let call = format!(
-        "IAM Credentials generateAccessToken for {}",
-        request.service_account
+    let call = http::Call::new(
+        "Google IAM Credentials",
+        format!(
+            "IAM Credentials generateAccessToken for {}",
+            request.service_account
+        ),
     );
     let body = serde_json::to_vec(&body(request.lifetime))
         .map_err(|e| Error::internal(format!("cannot encode the generateAccessToken body: {e}")))?;

@@ -39,7 +39,10 @@ pub async fn exchange(
     deadline: &Deadline,
 ) -> Result<AccessToken> {
     let url = format!("{}/v1/token", request.endpoint);
-    let call = format!("the Google STS token exchange at {url}");
+    let call = http::Call::new(
+        "Google STS",
+        format!("the Google STS token exchange at {url}"),
+    );
     let form = [
         ("grant_type", GRANT_TYPE),
         ("audience", request.audience),

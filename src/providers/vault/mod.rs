@@ -336,7 +336,10 @@ impl Guarded for Vault {
             cx.image,
             inputs,
             move |deadline| {
-                let call = format!("the Vault login and read at {}", self.address);
+                let call = http::Call::new(
+                    "Vault",
+                    format!("the Vault login and read at {}", self.address),
+                );
                 let (login, secrets, started) = http::block_on(deadline, &call, async {
                     let client = self.net.client(deadline)?;
                     let started = duration::unix_now();
@@ -473,7 +476,10 @@ impl Vault {
         deadline: &Deadline,
     ) -> Result<wire::Login> {
         let url = self.login_url();
-        let call = format!("the Vault {} login at {url}", self.method.name());
+        let call = http::Call::new(
+            "Vault",
+            format!("the Vault {} login at {url}", self.method.name()),
+        );
         // Serialised once; the body holds the token, so it never reaches a log.
         let body = serde_json::json!({ "role": role, "jwt": token.expose() }).to_string();
         let reply = http::send(
@@ -494,7 +500,7 @@ impl Vault {
         if !reply.is_success() {
             return Err(self.login_refused(&reply, role, token));
         }
-        wire::read_login(&reply, &call)
+        wire::read_login(&reply, &call.what)
     }
 
     fn login_refused(&self, reply: &Reply, role: &str, token: &Secret) -> Error {
@@ -557,7 +563,7 @@ impl Vault {
     ) -> Result<wire::Secrets> {
         let api_path = self.api_path(secret);
         let url = format!("{}/v1/{api_path}", self.address);
-        let call = format!("the Vault read of {api_path}");
+        let call = http::Call::new("Vault", format!("the Vault read of {api_path}"));
         let reply = http::send(
             client,
             crate::observe::Endpoint::SecretRead,
@@ -573,7 +579,7 @@ impl Vault {
         )
         .await?;
         if reply.is_success() {
-            return wire::read_secret(&reply, self.kv_version, &call);
+            return wire::read_secret(&reply, self.kv_version, &call.what);
         }
         refused.set(Some(reply.status));
         let shown = wire::describe(&reply, &[&login.client_token]);
@@ -593,7 +599,7 @@ impl Vault {
                     .and_then(|b| b.get("data"))
                     .filter(|d| d.is_object())
                 {
-                    return Err(wire::deleted(&call, Some(data)));
+                    return Err(wire::deleted(&call.what, Some(data)));
                 }
                 format!(
                     "no secret at {api_path}: write it (vault kv put -mount={} {secret} {}=... {}=...), or check --vault-kv-mount and --vault-kv-version",
