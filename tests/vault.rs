@@ -169,13 +169,13 @@ fn a_path_scoped_registry_keys_the_answer_with_its_path() {
     out.assert_path_scoped(&image(), "registry.example.com/team");
     let sent = vault.requests().len();
     let other = format!("{REGISTRY}/other/app:v1");
-    let line = run(
+    scoped.extend(["--log-format", "json"].map(String::from));
+    run(
         &scoped,
         &[],
         request(&other, Some(&token), &TEAM_APP).as_bytes(),
     )
-    .failure();
-    assert!(line.contains("not allowed"), "{line}");
+    .refused_registry(REGISTRY);
     assert_eq!(vault.requests().len(), sent);
 }
 
@@ -359,17 +359,16 @@ fn role_not_bound_to_this_service_account() {
 fn a_token_the_cluster_did_not_sign_is_refused_by_vault() {
     let vault = kubernetes_vault();
     let forged = TokenSpec::new("team", "puller", AUDIENCE).mint_with_wrong_key();
-    let out = invoke(&vault, &[], &forged, &TEAM_APP);
-    let line = out.failure();
-    support::assert_says(&line, &["HTTP 403", "permission denied"]);
-    assert!(!out.stderr.contains(&forged));
+    let out = invoke(&vault, &["--log-format", "json"], &forged, &TEAM_APP);
+    out.refused("upstream", &[("service", "Vault"), ("status", "403")]);
+    out.assert_no_secrets(&[&forged]);
 }
 
 #[test]
 fn jwt_role_without_bound_audiences() {
     let vault = FakeVault::start(Method::Jwt, "jwt", None);
     vault.role("puller", Role::new("team", "puller", &["p"]));
-    let line = failure(&vault, &["--vault-auth-method", "jwt"], &TEAM_APP);
+    let line = refusal(&vault, &["--vault-auth-method", "jwt"], &TEAM_APP, "400");
     support::assert_says(
         &line,
         &["no audiences bound to the role", "bound_audiences"],
@@ -436,7 +435,7 @@ fn missing_secret_and_missing_field() {
 fn deleted_kv2_secret() {
     let vault = kubernetes_vault();
     vault.delete_kv2("registry/team/app");
-    let line = failure(&vault, &[], &TEAM_APP);
+    let line = refusal(&vault, &[], &TEAM_APP, "404");
     support::assert_says(
         &line,
         &["deleted at 2026-01-02T03:04:05", "vault kv undelete"],
@@ -447,7 +446,7 @@ fn deleted_kv2_secret() {
 fn kv_version_mismatch() {
     // A KV v2 mount read as v1 (no data/ segment): Vault answers 404.
     let vault = kubernetes_vault();
-    let line = failure(&vault, &["--vault-kv-version", "1"], &TEAM_APP);
+    let line = refusal(&vault, &["--vault-kv-version", "1"], &TEAM_APP, "404");
     support::assert_says(
         &line,
         &[
@@ -482,7 +481,7 @@ fn retry_after_beyond_the_deadline_fails_at_once() {
             .with_header("Retry-After", "120"),
     ]);
     let started = std::time::Instant::now();
-    let line = failure(&vault, &[], &TEAM_APP);
+    let line = refusal(&vault, &[], &TEAM_APP, "429");
     assert!(started.elapsed() < std::time::Duration::from_secs(20));
     support::assert_says(&line, &["429", "retry after 2m0s"]);
     assert_eq!(vault.requests().len(), 1);
@@ -493,7 +492,7 @@ fn server_errors_and_sealed_vault() {
     let vault = kubernetes_vault();
     let sealed = || Response::json(503, json!({"errors": ["Vault is sealed"]}));
     vault.script([sealed(), sealed(), sealed(), sealed()]);
-    let line = failure(&vault, &[], &TEAM_APP);
+    let line = refusal(&vault, &[], &TEAM_APP, "503");
     support::assert_says(
         &line,
         &["HTTP 503", "Vault is sealed", "through every retry"],
@@ -514,13 +513,13 @@ fn malformed_answers() {
         200,
         "<html>Welcome to the load balancer</html>",
     )]);
-    let line = failure(&vault, &[], &TEAM_APP);
+    let line = refusal(&vault, &[], &TEAM_APP, "200");
     support::assert_says(&line, &["not JSON", "--vault-address"]);
     assert!(!line.contains("Welcome"), "{line}");
 
     let vault = kubernetes_vault();
     vault.script([Response::json(200, json!({"auth": {"lease_duration": 60}}))]);
-    let line = failure(&vault, &[], &TEAM_APP);
+    let line = refusal(&vault, &[], &TEAM_APP, "200");
     assert!(line.contains("no auth.client_token"), "{line}");
 }
 
@@ -543,7 +542,7 @@ fn vault_errors_that_quote_secrets_are_scrubbed() {
     let vault = kubernetes_vault();
     vault.echo_secrets_in_errors();
     vault.policy("registry-team", &[]);
-    let line = failure(&vault, &[], &TEAM_APP);
+    let line = refusal(&vault, &[], &TEAM_APP, "403");
     assert!(
         line.contains("permission denied for token <redacted>"),
         "{line}"
@@ -584,22 +583,20 @@ fn hostile_annotations_never_reach_the_network() {
     for role in roles {
         let out = invoke(
             &vault,
-            &[],
+            &["--log-format", "json"],
             &token,
             &[(ROLE_KEY, role), (SECRET_KEY, "team/app")],
         );
-        let line = out.failure();
-        assert!(line.contains(ROLE_KEY), "{role:?}: {line}");
+        out.refused_for_annotation(ROLE_KEY);
     }
     for secret in secrets {
         let out = invoke(
             &vault,
-            &[],
+            &["--log-format", "json"],
             &token,
             &[(ROLE_KEY, "puller"), (SECRET_KEY, secret)],
         );
-        let line = out.failure();
-        assert!(line.contains(SECRET_KEY), "{secret:?}: {line}");
+        out.refused_for_annotation(SECRET_KEY);
     }
     // The compatibility key, held to the same prefix.
     for compat in [
@@ -613,11 +610,11 @@ fn hostile_annotations_never_reach_the_network() {
         ] {
             let out = invoke(
                 &vault,
-                &[],
+                &["--log-format", "json"],
                 &token,
                 &[(ROLE_KEY, "puller"), (compat, value)],
             );
-            out.failure();
+            out.refused_for_annotation(compat);
         }
     }
     // An annotated secret without an admin prefix is refused too.
@@ -632,6 +629,8 @@ fn hostile_annotations_never_reach_the_network() {
         "registry/{namespace}/{name}",
         "--vault-role",
         "puller",
+        "--log-format",
+        "json",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -641,7 +640,11 @@ fn hostile_annotations_never_reach_the_network() {
         &[],
         request(&image(), Some(&token), &[(SECRET_KEY, "team/app")]).as_bytes(),
     );
-    assert!(out.failure().contains("--vault-secret-prefix"));
+    let line = out.refused_for_annotation(SECRET_KEY);
+    assert!(
+        plugin::words(&line).contains("--vault-secret-prefix"),
+        "{line}"
+    );
     // Not one request reached Vault.
     assert!(vault.requests().is_empty(), "{:?}", vault.requests());
 
@@ -651,7 +654,7 @@ fn hostile_annotations_never_reach_the_network() {
         &[],
         request("registry.example.com.evil.net/team/app", Some(&token), &[]).as_bytes(),
     );
-    assert!(out.failure().contains("not allowed"));
+    out.refused_registry("registry.example.com.evil.net");
     assert!(vault.requests().is_empty());
 
     // The compatibility key's valid form works and reads under the prefix.
@@ -693,6 +696,8 @@ fn https_vault_with_a_private_ca() {
             address.to_string(),
             "--vault-secret-prefix".into(),
             "registry".into(),
+            "--log-format".into(),
+            "json".into(),
         ];
         if ca {
             args.extend(["--ca-file".to_string(), CA_PEM.to_string()]);
@@ -702,8 +707,8 @@ fn https_vault_with_a_private_ca() {
     let req = request(&image(), Some(&token), &TEAM_APP);
     let untrusted = args_for(&front.url(), false);
     let out = run(&untrusted, &[], req.as_bytes());
-    let line = out.failure();
-    support::assert_says(&line, &["not trusted", "--ca-file"]);
+    let line = out.refused("network", &[("service", "Vault")]);
+    support::assert_says(&plugin::words(&line), &["not trusted", "--ca-file"]);
     assert!(
         vault.requests().is_empty(),
         "the token never left over an untrusted connection"
@@ -732,8 +737,11 @@ fn https_vault_with_a_private_ca() {
     // Nothing listening: a transport error naming the login call.
     let refused = args_for(&format!("http://127.0.0.1:{}", closed_port()), false);
     let out = run(&refused, &[], req.as_bytes());
-    let line = out.failure();
-    assert!(line.contains("Vault kubernetes login"), "{line}");
+    let line = out.refused("network", &[("service", "Vault")]);
+    assert!(
+        plugin::words(&line).contains("Vault kubernetes login"),
+        "{line}"
+    );
 }
 
 #[test]
@@ -771,9 +779,9 @@ fn configuration_errors_name_the_flag() {
     ] {
         let mut args = vec!["--provider", "vault", "--registry", REGISTRY];
         args.extend(extra);
+        args.extend(["--log-format", "json"]);
         let out = run(&args, &[], req.as_bytes());
-        let line = out.failure();
-        assert!(line.contains(flag), "{flag}: {line}");
+        out.refused("config", &[("flag", flag)]);
     }
 }
 
@@ -951,12 +959,11 @@ fn a_token_vault_refused_for_the_read_gets_no_revoke_self_advice() {
     let token = token();
     let out = invoke(
         &vault,
-        &["--log-level", "debug"],
+        &["--log-level", "debug", "--log-format", "json"],
         &token,
         &[(ROLE_KEY, "puller"), (SECRET_KEY, "other-team/app")],
     );
-    let line = out.failure();
-    assert!(line.contains("403"), "{line}");
+    out.refused("upstream", &[("service", "Vault"), ("status", "403")]);
     assert!(
         !out.stderr
             .contains("revoke-self, or pass --vault-keep-login-token"),

@@ -226,7 +226,7 @@ impl Guarded for Vault {
 
     fn new(options: &Options, net: Arc<net::Settings>) -> Result<Self> {
         let address = options.vault_address.as_deref().ok_or_else(|| {
-            Error::config("the vault provider needs --vault-address")
+            Error::flag("--vault-address", "is not set: the vault provider needs it")
                 .fix("pass --vault-address https://vault.example.com:8200 (or WICP_VAULT_ADDRESS)")
         })?;
         let address = http::endpoint_override("--vault-address", address)?;
@@ -251,10 +251,10 @@ impl Guarded for Vault {
                 if path::is_role(r) {
                     Ok(r.to_string())
                 } else {
-                    Err(Error::config(format!(
-                        "--vault-role {} is not a Vault role name",
-                        quote(r)
-                    ))
+                    Err(Error::flag(
+                        "--vault-role",
+                        format!("{} is not a Vault role name", quote(r)),
+                    )
                     .fix("use letters, digits and _ at both ends, - and . inside"))
                 }
             })
@@ -272,8 +272,9 @@ impl Guarded for Vault {
                 .transpose()?,
         };
         if secrets.prefix.is_none() && secrets.template.is_none() {
-            return Err(Error::config(
-                "the vault provider needs --vault-secret-path or --vault-secret-prefix to know which secret to read",
+            return Err(Error::flag(
+                "--vault-secret-path",
+                "is not set, nor --vault-secret-prefix: the vault provider needs one to know which secret to read",
             )
             .fix("pass --vault-secret-path registry/{namespace}/{name} (one secret per service account), or --vault-secret-prefix registry to let the wi-credential-provider.io/vault-secret annotation name one under it"));
         }
@@ -599,7 +600,7 @@ impl Vault {
                     .and_then(|b| b.get("data"))
                     .filter(|d| d.is_object())
                 {
-                    return Err(wire::deleted(&call.what, Some(data)));
+                    return Err(wire::deleted(&reply, &call.what, Some(data)));
                 }
                 format!(
                     "no secret at {api_path}: write it (vault kv put -mount={} {secret} {}=... {}=...), or check --vault-kv-mount and --vault-kv-version",

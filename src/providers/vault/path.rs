@@ -47,11 +47,8 @@ fn is_relative_path(path: &str) -> bool {
 pub(crate) fn mount(flag: &str, value: &str) -> Result<String> {
     let trimmed = value.trim().trim_matches('/');
     if !is_relative_path(trimmed) {
-        return Err(Error::config(format!(
-            "{flag} {} is not a Vault path",
-            quote(value)
-        ))
-        .fix("write it as one or more segments of letters, digits, _, - and . separated by /, e.g. secret or team/kv"));
+        return Err(Error::flag(flag, format!("{} is not a Vault path", quote(value)))
+            .fix("write it as one or more segments of letters, digits, _, - and . separated by /, e.g. secret or team/kv"));
     }
     Ok(trimmed.to_string())
 }
@@ -73,10 +70,10 @@ impl Template {
         let trimmed = value.trim().trim_matches('/');
         let sample = trimmed.replace("{namespace}", "ns").replace("{name}", "sa");
         if !is_relative_path(&sample) {
-            return Err(Error::config(format!(
-                "--vault-secret-path {} is not a Vault secret path template",
-                quote(value)
-            ))
+            return Err(Error::flag(
+                "--vault-secret-path",
+                format!("{} is not a Vault secret path template", quote(value)),
+            )
             .fix("write segments of letters, digits, _, - and . separated by /, with {namespace} and {name} as the only placeholders, e.g. registry/{namespace}/{name}"));
         }
         Ok(Template(trimmed.to_string()))

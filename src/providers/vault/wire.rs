@@ -140,7 +140,7 @@ pub fn read_secret(reply: &Reply, version: u8, what: &str) -> Result<Secrets> {
         }),
         // KV v2 answers a soft-deleted or destroyed latest version with
         // data null (and a 404; some proxies turn that into 200).
-        Some(Value::Null) if version == 2 => Err(deleted(what, outer)),
+        Some(Value::Null) if version == 2 => Err(deleted(reply, what, outer)),
         _ => Err(malformed(if version == 2 {
             "no data.data object"
         } else {
@@ -154,8 +154,9 @@ pub fn read_secret(reply: &Reply, version: u8, what: &str) -> Result<Secrets> {
     }
 }
 
-/// The error for a KV v2 secret whose latest version was deleted or destroyed.
-pub fn deleted(what: &str, data: Option<&Value>) -> Error {
+/// The error for a KV v2 secret whose latest version was deleted or
+/// destroyed, as `reply` said.
+pub fn deleted(reply: &Reply, what: &str, data: Option<&Value>) -> Error {
     let metadata = data.and_then(|d| d.get("metadata"));
     let when = metadata
         .and_then(|m| m.get("deletion_time"))
@@ -172,6 +173,7 @@ pub fn deleted(what: &str, data: Option<&Value>) -> Error {
         when.unwrap_or_default()
     ))
     .fix("write the registry credentials again (vault kv put), or undelete the version (vault kv undelete)")
+    .answered("Vault", reply.status, &reply.body)
 }
 
 /// The registry username and password from the secret's fields.
