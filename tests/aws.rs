@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use support::containerd::Containerd;
 use support::http_server::{Request, Response, TestServer};
 use support::moto::{Moto, ROLE_ANNOTATION};
-use support::plugin::{self, Run, auth_entry, request, run};
+use support::plugin::{self, Run, auth_entry, request, run, words};
 use support::registry::Registry;
 use support::token::{ISSUER, TokenSpec, now, rfc3339};
 
@@ -127,6 +127,7 @@ fn ecr_token(password: &str, proxy_endpoint: &str) -> Response {
 /// Runs the plugin for `image` with the STS and one ECR endpoint (`ecr_var`
 /// names which) pointed at fakes, `role` in the role annotation.
 fn through(
+    args: &[&str],
     sts: &TestServer,
     ecr_var: &str,
     ecr: &TestServer,
@@ -135,7 +136,7 @@ fn through(
     role: &str,
 ) -> Run {
     plugin(
-        &[],
+        args,
         &[("AWS_ENDPOINT_URL_STS", &sts.url()), (ecr_var, &ecr.url())],
         image,
         token,
@@ -308,17 +309,18 @@ fn role_annotations_are_read_in_order_and_the_flag_replaces_them() {
     .response();
     assert_eq!(auth_entry(&r, host).1, "444444444444-auth-token");
     let run = plugin(
-        &["--aws-role-arn-annotation", "example.com/pull-role"],
+        &[
+            "--aws-role-arn-annotation",
+            "example.com/pull-role",
+            "--log-format",
+            "json",
+        ],
         &env,
         &image,
         &token,
         &both[..2],
     );
-    let line = run.failure();
-    assert!(
-        line.contains("no role ARN annotation (\"example.com/pull-role\")"),
-        "{line}"
-    );
+    run.refused_for_annotation("example.com/pull-role");
 }
 
 #[test]
@@ -429,7 +431,7 @@ fn proxy_variables_are_honoured_for_sts_and_ecr() {
     direct.response();
     // Without NO_PROXY the dead proxy is used, and the failure says where.
     let dead = plugin(
-        &["--timeout", "10s"],
+        &["--timeout", "10s", "--log-format", "json"],
         &[
             ("AWS_ENDPOINT_URL", &moto.url()),
             ("HTTP_PROXY", "http://127.0.0.1:9"),
@@ -438,14 +440,8 @@ fn proxy_variables_are_honoured_for_sts_and_ecr() {
         &token,
         &annotations,
     );
-    let line = dead.failure();
-    support::assert_says(
-        &line,
-        &[
-            "cannot reach STS AssumeRoleWithWebIdentity",
-            "HTTPS_PROXY/NO_PROXY",
-        ],
-    );
+    let line = dead.refused("network", &[("service", "AWS STS")]);
+    assert!(words(&line).contains("HTTPS_PROXY/NO_PROXY"), "{line}");
 }
 
 // ---------------------------------------------------------------------------
@@ -531,6 +527,7 @@ fn long_service_account_names_become_a_cut_session_name_with_a_hash() {
     let name = "a-very-long-service-account-name-for-the-batch-ingestion-pipeline";
     let token = TokenSpec::new("data-platform-production", name, STS_AUDIENCE).mint();
     let run = through(
+        &["--log-format", "json"],
         &sts,
         "AWS_ENDPOINT_URL_ECR",
         &ecr,
@@ -538,7 +535,7 @@ fn long_service_account_names_become_a_cut_session_name_with_a_hash() {
         &token,
         role,
     );
-    run.failure();
+    run.refused("upstream", &[("service", "ECR"), ("status", "400")]);
     let session = sts.requests()[0].form()["RoleSessionName"].clone();
     assert_eq!(session.len(), 64, "{session}");
     assert!(
@@ -549,13 +546,15 @@ fn long_service_account_names_become_a_cut_session_name_with_a_hash() {
     assert_eq!(hash.len(), 8);
 }
 
-/// Runs the plugin against a fake STS answering `answer`; returns the
-/// error line and the number of STS requests.
+/// Runs the plugin against a fake STS answering `answer`, checks the
+/// refusal's facts (AWS STS, the answer's status); returns the error's
+/// words, the number of STS requests and stderr.
 fn sts_refusal(answer: Response) -> (String, usize, String) {
+    let status = answer.status.to_string();
     let sts = TestServer::start(move |_req| answer.clone());
     let token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
     let run = plugin(
-        &[],
+        &["--log-format", "json"],
         &[
             ("AWS_ENDPOINT_URL_STS", &sts.url()),
             ("AWS_ENDPOINT_URL_ECR", "http://127.0.0.1:9"),
@@ -564,9 +563,9 @@ fn sts_refusal(answer: Response) -> (String, usize, String) {
         &token,
         &[(ROLE_ANNOTATION, "arn:aws:iam::123456789012:role/pull")],
     );
-    let line = run.failure();
+    let line = run.refused("upstream", &[("service", "AWS STS"), ("status", &status)]);
     run.assert_no_secrets(&[&token]);
-    (line, sts.request_count(), run.stderr)
+    (words(&line), sts.request_count(), run.stderr)
 }
 
 #[test]
@@ -679,20 +678,20 @@ fn sts_that_never_answers_hits_the_deadline() {
     let token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
     let started = Instant::now();
     let run = plugin(
-        &["--timeout", "3s"],
+        &["--timeout", "3s", "--log-format", "json"],
         &[("AWS_ENDPOINT_URL_STS", &sts.url())],
         "123456789012.dkr.ecr.us-east-1.amazonaws.com/app",
         &token,
         &[(ROLE_ANNOTATION, "arn:aws:iam::123456789012:role/pull")],
     );
-    let line = run.failure();
+    let line = run.refused("network", &[("service", "AWS STS")]);
     let took = started.elapsed();
     assert!(
         took >= Duration::from_secs(3) && took < Duration::from_secs(8),
         "{took:?}"
     );
     assert!(
-        line.contains("the deadline of 3s ran out while waiting for STS AssumeRoleWithWebIdentity"),
+        words(&line).contains("the deadline of 3s ran out"),
         "{line}"
     );
 }
@@ -713,6 +712,7 @@ fn ecr_access_denied_names_the_role_and_the_permissions() {
     });
     let token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
     let run = through(
+        &["--log-format", "json"],
         &sts,
         "AWS_ENDPOINT_URL_ECR",
         &ecr,
@@ -720,10 +720,10 @@ fn ecr_access_denied_names_the_role_and_the_permissions() {
         &token,
         role,
     );
-    let line = run.failure();
+    let line = run.refused("upstream", &[("service", "ECR"), ("status", "400")]);
     assert_eq!(ecr.request_count(), 1, "AccessDenied is not retried");
     support::assert_says(
-        &line,
+        &words(&line),
         &[
             &format!(
                 "ECR GetAuthorizationToken at {} was denied for role {role}",
@@ -752,6 +752,7 @@ fn ecr_public_uses_ecr_public_in_us_east_1() {
     let token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
     for host in ["public.ecr.aws", "ecr-public.aws.com"] {
         let run = through(
+            &[],
             &sts,
             "AWS_ENDPOINT_URL_ECR_PUBLIC",
             &public,
@@ -792,6 +793,7 @@ fn ecr_public_access_denied_names_the_bearer_token_permission() {
     });
     let token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
     let line = through(
+        &["--log-format", "json"],
         &sts,
         "AWS_ENDPOINT_URL_ECR_PUBLIC",
         &public,
@@ -799,9 +801,9 @@ fn ecr_public_access_denied_names_the_bearer_token_permission() {
         &token,
         role,
     )
-    .failure();
+    .refused("upstream", &[("service", "ECR Public"), ("status", "400")]);
     assert!(
-        line.contains("ecr-public:GetAuthorizationToken and sts:GetServiceBearerToken"),
+        words(&line).contains("ecr-public:GetAuthorizationToken and sts:GetServiceBearerToken"),
         "{line}"
     );
 }
@@ -817,20 +819,22 @@ fn ecr_answering_garbage_is_an_error_not_a_credential() {
         )
     });
     let token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
-    let line = through(
+    let run = through(
+        &["--log-format", "json"],
         &sts,
         "AWS_ENDPOINT_URL_ECR",
         &ecr,
         "123456789012.dkr.ecr.us-east-1.amazonaws.com/app",
         &token,
         role,
-    )
-    .failure();
+    );
+    let line = run.refused("upstream", &[("service", "ECR")]);
     assert!(
-        line.contains("returned an authorization token that has no user:password separator"),
+        words(&line)
+            .contains("returned an authorization token that has no user:password separator"),
         "{line}"
     );
-    assert!(!line.contains("no-separator-here"), "{line}");
+    assert!(!run.stderr.contains("no-separator-here"), "{line}");
 
     // A captive portal where ECR should be.
     let portal = TestServer::start(|_req| {
@@ -838,6 +842,7 @@ fn ecr_answering_garbage_is_an_error_not_a_credential() {
             .with_header("Content-Type", "text/html")
     });
     let line = through(
+        &["--log-format", "json"],
         &sts,
         "AWS_ENDPOINT_URL_ECR",
         &portal,
@@ -845,9 +850,9 @@ fn ecr_answering_garbage_is_an_error_not_a_credential() {
         &token,
         role,
     )
-    .failure();
+    .refused("upstream", &[("service", "ECR"), ("status", "200")]);
     assert!(
-        line.contains("answered HTTP 200 with something that is not an AWS response"),
+        words(&line).contains("with something that is not an AWS response"),
         "{line}"
     );
 }
@@ -865,7 +870,7 @@ fn an_override_in_another_region_than_the_registry_is_refused_before_any_call() 
     let token = TokenSpec::new("team", "puller", STS_AUDIENCE).mint();
     let wire = tripwire();
     let line = plugin(
-        &[],
+        &["--log-format", "json"],
         &[
             ("AWS_ENDPOINT_URL_STS", &wire.url()),
             (
@@ -877,11 +882,11 @@ fn an_override_in_another_region_than_the_registry_is_refused_before_any_call() 
         &token,
         &[(ROLE_ANNOTATION, "arn:aws:iam::123456789012:role/pull")],
     )
-    .failure();
+    .refused("config", &[("flag", "AWS_ENDPOINT_URL_ECR")]);
     support::assert_says(
-        &line,
+        &words(&line),
         &[
-            "AWS_ENDPOINT_URL_ECR is https://api.ecr.us-west-2.amazonaws.com, an endpoint in region us-west-2, but the registry is in region us-east-1",
+            "an endpoint in region us-west-2, but the registry is in region us-east-1",
             "point AWS_ENDPOINT_URL_ECR at an endpoint in us-east-1",
         ],
     );
@@ -1133,9 +1138,11 @@ fn pod_identity_credentials_sign_the_ecr_call() {
     );
 }
 
-/// Runs pod-identity against an agent answering `answer`; returns the
-/// error line and the agent's request count.
+/// Runs pod-identity against an agent answering `answer`, checks the
+/// refusal's facts (the agent, the answer's status); returns the error's
+/// words and the agent's request count.
 fn agent_refusal(answer: Response) -> (String, usize) {
+    let status = answer.status.to_string();
     let token = TokenSpec::new("team", "puller", POD_IDENTITY_AUDIENCE).mint();
     let expected = token.clone();
     let fake_agent = TestServer::start(move |req| {
@@ -1143,7 +1150,12 @@ fn agent_refusal(answer: Response) -> (String, usize) {
         answer.clone()
     });
     let run = plugin(
-        &["--aws-credential-source", "pod-identity"],
+        &[
+            "--aws-credential-source",
+            "pod-identity",
+            "--log-format",
+            "json",
+        ],
         &[
             (
                 "AWS_CONTAINER_CREDENTIALS_FULL_URI",
@@ -1155,9 +1167,10 @@ fn agent_refusal(answer: Response) -> (String, usize) {
         &token,
         &[],
     );
-    let line = run.failure();
+    let service = ("service", "EKS Pod Identity Agent");
+    let line = run.refused("upstream", &[service, ("status", &status)]);
     run.assert_no_secrets(&[&token]);
-    (line, fake_agent.request_count())
+    (words(&line), fake_agent.request_count())
 }
 
 #[test]
@@ -1247,6 +1260,8 @@ fn pod_identity_agent_unreachable_says_to_install_it() {
             "pod-identity",
             "--timeout",
             "10s",
+            "--log-format",
+            "json",
         ],
         &[(
             "AWS_CONTAINER_CREDENTIALS_FULL_URI",
@@ -1256,11 +1271,11 @@ fn pod_identity_agent_unreachable_says_to_install_it() {
         &token,
         &[],
     );
-    let line = run.failure();
+    let line = run.refused("network", &[("service", "EKS Pod Identity Agent")]);
     support::assert_says(
-        &line,
+        &words(&line),
         &[
-            &format!("EKS Pod Identity Agent at http://127.0.0.1:{closed}/v1/credentials"),
+            &format!("http://127.0.0.1:{closed}/v1/credentials"),
             "install the Amazon EKS Pod Identity Agent add-on",
         ],
     );
@@ -1270,7 +1285,12 @@ fn pod_identity_agent_unreachable_says_to_install_it() {
 fn pod_identity_refuses_plain_http_to_other_hosts() {
     let token = TokenSpec::new("team", "puller", POD_IDENTITY_AUDIENCE).mint();
     let line = plugin(
-        &["--aws-credential-source", "pod-identity"],
+        &[
+            "--aws-credential-source",
+            "pod-identity",
+            "--log-format",
+            "json",
+        ],
         &[(
             "AWS_CONTAINER_CREDENTIALS_FULL_URI",
             "http://10.1.2.3/v1/credentials",
@@ -1279,9 +1299,9 @@ fn pod_identity_refuses_plain_http_to_other_hosts() {
         &token,
         &[],
     )
-    .failure();
+    .refused("config", &[("flag", "AWS_CONTAINER_CREDENTIALS_FULL_URI")]);
     assert!(
-        line.contains("plain HTTP to a host that is not the node's Pod Identity Agent"),
+        words(&line).contains("plain HTTP to a host that is not the node's Pod Identity Agent"),
         "{line}"
     );
 }
@@ -1301,18 +1321,22 @@ fn pod_identity_refuses_a_url_whose_host_is_hidden_behind_a_backslash_or_user_in
         format!("http://agent:secret@127.0.0.1:{port}/v1/credentials"),
     ] {
         let run = plugin(
-            &["--aws-credential-source", "pod-identity", "--timeout", "5s"],
+            &[
+                "--aws-credential-source",
+                "pod-identity",
+                "--timeout",
+                "5s",
+                "--log-format",
+                "json",
+            ],
             &[("AWS_CONTAINER_CREDENTIALS_FULL_URI", &uri)],
             "123456789012.dkr.ecr.us-east-1.amazonaws.com/app",
             &token,
             &[],
         );
-        let line = run.failure();
-        assert!(
-            line.contains("AWS_CONTAINER_CREDENTIALS_FULL_URI")
-                && line.contains("is not an http(s) URL"),
-            "{uri}: {line}"
-        );
+        let line = run.refused("config", &[("flag", "AWS_CONTAINER_CREDENTIALS_FULL_URI")]);
+        let problem = line["facts"]["problem"].as_str().unwrap();
+        assert!(problem.contains("is not an http(s) URL"), "{uri}: {line}");
         assert!(!run.stderr.contains("secret"), "{}", run.stderr);
         assert!(!run.stderr.contains(&token));
     }
@@ -1422,6 +1446,8 @@ fn an_endless_sts_reply_is_cut_at_the_bound_with_bounded_memory() {
             "debug",
             "--timeout",
             "30s",
+            "--log-format",
+            "json",
         ])
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -1457,7 +1483,7 @@ fn an_endless_sts_reply_is_cut_at_the_bound_with_bounded_memory() {
         stdout: out.stdout.clone(),
         stderr: stderr
             .lines()
-            .filter(|l| l.contains("wi-credential-provider"))
+            .filter(|l| l.starts_with('{'))
             .collect::<Vec<_>>()
             .join("\n"),
     };
@@ -1467,13 +1493,10 @@ fn an_endless_sts_reply_is_cut_at_the_bound_with_bounded_memory() {
         "the plugin read on: {written} bytes"
     );
     assert!(!out.status.success(), "{stderr}");
-    let line = run.failure();
-    support::assert_says(
-        &line,
-        &[
-            &format!("STS AssumeRoleWithWebIdentity at {} failed", sts.url()),
-            "the reply body is larger than 1024 KiB",
-        ],
+    let line = run.refused("upstream", &[("service", "AWS STS")]);
+    assert!(
+        words(&line).contains("the reply body is larger than 1024 KiB"),
+        "{line}"
     );
     assert_eq!(
         sts.connections.load(std::sync::atomic::Ordering::SeqCst),
@@ -1562,13 +1585,17 @@ fn an_ecr_pull_through_cache_serves_docker_io_keyed_by_docker_io() {
     // A mirror whose target is not ECR is refused before any call.
     let calls = sts.request_count();
     let refused = plugin(
-        &["--registry-mirror", "docker.io=quay.io/mirror"],
+        &[
+            "--registry-mirror",
+            "docker.io=quay.io/mirror",
+            "--log-format",
+            "json",
+        ],
         &env,
         "docker.io/library/nginx",
         &token,
         &[(ECR_ROLE_ANNOTATION, role)],
     );
-    let line = refused.failure();
-    assert!(line.contains("quay.io"), "{line}");
+    refused.refused_registry("quay.io");
     assert_eq!(sts.request_count(), calls);
 }

@@ -19,7 +19,7 @@ use std::net::IpAddr;
 use std::task::{Context, Poll, Waker};
 
 use super::host::{Partition, Registry};
-use crate::base::error::{Error, Result, quote};
+use crate::base::error::{Error, Fact, Result, quote};
 use crate::net::{http, metadata};
 
 /// An AWS API the exchange calls.
@@ -299,7 +299,8 @@ fn check_override(service: Service, var: &str, url: &str, registry: &Registry) -
         .fix(format!(
             "point {var} at an endpoint in {} (e.g. that region's VPC endpoint), or unset it",
             registry.region()
-        )));
+        ))
+        .with(Fact::Flag, var));
     }
     if partition != registry.partition() {
         return Err(Error::config(format!(
@@ -309,7 +310,8 @@ fn check_override(service: Service, var: &str, url: &str, registry: &Registry) -
         .fix(format!(
             "point {var} at an endpoint of the {} partition, or unset it",
             registry.partition()
-        )));
+        ))
+        .with(Fact::Flag, var));
     }
     Ok(())
 }
@@ -345,7 +347,8 @@ pub(crate) fn agent(env: &Environment) -> Result<Endpoint> {
             ))
             .fix(format!(
                 "use https://, or an http:// URL on loopback or the agent's address ({DEFAULT_AGENT}, http://[fd00:ec2::23]/v1/credentials)"
-            )));
+            ))
+            .with(Fact::Flag, FULL_URI));
         }
     }
     Ok(Endpoint {

@@ -242,6 +242,7 @@ pub(crate) async fn assume_role_with_web_identity(
     let credentials = output.credentials().ok_or_else(|| {
         Error::upstream(format!("{} answered without credentials", call.call_name()))
             .fix("check that the endpoint is AWS STS (AWS_ENDPOINT_URL_STS / AWS_ENDPOINT_URL)")
+            .with(Fact::Service, Service::Sts.fact())
     })?;
     Ok(AwsCredentials {
         access_key_id: credentials.access_key_id().to_string(),
@@ -322,11 +323,13 @@ pub(crate) async fn get_authorization_token(
         ),
     };
     let unusable = |what: String| {
-        Error::upstream(format!("{} {what}", call.call_name())).fix(format!(
-            "check that the endpoint is AWS {} ({} / AWS_ENDPOINT_URL)",
-            call.service().name(),
-            call.service().env_var()
-        ))
+        Error::upstream(format!("{} {what}", call.call_name()))
+            .fix(format!(
+                "check that the endpoint is AWS {} ({} / AWS_ENDPOINT_URL)",
+                call.service().name(),
+                call.service().env_var()
+            ))
+            .with(Fact::Service, call.service().fact())
     };
     let token = token.ok_or_else(|| unusable("answered without an authorization token".into()))?;
     let (username, password) = decode_authorization_token(&token)
