@@ -12,7 +12,7 @@ use support::azure::{
     FakeIdentityBinding, NULL_GUID, TENANT, WI_CLIENT, WI_TENANT, acr_error,
 };
 use support::http_server::{Response, TestServer};
-use support::plugin::{self, pull as exec, request, run};
+use support::plugin::{self, json_logs, pull as exec, request, run, words};
 use support::token::TokenSpec;
 
 const AKS_CLIENT: &str = "kubernetes.azure.com/acr-client-id";
@@ -182,7 +182,7 @@ fn aks_annotation_keys_and_the_default_tenant() {
     .response();
     // WICP_ wins over the standard name; a wrong tenant is Entra's AADSTS90002.
     let line = exec(
-        &args,
+        &json_logs(&args),
         &[
             ("WICP_AZURE_TENANT_ID", "fabrikam.onmicrosoft.com"),
             ("AZURE_TENANT_ID", TENANT),
@@ -191,8 +191,11 @@ fn aks_annotation_keys_and_the_default_tenant() {
         &sa_token(),
         client_only,
     )
-    .failure();
-    support::assert_says(&line, &["AADSTS90002", "tenant fabrikam.onmicrosoft.com"]);
+    .refused("upstream", &[("service", "Entra ID"), ("status", "400")]);
+    support::assert_says(
+        &words(&line),
+        &["AADSTS90002", "tenant fabrikam.onmicrosoft.com"],
+    );
     // An annotation wins over every default.
     let out = exec(
         &args,
@@ -283,8 +286,11 @@ fn missing_empty_and_malformed_identity_fails_before_the_network() {
     assert_eq!(line["facts"]["flag"], "--azure-tenant-id", "{line}");
     // The token must be for Entra's audience.
     let wrong = TokenSpec::new("team", "puller", "sts.amazonaws.com").mint();
-    let line = exec(&args, &[], &image, &wrong, IDENTITY).failure();
-    assert!(line.contains("api://AzureADTokenExchange"), "{line}");
+    let line = exec(&json, &[], &image, &wrong, IDENTITY).refused("token", &[("claim", "aud")]);
+    assert!(
+        words(&line).contains("api://AzureADTokenExchange"),
+        "{line}"
+    );
     assert_eq!(entra.server.request_count(), 0);
     assert_eq!(acr.server.request_count(), 0);
 }
@@ -435,24 +441,22 @@ fn entra_throttling_and_outages_are_retried_then_reported() {
     // Throttled on every attempt: the last answer is reported.
     let (entra, acr) = fakes(REGISTRY);
     entra.script((0..4).map(|_| Response::json(429, json!({})).with_header("Retry-After", "0")));
-    let line = exec(&flags(&entra, &acr), &[], &image, &sa_token(), IDENTITY).failure();
-    assert!(
-        line.contains("HTTP 429") && line.contains("throttling"),
-        "{line}"
-    );
+    let args = json_logs(&flags(&entra, &acr));
+    let line = exec(&args, &[], &image, &sa_token(), IDENTITY)
+        .refused("upstream", &[("service", "Entra ID"), ("status", "429")]);
+    assert!(words(&line).contains("throttling"), "{line}");
     assert_eq!(entra.server.request_count(), 4);
     assert_eq!(acr.server.request_count(), 0);
 
     // Down on every attempt.
     let (entra, acr) = fakes(REGISTRY);
     entra.script((0..4).map(|_| Response::text(500, "<html>internal error</html>")));
-    let line = exec(&flags(&entra, &acr), &[], &image, &sa_token(), IDENTITY).failure();
+    let args = json_logs(&flags(&entra, &acr));
+    let out = exec(&args, &[], &image, &sa_token(), IDENTITY);
+    let line = out.refused("upstream", &[("service", "Entra ID"), ("status", "500")]);
+    assert!(words(&line).contains("failed on its side"), "{line}");
     assert!(
-        line.contains("HTTP 500") && line.contains("failed on its side"),
-        "{line}"
-    );
-    assert!(
-        !line.contains("internal error"),
+        !out.stderr.contains("internal error"),
         "bodies are not echoed: {line}"
     );
 }
@@ -477,12 +481,11 @@ fn entra_garbage_is_refused_without_echoing_it() {
         entra.script([
             Response::text(200, body.clone()).with_header("Content-Type", "application/json")
         ]);
-        let out = exec(&flags(&entra, &acr), &[], &image, &sa_token(), IDENTITY);
-        let line = out.failure();
-        assert!(
-            line.contains("not a token response") && line.contains(expect),
-            "{body}: {line}"
-        );
+        let args = json_logs(&flags(&entra, &acr));
+        let out = exec(&args, &[], &image, &sa_token(), IDENTITY);
+        let line = out.refused("upstream", &[("service", "Entra ID"), ("status", "200")]);
+        let shape = line["facts"]["body_shape"].as_str().unwrap();
+        assert!(shape.contains(expect), "{body}: {line}");
         assert!(
             !out.stderr.contains("c2VjcmV0LXNpZ25hdHVyZQ"),
             "{}",
@@ -684,19 +687,17 @@ fn the_cloud_picks_the_authority_and_the_login_server_gets_the_exchange() {
         ("contoso.azurecr.us", "login.microsoftonline.us:443"),
     ] {
         let before = proxy.request_count();
-        let args = ["--provider", "azure", "--timeout", "10s"]
-            .map(str::to_string)
-            .to_vec();
+        let args = ["--provider", "azure", "--timeout", "10s"];
         let line = exec(
-            &args,
+            &json_logs(&args),
             &env,
             &format!("{host}/team/app"),
             &sa_token(),
             IDENTITY,
         )
-        .failure();
+        .refused("network", &[("service", "Entra ID")]);
         assert!(
-            line.contains("the Entra ID token request to https://"),
+            words(&line).contains("the Entra ID token request to https://"),
             "{line}"
         );
         let requests = proxy.requests();
@@ -710,17 +711,14 @@ fn the_cloud_picks_the_authority_and_the_login_server_gets_the_exchange() {
     // The retired German cloud has no default authority.
     let before = proxy.request_count();
     let line = exec(
-        &["--provider", "azure"].map(str::to_string),
+        &json_logs(&["--provider", "azure"]),
         &env,
         "contoso.azurecr.de/team/app",
         &sa_token(),
         IDENTITY,
     )
-    .failure();
-    assert!(
-        line.contains("AzureGermany") && line.contains("--azure-authority-host"),
-        "{line}"
-    );
+    .refused_registry("contoso.azurecr.de");
+    support::assert_says(&words(&line), &["AzureGermany", "--azure-authority-host"]);
     assert_eq!(proxy.request_count(), before);
 
     // With Entra reachable, the exchange goes to https://<registry>.
@@ -736,15 +734,15 @@ fn the_cloud_picks_the_authority_and_the_login_server_gets_the_exchange() {
     ]
     .map(str::to_string);
     let line = exec(
-        &args,
+        &json_logs(&args),
         &env,
         "contoso.azurecr.cn/team/app",
         &sa_token(),
         IDENTITY,
     )
-    .failure();
+    .refused("network", &[("service", "ACR")]);
     assert!(
-        line.contains("the ACR token exchange at https://contoso.azurecr.cn"),
+        words(&line).contains("the ACR token exchange at https://contoso.azurecr.cn"),
         "{line}"
     );
     let requests = proxy.requests();
@@ -767,13 +765,10 @@ fn bad_settings_fail_azure_but_not_other_providers() {
             ("WICP_AZURE_AUTHORITY_HOST", "ftp://login.example"),
             "--azure-authority-host",
         ),
-        (
-            ("AZURE_TENANT_ID", "not a tenant"),
-            "not an Entra ID tenant",
-        ),
+        (("AZURE_TENANT_ID", "not a tenant"), "--azure-tenant-id"),
     ] {
-        let line = run(
-            &["--provider", "azure"],
+        run(
+            &["--provider", "azure", "--log-format", "json"],
             &[env],
             request(
                 &format!("{REGISTRY}/a"),
@@ -782,8 +777,7 @@ fn bad_settings_fail_azure_but_not_other_providers() {
             )
             .as_bytes(),
         )
-        .failure();
-        assert!(line.contains(expect), "{line}");
+        .refused("config", &[("flag", expect)]);
         // Passthrough on the same node still works.
         let pass = TokenSpec::new("team", "puller", "harbor.test").mint();
         run(
@@ -977,9 +971,17 @@ fn identity_binding_refusals() {
     let args = binding_flags(&entra, &acr, &binding);
 
     let other = TokenSpec::new("team", "intruder", azure::BINDING_AUDIENCE).mint();
-    let line = exec(&args, &[], &image, &other, &[(AKS_CLIENT, CLIENT_ID)]).failure();
+    let binding_refused = [("service", "the AKS identity binding"), ("status", "403")];
+    let line = exec(
+        &json_logs(&args),
+        &[],
+        &image,
+        &other,
+        &[(AKS_CLIENT, CLIENT_ID)],
+    )
+    .refused("upstream", &binding_refused);
     support::assert_says(
-        &line,
+        &words(&line),
         &[
             "the AKS identity binding at ib.cluster.test refused",
             "HTTP 403, unauthorized_client",
@@ -1005,14 +1007,14 @@ fn identity_binding_refusals() {
     );
     let token = TokenSpec::new("team", "puller", azure::BINDING_AUDIENCE).mint();
     let line = exec(
-        &pinned_elsewhere,
+        &json_logs(&pinned_elsewhere),
         &[],
         &image,
         &token,
         &[(AKS_CLIENT, CLIENT_ID)],
     )
-    .failure();
-    assert!(line.contains("certificate"), "{line}");
+    .refused("network", &[("service", "the AKS identity binding")]);
+    assert!(words(&line).contains("certificate"), "{line}");
     assert_eq!(
         backend.request_count(),
         0,
@@ -1021,12 +1023,14 @@ fn identity_binding_refusals() {
 
     // Entra ID's audience is not the binding's.
     let entra_token = sa_token();
-    let line = exec(&args, &[], &image, &entra_token, &[(AKS_CLIENT, CLIENT_ID)]).failure();
-    assert!(line.contains(azure::BINDING_AUDIENCE), "{line}");
+    let json = json_logs(&args);
+    let line = exec(&json, &[], &image, &entra_token, &[(AKS_CLIENT, CLIENT_ID)])
+        .refused("token", &[("claim", "aud")]);
+    assert!(words(&line).contains(azure::BINDING_AUDIENCE), "{line}");
 
-    let line = exec(&args, &[], &image, &token, &[]).failure();
+    let line = exec(&json, &[], &image, &token, &[]).refused_for_annotation(AKS_CLIENT);
     assert!(
-        line.contains("--azure-identity-binding-client-id"),
+        words(&line).contains("--azure-identity-binding-client-id"),
         "{line}"
     );
 
@@ -1035,19 +1039,17 @@ fn identity_binding_refusals() {
         vec!["--azure-identity-binding-sni", "ib.cluster.test"],
         vec!["--azure-identity-binding-address", "10.0.0.1"],
     ] {
-        let mut a = flags(&entra, &acr);
-        a.extend(bad.iter().map(|s| s.to_string()));
-        let line = exec(&a, &[], &image, &token, &[(AKS_CLIENT, CLIENT_ID)]).failure();
-        assert!(line.contains("--azure-identity-binding"), "{line}");
+        let a = json_logs(&[flags(&entra, &acr), plugin::flags(&bad, &[])].concat());
+        exec(&a, &[], &image, &token, &[(AKS_CLIENT, CLIENT_ID)])
+            .refused("config", &[("flag", bad[0])]);
     }
 
     let out = run(
-        &args,
+        &json,
         &[],
         request(&image, None, &[(AKS_CLIENT, CLIENT_ID)]).as_bytes(),
     );
-    let line = out.failure();
-    assert!(line.contains("token"), "{line}");
+    out.refused("token", &[]);
 
     assert_eq!(binding.issued().len(), 0);
     assert_eq!(entra.server.request_count(), 0);
@@ -1126,15 +1128,14 @@ fn identity_binding_annotations_cannot_move_the_endpoint() {
     );
 
     let url_client = format!("https://{attacker_address}/");
-    let line = exec(
-        &args,
+    exec(
+        &json_logs(&args),
         &[],
         &image,
         &token,
         &[(AKS_CLIENT, url_client.as_str())],
     )
-    .failure();
-    assert!(line.contains("not a client ID"), "{line}");
+    .refused_for_annotation(AKS_CLIENT);
     assert_eq!(binding.server.request_count(), 1);
     assert_eq!(
         attacker.request_count(),

@@ -277,6 +277,14 @@ pub fn auth_entry<'a>(response: &'a Value, key: &str) -> (&'a str, &'a str) {
     )
 }
 
+/// `args` then `--log-format json`: a run whose failure is checked by its
+/// kind and facts ([`Run::refused`]).
+pub fn json_logs(args: &[impl AsRef<str>]) -> Vec<String> {
+    let mut all: Vec<String> = args.iter().map(|a| a.as_ref().to_string()).collect();
+    all.extend(["--log-format", "json"].map(String::from));
+    all
+}
+
 /// `base` then `extra`, owned: the arguments of a run whose flags hold a
 /// fake's address.
 pub fn flags(base: &[&str], extra: &[&str]) -> Vec<String> {

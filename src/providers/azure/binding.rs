@@ -78,12 +78,24 @@ impl Binding {
     /// every part checked here, before any request.
     pub(crate) fn from_options(options: &Options) -> Result<Option<Binding>> {
         let Some(sni) = options.azure_identity_binding_sni.as_deref() else {
-            if options.azure_identity_binding_address.is_some()
-                || options.azure_identity_binding_client_id.is_some()
-                || options.azure_identity_binding_ca.is_some()
-            {
-                return Err(Error::config(
-                    "--azure-identity-binding-address, -client-id and -ca need --azure-identity-binding-sni",
+            let set = [
+                (
+                    "--azure-identity-binding-address",
+                    options.azure_identity_binding_address.is_some(),
+                ),
+                (
+                    "--azure-identity-binding-client-id",
+                    options.azure_identity_binding_client_id.is_some(),
+                ),
+                (
+                    "--azure-identity-binding-ca",
+                    options.azure_identity_binding_ca.is_some(),
+                ),
+            ];
+            if let Some((flag, _)) = set.iter().find(|(_, is_set)| *is_set) {
+                return Err(Error::flag(
+                    flag,
+                    "is set without --azure-identity-binding-sni, which it needs",
                 )
                 .fix("pass the cluster's identity-binding SNI name (AgentBaker's IDENTITY_BINDINGS_LOCAL_AUTHORITY_SNI), or drop the others"));
             }
@@ -98,10 +110,10 @@ impl Binding {
         let default_client_id = match options.azure_identity_binding_client_id.as_deref() {
             None => None,
             Some(value) => Some(identity::parse_client_id(value.trim()).ok_or_else(|| {
-                Error::config(format!(
-                    "--azure-identity-binding-client-id is {}, not a client ID (a GUID)",
-                    quote(value)
-                ))
+                Error::flag(
+                    "--azure-identity-binding-client-id",
+                    format!("is {}, not a client ID (a GUID)", quote(value)),
+                )
                 .fix("set it to the managed identity's client ID (az identity show --query clientId)")
             })?),
         };
@@ -209,10 +221,10 @@ impl Binding {
 /// path, not an IP address (it is the TLS server name).
 fn parse_sni(value: &str) -> Result<String> {
     let bad = |why: &str| {
-        Error::config(format!(
-            "--azure-identity-binding-sni {} {why}",
-            quote(value)
-        ))
+        Error::flag(
+            "--azure-identity-binding-sni",
+            format!("{} {why}", quote(value)),
+        )
         .fix("pass the bare host name the endpoint's certificate is for (AgentBaker's IDENTITY_BINDINGS_LOCAL_AUTHORITY_SNI)")
     };
     if value.contains("://") {
@@ -230,10 +242,10 @@ fn parse_sni(value: &str) -> Result<String> {
 /// `HOST`, `HOST:PORT`, `[IPv6]:PORT` or a bare IPv6 address.
 fn parse_address(value: &str) -> Result<(String, u16)> {
     let bad = || {
-        Error::config(format!(
-            "--azure-identity-binding-address {} is not HOST[:PORT]",
-            quote(value)
-        ))
+        Error::flag(
+            "--azure-identity-binding-address",
+            format!("{} is not HOST[:PORT]", quote(value)),
+        )
         .fix("pass the API server's IP address or DNS name, with :PORT only if it is not 443")
     };
     if let Ok(ip) = value.parse::<IpAddr>() {
