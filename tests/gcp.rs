@@ -33,7 +33,7 @@ use serde_json::{Value, json};
 use support::containerd::Containerd;
 use support::google::{GCP_CLUSTER, GCP_PROJECT, GCP_SCOPE, GSA, STS_FIELDS};
 use support::http_server::{Request, Response, TestServer};
-use support::plugin::{self, exec, request, run};
+use support::plugin::{self, exec, json_logs, request, run, words};
 use support::registry::{Registry, TokenPost};
 use support::token::{self, TokenSpec};
 use wi_credential_provider::internal::duration::format_unix;
@@ -651,9 +651,10 @@ fn federation_accepts_both_audience_forms_and_a_configured_one() {
 fn gke_token_audience_is_the_pool() {
     let google = FakeGoogle::start(Pool::Gke);
     let t = TokenSpec::new("team", "puller", "sts.googleapis.com").mint();
-    let line = exec(&google.args(), &request(IMAGE, Some(&t), &[])).failure();
+    let line = exec(&json_logs(&google.args()), &request(IMAGE, Some(&t), &[]))
+        .refused("token", &[("claim", "aud")]);
     assert!(
-        line.contains("serviceAccountTokenAudience: my-project.svc.id.goog"),
+        words(&line).contains("serviceAccountTokenAudience: my-project.svc.id.goog"),
         "{line}"
     );
     assert_eq!(google.sts.request_count(), 0);
@@ -805,9 +806,9 @@ fn broken_successes_are_refused() {
     ];
     for (canned, needle) in cases {
         google.script_sts(canned);
-        let out = exec(&google.args(), &req);
-        let line = out.failure();
-        assert!(line.contains(needle), "{line}");
+        let out = exec(&json_logs(&google.args()), &req);
+        let line = out.refused("upstream", &[("service", "Google STS"), ("status", "200")]);
+        assert!(words(&line).contains(needle), "{line}");
         assert!(!out.stderr.contains("ya29."), "{}", out.stderr);
     }
 
@@ -818,16 +819,16 @@ fn broken_successes_are_refused() {
         200,
         json!({"accessToken": "ya29.c.x", "expireTime": "in an hour"}),
     ));
-    let line = exec(&google.args(), &req).failure();
+    let iam = [("service", "Google IAM Credentials"), ("status", "200")];
+    let line = exec(&json_logs(&google.args()), &req).refused("upstream", &iam);
     assert!(
-        line.contains("an expireTime \"in an hour\" that is not an RFC 3339 timestamp"),
+        words(&line).contains("an expireTime \"in an hour\" that is not an RFC 3339 timestamp"),
         "{line}"
     );
     google.script_iam(Response::text(200, "<html>proxy login</html>"));
-    let line = exec(&google.args(), &req).failure();
+    let line = exec(&json_logs(&google.args()), &req).refused("upstream", &iam);
     assert!(
-        line.contains("IAM Credentials, asked to impersonate")
-            && line.contains("answered HTTP 200 with a body that is not a JSON token response"),
+        words(&line).contains("a body that is not a JSON token response"),
         "{line}"
     );
 }
@@ -892,12 +893,12 @@ fn a_hanging_endpoint_meets_the_deadline() {
     let google = FakeGoogle::start(Pool::Gke);
     google.script_sts(Response::hang());
     let t = TokenSpec::new("team", "puller", &Pool::Gke.audience()).mint();
-    let mut args = google.args();
-    args.extend(["--timeout".into(), "2s".into()]);
+    let args = json_logs(&[google.args(), plugin::flags(&["--timeout", "2s"], &[])].concat());
     let started = std::time::Instant::now();
-    let line = exec(&args, &request(IMAGE, Some(&t), &[])).failure();
+    let line = exec(&args, &request(IMAGE, Some(&t), &[]))
+        .refused("network", &[("service", "Google STS")]);
     assert!(
-        line.contains("the deadline of 2s ran out while waiting for"),
+        words(&line).contains("the deadline of 2s ran out"),
         "{line}"
     );
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
@@ -959,15 +960,14 @@ fn registry_hosts_and_lookalikes() {
 fn configuration_errors_name_the_flags() {
     let t = TokenSpec::new("team", "puller", &Pool::Gke.audience()).mint();
     let req = request(IMAGE, Some(&t), &[]);
-    let none = exec(&["--provider", "gcp"], &req).failure();
-    assert!(
-        none.contains("the gcp exchanger has no identity pool configured"),
-        "{none}"
+    let config = |args: &[String], flag: &str| {
+        words(&exec(&json_logs(args), &req).refused("config", &[("flag", flag)]))
+    };
+    let none = config(
+        &plugin::flags(&["--provider", "gcp"], &[]),
+        "--gcp-workload-identity-provider",
     );
-    assert!(
-        none.contains("--gcp-workload-identity-provider") && none.contains("--gcp-cluster"),
-        "{none}"
-    );
+    assert!(none.contains("--gcp-cluster"), "{none}");
 
     let both: Vec<String> = [
         "--provider",
@@ -981,17 +981,13 @@ fn configuration_errors_name_the_flags() {
     ]
     .map(String::from)
     .into();
-    let line = exec(&both, &req).failure();
+    let line = config(&both, "--gcp-workload-identity-provider");
     assert!(line.contains("are both set"), "{line}");
 
     let half: Vec<String> = ["--provider", "gcp", "--gcp-project-id", GCP_PROJECT]
         .map(String::from)
         .into();
-    let line = exec(&half, &req).failure();
-    assert!(
-        line.contains("--gcp-project-id is set without --gcp-cluster"),
-        "{line}"
-    );
+    config(&half, "--gcp-project-id");
 
     let prefixed: Vec<String> = [
         "--provider",
@@ -1001,22 +997,19 @@ fn configuration_errors_name_the_flags() {
     ]
     .map(String::from)
     .into();
-    let line = exec(&prefixed, &req).failure();
+    let line = config(&prefixed, "--gcp-workload-identity-provider");
     assert!(
         line.contains("the flag takes the resource name alone"),
         "{line}"
     );
 
     // The same through the environment, as the kubelet's `env` sets it.
-    let out = run(
-        &["--provider", "gcp"],
+    run(
+        &["--provider", "gcp", "--log-format", "json"],
         &[("WICP_GCP_CLUSTER", "prod")],
         req.as_bytes(),
-    );
-    assert!(
-        out.failure()
-            .contains("--gcp-cluster is set without --gcp-project-id")
-    );
+    )
+    .refused("config", &[("flag", "--gcp-cluster")]);
 
     // An unusable lifetime is a usage error.
     let out = run(

@@ -15,7 +15,7 @@
 //! sent: a typo fails here with the flag's name instead of as an opaque
 //! `invalid_target` from STS.
 
-use crate::base::error::{Error, Result, quote};
+use crate::base::error::{Error, Fact, Result, quote};
 use crate::request::token::ServiceAccount;
 
 /// The annotation naming the Google service account to impersonate; without
@@ -61,28 +61,33 @@ impl Mode {
             ))
             .fix(format!(
                 "keep {WIF_FLAG} for Workload Identity Federation, or {PROJECT_FLAG} with {CLUSTER_FLAG} for GKE Workload Identity, not both"
-            ))),
+            ))
+            .with(Fact::Flag, WIF_FLAG)),
             (None, Some(_), None) => Err(Error::config(format!(
                 "{PROJECT_FLAG} is set without {CLUSTER_FLAG}; GKE Workload Identity needs both"
             ))
             .fix(format!(
                 "add {CLUSTER_FLAG} projects/PROJECT_ID/locations/LOCATION/clusters/NAME, or use {WIF_FLAG} instead"
-            ))),
+            ))
+            .with(Fact::Flag, PROJECT_FLAG)),
             (None, None, Some(_)) => Err(Error::config(format!(
                 "{CLUSTER_FLAG} is set without {PROJECT_FLAG}; GKE Workload Identity needs both"
             ))
             .fix(format!(
                 "add {PROJECT_FLAG} with the project that owns the Workload Identity pool (PROJECT_ID.svc.id.goog)"
-            ))),
+            ))
+            .with(Fact::Flag, CLUSTER_FLAG)),
         }
     }
 
     /// The error for a request routed to an exchanger with no mode.
     pub(crate) fn not_configured() -> Error {
-        Error::config("the gcp exchanger has no identity pool configured").fix(format!(
-            "pass {WIF_FLAG} projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER \
-             (Workload Identity Federation), or {PROJECT_FLAG} with {CLUSTER_FLAG} (GKE Workload Identity)"
-        ))
+        Error::config("the gcp exchanger has no identity pool configured")
+            .fix(format!(
+                "pass {WIF_FLAG} projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER \
+                 (Workload Identity Federation), or {PROJECT_FLAG} with {CLUSTER_FLAG} (GKE Workload Identity)"
+            ))
+            .with(Fact::Flag, WIF_FLAG)
     }
 
     /// A short name for logs and cache inputs.
@@ -148,8 +153,7 @@ fn parse_provider(value: &str) -> Result<String> {
         "write {WIF_FLAG} as projects/PROJECT_NUMBER/locations/global/workloadIdentityPools/POOL_ID/providers/PROVIDER_ID \
          (gcloud iam workload-identity-pools providers describe PROVIDER_ID --workload-identity-pool POOL_ID --location global --format 'value(name)')"
     );
-    let bad =
-        |why: &str| Error::config(format!("{WIF_FLAG} {} {why}", quote(value))).fix(fix.clone());
+    let bad = |why: &str| Error::flag(WIF_FLAG, format!("{} {why}", quote(value))).fix(fix.clone());
     for prefix in ["//iam.googleapis.com/", "https://iam.googleapis.com/"] {
         if value.starts_with(prefix) {
             return Err(bad(&format!(
@@ -196,7 +200,7 @@ fn parse_provider(value: &str) -> Result<String> {
 /// ends.
 fn parse_cluster(value: &str) -> Result<String> {
     let bad = |why: &str| {
-        Error::config(format!("{CLUSTER_FLAG} {} {why}", quote(value))).fix(format!(
+        Error::flag(CLUSTER_FLAG, format!("{} {why}", quote(value))).fix(format!(
             "write {CLUSTER_FLAG} as projects/PROJECT_ID/locations/LOCATION/clusters/NAME, \
              e.g. projects/my-project/locations/us-central1/clusters/prod"
         ))
