@@ -5,7 +5,7 @@ use crate::support;
 
 use support::chainguard::{AUDIENCE, FakeChainguard, IDENTITY, OTHER_IDENTITY, grpc_error};
 use support::http_server::{Response, TestServer};
-use support::plugin::{self, Run, exec, request, run};
+use support::plugin::{self, Run, exec, json_logs, request, run, words};
 use support::token::TokenSpec;
 
 const IMAGE: &str = "cgr.dev/example.com/app:latest";
@@ -54,16 +54,15 @@ fn a_path_scoped_mirror_keys_the_answer_with_its_path() {
     // cgr.dev itself stays keyed for the registry it is.
     let out = exec(&scoped, &request(IMAGE, Some(&t), &[(OURS, IDENTITY)]));
     assert_eq!(out.response_for(IMAGE)["cacheKeyType"], "Registry");
-    let line = exec(
-        &scoped,
+    exec(
+        &json_logs(&scoped),
         &request(
             "mirror.example.com/other/app",
             Some(&t),
             &[(OURS, IDENTITY)],
         ),
     )
-    .failure();
-    assert!(line.contains("not served"), "{line}");
+    .refused_registry("mirror.example.com");
     assert_eq!(cg.issued().len(), 2);
 }
 
@@ -79,16 +78,19 @@ fn identity_order_cookbook_key_and_flag() {
     .response();
     // Ours wins over the cookbook's: IDENTITY does not trust team/other.
     let line = exec(
-        &args(&cg, &[]),
+        &args(&cg, &["--log-format", "json"]),
         &request(
             IMAGE,
             Some(&other),
             &[(OURS, IDENTITY), (COOKBOOK, OTHER_IDENTITY)],
         ),
     )
-    .failure();
+    .refused(
+        "upstream",
+        &[("service", "Chainguard's STS"), ("status", "403")],
+    );
     support::assert_says(
-        &line,
+        &words(&line),
         &[
             "HTTP 403 PERMISSION_DENIED",
             "system:serviceaccount:team:other",
@@ -102,12 +104,11 @@ fn identity_order_cookbook_key_and_flag() {
     .response();
     // Neither: refused before the network.
     let before = cg.server.request_count();
-    let line = exec(
-        &args(&cg, &[]),
+    exec(
+        &args(&cg, &["--log-format", "json"]),
         &request(IMAGE, Some(&token("puller")), &[]),
     )
-    .failure();
-    assert!(line.contains("no Chainguard identity to assume"), "{line}");
+    .refused_for_annotation(OURS);
     assert_eq!(cg.server.request_count(), before);
     let ids: Vec<Vec<String>> = cg
         .server
@@ -159,15 +160,11 @@ fn hostile_annotations_and_registries_are_refused_before_any_call() {
         "evil.net/cgr.dev/app",
         "cgr.dev:8443/app",
     ] {
-        let line = exec(
-            &args(&cg, &[]),
+        exec(
+            &args(&cg, &["--log-format", "json"]),
             &request(image, Some(&t), &[(OURS, IDENTITY)]),
         )
-        .failure();
-        assert!(
-            line.contains("not served by the chainguard provider"),
-            "{image}: {line}"
-        );
+        .refused_registry(image.split_once('/').unwrap().0);
     }
     assert_eq!(elsewhere.request_count(), 0);
     // Nothing reached the STS.
@@ -236,23 +233,21 @@ fn refusals_and_faults_name_the_code_and_a_fix() {
     assert_eq!(cg.server.request_count() - before, 4);
     // Malformed JSON, no token, an expired token.
     cg.script([Response::text(200, "{\"token\":")]);
-    assert!(
-        exec(&a, &req)
-            .failure()
-            .contains("not a JSON token response")
-    );
+    let (_, line) = refused(exec(&json, &req), "200");
+    assert!(line.contains("not a JSON token response"), "{line}");
     cg.script([Response::json(
         200,
         serde_json::json!({"refreshToken": "r"}),
     )]);
-    assert!(exec(&a, &req).failure().contains("no token"));
+    let (_, line) = refused(exec(&json, &req), "200");
+    assert!(line.contains("no token"), "{line}");
     let expired = support::token::sign(
         &serde_json::json!({"exp": support::token::now() - 5}),
         support::token::WRONG_KEY,
     );
     cg.script([Response::json(200, serde_json::json!({"token": expired}))]);
-    let out = exec(&a, &req);
-    assert!(out.failure().contains("expired already"));
+    let (out, line) = refused(exec(&json, &req), "200");
+    assert!(line.contains("expired already"), "{line}");
     out.assert_no_secrets(&[expired, t]);
 }
 
@@ -261,11 +256,10 @@ fn auto_never_routes_to_chainguard() {
     let cg = FakeChainguard::start();
     let t = token("puller");
     let out = run(
-        &["--provider", "auto", "--chainguard-issuer-url", &cg.url()],
+        &json_logs(&["--provider", "auto", "--chainguard-issuer-url", &cg.url()]),
         &[],
         request(IMAGE, Some(&t), &[(OURS, IDENTITY)]).as_bytes(),
     );
-    let line = out.failure();
-    assert!(!line.contains("Chainguard's STS"), "{line}");
+    out.refused_registry("cgr.dev");
     assert_eq!(cg.server.request_count(), 0);
 }

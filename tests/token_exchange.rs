@@ -6,7 +6,7 @@
 use crate::support;
 
 use support::http_server::{Response, TestServer};
-use support::plugin::{self, IMAGE, REGISTRY, exec, request};
+use support::plugin::{self, IMAGE, REGISTRY, exec, json_logs, request, words};
 use support::sts::{ACCESS_TOKEN, AUDIENCE, Expect, FakeSts, oauth_error};
 use support::token::TokenSpec;
 
@@ -88,12 +88,11 @@ fn a_path_scoped_registry_keys_the_answer_with_its_path() {
     scoped[at] = "registry.example.com/team".to_string();
     let out = exec(&scoped, &request(IMAGE, Some(&t), &[]));
     out.assert_path_scoped(IMAGE, "registry.example.com/team");
-    let line = exec(
-        &scoped,
+    exec(
+        &json_logs(&scoped),
         &request("registry.example.com/other/app:v1", Some(&t), &[]),
     )
-    .failure();
-    assert!(line.contains("not allowed"), "{line}");
+    .refused_registry(REGISTRY);
     assert_eq!(sts.issued().len(), 1);
 }
 
@@ -125,18 +124,21 @@ fn client_authentication_and_username_from_the_answer() {
 
     // The wrong secret: the server's 401 invalid_client, with the fix.
     std::fs::write(&secret_file, "wrong").unwrap();
-    let line = exec(&with_secret, &request(IMAGE, Some(&t), &[])).failure();
+    let invalid_client = [("service", "the token server"), ("status", "401")];
+    let line = exec(&json_logs(&with_secret), &request(IMAGE, Some(&t), &[]))
+        .refused("upstream", &invalid_client);
     support::assert_says(
-        &line,
+        &words(&line),
         &[
             "HTTP 401 invalid_client: \"Client authentication failed.\"",
             "--token-exchange-client-secret-file",
         ],
     );
     // No client authentication at all, as a public client: refused too.
-    let line = exec(&base, &request(IMAGE, Some(&t), &[])).failure();
-    assert!(line.contains("invalid_client"), "{line}");
-    assert!(!line.contains("wrong"), "{line}");
+    let out = exec(&json_logs(&base), &request(IMAGE, Some(&t), &[]));
+    let line = out.refused("upstream", &invalid_client);
+    assert!(words(&line).contains("invalid_client"), "{line}");
+    assert!(!out.stderr.contains("wrong"), "{line}");
 }
 
 #[test]
@@ -147,13 +149,15 @@ fn refusals_and_faults_name_the_code_and_a_fix() {
     let req = request(IMAGE, Some(&t), &[]);
     // The server's refusal, with `status` as a fact; its words.
     let json = [a.clone(), vec!["--log-format".into(), "json".into()]].concat();
-    let refused = |request: &str, status: &str| -> String {
-        let line = exec(&json, request).failure_json();
-        assert_eq!(line["kind"], "upstream", "{line}");
-        assert_eq!(line["facts"]["status"], status, "{line}");
-        assert!(line["facts"]["service"].is_string(), "{line}");
-        plugin::words(&line)
+    let refused_run = |request: &str, status: &str| -> (plugin::Run, String) {
+        let out = exec(&json, request);
+        let line = out.refused(
+            "upstream",
+            &[("service", "the token server"), ("status", status)],
+        );
+        (out, words(&line))
     };
+    let refused = |request: &str, status: &str| refused_run(request, status).1;
 
     // A token the server does not trust (another subject).
     let other = TokenSpec::new("team", "other", AUDIENCE).mint();
@@ -166,8 +170,7 @@ fn refusals_and_faults_name_the_code_and_a_fix() {
     assert!(line.contains("https://oidc.cluster.test"), "{line}");
     // Signed by another key: the server's description is repeated, without the token.
     let forged = TokenSpec::new("team", "puller", AUDIENCE).mint_with_wrong_key();
-    let out = exec(&a, &request(IMAGE, Some(&forged), &[]));
-    let line = out.failure();
+    let (out, line) = refused_run(&request(IMAGE, Some(&forged), &[]), "400");
     assert!(
         line.contains("invalid_grant: \"subject_token is invalid: InvalidSignature\""),
         "{line}"
@@ -192,7 +195,7 @@ fn refusals_and_faults_name_the_code_and_a_fix() {
         "invalid_request",
         "Missing required parameter: subject_token_type",
     )]);
-    let line = exec(&a, &req).failure();
+    let line = refused(&req, "400");
     assert!(line.contains("is its token endpoint"), "{line}");
 
     // 429 with Retry-After: retried, then success.
@@ -225,15 +228,14 @@ fn refusals_and_faults_name_the_code_and_a_fix() {
     assert_eq!(sts.server.request_count() - before, 4);
     // Malformed JSON and a token already expired.
     sts.script([Response::text(200, "{\"access_token\": ")]);
-    let line = exec(&a, &req).failure();
+    let line = refused(&req, "200");
     assert!(line.contains("not a JSON token response"), "{line}");
     let expired = support::token::sign(
         &serde_json::json!({"sub": "robot", "exp": support::token::now() - 60}),
         support::token::WRONG_KEY,
     );
     sts.script([Response::json(200, serde_json::json!({"access_token": expired, "issued_token_type": ACCESS_TOKEN, "token_type": "Bearer"}))]);
-    let out = exec(&a, &req);
-    let line = out.failure();
+    let (out, line) = refused_run(&req, "200");
     assert!(line.contains("expired already"), "{line}");
     out.assert_no_secrets(&[expired, t]);
 }
