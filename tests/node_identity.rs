@@ -15,7 +15,7 @@ use support::containerd::Containerd;
 use support::http_server::{Response, TestServer};
 use support::metadata::{self, Behaviour, InstanceProfile};
 use support::moto::{Moto, ROLE_ANNOTATION};
-use support::plugin::{Run, request, run};
+use support::plugin::{Run, request, run, words};
 use support::registry::Registry;
 use support::token::TokenSpec;
 
@@ -30,6 +30,15 @@ fn aws(args: &[&str], env: &[(&str, &str)], token: Option<&str>, ann: &[(&str, &
         env,
         request(&format!("{ECR_HOST}/team/app:1.0"), token, ann).as_bytes(),
     )
+}
+
+/// Asserts that a run with `--log-format json` failed for service
+/// account `sa` with an error of `kind` recording `facts`; returns its
+/// words.
+fn refused_for(run: &Run, sa: &str, kind: &str, facts: &[(&str, &str)]) -> String {
+    let line = run.refused(kind, facts);
+    assert_eq!(line["service_account"], sa, "{line}");
+    words(&line)
 }
 
 fn password(run: &Run, key: &str) -> String {
@@ -126,24 +135,26 @@ fn aws_an_opted_in_service_account_that_is_denied_never_falls_back() {
     ];
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let token = TokenSpec::new("team", "api", "sts.amazonaws.com").mint();
+    let json = ["--fallback", "node", "--log-format", "json"];
     let run = aws(
-        &["--fallback", "node"],
+        &json,
         &env,
         Some(&token),
         &[(ROLE_ANNOTATION, "arn:aws:iam::210987654321:role/api-pull")],
     );
-    let line = run.failure();
-    support::assert_says(&line, &["service account team/api", "AccessDenied"]);
+    let refused = [("service", "AWS STS"), ("status", "403")];
+    let line = refused_for(&run, "team/api", "upstream", &refused);
+    assert!(line.contains("AccessDenied"), "{line}");
     assert_eq!(imds.requests().len(), 0, "the node identity was consulted");
 
     // An annotation that is there but malformed is an opt-in too.
     let run = aws(
-        &["--fallback", "node"],
+        &json,
         &env,
         Some(&token),
         &[(ROLE_ANNOTATION, "arn:aws:iam::210987654321:user/not-a-role")],
     );
-    run.failure();
+    run.refused_for_annotation(ROLE_ANNOTATION);
     assert_eq!(imds.requests().len(), 0);
 }
 
@@ -157,13 +168,16 @@ fn aws_without_fallback_node_is_refused_as_before() {
     ];
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let token = TokenSpec::new("team", "web", "sts.amazonaws.com").mint();
-    let line = aws(&[], &env, Some(&token), &[]).failure();
-    support::assert_says(
-        &line,
-        &["service account team/web", "no role ARN annotation"],
-    );
-    let line = aws(&["--fallback", "none"], &env, None, &[]).failure();
-    assert!(line.contains("carries no service account token"), "{line}");
+    let json = ["--log-format", "json"];
+    let unannotated = aws(&json, &env, Some(&token), &[]);
+    refused_for(&unannotated, "team/web", "annotation", &[]);
+    aws(
+        &["--fallback", "none", "--log-format", "json"],
+        &env,
+        None,
+        &[],
+    )
+    .refused("token", &[]);
     assert_eq!(imds.requests().len(), 0);
     // And a provider with no node identity refuses the flag.
     let line = run(
@@ -174,12 +188,14 @@ fn aws_without_fallback_node_is_refused_as_before() {
             "r.example",
             "--fallback",
             "node",
+            "--log-format",
+            "json",
         ],
         &[],
         request("r.example/a", Some(&token), &[]).as_bytes(),
     )
-    .failure();
-    assert!(line.contains("has no node identity"), "{line}");
+    .refused("config", &[]);
+    assert!(words(&line).contains("has no node identity"), "{line}");
 }
 
 /// A fake ECR (JSON 1.1, as tests/aws.rs uses it) whose password names the
@@ -273,13 +289,15 @@ fn a_missing_silent_garbage_or_huge_metadata_service_fails_clearly_and_quickly()
     let port = metadata::closed_port();
     let absent = format!("http://127.0.0.1:{port}");
     let started = Instant::now();
-    let line = aws(
-        &["--fallback", "node"],
+    let imds_service = ("service", "the EC2 instance metadata service (IMDSv2)");
+    let node_json = ["--fallback", "node", "--log-format", "json"];
+    let run = aws(
+        &node_json,
         &[("AWS_EC2_METADATA_SERVICE_ENDPOINT", &absent)],
         None,
         &[],
-    )
-    .failure();
+    );
+    let line = words(&run.refused("network", &[imds_service]));
     support::assert_says(
         &line,
         &["this node has no metadata service", "needs an EC2 instance"],
@@ -293,12 +311,14 @@ fn a_missing_silent_garbage_or_huge_metadata_service_fails_clearly_and_quickly()
     let imds = metadata::imds(None);
     let env = [("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds.url())];
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let line = aws(&["--fallback", "node"], &env, None, &[]).failure();
-    assert!(line.contains("no IAM role is attached"), "{line}");
+    let run = aws(&node_json, &env, None, &[]);
+    let line = run.refused("upstream", &[imds_service, ("status", "404")]);
+    assert!(words(&line).contains("no IAM role is attached"), "{line}");
 
     imds.behave(Behaviour::Silent);
     let started = Instant::now();
-    let line = aws(&["--fallback", "node"], &env, None, &[]).failure();
+    let run = aws(&node_json, &env, None, &[]);
+    let line = words(&run.refused("network", &[imds_service]));
     support::assert_says(&line, &["no answer came", "hop limit"]);
     assert!(
         started.elapsed() < Duration::from_secs(8),
@@ -313,8 +333,9 @@ fn a_missing_silent_garbage_or_huge_metadata_service_fails_clearly_and_quickly()
         (Behaviour::Garbage, "not an IAM role name"),
     ] {
         imds.behave(behaviour);
-        let line = aws(&["--fallback", "node"], &env, None, &[]).failure();
-        assert!(line.contains(said), "{behaviour:?}: {line}");
+        let run = aws(&node_json, &env, None, &[]);
+        let line = run.refused("upstream", &[imds_service, ("status", "200")]);
+        assert!(words(&line).contains(said), "{behaviour:?}: {line}");
     }
 }
 
@@ -417,8 +438,9 @@ fn azure_the_kubelet_identity_from_the_cloud_config_for_pods_without_a_client_id
     // An opted-in service account whose federation Entra refuses fails,
     // and IMDS is not asked.
     let stranger = TokenSpec::new("team", "api", "api://AzureADTokenExchange").mint();
-    let line = azure(
-        &node,
+    let node_json = [&node[..], &["--log-format", "json"]].concat();
+    let run = azure(
+        &node_json,
         &entra,
         &acr,
         Some(&stranger),
@@ -426,15 +448,15 @@ fn azure_the_kubelet_identity_from_the_cloud_config_for_pods_without_a_client_id
             ("azure.workload.identity/client-id", CLIENT_ID),
             ("azure.workload.identity/tenant-id", TENANT),
         ],
-    )
-    .failure();
-    support::assert_says(&line, &["service account team/api", "AADSTS700213"]);
+    );
+    let line = refused_for(&run, "team/api", "upstream", &[("service", "Entra ID")]);
+    assert!(line.contains("AADSTS700213"), "{line}");
     assert_eq!(imds.requests().len(), 2);
 
     // Without a managed identity in the config, and no flag: said so.
     std::fs::write(config, r#"{"useManagedIdentityExtension":false}"#).unwrap();
-    let line = azure(&node, &entra, &acr, None, &[]).failure();
-    assert!(line.contains("--azure-node-client-id"), "{line}");
+    let line = azure(&node_json, &entra, &acr, None, &[]).failure_json();
+    assert!(words(&line).contains("--azure-node-client-id"), "{line}");
 }
 
 /// Round-4 item 3: under `--fallback node`, an image of another cloud's
@@ -470,13 +492,15 @@ fn azure_the_node_identity_never_goes_to_another_clouds_registry() {
                 &imds_url,
                 "--acr-endpoint",
                 &endpoint,
+                "--log-format",
+                "json",
             ],
             &[],
             request(&format!("{registry}/team/app"), None, &[]).as_bytes(),
         );
-        let line = run.failure();
+        let line = run.refused_registry(registry);
         assert!(
-            line.contains("the node is in the AzurePublic cloud"),
+            words(&line).contains("the node is in the AzurePublic cloud"),
             "{line}"
         );
         assert_eq!(acr.server.request_count(), 0, "{registry}");
@@ -599,8 +623,11 @@ fn gcp_only_opted_in_service_accounts_use_their_own_identity() {
             "puller@p.iam.gserviceaccount.com",
         ),
     ] {
-        let line = gcp(&flags, &env, Some(&token), &[ann]).failure();
-        support::assert_says(&line, &["service account team/web", "invalid_grant"]);
+        let json = [&flags[..], &["--log-format", "json"]].concat();
+        let run = gcp(&json, &env, Some(&token), &[ann]);
+        let refused = [("service", "Google STS"), ("status", "400")];
+        let line = refused_for(&run, "team/web", "upstream", &refused);
+        assert!(line.contains("invalid_grant"), "{line}");
     }
     assert_eq!(sts.request_count(), 2);
     assert_eq!(gce.requests().len(), 3);
@@ -719,13 +746,21 @@ fn a_deadline_spent_between_imds_calls_is_not_called_a_silent_service() {
     });
     let url = imds.url();
     let started = Instant::now();
-    let line = aws(
-        &["--fallback", "node", "--timeout", "1s"],
+    let run = aws(
+        &[
+            "--fallback",
+            "node",
+            "--timeout",
+            "1s",
+            "--log-format",
+            "json",
+        ],
         &[("AWS_EC2_METADATA_SERVICE_ENDPOINT", &url)],
         None,
         &[],
-    )
-    .failure();
+    );
+    let service = ("service", "the EC2 instance metadata service (IMDSv2)");
+    let line = words(&run.refused("network", &[service]));
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "{:?}",

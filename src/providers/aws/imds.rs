@@ -115,6 +115,7 @@ async fn session_token(
             metadata::said(&reply)
         ))
         .fix(fix.to_string())
+        .answered(service.name, reply.status, &reply.body)
     };
     match reply.status {
         200 => {}
@@ -131,7 +132,7 @@ async fn session_token(
             ));
         }
     }
-    let text = String::from_utf8(reply.body)
+    let text = std::str::from_utf8(&reply.body)
         .ok()
         .map(|t| t.trim().to_string())
         .filter(|t| !t.is_empty() && t.len() <= 1024 && !t.chars().any(char::is_control))
@@ -141,6 +142,7 @@ async fn session_token(
                 service.name, service.base
             ))
             .fix("check that AWS_EC2_METADATA_SERVICE_ENDPOINT (if set) is EC2's instance metadata service")
+            .answered(service.name, reply.status, &reply.body)
         })?;
     Ok(Secret::new(text))
 }
@@ -162,7 +164,8 @@ fn role_name(service: &metadata::Service, reply: &http::Reply) -> Result<String>
                 "{} at {} lists no instance profile role (HTTP 404): no IAM role is attached to this instance",
                 service.name, service.base
             ))
-            .fix("attach an instance profile whose role may pull from ECR (AmazonEC2ContainerRegistryReadOnly), or use --fallback none"));
+            .fix("attach an instance profile whose role may pull from ECR (AmazonEC2ContainerRegistryReadOnly), or use --fallback none")
+            .answered(service.name, reply.status, &reply.body));
         }
         status => return Err(unexpected(service, "the role list", status, reply)),
     }
@@ -175,7 +178,8 @@ fn role_name(service: &metadata::Service, reply: &http::Reply) -> Result<String>
             service.base,
             quote(name)
         ))
-        .fix("check that AWS_EC2_METADATA_SERVICE_ENDPOINT (if set) is EC2's instance metadata service"));
+        .fix("check that AWS_EC2_METADATA_SERVICE_ENDPOINT (if set) is EC2's instance metadata service")
+        .answered(service.name, reply.status, &reply.body));
     }
     Ok(name.to_string())
 }
@@ -196,6 +200,7 @@ fn unexpected(service: &metadata::Service, what: &str, status: u16, reply: &http
         metadata::said(reply)
     ))
     .fix(fix)
+    .answered(service.name, reply.status, &reply.body)
 }
 
 /// A field of the credentials JSON, matched case-insensitively as the SDK
