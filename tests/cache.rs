@@ -952,10 +952,12 @@ fn an_unsafe_cache_directory_is_refused_before_any_exchange() {
 
     let token = sa_token("team", "puller");
     let refused = |dir: &Path, needle: &str| {
-        let out = world.pull_with(&["--cache-dir", arg(dir)], &token, IDENTITY);
-        let line = out.failure();
-        assert!(line.contains(needle), "{line}");
-        support::assert_says(&line, &["service account team/puller", "fix:"]);
+        let extra = ["--cache-dir", arg(dir), "--log-format", "json"];
+        let out = world.pull_with(&extra, &token, IDENTITY);
+        let line = out.refused("cache", &[("flag", "--cache-dir")]);
+        assert_eq!(line["service_account"], "team/puller", "{line}");
+        assert!(line["fix"].is_string(), "{line}");
+        assert!(support::plugin::words(&line).contains(needle), "{line}");
     };
     refused(&link, "is a symbolic link");
     std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o770)).unwrap();

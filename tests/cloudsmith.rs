@@ -78,14 +78,13 @@ fn a_path_scoped_registry_keys_the_answer_with_its_path() {
     let out = invoke(&args, IMAGE, &token, &[(OURS, SERVICE)]);
     out.assert_path_scoped(IMAGE, "docker.cloudsmith.io/acme/repo");
     let sent = fake.request_count();
-    let line = invoke(
+    ts::invoke_json(
         &args,
         "docker.cloudsmith.io/other/repo/app:v1",
         &token,
         &[(OURS, SERVICE)],
     )
-    .failure();
-    assert!(line.contains("not allowed"), "{line}");
+    .refused_registry(REGISTRY);
     assert_eq!(fake.request_count(), sent);
 }
 
@@ -173,23 +172,22 @@ fn refusals_name_cloudsmith_the_status_and_the_fix() {
     assert_eq!(fake.request_count(), before + 2);
     // The fake's own refusals: another service, another service account,
     // another organisation.
-    let line = invoke(
+    let refused = [("service", "Cloudsmith"), ("status", "401")];
+    ts::invoke_json(
         &args(&fake, REGISTRY, ORG),
         IMAGE,
         &token,
         &[(OURS, "other")],
     )
-    .failure();
-    assert!(line.contains("HTTP 401"), "{line}");
+    .refused("upstream", &refused);
     let other = TokenSpec::new("team", "intruder", AUDIENCE).mint();
-    let line = invoke(
+    ts::invoke_json(
         &args(&fake, REGISTRY, ORG),
         IMAGE,
         &other,
         &[(OURS, SERVICE)],
     )
-    .failure();
-    assert!(line.contains("HTTP 401"), "{line}");
+    .refused("upstream", &refused);
 }
 
 #[test]

@@ -5,6 +5,7 @@ use crate::support;
 
 use support::http_server::Response;
 use support::jfrog::{self, Integration};
+use support::plugin;
 use support::token::TokenSpec;
 use support::token_service::{self as ts, FakeService, Trust, invoke};
 
@@ -93,8 +94,7 @@ fn a_path_scoped_registry_keys_the_answer_with_its_path() {
     let out = invoke(&args, IMAGE, &token, &[]);
     out.assert_path_scoped(IMAGE, "example.jfrog.io/docker-local");
     let sent = fake.request_count();
-    let line = invoke(&args, "example.jfrog.io/other/app:v1", &token, &[]).failure();
-    assert!(line.contains("not allowed"), "{line}");
+    ts::invoke_json(&args, "example.jfrog.io/other/app:v1", &token, &[]).refused_registry(REGISTRY);
     assert_eq!(fake.request_count(), sent);
 }
 
@@ -212,22 +212,22 @@ fn refusals_name_jfrog_the_status_and_the_fix() {
     invoke(&args(&fake, REGISTRY, &[]), IMAGE, &token, &[]).response_for(IMAGE);
     assert_eq!(fake.request_count(), before + 2);
     // The real refusals of the fake, not scripted ones.
-    let line = invoke(
+    let line = ts::invoke_json(
         &args(&fake, REGISTRY, &[]),
         IMAGE,
         &token,
         &[(MAPPING_KEY, "team-b")],
     )
-    .failure();
+    .refused("upstream", &[("service", "JFrog"), ("status", "404")]);
     assert!(
-        line.contains("HTTP 404 NOT_FOUND: \"Identity mapping not found\""),
+        plugin::words(&line).contains("NOT_FOUND: \"Identity mapping not found\""),
         "{line}"
     );
     let other = TokenSpec::new("team", "intruder", AUDIENCE).mint();
-    let line = invoke(&args(&fake, REGISTRY, &[]), IMAGE, &other, &[]).failure();
+    let line = ts::invoke_json(&args(&fake, REGISTRY, &[]), IMAGE, &other, &[])
+        .refused("upstream", &[("service", "JFrog"), ("status", "401")]);
     assert!(
-        line.contains("HTTP 401 UNAUTHORIZED")
-            && line.contains("system:serviceaccount:team:intruder"),
+        plugin::words(&line).contains("system:serviceaccount:team:intruder"),
         "{line}"
     );
 }

@@ -103,7 +103,7 @@ fn skopeo_pulls_with_the_passthrough_credentials() {
 fn a_path_scoped_registry_gets_a_path_scoped_key() {
     let token = TokenSpec::new("team", "puller", "harbor.example.com").mint();
     let pull = |registries: &[&str], image: &str| {
-        let mut args = vec!["--provider", "passthrough"];
+        let mut args = vec!["--provider", "passthrough", "--log-format", "json"];
         for r in registries {
             args.extend(["--registry", r]);
         }
@@ -151,7 +151,7 @@ fn a_path_scoped_registry_gets_a_path_scoped_key() {
         &["harbor.example.com/team-a"],
         "harbor.example.com/team-b/app",
     )
-    .failure();
+    .refused_registry("harbor.example.com");
 }
 
 /// The same end to end with the client a node really uses: containerd, fed
@@ -312,16 +312,20 @@ fn skopeo_pulls_through_zots_token_endpoint_with_the_passthrough_credentials() {
 fn a_registry_pattern_with_a_scheme_is_refused() {
     let token = TokenSpec::new("team", "puller", "harbor.test").mint();
     let out = run(
-        &passthrough("https://harbor.test", "harbor.test", &[]),
+        &passthrough(
+            "https://harbor.test",
+            "harbor.test",
+            &["--log-format", "json"],
+        ),
         &[],
         request("harbor.test/team/app", Some(&token), &[]).as_bytes(),
     );
-    let line = out.failure();
+    let line = out.refused("config", &[("flag", "--registry")]);
     support::assert_says(
-        &line,
+        &support::plugin::words(&line),
         &["has a scheme (https://)", "--registry harbor.test"],
     );
-    assert!(!out.stderr.contains(&token));
+    out.assert_no_secrets(&[&token]);
 }
 
 /// Registry mirrors end to end with containerd (docs/mirrors.md). The pod

@@ -4,6 +4,7 @@
 use crate::support;
 
 use support::http_server::Response;
+use support::plugin;
 use support::quay;
 use support::token::TokenSpec;
 use support::token_service::{self as ts, FakeService, Trust, invoke};
@@ -68,14 +69,13 @@ fn a_path_scoped_registry_keys_the_answer_with_its_path() {
     out.assert_path_scoped(IMAGE, "quay.example.com/acme");
     // Another path of the same host is not the admin's: nothing is sent.
     let sent = fake.request_count();
-    let line = invoke(
+    ts::invoke_json(
         &args,
         "quay.example.com/other/app:v1",
         &token,
         &[(OURS, ROBOT)],
     )
-    .failure();
-    assert!(line.contains("not allowed"), "{line}");
+    .refused_registry(REGISTRY);
     assert_eq!(fake.request_count(), sent);
 }
 
@@ -147,17 +147,22 @@ fn refusals_name_quay_the_status_and_the_fix() {
     assert_eq!(fake.request_count(), before + 2);
     // The fake's own refusals: a robot without this federation, another
     // service account.
-    let line = invoke(
+    let refused = [("service", "Quay"), ("status", "401")];
+    let line = ts::invoke_json(
         &args(&fake, REGISTRY),
         IMAGE,
         &token,
         &[(OURS, "acme+other")],
     )
-    .failure();
-    assert!(line.contains("HTTP 401: \"Invalid robot\""), "{line}");
+    .refused("upstream", &refused);
+    assert!(plugin::words(&line).contains("\"Invalid robot\""), "{line}");
     let other = TokenSpec::new("team", "intruder", AUDIENCE).mint();
-    let line = invoke(&args(&fake, REGISTRY), IMAGE, &other, &[(OURS, ROBOT)]).failure();
-    assert!(line.contains("Invalid federated token: subject"), "{line}");
+    let line = ts::invoke_json(&args(&fake, REGISTRY), IMAGE, &other, &[(OURS, ROBOT)])
+        .refused("upstream", &refused);
+    assert!(
+        plugin::words(&line).contains("Invalid federated token: subject"),
+        "{line}"
+    );
 }
 
 #[test]
@@ -189,15 +194,15 @@ fn annotations_never_move_the_token() {
         });
     }
     // A robot of an organisation the admin did not allow.
-    let line = invoke(
+    let line = ts::invoke_json(
         &args(&fake, REGISTRY),
         IMAGE,
         &token,
         &[(OURS, "evil+puller")],
     )
-    .failure();
+    .refused_for_annotation(OURS);
     assert!(
-        line.contains("organisation evil, which is not allowed"),
+        plugin::words(&line).contains("organisation evil, which is not allowed"),
         "{line}"
     );
     // No robot at all: the annotation to set is ours.

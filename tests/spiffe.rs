@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::plugin::{IMAGE, REGISTRY, Run, request, run};
+use support::plugin::{self, IMAGE, REGISTRY, Run, json_logs, request, run};
 use support::spire::{self, SpireAgent, entry, id_of};
 use support::sts::{AUDIENCE as STS_AUDIENCE, Expect, FakeSts};
 use support::token::TokenSpec;
@@ -261,8 +261,11 @@ fn one_identity_shares_the_cache_and_another_never_does() {
     agent.configure(
         json!({"entries": [entry("spiffe://cluster.test/ns/team/sa/builder", &["k8s:ns:team"])]}),
     );
-    let line = exec(&args, IMAGE, &kubelet_token("builder"), &[]).failure();
-    support::assert_says(&line, &["service account team/builder", "invalid_grant"]);
+    let refused = [("service", "the token server"), ("status", "400")];
+    let line = exec(&json_logs(&args), IMAGE, &kubelet_token("builder"), &[])
+        .refused("upstream", &refused);
+    assert_eq!(line["service_account"], "team/builder", "{line}");
+    assert!(plugin::words(&line).contains("invalid_grant"), "{line}");
     assert_eq!(sts.issued().len(), 1);
 }
 
@@ -337,22 +340,28 @@ fn hostile_annotations_change_no_selector() {
     assert_eq!(requests[0]["audience"], json!([REGISTRY_AUDIENCE]));
 }
 
-/// One failed pull: one line naming the service account, the words of
-/// its fix, and never the kubelet's token.
+/// One failed pull: one error naming the service account and the SPIRE
+/// agent (facts), with the words of its fix, and never the kubelet's
+/// token. Returns the error's words.
 fn assert_fails(agent: &SpireAgent, extra: &[&str], words: &[&str]) -> String {
     assert_fails_at(&agent.socket_arg(), extra, words)
 }
 
 fn assert_fails_at(socket: &str, extra: &[&str], words: &[&str]) -> String {
     let token = kubelet_token("puller");
-    let out = exec(&passthrough_args(socket, extra), IMAGE, &token, &[]);
-    let line = out.failure();
-    assert!(line.contains("service account team/puller"), "{line}");
-    for word in words {
-        assert!(line.contains(word), "{word:?} missing from: {line}");
-    }
-    assert!(!out.stderr.contains(&token), "{}", out.stderr);
-    line
+    let out = exec(
+        &json_logs(&passthrough_args(socket, extra)),
+        IMAGE,
+        &token,
+        &[],
+    );
+    let line = out.failure_json();
+    assert_eq!(line["service_account"], "team/puller", "{line}");
+    assert_eq!(line["facts"]["service"], "the SPIRE agent", "{line}");
+    let said = plugin::words(&line);
+    support::assert_says(&said, words);
+    out.assert_no_secrets(&[&token]);
+    said
 }
 
 #[test]
@@ -434,38 +443,20 @@ fn a_missing_or_foreign_socket_is_named_with_its_fix() {
 #[test]
 fn spiffe_settings_without_spiffe_mode_are_refused() {
     let token = kubelet_token("puller");
+    let passthrough = ["--provider", "passthrough", "--registry", REGISTRY];
     let out = run(
-        &[
-            "--provider",
-            "passthrough",
-            "--registry",
-            REGISTRY,
-            "--identity",
-            "spiffe",
-        ],
+        &json_logs(&[&passthrough[..], &["--identity", "spiffe"]].concat()),
         &[],
         request(IMAGE, Some(&token), &[]).as_bytes(),
     );
-    assert_ne!(out.code, Some(0));
-    assert!(
-        out.stderr.contains("--spire-admin-socket"),
-        "{}",
-        out.stderr
-    );
+    out.refused("config", &[("flag", "--spire-admin-socket")]);
     let out = run(
-        &[
-            "--provider",
-            "passthrough",
-            "--registry",
-            REGISTRY,
-            "--audience",
-            KUBELET_AUDIENCE,
-        ],
+        &json_logs(&[&passthrough[..], &["--audience", KUBELET_AUDIENCE]].concat()),
         &[("WICP_SPIRE_ADMIN_SOCKET", "/run/spire/admin.sock")],
         request(IMAGE, Some(&token), &[]).as_bytes(),
     );
-    let line = out.failure();
-    assert!(line.contains("--identity spiffe"), "{line}");
+    let line = out.refused("config", &[("flag", "--spire-admin-socket")]);
+    assert!(plugin::words(&line).contains("--identity spiffe"), "{line}");
 }
 
 /// An SVID without `iss` (the SPIRE server has no jwt_issuer) is still

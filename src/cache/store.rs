@@ -296,8 +296,15 @@ fn is_temp_name(name: &str) -> bool {
         .is_some_and(|(key, _)| Key::parse(key).is_some())
 }
 
-/// Refuses a directory others could tamper with ([`crate::base::file::check_own_dir`]).
+/// Refuses a directory others could tamper with
+/// ([`crate::base::file::check_own_dir`]), naming `--cache-dir` as the
+/// setting at fault.
 fn check_dir(dir: &Path, meta: &Facts, owner: &Owner) -> Result<(), Error> {
+    refuse_unsafe_dir(dir, meta, owner)
+        .map_err(|e| e.with(crate::base::error::Fact::Flag, "--cache-dir"))
+}
+
+fn refuse_unsafe_dir(dir: &Path, meta: &Facts, owner: &Owner) -> Result<(), Error> {
     use crate::base::file::UnsafeDir;
     let shown = dir.display();
     match crate::base::file::check_own_dir(meta, owner) {

@@ -46,9 +46,10 @@ impl Allowlist {
     pub fn new(options: &Options) -> Result<Self> {
         for pattern in &options.registries {
             if let Some(scheme) = matching::scheme_of(pattern) {
-                return Err(Error::config(format!(
-                    "--registry {pattern:?} has a scheme ({scheme}://), which matchImages does not take: the kubelet would read it as the host {scheme:?} and match nothing"
-                ))
+                return Err(Error::flag(
+                    "--registry",
+                    format!("{pattern:?} has a scheme ({scheme}://), which matchImages does not take: the kubelet would read it as the host {scheme:?} and match nothing"),
+                )
                 .fix(format!(
                     "write the registry without its scheme: --registry {}",
                     pattern.split_once("://").map_or(pattern.as_str(), |(_, rest)| rest)

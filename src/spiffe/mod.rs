@@ -28,7 +28,7 @@ mod wire;
 use std::path::{Path, PathBuf};
 
 use crate::base::deadline::Deadline;
-use crate::base::error::{Error, Result, quote};
+use crate::base::error::{Error, Fact, Result, quote};
 use crate::base::secret::Secret;
 use crate::request::token::{ServiceAccountToken, SvidClaims};
 
@@ -92,15 +92,22 @@ impl Options {
                 socket,
                 audience: self.spiffe_audience.as_deref(),
             })),
-            (Source::Spiffe, None) => Err(Error::config(
-                "--identity spiffe needs the SPIRE agent's admin socket",
+            (Source::Spiffe, None) => Err(Error::flag(
+                "--spire-admin-socket",
+                "is not set, and --identity spiffe needs the SPIRE agent's admin socket",
             )
             .fix("pass --spire-admin-socket (or WICP_SPIRE_ADMIN_SOCKET) with the agent's admin_socket_path")),
             (Source::ServiceAccount, _)
                 if self.spire_admin_socket.is_some() || self.spiffe_audience.is_some() =>
             {
-                Err(Error::config(
-                    "--spire-admin-socket and --spiffe-audience are read only with --identity spiffe",
+                let flag = if self.spire_admin_socket.is_some() {
+                    "--spire-admin-socket"
+                } else {
+                    "--spiffe-audience"
+                };
+                Err(Error::flag(
+                    flag,
+                    "is set, but --spire-admin-socket and --spiffe-audience are read only with --identity spiffe",
                 )
                 .fix("add --identity spiffe, or remove the SPIFFE flags to pull with the service account token"))
             }
@@ -124,9 +131,10 @@ impl Spiffe<'_> {
             .or(provider_audiences.first().map(String::as_str))
             .map(str::to_string)
             .ok_or_else(|| {
-                Error::config(format!(
-                    "the {provider} provider has no audience of its own for the JWT-SVID"
-                ))
+                Error::flag(
+                    "--spiffe-audience",
+                    format!("is not set, and the {provider} provider has no audience of its own for the JWT-SVID"),
+                )
                 .fix(
                     "pass --spiffe-audience with the audience the registry or token service trusts",
                 )
@@ -164,6 +172,9 @@ pub(crate) fn describe(selectors: &[Selector]) -> String {
         .join(", ")
 }
 
+/// The agent's stable name, the `service` fact of its errors.
+const AGENT: &str = "the SPIRE agent";
+
 /// Fetches the JWT-SVID for `kubelet`'s workload and `audience` from the
 /// agent, and returns it as the token the provider presents, still named
 /// for the service account in messages. Exactly one SVID must come back.
@@ -179,18 +190,21 @@ pub(crate) fn present(
         selectors: selectors.clone(),
         pid: 0,
     };
-    let mut svids = agent::fetch(spiffe.socket, request, deadline)?;
+    // The agent's failures, and what is wrong with its answer, name it as
+    // their `service`, here for all of them.
+    let from_agent = |e: Error| e.with(Fact::Service, AGENT);
+    let mut svids = agent::fetch(spiffe.socket, request, deadline).map_err(from_agent)?;
     let svid = match (svids.pop(), svids.is_empty()) {
         (Some(svid), true) => svid,
         (None, _) => {
-            return Err(no_entry(&selectors));
+            return Err(from_agent(no_entry(&selectors)));
         }
         (Some(last), false) => {
             svids.push(last);
-            return Err(several(&svids, &selectors));
+            return Err(from_agent(several(&svids, &selectors)));
         }
     };
-    let spiffe_id = spiffe_id(&svid)?;
+    let spiffe_id = spiffe_id(&svid).map_err(from_agent)?;
     let raw = Secret::new(svid.token);
     let claims = SvidClaims::read(&raw, &spiffe_id, svid.expires_at)?;
     if claims.issuer().is_none() {
@@ -283,13 +297,15 @@ mod tests {
             Ok(None)
         ));
         let missing = options(Source::Spiffe, None, None).spiffe().unwrap_err();
-        assert!(
-            missing.to_string().contains("--spire-admin-socket"),
-            "{missing}"
-        );
+        assert_eq!(missing.fact(Fact::Flag), Some("--spire-admin-socket"));
         let stray = options(Source::ServiceAccount, Some("/run/a.sock"), None)
             .spiffe()
             .unwrap_err();
+        assert_eq!(stray.fact(Fact::Flag), Some("--spire-admin-socket"));
+        let stray = options(Source::ServiceAccount, None, Some("zot"))
+            .spiffe()
+            .unwrap_err();
+        assert_eq!(stray.fact(Fact::Flag), Some("--spiffe-audience"));
         assert!(stray.to_string().contains("--identity spiffe"), "{stray}");
         let set = options(Source::Spiffe, Some("/run/a.sock"), Some("zot"));
         let spiffe = set
