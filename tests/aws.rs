@@ -92,17 +92,22 @@ fn sts_success(
     Response::text(200, body).with_header("Content-Type", "text/xml")
 }
 
-/// A fake STS that issues hour-long credentials for `role` to the session
-/// `team.puller`, whatever it is asked.
+/// A fake STS that issues hour-long credentials for `role` to the
+/// session the request names, as STS does, whatever else it is asked.
 fn sts_issuing(role: &'static str) -> TestServer {
-    TestServer::start(move |_req| {
+    TestServer::start(move |req| {
+        let session = req
+            .form()
+            .get("RoleSessionName")
+            .cloned()
+            .unwrap_or_default();
         sts_success(
             STS_AKID,
             STS_SECRET,
             STS_SESSION_TOKEN,
             now() + 3600,
             role,
-            "team.puller",
+            &session,
         )
     })
 }
@@ -512,17 +517,7 @@ fn sts_request_carries_role_session_token_and_duration() {
 #[test]
 fn long_service_account_names_become_a_cut_session_name_with_a_hash() {
     let role = "arn:aws:iam::123456789012:role/pull";
-    let sts = TestServer::start(move |req| {
-        let session = req.form()["RoleSessionName"].clone();
-        sts_success(
-            STS_AKID,
-            STS_SECRET,
-            STS_SESSION_TOKEN,
-            now() + 3600,
-            role,
-            &session,
-        )
-    });
+    let sts = sts_issuing(role);
     let ecr = TestServer::start(|_req| json_error(400, "AccessDeniedException", "stop here"));
     let name = "a-very-long-service-account-name-for-the-batch-ingestion-pipeline";
     let token = TokenSpec::new("data-platform-production", name, STS_AUDIENCE).mint();

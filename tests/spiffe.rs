@@ -235,18 +235,49 @@ fn audience_names_the_svids_audience_without_spiffe_audience() {
     assert_eq!(agent.requests()[0]["audience"], json!([STS_AUDIENCE]));
 }
 
+/// One SPIFFE identity for every pod of `team`
+/// (`spiffe://cluster.test/ns/team`), which the token server trusts, and
+/// a disk cache: what the cache tests share.
+struct Shared {
+    _cache: tempfile::TempDir,
+    cache_dir: String,
+    agent: SpireAgent,
+    sts: FakeSts,
+    args: Vec<String>,
+}
+
+impl Shared {
+    const ID: &str = "spiffe://cluster.test/ns/team";
+
+    fn start() -> Shared {
+        let cache = tempfile::tempdir().unwrap();
+        let cache_dir = cache.path().display().to_string();
+        let agent = SpireAgent::start(vec![entry(Shared::ID, &["k8s:ns:team"])]);
+        let sts = sts_trusting(Shared::ID);
+        let args = exchange_args(&agent, &sts, &["--cache-dir", &cache_dir]);
+        Shared {
+            _cache: cache,
+            cache_dir,
+            agent,
+            sts,
+            args,
+        }
+    }
+}
+
 /// Pods of one SPIFFE identity share a cached credential; the SVID is
 /// fetched on every pull, so a re-registration takes effect at once: the
 /// other identity's pull exchanges anew (and is refused here), it is
 /// never served the first identity's credential.
 #[test]
 fn one_identity_shares_the_cache_and_another_never_does() {
-    let cache = tempfile::tempdir().unwrap();
-    let cache_dir = cache.path().display().to_string();
-    let shared = "spiffe://cluster.test/ns/team";
-    let agent = SpireAgent::start(vec![entry(shared, &["k8s:ns:team"])]);
-    let sts = sts_trusting(shared);
-    let args = exchange_args(&agent, &sts, &["--cache-dir", &cache_dir]);
+    let Shared {
+        _cache,
+        agent,
+        sts,
+        args,
+        ..
+    } = Shared::start();
 
     let first = exec(&args, IMAGE, &kubelet_token("puller"), &[]).response_for(IMAGE);
     let second = exec(&args, IMAGE, &kubelet_token("builder"), &[]).response_for(IMAGE);
@@ -275,12 +306,13 @@ fn one_identity_shares_the_cache_and_another_never_does() {
 /// anew (what an admin does after revoking the identity's trust).
 #[test]
 fn a_spiffe_entry_is_listed_and_purged_by_its_id() {
-    let cache = tempfile::tempdir().unwrap();
-    let cache_dir = cache.path().display().to_string();
-    let shared = "spiffe://cluster.test/ns/team";
-    let agent = SpireAgent::start(vec![entry(shared, &["k8s:ns:team"])]);
-    let sts = sts_trusting(shared);
-    let args = exchange_args(&agent, &sts, &["--cache-dir", &cache_dir]);
+    let Shared {
+        _cache,
+        cache_dir,
+        agent: _agent,
+        sts,
+        args,
+    } = Shared::start();
     exec(&args, IMAGE, &kubelet_token("puller"), &[]).response_for(IMAGE);
 
     let cache_command = |words: &[&str]| {
@@ -292,7 +324,7 @@ fn a_spiffe_entry_is_listed_and_purged_by_its_id() {
         String::from_utf8(out.stdout).unwrap()
     };
     let listed = cache_command(&["list"]);
-    assert!(listed.contains(shared), "{listed}");
+    assert!(listed.contains(Shared::ID), "{listed}");
     assert!(listed.contains("1 entries"), "{listed}");
     let by_account = cache_command(&[
         "purge",
@@ -301,10 +333,13 @@ fn a_spiffe_entry_is_listed_and_purged_by_its_id() {
         "--service-account",
         "puller",
     ]);
-    assert!(!by_account.contains(shared), "{by_account}");
-    assert!(cache_command(&["list"]).contains(shared));
-    let by_id = cache_command(&["purge", "--spiffe-id", shared]);
-    assert!(by_id.contains(&format!("SPIFFE ID {shared}")), "{by_id}");
+    assert!(!by_account.contains(Shared::ID), "{by_account}");
+    assert!(cache_command(&["list"]).contains(Shared::ID));
+    let by_id = cache_command(&["purge", "--spiffe-id", Shared::ID]);
+    assert!(
+        by_id.contains(&format!("SPIFFE ID {}", Shared::ID)),
+        "{by_id}"
+    );
     assert!(cache_command(&["list"]).contains("0 entries"));
 
     exec(&args, IMAGE, &kubelet_token("puller"), &[]).response_for(IMAGE);
