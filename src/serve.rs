@@ -87,7 +87,7 @@ pub(crate) fn run(line: &CommandLine, inputs: &Inputs) -> u8 {
                 Err(e) => {
                     let error =
                         Error::internal(format!("cannot write the response to stdout: {e}"));
-                    log::write(Level::Error, format_args!("{error}"));
+                    log::error(&error);
                     record.failed(&error);
                     1
                 }

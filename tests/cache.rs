@@ -19,7 +19,7 @@ use support::azure::{
     WI_CLIENT, WI_TENANT,
 };
 use support::http_server::Response;
-use support::plugin::{Run, bin, request, run};
+use support::plugin::{Run, bin, request, run, words};
 use support::token::{self, TokenSpec};
 
 const IMAGE: &str = "contoso.azurecr.io/team/app";
@@ -180,14 +180,12 @@ fn passthrough_tokens_are_never_cached() {
 #[test]
 fn cache_commands_need_the_directory() {
     for args in [&["cache", "list"][..], &["cache", "purge", "--all"]] {
-        let run = run(args, &[], b"");
+        let run = run(&[&["--log-format", "json"], args].concat(), &[], b"");
         assert_eq!(run.code, Some(2), "{}", run.stderr);
-        assert!(run.stdout.is_empty());
+        let line = run.refused("config", &[("flag", "--cache-dir")]);
         assert!(
-            run.stderr
-                .contains("pass --cache-dir DIR or set WICP_CACHE_DIR"),
-            "{}",
-            run.stderr
+            words(&line).contains("pass --cache-dir DIR or set WICP_CACHE_DIR"),
+            "{line}"
         );
     }
     // purge must be told what to remove.
@@ -230,13 +228,19 @@ fn cache_commands_refuse_an_unsafe_directory() {
     let link = parent.path().join("link");
     std::os::unix::fs::symlink(&real, &link).unwrap();
 
-    let run = run(
-        &["cache", "purge", "--all", "--cache-dir", arg(&link)],
-        &[],
-        b"",
-    );
-    let line = run.failure();
-    assert!(line.contains("is a symbolic link"), "{line}");
+    // The refusal as a script reads it (`--log-format json`: kind and
+    // facts), and as an admin does.
+    let purge = [
+        "--log-format",
+        "json",
+        "cache",
+        "purge",
+        "--all",
+        "--cache-dir",
+    ];
+    let line = run(&[&purge[..], &[arg(&link)]].concat(), &[], b"")
+        .refused("cache", &[("flag", "--cache-dir")]);
+    assert!(words(&line).contains("is a symbolic link"), "{line}");
 
     std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o777)).unwrap();
     let run = support::plugin::run(&["cache", "list", "--cache-dir", arg(&real)], &[], b"");

@@ -1399,6 +1399,30 @@ fn a_failed_uninstall_says_why_on_stderr() {
         .unwrap_or_else(|| panic!("no error line on stderr: {}", show(&out)));
     assert!(line.contains("node-install.json"), "{line}");
     assert!(text(&out.stdout).contains("error: "), "{}", show(&out));
+    // In JSON, the line a script reads: the error's kind and its fix.
+    let mut cmd = Command::new(support::plugin::bin());
+    let out = node
+        .environment(&mut cmd)
+        .args(["--log-format", "json", "node", "uninstall", "--proc", "none"])
+        .arg("--root")
+        .arg(node.root())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stderr = text(&out.stderr);
+    let errors: Vec<Value> = stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["level"] == "error")
+        .collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    let line = &errors[0];
+    assert!(line["kind"].is_string(), "{line}");
+    assert!(line["fix"].is_string(), "{line}");
+    assert!(
+        line["message"].as_str().unwrap().starts_with("node uninstall: "),
+        "{line}"
+    );
 }
 
 #[test]

@@ -134,6 +134,24 @@ pub(crate) fn write_event(level: Level, text: &str, message: &str, fields: &Fiel
     }
 }
 
+/// Writes `error` as the line that ends a failed admin command: its words
+/// and fix in the text format, and in JSON its message with `kind`, `fix`
+/// and `facts` as fields, as the serving pipeline's last line has them, so
+/// a script reads what failed without parsing words.
+pub(crate) fn error(error: &crate::base::error::Error) {
+    write_event(
+        Level::Error,
+        &error.to_string(),
+        error.what(),
+        &Fields {
+            kind: Some(error.kind().name()),
+            fix: error.remedy(),
+            facts: error.facts(),
+            ..Fields::default()
+        },
+    );
+}
+
 fn write_text(level: Level, message: &str) {
     // One write(2) per line, so lines of concurrent plugin processes
     // sharing a stderr never interleave mid-line.

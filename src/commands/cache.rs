@@ -66,10 +66,13 @@ pub(crate) fn run(
     command: &Command,
 ) -> ExitCode {
     let Some(dir) = &options.cache_dir else {
-        log::write(
-            Level::Error,
-            format_args!(
-                "the cache commands need the cache directory: pass --cache-dir DIR or set WICP_CACHE_DIR, as the kubelet's provider entry does"
+        log::error(
+            &Error::flag(
+                "--cache-dir",
+                "is not set: the cache commands need the cache directory",
+            )
+            .fix(
+                "pass --cache-dir DIR or set WICP_CACHE_DIR, as the kubelet's provider entry does",
             ),
         );
         return ExitCode::from(2);
@@ -106,7 +109,7 @@ fn emit(text: &str) -> ExitCode {
 }
 
 fn fail(error: &Error) -> ExitCode {
-    log::write(Level::Error, format_args!("{error}"));
+    log::error(error);
     ExitCode::FAILURE
 }
 

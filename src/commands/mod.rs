@@ -52,13 +52,14 @@ pub(crate) fn run(command: &Command, options: &Options, inputs: &Inputs) -> Exit
 /// uninstall`) as [`report`] does, and when it failed with `error`, says
 /// so on stderr too, as one line: the DaemonSet's log and a script's
 /// `2>` see the failure, not only the report's reader.
-pub(crate) fn report_change(command: &str, text: &str, error: Option<&str>) -> ExitCode {
+pub(crate) fn report_change(
+    command: &str,
+    text: &str,
+    error: Option<&crate::base::error::Error>,
+) -> ExitCode {
     let status = report(text, error.is_none());
     if let Some(e) = error {
-        crate::base::log::write(
-            crate::base::log::Level::Error,
-            format_args!("{command}: {e}"),
-        );
+        crate::base::log::error(&e.clone().context(command));
     }
     status
 }

@@ -131,7 +131,7 @@ pub(crate) fn run(args: &Args, env: &Env) -> ExitCode {
         Some(file) => match KubeletConfig::read(file, args.kubelet_config_dir.as_deref()) {
             Ok(config) => Some(config),
             Err(e) => {
-                crate::base::log::write(crate::base::log::Level::Error, format_args!("{e}"));
+                crate::base::log::error(&e);
                 return ExitCode::from(2);
             }
         },

@@ -116,14 +116,13 @@ pub(crate) fn run(args: &Args, env: &Env) -> ExitCode {
         dry_run: args.dry_run,
         ..Report::default()
     };
-    if let Err(e) = install(args, env, &mut report) {
-        report.error = Some(e.to_string());
-    }
+    let failed = install(args, env, &mut report).err();
+    report.error = failed.as_ref().map(ToString::to_string);
     let text = match args.target.output {
         Output::Json => serde_json::to_string_pretty(&report).unwrap_or_default() + "\n",
         Output::Text => render(&report),
     };
-    crate::commands::report_change("node install", &text, report.error.as_deref())
+    crate::commands::report_change("node install", &text, failed.as_ref())
 }
 
 /// Reads the binary to install, bounded.

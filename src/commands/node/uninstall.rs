@@ -51,10 +51,8 @@ struct Report {
 
 pub(crate) fn run(args: &Args) -> ExitCode {
     let mut report = Report::default();
-    let result = uninstall(args, &mut report);
-    if let Err(e) = &result {
-        report.error = Some(e.to_string());
-    }
+    let failed = uninstall(args, &mut report).err();
+    report.error = failed.as_ref().map(ToString::to_string);
     let text = match args.target.output {
         Output::Json => serde_json::to_string_pretty(&report).unwrap_or_default() + "\n",
         Output::Text => {
@@ -77,7 +75,7 @@ pub(crate) fn run(args: &Args) -> ExitCode {
             t
         }
     };
-    crate::commands::report_change("node uninstall", &text, report.error.as_deref())
+    crate::commands::report_change("node uninstall", &text, failed.as_ref())
 }
 
 fn uninstall(args: &Args, report: &mut Report) -> Result<()> {
