@@ -1403,7 +1403,14 @@ fn a_failed_uninstall_says_why_on_stderr() {
     let mut cmd = Command::new(support::plugin::bin());
     let out = node
         .environment(&mut cmd)
-        .args(["--log-format", "json", "node", "uninstall", "--proc", "none"])
+        .args([
+            "--log-format",
+            "json",
+            "node",
+            "uninstall",
+            "--proc",
+            "none",
+        ])
         .arg("--root")
         .arg(node.root())
         .output()
@@ -1420,7 +1427,10 @@ fn a_failed_uninstall_says_why_on_stderr() {
     assert!(line["kind"].is_string(), "{line}");
     assert!(line["fix"].is_string(), "{line}");
     assert!(
-        line["message"].as_str().unwrap().starts_with("node uninstall: "),
+        line["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("node uninstall: "),
         "{line}"
     );
 }
