@@ -507,3 +507,111 @@ fn an_svid_without_an_issuer_is_warned_about() {
     out.response_for(IMAGE);
     assert!(out.stderr.contains("jwt_issuer"), "{}", out.stderr);
 }
+
+/// Round-5 item 1: a socket another user could have bound, or one served
+/// by another user's process, is never asked: the plugin refuses before
+/// connecting (or before sending a byte), names the path and the owner,
+/// and serves nothing, not even the credential a legitimate pull of the
+/// same identity left in the cache. Tested as the attack: the agent's
+/// directory, a link on the way and the socket itself owned by another
+/// uid, a directory others may write; a sticky one (as `/tmp`) is fine.
+#[test]
+fn a_socket_another_user_could_have_bound_is_refused_and_nothing_is_served() {
+    use std::os::unix::fs::{PermissionsExt, chown, lchown};
+    let shared = Shared::start();
+    let token = kubelet_token("puller");
+    exec(&shared.args, IMAGE, &token, &[]).response_for(IMAGE);
+    let asked = shared.agent.requests().len();
+    let socket = shared.agent.socket().to_path_buf();
+    let dir = socket.parent().unwrap().to_path_buf();
+    let mode = |path: &std::path::Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap()
+    };
+    let refused_at = |args: &[String], problem: &str| {
+        let out = exec(&json_logs(args), IMAGE, &token, &[]);
+        let line = out.refused("config", &[("flag", "--spire-admin-socket")]);
+        let said = line["facts"]["problem"].as_str().unwrap_or_default();
+        assert!(said.contains(problem), "{problem:?}: {line}");
+        out.assert_no_secrets(&[&token]);
+    };
+
+    chown(&dir, Some(4242), None).unwrap();
+    refused_at(&shared.args, "is owned by uid 4242");
+    chown(&dir, Some(0), None).unwrap();
+    mode(&dir, 0o777);
+    refused_at(&shared.args, "may be written by other users (mode 0777)");
+    mode(&dir, 0o1777);
+    exec(&shared.args, IMAGE, &token, &[]).response_for(IMAGE);
+    mode(&dir, 0o700);
+
+    chown(&socket, Some(4242), None).unwrap();
+    refused_at(&shared.args, "is owned by uid 4242");
+    chown(&socket, Some(0), None).unwrap();
+
+    // A link on the way: trusted only when root made it.
+    let links = tempfile::tempdir().unwrap();
+    let link = links.path().join("admin.sock");
+    std::os::unix::fs::symlink(&socket, &link).unwrap();
+    let through_link = |args: &[String]| {
+        let mut args = args.to_vec();
+        plugin::set_flag(&mut args, "--spire-admin-socket", &link.display().to_string());
+        args
+    };
+    lchown(&link, Some(4242), None).unwrap();
+    refused_at(&through_link(&shared.args), "(a symbolic link) is owned by uid 4242");
+    lchown(&link, Some(0), None).unwrap();
+    exec(&through_link(&shared.args), IMAGE, &token, &[]).response_for(IMAGE);
+
+    assert_eq!(
+        shared.agent.requests().len(),
+        asked + 2,
+        "only the two trusted pulls reached the agent"
+    );
+    assert_eq!(shared.sts.issued().len(), 1, "the cache served those two");
+}
+
+/// Round-5 item 1: the process at the other end must be root's or the
+/// plugin's user's (`SO_PEERCRED`), even where the path looks right: a
+/// socket bound by uid 4242 and then handed to root is refused before a
+/// byte is sent.
+#[test]
+fn a_socket_served_by_another_users_process_is_refused() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::fs::{PermissionsExt, chown};
+    use std::process::{Command, Stdio};
+    support::require_tools("the peer test", "apt-get install util-linux", &["setpriv"]);
+    let dir = tempfile::tempdir().unwrap();
+    chown(dir.path(), Some(4242), Some(4242)).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let socket = dir.path().join("admin.sock");
+    let mut server = Command::new("setpriv")
+        .args(["--reuid", "4242", "--regid", "4242", "--clear-groups", "/usr/bin/python3", "-c"])
+        .arg(
+            "import socket, sys, time\n\
+             s = socket.socket(socket.AF_UNIX)\n\
+             s.bind(sys.argv[1]); s.listen()\n\
+             print('ready', flush=True)\n\
+             c, _ = s.accept(); print(len(c.recv(1024)), flush=True)\n",
+        )
+        .arg(&socket)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    chown(dir.path(), Some(0), Some(0)).unwrap();
+    chown(&socket, Some(0), Some(0)).unwrap();
+
+    let token = kubelet_token("puller");
+    let args = json_logs(&passthrough_args(&socket.display().to_string(), &[]));
+    let out = exec(&args, IMAGE, &token, &[]);
+    let line = out.refused("config", &[("flag", "--spire-admin-socket")]);
+    let said = line["facts"]["problem"].as_str().unwrap_or_default();
+    assert!(said.contains("runs as uid 4242"), "{line}");
+    assert_eq!(
+        lines.next().unwrap().unwrap(),
+        "0",
+        "the impostor got no byte"
+    );
+    server.wait().unwrap();
+}

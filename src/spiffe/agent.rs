@@ -20,7 +20,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 
 use super::wire::{FETCH_JWT_SVIDS, FetchJwtSvidsRequest, FetchJwtSvidsResponse, JwtSvid};
 use crate::base::deadline::Deadline;
-use crate::base::error::{Error, Result, quote};
+use crate::base::error::{Error, Fact, Result, quote};
+use crate::base::platform::EndpointRefusal;
 use crate::net::http::block_on_or;
 
 /// An answer holds one JWT-SVID per matching entry, each a few
@@ -40,7 +41,10 @@ pub(super) fn fetch(
     block_on_or(deadline, || too_slow(socket, deadline), async {
         let stream = crate::base::platform::connect_local(socket)
             .await
-            .map_err(|e| unreachable_socket(socket, &e))?;
+            .map_err(|refusal| match refusal {
+                EndpointRefusal::Io(e) => unreachable_socket(socket, &e),
+                EndpointRefusal::Untrusted(why) => untrusted_socket(socket, &why),
+            })?;
         let (sender, connection) = http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
             .await
             .map_err(|e| not_grpc(socket, &e.to_string()))?;
@@ -106,6 +110,25 @@ fn unreachable_socket(socket: &Path, error: &std::io::Error) -> Error {
         "cannot connect to the SPIRE agent's admin socket {place}: {error}"
     ))
     .fix(fix)
+}
+
+/// The socket (or who serves it) is not one only root could have put
+/// there: a tenant who can bind that path could answer with another
+/// workload's SVID, and with it take that workload's cached credential.
+fn untrusted_socket(socket: &Path, why: &str) -> Error {
+    Error::config(format!(
+        "refusing the SPIRE agent's admin socket {}: {why}",
+        socket.display()
+    ))
+    .with(Fact::Flag, "--spire-admin-socket")
+    .with(Fact::Problem, why)
+    .fix(if crate::base::platform::WINDOWS {
+        "run the SPIRE agent as a LocalSystem service, so that it creates its admin named pipe first and owns it, \
+         and point --spire-admin-socket at that pipe"
+    } else {
+        "keep the agent's admin socket in a directory only root can write (admin_socket_path = \"/run/spire/admin/admin.sock\" \
+         with /run/spire/admin root-owned, mode 0755 or tighter), run the agent as root, and point --spire-admin-socket at it"
+    })
 }
 
 fn too_slow(socket: &Path, deadline: &Deadline) -> Error {

@@ -116,6 +116,10 @@ pub(crate) struct Access {
     pub(crate) everyone_writes: bool,
     /// It may be run (Linux: an execute bit; Windows: always).
     pub(crate) executable: bool,
+    /// A directory whose entries only their owner (or the directory's)
+    /// may rename or remove (Linux: the sticky bit, as on `/tmp`;
+    /// Windows: never).
+    pub(crate) sticky: bool,
     /// What [`Access::shown`] shows: the mode (Linux), or the SIDs a DACL
     /// lets in (Windows). Kept raw: a cache hit checks two files and shows
     /// neither, so the text is made only for a message.
@@ -160,6 +164,26 @@ pub(crate) struct Open {
     /// the caller sets it again). On Windows a mode without group or other
     /// bits means the private DACL; any other, the folder's inherited one.
     pub(crate) mode: u32,
+}
+
+/// Why a node agent's local endpoint was not used ([`connect_local`]).
+#[derive(Debug)]
+pub(crate) enum EndpointRefusal {
+    /// Connecting failed: nothing there, refused, no permission.
+    Io(io::Error),
+    /// Someone other than the machine's administrator or the plugin's own
+    /// user could have bound, replaced or redirected it, or serves it:
+    /// what and who, as a clause.
+    Untrusted(String),
+}
+
+impl Owner {
+    /// Whether what this user owns may be trusted by a plugin run by
+    /// `running`: the machine's administrator's (root; SYSTEM or
+    /// Administrators) or `running`'s own. No one else's.
+    pub(crate) fn is_admin_or(&self, running: &Owner) -> bool {
+        self == running || self.is_administrator()
+    }
 }
 
 /// Whether [`open`] creates the file.

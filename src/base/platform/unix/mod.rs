@@ -73,6 +73,7 @@ fn facts_of(meta: &std::fs::Metadata) -> Facts {
             others_write: mode & 0o022 != 0,
             everyone_writes: mode & 0o002 != 0,
             executable: mode & 0o111 != 0,
+            sticky: mode & 0o1000 != 0,
             detail: mode,
         },
     }
@@ -325,8 +326,150 @@ pub(crate) fn enter_host_network<T: Send>(
 
 /// Connects to a node agent's local endpoint at `path`: a Unix socket
 /// (the SPIRE agent's `admin_socket_path`), for the async gRPC client.
-pub(crate) async fn connect_local(path: &Path) -> io::Result<tokio::net::UnixStream> {
-    tokio::net::UnixStream::connect(path).await
+///
+/// The answer names identities, so who could have put the socket there
+/// matters as much as what it says: the path must be one only root or the
+/// plugin's user could have made ([`check_socket_path`]), and the process
+/// at the other end must run as one of them (`SO_PEERCRED`, which the
+/// kernel fills in at `connect` and no one can forge). The second check
+/// also closes the window between the first and the connect.
+pub(crate) async fn connect_local(
+    path: &Path,
+) -> Result<tokio::net::UnixStream, super::EndpointRefusal> {
+    use super::EndpointRefusal;
+    let running = running_owner().map_err(EndpointRefusal::Io)?;
+    check_socket_path(path, &running).map_err(EndpointRefusal::Untrusted)?;
+    let stream = tokio::net::UnixStream::connect(path)
+        .await
+        .map_err(EndpointRefusal::Io)?;
+    let peer = Owner(stream.peer_cred().map_err(EndpointRefusal::Io)?.uid());
+    if !peer.is_admin_or(&running) {
+        return Err(EndpointRefusal::Untrusted(format!(
+            "the process serving {} runs as {peer}, neither root nor the plugin's user ({running})",
+            path.display()
+        )));
+    }
+    Ok(stream)
+}
+
+/// Most symbolic links one path may pass through (Linux's own limit).
+const MAX_LINKS: u32 = 40;
+
+/// Checks that only root or `running` could have made `path` what it is:
+/// every directory on the way owned by one of them and writable by no one
+/// else (unless sticky, as `/tmp` is: there only an entry's owner may
+/// replace it, and the entry is checked in turn), every symbolic link on
+/// the way owned by one of them (its target walked the same way), and the
+/// last component a socket owned by one of them. A missing component is
+/// left to `connect` to report. The clause says which component failed
+/// and why.
+fn check_socket_path(path: &Path, running: &Owner) -> Result<(), String> {
+    use std::collections::VecDeque;
+    use std::ffi::OsString;
+    use std::path::{Component, PathBuf};
+
+    fn names(path: &Path) -> VecDeque<OsString> {
+        path.components()
+            .filter_map(|c| match c {
+                Component::Normal(n) => Some(n.to_os_string()),
+                Component::ParentDir => Some(OsString::from("..")),
+                _ => None,
+            })
+            .collect()
+    }
+    let owner_refused = |at: &Path, facts: &Facts| {
+        format!(
+            "{} ({}) is owned by {}, neither root nor the plugin's user ({running}): that user could replace it",
+            at.display(),
+            facts.described,
+            facts.owner
+        )
+    };
+    let absolute = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map_err(|e| format!("cannot resolve {}: {e}", path.display()))?
+            .join(path)
+    };
+    let mut todo = names(&absolute);
+    let mut here = PathBuf::from("/");
+    let mut links = 0;
+    let mut facts = facts_at(&here).map_err(|e| format!("cannot inspect /: {e}"))?;
+    loop {
+        // `here` is a directory we are about to look into.
+        if !facts.owner.is_admin_or(running) {
+            return Err(owner_refused(&here, &facts));
+        }
+        if facts.access.others_write && !facts.access.sticky {
+            return Err(format!(
+                "the directory {} may be written by other users ({}): any of them could put a socket of their own there",
+                here.display(),
+                facts.access.shown()
+            ));
+        }
+        let Some(name) = todo.pop_front() else {
+            return Err(format!("{} is a directory, not a socket", here.display()));
+        };
+        if name == ".." {
+            here.pop();
+            facts = facts_at(&here).map_err(|e| format!("cannot inspect {}: {e}", here.display()))?;
+            continue;
+        }
+        let next = here.join(&name);
+        facts = match facts_at(&next) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(format!("cannot inspect {}: {e}", next.display())),
+        };
+        match facts.kind {
+            Kind::Symlink => {
+                if !facts.owner.is_admin_or(running) {
+                    return Err(owner_refused(&next, &facts));
+                }
+                links += 1;
+                if links > MAX_LINKS {
+                    return Err(format!(
+                        "{} passes through more than {MAX_LINKS} symbolic links",
+                        path.display()
+                    ));
+                }
+                let target = std::fs::read_link(&next)
+                    .map_err(|e| format!("cannot read the link {}: {e}", next.display()))?;
+                if target.is_absolute() {
+                    here = PathBuf::from("/");
+                }
+                let mut rest = names(&target);
+                rest.extend(todo);
+                todo = rest;
+                facts =
+                    facts_at(&here).map_err(|e| format!("cannot inspect {}: {e}", here.display()))?;
+            }
+            Kind::Dir => here = next,
+            _ if !todo.is_empty() => {
+                return Err(format!(
+                    "{} is {}, not a directory",
+                    next.display(),
+                    facts.described
+                ));
+            }
+            _ => {
+                let is_socket = std::fs::symlink_metadata(&next)
+                    .is_ok_and(|m| m.file_type().is_socket());
+                if !is_socket {
+                    return Err(format!(
+                        "{} is {}, not a socket",
+                        next.display(),
+                        facts.described
+                    ));
+                }
+                if !facts.owner.is_admin_or(running) {
+                    return Err(owner_refused(&next, &facts));
+                }
+                return Ok(());
+            }
+        }
+    }
 }
 
 /// Windows services do not exist here: a Linux kubelet is a systemd

@@ -98,6 +98,7 @@ pub(crate) fn facts(file: &File) -> io::Result<Facts> {
                 others_write: true,
                 everyone_writes: true,
                 executable: false,
+                sticky: false,
                 detail: "a pipe or a device".into(),
             },
         });
@@ -123,6 +124,7 @@ pub(crate) fn facts(file: &File) -> io::Result<Facts> {
             everyone_writes: security.everyone_writes,
             // Windows runs a file by its extension, not a mode bit.
             executable: kind == Kind::File,
+            sticky: false,
             detail: security.shown,
         },
     })
@@ -413,10 +415,28 @@ pub(crate) fn enter_host_network<T: Send>(
 /// Connects to a node agent's local endpoint at `path`: a named pipe
 /// (`\\.\pipe\<name>`, the SPIRE agent's
 /// `experimental.admin_named_pipe_name`), for the async gRPC client.
+///
+/// A pipe's name belongs to whoever created it first, so the pipe's owner
+/// (its security descriptor's, which is its creator's) must be SYSTEM,
+/// Administrators or the plugin's own user: a pipe another user's process
+/// made under that name is refused before anything is sent.
 pub(crate) async fn connect_local(
     path: &Path,
-) -> io::Result<tokio::net::windows::named_pipe::NamedPipeClient> {
-    tokio::net::windows::named_pipe::ClientOptions::new().open(path)
+) -> Result<tokio::net::windows::named_pipe::NamedPipeClient, super::EndpointRefusal> {
+    use super::EndpointRefusal;
+    use std::os::windows::io::AsRawHandle;
+    let client = tokio::net::windows::named_pipe::ClientOptions::new()
+        .open(path)
+        .map_err(EndpointRefusal::Io)?;
+    let owner = Owner(security::object_owner(client.as_raw_handle()).map_err(EndpointRefusal::Io)?);
+    let running = running_owner().map_err(EndpointRefusal::Io)?;
+    if !owner.is_admin_or(&running) {
+        return Err(EndpointRefusal::Untrusted(format!(
+            "the named pipe {} was created by {owner}, neither SYSTEM, Administrators nor the plugin's user ({running}): another user's process serves it",
+            path.display()
+        )));
+    }
+    Ok(client)
 }
 
 /// Restarts the Windows service `name` (stop, then start) through the

@@ -26,7 +26,7 @@ use windows_sys::Win32::Foundation::{
 };
 use windows_sys::Win32::Security::Authorization::{
     ConvertSidToStringSidW, ConvertStringSecurityDescriptorToSecurityDescriptorW, GetSecurityInfo,
-    SDDL_REVISION_1, SE_FILE_OBJECT,
+    SDDL_REVISION_1, SE_FILE_OBJECT, SE_KERNEL_OBJECT,
 };
 use windows_sys::Win32::Security::Cryptography::{
     BCRYPT_USE_SYSTEM_PREFERRED_RNG, BCryptGenRandom,
@@ -343,6 +343,38 @@ pub(super) fn security(file: &File) -> io::Result<Security> {
     // SAFETY: a non-null DACL pointer into `sd`, alive until `_free`.
     let allowed = unsafe { allowed_entries(dacl)? };
     Ok(weigh(owner, &allowed))
+}
+
+/// The owner SID of the kernel object behind `handle` (a named pipe):
+/// its security descriptor's owner, which is its creator's. The handle
+/// needs `READ_CONTROL`, which a pipe opened for reading has.
+pub(super) fn object_owner(handle: RawHandle) -> io::Result<String> {
+    let mut owner: PSID = std::ptr::null_mut();
+    let mut sd: PSECURITY_DESCRIPTOR = std::ptr::null_mut();
+    // SAFETY: out-pointers to locals; `owner` points into `sd`, which is
+    // LocalAlloc'd and freed by `_free` after its last use.
+    let status = unsafe {
+        GetSecurityInfo(
+            handle as HANDLE,
+            SE_KERNEL_OBJECT,
+            OWNER_SECURITY_INFORMATION,
+            &mut owner,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            &mut sd,
+        )
+    };
+    if status != ERROR_SUCCESS {
+        return Err(io::Error::from_raw_os_error(
+            i32::try_from(status).unwrap_or(i32::MAX),
+        ));
+    }
+    let _free = Local(sd);
+    if owner.is_null() {
+        return Err(io::Error::other("the pipe has no owner"));
+    }
+    sid_text(owner)
 }
 
 /// The allow entries of `dacl` that apply to the object itself.
