@@ -1890,3 +1890,89 @@ fn aks_with_identity_bindings_keeps_the_binding_when_replacing_the_stock_entry()
     );
     assert_eq!(std::fs::read_to_string(&config).unwrap(), written);
 }
+
+/// Round-5 item 2: an existing directory on the way to what install
+/// writes must be root's and writable by root alone, up the whole path
+/// inside --root: a bin dir another uid owns, a root-owned one others may
+/// write (0777, or 0775 for its group), one under a parent another uid
+/// owns, and an `/etc/kubernetes` another uid owns are each refused before
+/// anything is written, naming the directory and its owner or mode; the
+/// same from the DaemonSet's own namespaces. Doctor fails the binary when
+/// its directory is another user's, not only the file.
+#[test]
+fn install_refuses_directories_another_user_controls_and_doctor_fails_them() {
+    use std::os::unix::fs::chown;
+    const BIN: &str = "/usr/libexec/kubernetes/kubelet-plugins/credential-provider/exec";
+    let cases: [(&str, &str, Option<u32>, u32, &str); 5] = [
+        (BIN, BIN, Some(4242), 0o755, "is owned by uid 4242"),
+        (BIN, BIN, None, 0o777, "mode 0777) may be written"),
+        (BIN, BIN, None, 0o775, "mode 0775) may be written"),
+        (
+            BIN,
+            "/usr/libexec/kubernetes",
+            Some(4242),
+            0o755,
+            "/usr/libexec/kubernetes (a directory) is owned by uid 4242",
+        ),
+        (
+            "/etc/kubernetes",
+            "/etc/kubernetes",
+            Some(4242),
+            0o755,
+            "/etc/kubernetes (a directory) is owned by uid 4242",
+        ),
+    ];
+    for (made, hostile, owner, mode, says) in cases {
+        let node = Node::new("kubeadm-deb", true);
+        std::fs::create_dir_all(node.path(made)).unwrap();
+        std::fs::set_permissions(node.path(hostile), std::fs::Permissions::from_mode(mode))
+            .unwrap();
+        if let Some(uid) = owner {
+            chown(node.path(hostile), Some(uid), Some(uid)).unwrap();
+        }
+        let before = node.snapshot();
+        let out = node.run(&["install", "--provider", "aws"]);
+        assert_eq!(out.status.code(), Some(1), "{hostile}: {}", show(&out));
+        let said = text(&out.stderr);
+        support::assert_says(&said, &[says, "nothing was changed", "chmod go-w"]);
+        assert!(
+            changed(&before, &node.snapshot()).is_empty(),
+            "{hostile}: something was written"
+        );
+    }
+
+    // From the DaemonSet's namespaces, with the real kubelet's paths.
+    let node = Node::new("kubeadm-deb", true);
+    std::fs::create_dir_all(node.path("/opt/from-proc/bin")).unwrap();
+    chown(node.path("/opt/from-proc/bin"), Some(4242), Some(4242)).unwrap();
+    let before = node.snapshot();
+    let out = daemonset_run(
+        &node,
+        false,
+        &REAL_KUBELET,
+        &["install", "--provider", "aws"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    support::assert_says(
+        &text(&out.stderr),
+        &["/opt/from-proc/bin (a directory) is owned by uid 4242"],
+    );
+    // The harness itself adds the kubelet's executable.
+    let written: Vec<String> = changed(&before, &node.snapshot())
+        .into_iter()
+        .filter(|p| !p.starts_with("usr/bin"))
+        .collect();
+    assert!(written.is_empty(), "{written:?}");
+
+    // Doctor: a good install, then the bin dir handed to another user.
+    let node = Node::new("kubeadm-deb", true);
+    let out = node.run(&["install", "--provider", "aws"]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    chown(node.path(BIN), Some(4242), Some(4242)).unwrap();
+    let doctor = node.run(&["doctor"]);
+    assert_ne!(doctor.status.code(), Some(0), "{}", show(&doctor));
+    support::assert_says(
+        &text(&doctor.stdout),
+        &["FAIL", "binary", "is owned by uid 4242", "chmod go-w"],
+    );
+}

@@ -554,11 +554,18 @@ fn a_socket_another_user_could_have_bound_is_refused_and_nothing_is_served() {
     std::os::unix::fs::symlink(&socket, &link).unwrap();
     let through_link = |args: &[String]| {
         let mut args = args.to_vec();
-        plugin::set_flag(&mut args, "--spire-admin-socket", &link.display().to_string());
+        plugin::set_flag(
+            &mut args,
+            "--spire-admin-socket",
+            &link.display().to_string(),
+        );
         args
     };
     lchown(&link, Some(4242), None).unwrap();
-    refused_at(&through_link(&shared.args), "(a symbolic link) is owned by uid 4242");
+    refused_at(
+        &through_link(&shared.args),
+        "(a symbolic link) is owned by uid 4242",
+    );
     lchown(&link, Some(0), None).unwrap();
     exec(&through_link(&shared.args), IMAGE, &token, &[]).response_for(IMAGE);
 
@@ -585,7 +592,15 @@ fn a_socket_served_by_another_users_process_is_refused() {
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let socket = dir.path().join("admin.sock");
     let mut server = Command::new("setpriv")
-        .args(["--reuid", "4242", "--regid", "4242", "--clear-groups", "/usr/bin/python3", "-c"])
+        .args([
+            "--reuid",
+            "4242",
+            "--regid",
+            "4242",
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-c",
+        ])
         .arg(
             "import socket, sys, time\n\
              s = socket.socket(socket.AF_UNIX)\n\

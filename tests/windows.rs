@@ -820,6 +820,38 @@ fn a_kubelet_without_the_token_gate_and_eks_windows_are_refused_without_a_write(
     assert_eq!(tree(taken.dir.path()), before);
 }
 
+/// Round-5 item 2 on Windows: an AKS bin folder whose DACL lets Everyone
+/// write (Wine turns mode 0777 into that entry) is refused before
+/// anything is written, naming the folder and the DACL; doctor fails the
+/// binary for the same folder after a good install.
+#[test]
+#[ignore = "needs the Windows build under Wine: make test-windows"]
+fn aks_windows_refuses_a_bin_folder_others_may_write() {
+    use std::os::unix::fs::PermissionsExt;
+    let node = AksWindows::new("1.34.1", &[]);
+    let bin = node.dir.path().join("var/lib/kubelet/credential-provider");
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let before = tree(node.dir.path());
+    let out = node.node("install", INSTALL);
+    assert_eq!(out.code, Some(1), "{}", report(&out));
+    support::assert_says(
+        &out.stderr,
+        &[
+            "credential-provider has a DACL that lets S-1-1-0 write",
+            "nothing was changed",
+            "icacls",
+        ],
+    );
+    assert_eq!(tree(node.dir.path()), before, "a refused install wrote");
+
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = node.node("install", INSTALL);
+    assert_eq!(out.code, Some(0), "{}\n{}", report(&out), out.stderr);
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let doctor = node.node("doctor", &[]);
+    support::assert_says(&report(&doctor), &["FAIL", "binary", "S-1-1-0 write"]);
+}
+
 /// `--restart-kubelet` on AKS Windows restarts the `Kubelet` service
 /// through Wine's Service Control Manager (a stand-in service,
 /// tests/windows/kubelet-service.c, that records each start) and waits

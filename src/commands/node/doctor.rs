@@ -100,6 +100,7 @@ pub(crate) fn diagnose(target: &Target, env: &Env) -> Report {
     let Some(staged) = stage_live(&host, &config, &bin_dir, &mut checks) else {
         return finish(d, checks, Vec::new());
     };
+    checks.extend(untrusted_place(&host, "config", &config));
     let local_config = staged.config.clone();
     let local_bin = staged.bin_dir.clone();
     let report = check_with(&local_config, Some(&local_bin), &facts);
@@ -488,6 +489,9 @@ fn binary_check(host: &Host, shown: &Path) -> Check {
             Some("reinstall with node install".into()),
         )
     };
+    if let Some(refused) = untrusted_place(host, "binary", shown) {
+        return refused;
+    }
     let local = match host.local(shown) {
         Ok(l) => l,
         Err(e) => return missing(format!("cannot be found: {e}")),
@@ -546,6 +550,23 @@ fn binary_check(host: &Host, shown: &Path) -> Check {
             Some("reinstall with node install (the binary for this node's architecture)".into()),
         ),
     }
+}
+
+/// A failed check `name` when a directory on the way to `path` (or a link
+/// followed there) is another user's or writable by others: whoever
+/// controls it can swap what the kubelet reads or runs as root. The same
+/// rule `node install` refuses to write by.
+fn untrusted_place(host: &Host, name: &'static str, path: &Path) -> Option<Check> {
+    let e = host.check_place(path).err()?;
+    Some(check(
+        Verdict::Fail,
+        name,
+        format!(
+            "{} is below a place another user controls: {e}",
+            path.display()
+        ),
+        Some(super::install::UNTRUSTED_PLACE_FIX.into()),
+    ))
 }
 
 /// The running kubelet reads other files than its unit names now: the

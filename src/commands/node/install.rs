@@ -448,6 +448,41 @@ fn binary_to_install(asked: Option<&Path>) -> Result<(PathBuf, Vec<u8>)> {
     Ok((path, bytes))
 }
 
+/// What makes a directory fit to hold what the kubelet runs as root.
+pub(crate) const UNTRUSTED_PLACE_FIX: &str = if crate::base::platform::WINDOWS {
+    "give the folder to SYSTEM or Administrators and let no other account write it \
+     (icacls <folder> /inheritance:r /grant:r SYSTEM:(OI)(CI)F Administrators:(OI)(CI)F Users:(OI)(CI)RX), then run again"
+} else {
+    "make the directory root's and writable only by root (chown root:root <dir>; chmod go-w <dir>), then run again"
+};
+
+/// Refuses, before anything is written, a plan that would write below a
+/// directory another user controls: the binary the kubelet runs as root,
+/// its config, our drop-ins and environment edit, and our own state
+/// (manifest, lock, backups beside each file) all go where only root may
+/// change them, up the whole path inside the root (links followed are
+/// checked too). SECURITY.md's rule: trust only what a tenant cannot forge.
+fn check_places(host: &Host, plan: &Plan, names: &[String]) -> Result<()> {
+    let mut places: Vec<PathBuf> = std::iter::once(BINARY.to_string())
+        .chain(names.iter().cloned())
+        .map(|n| plan.bin_dir.join(n))
+        .collect();
+    places.push(plan.config.path().to_path_buf());
+    places.extend(plan.own_files.iter().map(|(p, _)| p.clone()));
+    places.extend(plan.flag_edit.iter().map(|e| e.file.clone()));
+    places.extend([PathBuf::from(files::MANIFEST), PathBuf::from(files::LOCK)]);
+    for place in &places {
+        host.check_place(place).map_err(|e| {
+            Error::config(format!(
+                "will not write {}: {e}; nothing was changed",
+                place.display()
+            ))
+            .fix(UNTRUSTED_PLACE_FIX)
+        })?;
+    }
+    Ok(())
+}
+
 /// What the changes and links do, one line each, as done.
 fn described(changes: &[Change], links: &[PathBuf]) -> Vec<String> {
     changes
@@ -507,6 +542,7 @@ fn install(args: &Args, env: &Env, report: &mut Report) -> Result<()> {
         .collect();
     let plan = plan::plan(&host, &d, &args.replace)?;
     report.plan = Some(plan.clone());
+    check_places(&host, &plan, &names)?;
     let (binary_path, binary) = binary_to_install(args.binary.as_deref())?;
     // Everything below reads what it writes under the lock.
     let lock = if args.dry_run {

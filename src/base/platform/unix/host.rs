@@ -147,6 +147,15 @@ impl Host {
     /// Walks `path` inside the root. With `follow_last`, a link in the last
     /// component is followed too.
     fn walk(&self, path: &Path, follow_last: bool) -> std::io::Result<Walked> {
+        self.walk_as(path, follow_last, false)
+    }
+
+    /// [`Host::walk`] for a write: with `trusted`, every directory passed
+    /// through below the root must be root's (or ours) and writable by no
+    /// one else, and every link followed must be root's (or ours):
+    /// otherwise another user could swap what is written there, or where
+    /// it goes ([`untrusted`]).
+    fn walk_as(&self, path: &Path, follow_last: bool, trusted: bool) -> std::io::Result<Walked> {
         let root = self.dir.try_clone()?;
         let mut dirs: Vec<(OwnedFd, OsString)> = vec![(root, OsString::new())];
         let mut todo = components(path);
@@ -192,6 +201,11 @@ impl Host {
             };
             let stat = rustix::fs::fstat(&fd).map_err(io)?;
             let kind = Kind::of(&stat);
+            let passed =
+                kind == Kind::Symlink && (!last || follow_last) || kind == Kind::Dir && !last;
+            if trusted && passed {
+                untrusted(&here(&dirs).join(&name), &stat)?;
+            }
             if kind == Kind::Symlink && (!last || follow_last) {
                 links += 1;
                 if links > MAX_LINKS {
@@ -299,6 +313,20 @@ impl Host {
         }
         let target = rustix::fs::readlinkat(&fd, "", Vec::new()).ok()?;
         Some(PathBuf::from(OsStr::from_bytes(target.as_bytes())))
+    }
+
+    /// Checks that only root (or the user running us) controls where a
+    /// write of `path` lands: every existing directory below the root on
+    /// the way to it, and every link followed there ([`untrusted`]). What
+    /// does not exist yet would be created root's, 0755. Install calls it
+    /// for every path it will write before writing anything; the writes
+    /// check again as they go.
+    pub(crate) fn check_place(&self, path: &Path) -> std::io::Result<()> {
+        match self.walk_as(path, false, true) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+            Ok(_) => Ok(()),
+        }
     }
 
     /// Reads regular file `path` (links followed inside the root), at most
@@ -441,7 +469,7 @@ impl Host {
         let mut done = PathBuf::from("/");
         for name in components(path) {
             done.push(&name);
-            let w = self.walk(&done, true)?;
+            let w = self.walk_as(&done, true, true)?;
             match w.found {
                 Some((_, stat)) if Kind::of(&stat) == Kind::Dir => continue,
                 Some((_, stat)) => {
@@ -482,7 +510,7 @@ impl Host {
     fn parent_of(&self, path: &Path) -> std::io::Result<(OwnedFd, OsString)> {
         let parent = path.parent().unwrap_or(Path::new("/"));
         self.create_dir_all(parent)?;
-        let w = self.walk(path, false)?;
+        let w = self.walk_as(path, false, true)?;
         if w.name.is_empty() || w.name == ".." {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
@@ -687,6 +715,35 @@ impl Host {
             }
         }
     }
+}
+
+/// Why the directory or link at `path` (what `stat` says of it) may not
+/// be passed through on the way to a write: another user owns it, or may
+/// write it (a group or others; sticky or not, as no installed path needs
+/// one). `PermissionDenied`, with the path, the owner or mode, and the
+/// fix.
+fn untrusted(path: &Path, stat: &Stat) -> std::io::Result<()> {
+    let me = rustix::process::geteuid().as_raw();
+    let mode = stat.st_mode & 0o7777;
+    let kind = Kind::describe(stat);
+    let why = if stat.st_uid != 0 && stat.st_uid != me {
+        format!(
+            "{} ({kind}) is owned by uid {}, not root: that user could swap what is written below it",
+            path.display(),
+            stat.st_uid
+        )
+    } else if Kind::of(stat) == Kind::Dir && mode & 0o022 != 0 {
+        format!(
+            "{} ({kind}, mode {mode:04o}) may be written by its group or other users: they could swap what is written in it",
+            path.display()
+        )
+    } else {
+        return Ok(());
+    };
+    Err(std::io::Error::new(
+        std::io::ErrorKind::PermissionDenied,
+        why,
+    ))
 }
 
 fn too_large(limit: u64) -> std::io::Error {

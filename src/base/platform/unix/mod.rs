@@ -413,7 +413,8 @@ fn check_socket_path(path: &Path, running: &Owner) -> Result<(), String> {
         };
         if name == ".." {
             here.pop();
-            facts = facts_at(&here).map_err(|e| format!("cannot inspect {}: {e}", here.display()))?;
+            facts =
+                facts_at(&here).map_err(|e| format!("cannot inspect {}: {e}", here.display()))?;
             continue;
         }
         let next = here.join(&name);
@@ -442,8 +443,8 @@ fn check_socket_path(path: &Path, running: &Owner) -> Result<(), String> {
                 let mut rest = names(&target);
                 rest.extend(todo);
                 todo = rest;
-                facts =
-                    facts_at(&here).map_err(|e| format!("cannot inspect {}: {e}", here.display()))?;
+                facts = facts_at(&here)
+                    .map_err(|e| format!("cannot inspect {}: {e}", here.display()))?;
             }
             Kind::Dir => here = next,
             _ if !todo.is_empty() => {
@@ -454,8 +455,8 @@ fn check_socket_path(path: &Path, running: &Owner) -> Result<(), String> {
                 ));
             }
             _ => {
-                let is_socket = std::fs::symlink_metadata(&next)
-                    .is_ok_and(|m| m.file_type().is_socket());
+                let is_socket =
+                    std::fs::symlink_metadata(&next).is_ok_and(|m| m.file_type().is_socket());
                 if !is_socket {
                     return Err(format!(
                         "{} is {}, not a socket",

@@ -119,6 +119,18 @@ impl Host {
     /// a link anywhere is refused, and so is a link in the last component
     /// unless `last_may_be_link` (to report it, or replace it).
     fn walk(&self, path: &Path, last_may_be_link: bool) -> std::io::Result<PathBuf> {
+        self.walk_as(path, last_may_be_link, false)
+    }
+
+    /// [`Host::walk`] for a write: with `trusted`, every folder passed
+    /// through below the root must be owned by SYSTEM, Administrators or
+    /// us, with a DACL that lets no other account write it ([`untrusted`]).
+    fn walk_as(
+        &self,
+        path: &Path,
+        last_may_be_link: bool,
+        trusted: bool,
+    ) -> std::io::Result<PathBuf> {
         let names = Self::below_root(path);
         let mut here = self.root.clone();
         let count = names.len();
@@ -137,6 +149,7 @@ impl Host {
                         format!("{} is not a folder", here.display()),
                     ));
                 }
+                Ok(_) if trusted && n + 1 < count => untrusted(&here)?,
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     // The rest does not exist yet. (Joining an empty rest
@@ -195,6 +208,18 @@ impl Host {
     pub(crate) fn read_link(&self, path: &Path) -> Option<PathBuf> {
         let local = self.walk(path, true).ok()?;
         std::fs::read_link(local).ok()
+    }
+
+    /// Checks that only SYSTEM, Administrators (or the account running
+    /// us) control where a write of `path` lands: every existing folder
+    /// below the root on the way ([`untrusted`]). What does not exist yet
+    /// would be created with the folder's inherited DACL.
+    pub(crate) fn check_place(&self, path: &Path) -> std::io::Result<()> {
+        match self.walk_as(path, true, true) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+            Ok(_) => Ok(()),
+        }
     }
 
     /// Opens regular file `path` for reading, never through a link.
@@ -298,7 +323,7 @@ impl Host {
         let mut done = PathBuf::new();
         for name in Self::below_root(path) {
             done.push(&name);
-            let local = self.walk(&done, false)?;
+            let local = self.walk_as(&done, false, true)?;
             match std::fs::symlink_metadata(&local) {
                 Ok(meta) if meta.is_dir() => {}
                 Ok(_) => {
@@ -329,7 +354,7 @@ impl Host {
         if let Some(parent) = path.parent() {
             self.create_dir_all(parent)?;
         }
-        let local = self.walk(path, true)?;
+        let local = self.walk_as(path, true, true)?;
         let dir = local
             .parent()
             .map(Path::to_path_buf)
@@ -493,6 +518,33 @@ impl Host {
             }
         }
     }
+}
+
+/// Why the folder at `local` may not be passed through on the way to a
+/// write: another account owns it, or its DACL lets another account
+/// write it. `PermissionDenied`, with the folder, the owner or the DACL.
+fn untrusted(local: &Path) -> std::io::Result<()> {
+    let facts = super::facts_at(local)?;
+    let running = super::running_owner()?;
+    let why = if !facts.owner.is_admin_or(&running) {
+        format!(
+            "{} is owned by {}, neither SYSTEM nor Administrators: that account could swap what is written in it",
+            local.display(),
+            facts.owner
+        )
+    } else if facts.access.others_write {
+        format!(
+            "{} has {}: those accounts could swap what is written in it",
+            local.display(),
+            facts.access.shown()
+        )
+    } else {
+        return Ok(());
+    };
+    Err(std::io::Error::new(
+        std::io::ErrorKind::PermissionDenied,
+        why,
+    ))
 }
 
 /// The components of `path` from the `skip`th one below the root on.
