@@ -248,15 +248,15 @@ fn missing_empty_and_malformed_identity_fails_before_the_network() {
     // The annotation at fault: the one set wrongly, or the first that
     // would name the identity.
     for (annotations, key) in [
-        (vec![(WI_TENANT, TENANT)], WI_CLIENT),
-        (vec![(WI_CLIENT, CLIENT_ID)], WI_TENANT),
+        (vec![(WI_TENANT, TENANT)], AKS_CLIENT),
+        (vec![(WI_CLIENT, CLIENT_ID)], AKS_TENANT),
         (
             vec![
-                (WI_CLIENT, ""),
-                (AKS_CLIENT, CLIENT_ID),
+                (AKS_CLIENT, ""),
+                (WI_CLIENT, CLIENT_ID),
                 (WI_TENANT, TENANT),
             ],
-            WI_CLIENT,
+            AKS_CLIENT,
         ),
         (vec![(WI_CLIENT, CLIENT_ID), (WI_TENANT, " ")], WI_TENANT),
         (vec![(WI_CLIENT, "my-app"), (WI_TENANT, TENANT)], WI_CLIENT),
@@ -955,6 +955,49 @@ fn identity_binding_sends_the_token_to_the_pinned_endpoint_then_acr() {
     secrets.extend(binding.issued());
     secrets.extend(minted);
     out.assert_no_secrets(&secrets);
+}
+
+/// Round-5 item 3: a service account carrying both client-ID keys,
+/// different (its app's workload identity and its pull identity), pulls
+/// with the ACR key, the one meant for pulls, in an identity binding and
+/// through Entra ID alike, with a warning naming both keys; the workload
+/// identity key is used only when it is the only one.
+#[test]
+fn the_acr_client_id_wins_over_the_workload_identity_one() {
+    const APP: &str = "99999999-8888-7777-6666-555555555555";
+    let both = [
+        (AKS_CLIENT, CLIENT_ID),
+        (WI_CLIENT, APP),
+        (WI_TENANT, TENANT),
+    ];
+    let (entra, acr) = fakes(REGISTRY);
+    let binding = FakeIdentityBinding::start(&entra, &[("team", "puller", CLIENT_ID)]);
+    let token = TokenSpec::new("team", "puller", azure::BINDING_AUDIENCE).mint();
+    let image = format!("{REGISTRY}/team/app");
+    let out = exec(
+        &binding_flags(&entra, &acr, &binding),
+        &[],
+        &image,
+        &token,
+        &both,
+    );
+    out.response();
+    assert_eq!(binding.server.requests()[0].form()["client_id"], CLIENT_ID);
+    support::assert_says(
+        &out.stderr,
+        &[
+            AKS_CLIENT,
+            WI_CLIENT,
+            "disagree",
+            "pulling with kubernetes.azure.com/acr-client-id",
+        ],
+    );
+
+    let out = exec(&flags(&entra, &acr), &[], &image, &sa_token(), &both);
+    out.response();
+    assert_eq!(entra.server.requests()[0].form()["client_id"], CLIENT_ID);
+    exec(&flags(&entra, &acr), &[], &image, &sa_token(), IDENTITY).response();
+    assert_eq!(entra.server.requests()[1].form()["client_id"], CLIENT_ID);
 }
 
 /// What the binding path refuses, each with one clear line and nothing

@@ -17,9 +17,9 @@ pub(crate) const AKS_CLIENT_ID: &str = "kubernetes.azure.com/acr-client-id";
 pub(crate) const WI_TENANT_ID: &str = "azure.workload.identity/tenant-id";
 pub(crate) const AKS_TENANT_ID: &str = "kubernetes.azure.com/acr-tenant-id";
 
-/// The annotation keys in the order they are tried.
-pub(crate) const CLIENT_ID_KEYS: [&str; 2] = [WI_CLIENT_ID, AKS_CLIENT_ID];
-pub(crate) const TENANT_ID_KEYS: [&str; 2] = [WI_TENANT_ID, AKS_TENANT_ID];
+/// The annotation keys in the order they are tried: AKS's ACR keys first.
+pub(crate) const CLIENT_ID_KEYS: [&str; 2] = [AKS_CLIENT_ID, WI_CLIENT_ID];
+pub(crate) const TENANT_ID_KEYS: [&str; 2] = [AKS_TENANT_ID, WI_TENANT_ID];
 
 /// Where a value came from, for messages.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,12 +56,12 @@ pub(crate) fn resolve(
     default_tenant: Option<&str>,
 ) -> Result<Identity> {
     let (client_id, client_key) = first(annotations, &CLIENT_ID_KEYS)?.ok_or_else(|| {
-        Error::annotation_key(WI_CLIENT_ID, format!(
-            "the service account has no {WI_CLIENT_ID} (or {AKS_CLIENT_ID}) annotation naming the Entra ID application to federate to"
+        Error::annotation_key(AKS_CLIENT_ID, format!(
+            "the service account has no {AKS_CLIENT_ID} (or {WI_CLIENT_ID}) annotation naming the Entra ID application to federate to"
         ))
         .fix(format!(
-            "annotate the service account with {WI_CLIENT_ID}: <client ID of the managed identity or app registration>, \
-             and list that key in tokenAttributes.requiredServiceAccountAnnotationKeys of this provider entry"
+            "annotate the service account with {AKS_CLIENT_ID}: <client ID of the managed identity or app registration> \
+             (or {WI_CLIENT_ID}), and list that key in tokenAttributes of this provider entry"
         ))
     })?;
     let client_id = parse_client_id(client_id).ok_or_else(|| {
@@ -80,11 +80,11 @@ pub(crate) fn resolve(
         None => match default_tenant {
             Some(tenant) => (tenant.to_string(), Source::Default),
             None => {
-                return Err(Error::annotation_key(WI_TENANT_ID, format!(
-                    "no Entra ID tenant: the service account has no {WI_TENANT_ID} (or {AKS_TENANT_ID}) annotation and no default tenant is configured"
+                return Err(Error::annotation_key(AKS_TENANT_ID, format!(
+                    "no Entra ID tenant: the service account has no {AKS_TENANT_ID} (or {WI_TENANT_ID}) annotation and no default tenant is configured"
                 ))
                 .fix(format!(
-                    "annotate the service account with {WI_TENANT_ID}: <tenant ID> (and list it in tokenAttributes), \
+                    "annotate the service account with {AKS_TENANT_ID} (or {WI_TENANT_ID}): <tenant ID> (and list it in tokenAttributes), \
                      or give the plugin --azure-tenant-id / AZURE_TENANT_ID"
                 )));
             }
@@ -99,7 +99,8 @@ pub(crate) fn resolve(
 
 /// The first of `keys` present in `annotations`, with its key. A present
 /// but empty value is an error: `client-id: ""` is a mistake to report,
-/// not a reason to quietly try the next key.
+/// not a reason to quietly try the next key. When two keys disagree the
+/// first wins, with a warning naming both.
 pub(crate) fn first<'a>(
     annotations: &'a BTreeMap<String, String>,
     keys: &[&'static str],
@@ -121,7 +122,7 @@ pub(crate) fn first<'a>(
             None => found = Some((value, key)),
             Some((chosen, chosen_key)) if !chosen.eq_ignore_ascii_case(value) => {
                 crate::base::log::warning!(
-                    "annotations {chosen_key} and {key} disagree ({} and {}); using {chosen_key}",
+                    "annotations {chosen_key} and {key} disagree ({} and {}); pulling with {chosen_key}, the key meant for image pulls",
                     quote(chosen),
                     quote(value)
                 );
@@ -195,7 +196,7 @@ mod tests {
     const TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
 
     #[test]
-    fn workload_identity_keys_first_then_aks_then_default_tenant() {
+    fn acr_keys_first_then_workload_identity_then_default_tenant() {
         let id = resolve(
             &map(&[(WI_CLIENT_ID, CLIENT), (WI_TENANT_ID, TENANT)]),
             None,
@@ -213,9 +214,10 @@ mod tests {
         assert_eq!(id.client_id, CLIENT);
         assert_eq!(id.tenant_source, Source::Annotation(AKS_TENANT_ID));
 
-        let other = "99999999-2222-3333-4444-555555555555";
+        // Both set and different: the ACR key is the one for pulls.
+        let app = "99999999-2222-3333-4444-555555555555";
         let id = resolve(
-            &map(&[(WI_CLIENT_ID, CLIENT), (AKS_CLIENT_ID, other)]),
+            &map(&[(WI_CLIENT_ID, app), (AKS_CLIENT_ID, CLIENT)]),
             Some("contoso.onmicrosoft.com"),
         )
         .unwrap();
@@ -242,7 +244,7 @@ mod tests {
     fn missing_empty_and_malformed_values_are_errors() {
         let e = resolve(&map(&[(WI_TENANT_ID, TENANT)]), None).unwrap_err();
         assert_eq!(e.kind(), crate::base::error::Kind::Annotation);
-        assert_eq!(e.fact(Fact::Annotation), Some(WI_CLIENT_ID), "{e}");
+        assert_eq!(e.fact(Fact::Annotation), Some(AKS_CLIENT_ID), "{e}");
 
         let e = resolve(&map(&[(WI_CLIENT_ID, CLIENT)]), None).unwrap_err();
         assert!(e.to_string().contains("AZURE_TENANT_ID"), "{e}");
@@ -250,20 +252,20 @@ mod tests {
         // Empty is not "absent": it does not fall through to the next key.
         let e = resolve(
             &map(&[
-                (WI_CLIENT_ID, ""),
-                (AKS_CLIENT_ID, CLIENT),
+                (AKS_CLIENT_ID, ""),
+                (WI_CLIENT_ID, CLIENT),
                 (WI_TENANT_ID, TENANT),
             ]),
             None,
         )
         .unwrap_err();
-        assert_eq!(e.what(), format!("annotation {WI_CLIENT_ID} is empty"));
+        assert_eq!(e.what(), format!("annotation {AKS_CLIENT_ID} is empty"));
         let e = resolve(
-            &map(&[(WI_CLIENT_ID, CLIENT), (AKS_TENANT_ID, "  ")]),
+            &map(&[(WI_CLIENT_ID, CLIENT), (WI_TENANT_ID, "  ")]),
             Some(TENANT),
         )
         .unwrap_err();
-        assert_eq!(e.what(), format!("annotation {AKS_TENANT_ID} is empty"));
+        assert_eq!(e.what(), format!("annotation {WI_TENANT_ID} is empty"));
 
         for bad in [
             "not-a-guid",

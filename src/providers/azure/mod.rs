@@ -231,10 +231,10 @@ pub(crate) static PROVIDER: Provider = Provider {
     auto: Some(|image| host::parse(image.registry()).is_some()),
     password_is_token: false,
     annotations: &[
-        identity::WI_CLIENT_ID,
         identity::AKS_CLIENT_ID,
-        identity::WI_TENANT_ID,
+        identity::WI_CLIENT_ID,
         identity::AKS_TENANT_ID,
+        identity::WI_TENANT_ID,
     ],
     node_identity: Some(
         "the kubelet identity (a managed identity from Azure IMDS), or a service principal from azure.json if asked",
