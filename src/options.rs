@@ -391,9 +391,20 @@ fn parse_timeout(text: &str) -> std::result::Result<Duration, String> {
 /// admins install the binary under several names, one per provider. A
 /// Windows name's `.exe` (any case, as Windows compares names) is not part
 /// of it: `wi-credential-provider-aws.exe` means aws, on a Windows node and
-/// in a Windows node's config checked anywhere.
+/// in a Windows node's config checked anywhere. On Windows the whole name
+/// is read in any case (`WI-CREDENTIAL-PROVIDER-AWS.EXE` is aws), as
+/// Windows finds the file.
 pub(crate) fn provider_from_program_name(arg0: &OsStr) -> Option<&'static Provider> {
     let name = Path::new(arg0).file_name()?.to_str()?;
+    // Windows finds the file in any case, so the name means the same in
+    // any case there.
+    let lowered;
+    let name = if crate::base::platform::NAMES_IGNORE_CASE {
+        lowered = name.to_ascii_lowercase();
+        lowered.as_str()
+    } else {
+        name
+    };
     let name = match name
         .len()
         .checked_sub(4)

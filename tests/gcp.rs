@@ -915,6 +915,10 @@ fn registry_hosts_and_lookalikes() {
         "asia.gcr.io",
         "europe-west1-docker.pkg.dev",
         "container.cloud.google.com",
+        // Round 5, item 14: every host auth-provider-gcp serves
+        // (`*.gcr.io`, `*.pkg.dev`).
+        "marketplace.gcr.io",
+        "mirror.gcr.io",
     ] {
         let out = exec(
             &google.args(),
@@ -934,7 +938,7 @@ fn registry_hosts_and_lookalikes() {
     for host in [
         "gcr.io.evil.com",
         "evilgcr.io",
-        "mirror.gcr.io",
+        "a.mirror.gcr.io",
         "us-docker.pkg.dev.evil.com",
         "evil-docker.pkg.dev.attacker.io",
         "gcr.io:5000",

@@ -1976,3 +1976,57 @@ fn install_refuses_directories_another_user_controls_and_doctor_fails_them() {
         &["FAIL", "binary", "is owned by uid 4242", "chmod go-w"],
     );
 }
+
+/// Round-5 item 4: on an AKS custom-cloud node, AgentBaker's stock entry
+/// also matches `*<registry suffix>` (`Config-CredentialProvider`; the
+/// Linux CSE likewise). Removing it with `--replace` would leave that
+/// cloud's registry matched by nothing: install refuses before writing,
+/// naming the pattern and the `--replace NAME=PATTERNS` that keeps the
+/// stock plugin for it; with that, install succeeds and the stock entry
+/// keeps exactly the pattern ours does not cover.
+#[test]
+fn replacing_the_stock_entry_never_drops_a_pattern_ours_does_not_cover() {
+    let node = Node::new("aks", true);
+    let config = node.path("/var/lib/kubelet/credential-provider-config.yaml");
+    let stock = std::fs::read_to_string(&config).unwrap().replace(
+        "      - \"*.*.geo.azurecr.us\"\n",
+        "      - \"*.*.geo.azurecr.us\"\n      - \"*.azurecr.microsoft.scloud\"\n",
+    );
+    std::fs::write(&config, &stock).unwrap();
+    let before = node.snapshot();
+    let mut install = vec![
+        "install",
+        "--provider",
+        "azure",
+        "--fallback",
+        "node",
+        "--replace",
+        "acr-credential-provider",
+    ];
+    let out = node.run(&install);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    support::assert_says(
+        &text(&out.stderr),
+        &[
+            "would take *.azurecr.microsoft.scloud from acr-credential-provider",
+            "nothing was changed",
+            "--replace acr-credential-provider=*.azurecr.microsoft.scloud",
+        ],
+    );
+    assert!(changed(&before, &node.snapshot()).is_empty());
+
+    install[6] = "acr-credential-provider=*.azurecr.microsoft.scloud";
+    let out = node.run(&install);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let doc = yaml_to_json(&std::fs::read_to_string(&config).unwrap());
+    let stock = doc["providers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "acr-credential-provider")
+        .unwrap();
+    assert_eq!(
+        stock["matchImages"],
+        serde_json::json!(["*.azurecr.microsoft.scloud"])
+    );
+}

@@ -601,6 +601,13 @@ struct AksWindows {
 
 impl AksWindows {
     fn new(release: &str, extra_args: &[String]) -> AksWindows {
+        AksWindows::with(release, extra_args, AKS_CONFIG, false)
+    }
+
+    /// [`AksWindows::new`] with `config` as the credential-provider
+    /// config, and (`quoted`) its flag's value in double quotes in
+    /// `ConfigArgs`, as a template may write it.
+    fn with(release: &str, extra_args: &[String], config: &str, quoted: bool) -> AksWindows {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         let k = root.join("k");
@@ -618,6 +625,13 @@ impl AksWindows {
             "--resolv-conf=\"\"".into(),
         ];
         args.extend(extra_args.iter().cloned());
+        if quoted {
+            for arg in &mut args {
+                if let Some(value) = arg.strip_prefix("--image-credential-provider-config=") {
+                    *arg = format!("--image-credential-provider-config=\"{value}\"");
+                }
+            }
+        }
         args.sort();
         let json = json!({
             "Cri": {"Name": "containerd", "Images": {"Pause": "mcr.microsoft.com/oss/v2/kubernetes/pause:3.10.2"}},
@@ -642,7 +656,7 @@ impl AksWindows {
             "$Global:ClusterConfiguration = ConvertFrom-Json ((Get-Content \"c:\\k\\kubeclusterconfig.json\" -ErrorAction Stop) | out-string)\r\n",
         )
         .unwrap();
-        std::fs::write(k.join("credential-provider-config.yaml"), AKS_CONFIG).unwrap();
+        std::fs::write(k.join("credential-provider-config.yaml"), config).unwrap();
         std::fs::write(
             k.join("azure.json"),
             format!("{{\"cloud\":\"AzurePublicCloud\",\"tenantId\":\"{TENANT}\",\"userAssignedIdentityID\":\"{CLIENT_ID}\",\"useManagedIdentityExtension\":true}}\r\n"),
@@ -850,6 +864,91 @@ fn aks_windows_refuses_a_bin_folder_others_may_write() {
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o777)).unwrap();
     let doctor = node.node("doctor", &[]);
     support::assert_says(&report(&doctor), &["FAIL", "binary", "S-1-1-0 write"]);
+}
+
+/// Round-5 items 4 and 7 on AKS Windows: a config flag whose value
+/// AgentBaker's template wrote in double quotes is read as the kubelet
+/// receives it (unquoted) and install succeeds; a custom cloud's
+/// `*<registry suffix>` in the stock entry is never dropped by
+/// `--replace` without a word: install refuses, writing nothing, and names
+/// the `--replace NAME=PATTERN` that keeps it.
+#[test]
+#[ignore = "needs the Windows build under Wine: make test-windows"]
+fn aks_windows_quoted_flags_and_a_custom_clouds_pattern() {
+    let quoted = AksWindows::with("1.34.1", &[], AKS_CONFIG, true);
+    let out = quoted.node("install", INSTALL);
+    assert_eq!(out.code, Some(0), "{}\n{}", report(&out), out.stderr);
+    assert!(quoted.config().contains("wi-credential-provider-azure.exe"));
+
+    let custom = AKS_CONFIG.replace(
+        "      - \"*.*.geo.azurecr.us\"\r\n",
+        "      - \"*.*.geo.azurecr.us\"\r\n      - \"*.azurecr.microsoft.scloud\"\r\n",
+    );
+    let node = AksWindows::with("1.34.1", &[], &custom, false);
+    let before = tree(node.dir.path());
+    let out = node.node("install", INSTALL);
+    assert_eq!(out.code, Some(1), "{}", report(&out));
+    support::assert_says(
+        &out.stderr,
+        &[
+            "*.azurecr.microsoft.scloud",
+            "--replace acr-credential-provider=*.azurecr.microsoft.scloud",
+        ],
+    );
+    assert_eq!(tree(node.dir.path()), before, "a refused install wrote");
+}
+
+/// Round-5 item 6: the Windows kubelet finds `NAME.exe` for an entry
+/// `NAME` (exec.LookPath tries PATHEXT), so check-config does too, and a
+/// name in any case picks its provider, as Windows finds the file in any
+/// case.
+#[test]
+#[ignore = "needs the Windows build under Wine: make test-windows"]
+fn windows_names_are_found_as_the_kubelet_finds_them() {
+    let token = TokenSpec::new("team", "puller", "harbor.test").mint();
+    let args = ["--registry", "harbor.test", "--audience", "harbor.test"];
+    let stdin = request("harbor.test/team/app", Some(&token), &[]);
+    let out = on_windows(|| {
+        run_as(
+            "WI-CREDENTIAL-PROVIDER-PASSTHROUGH",
+            &args,
+            &[],
+            stdin.as_bytes(),
+        )
+    });
+    served(
+        &out,
+        "harbor.test/team/app",
+        "harbor.test",
+        vec![token.clone()],
+        &token,
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: wi-credential-provider-passthrough\n    apiVersion: credentialprovider.kubelet.k8s.io/v1\n    matchImages: [\"harbor.test\"]\n    defaultCacheDuration: \"0s\"\n    args: [\"--registry\", \"harbor.test\"]\n    tokenAttributes:\n      serviceAccountTokenAudience: harbor.test\n      cacheType: Token\n      requireServiceAccount: true\n",
+    )
+    .unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let check = || {
+        let (config, bin) = (windows::path(&config), windows::path(&bin));
+        let out = on_windows(|| run(&["check-config", &config, "--bin-dir", &bin], &[], b""));
+        format!("{}{}", report(&out), out.stderr)
+    };
+    assert!(check().contains("executable is missing"), "{}", check());
+    std::fs::copy(
+        windows::exe(),
+        bin.join("wi-credential-provider-passthrough.exe"),
+    )
+    .unwrap();
+    let said = check();
+    assert!(
+        !said.contains("executable is missing") && said.contains("0 errors"),
+        "{said}"
+    );
 }
 
 /// `--restart-kubelet` on AKS Windows restarts the `Kubelet` service

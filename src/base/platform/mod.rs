@@ -300,6 +300,33 @@ pub(crate) fn random_hex(bytes: usize) -> String {
     crate::base::hex::encode(&buf)
 }
 
+/// Whether file names match in any case here (Windows: `NAME.EXE` is
+/// `name.exe`), so a name the binary is run as is compared that way too.
+pub(crate) const NAMES_IGNORE_CASE: bool = cfg!(windows);
+
+/// The file the kubelet runs for provider `name` in bin dir `dir`, found
+/// as it finds it (`exec.LookPath(filepath.Join(binDir, name))`): the name
+/// itself on Linux; on Windows, Go's rules for PATHEXT (the default
+/// `.com;.exe;.bat;.cmd` of the kubelet's service): a name with an
+/// extension is tried as it is first, then each extension appended, and
+/// the first regular file wins. `None` when nothing is found; the caller
+/// reports `dir/name`.
+pub(crate) fn find_executable(dir: &Path, name: &str) -> Option<std::path::PathBuf> {
+    let plain = dir.join(name);
+    let is_file = |p: &Path| std::fs::metadata(p).is_ok_and(|m| !m.is_dir());
+    if !WINDOWS {
+        return is_file(&plain).then_some(plain);
+    }
+    let has_extension = name.rfind('.') > name.rfind([':', '\\', '/']);
+    if has_extension && is_file(&plain) {
+        return Some(plain);
+    }
+    [".com", ".exe", ".bat", ".cmd"]
+        .iter()
+        .map(|ext| dir.join(format!("{name}{ext}")))
+        .find(|p| is_file(p))
+}
+
 /// The file name of executable `name` here: `name.exe` on Windows.
 pub(crate) fn executable_name(name: &str) -> String {
     format!("{name}{}", std::env::consts::EXE_SUFFIX)

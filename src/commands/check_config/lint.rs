@@ -48,7 +48,15 @@ pub(crate) fn lint(loaded: &Loaded, bin_dir: Option<&Path>, kubelet_env: &Env) -
 /// symlink to it in the bin dir, or because the entry sets our variables.
 pub(crate) fn runs_this_binary(entry: &Entry, bin_dir: Option<&Path>) -> bool {
     let name = entry.name();
-    if name == BINARY || name.starts_with(&format!("{BINARY}-")) {
+    let ours = |name: &str| {
+        let name = if crate::base::platform::NAMES_IGNORE_CASE {
+            name.to_ascii_lowercase()
+        } else {
+            name.to_string()
+        };
+        name == BINARY || name.starts_with(&format!("{BINARY}-"))
+    };
+    if ours(name) {
         return true;
     }
     if entry
@@ -61,9 +69,10 @@ pub(crate) fn runs_this_binary(entry: &Entry, bin_dir: Option<&Path>) -> bool {
     }
     bin_dir
         .filter(|_| !name.is_empty())
-        .and_then(|dir| std::fs::canonicalize(dir.join(name)).ok())
+        .and_then(|dir| crate::base::platform::find_executable(dir, name))
+        .and_then(|found| std::fs::canonicalize(found).ok())
         .and_then(|target| target.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .is_some_and(|target| target == BINARY || target.starts_with(&format!("{BINARY}-")))
+        .is_some_and(|target| ours(&target))
 }
 
 /// A `matchImages` entry with a scheme. plugin.go parses an entry as
@@ -177,7 +186,8 @@ fn binary(entry: &Entry, dir: &Path, findings: &mut Vec<Finding>) {
         );
         return;
     }
-    let path = dir.join(name);
+    // Found as the kubelet finds it: on Windows `name` may be `name.exe`.
+    let path = crate::base::platform::find_executable(dir, name).unwrap_or_else(|| dir.join(name));
     let problem = match std::fs::metadata(&path) {
         Err(_) if std::fs::symlink_metadata(&path).is_ok() => Some(format!(
             "{} is a symlink to a file that does not exist",

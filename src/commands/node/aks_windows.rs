@@ -131,6 +131,68 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<ClusterConfig, String> {
     Ok(ClusterConfig { args, release })
 }
 
+impl ClusterConfig {
+    /// The kubelet's arguments as the kubelet itself receives them:
+    /// `kubeletstart.ps1` joins `ConfigArgs` with spaces into one command
+    /// line (`$args = ($KubeletArgList -join " ")`, then
+    /// `[RunProcess.exec]::RunProcess($exe, $args, ...)`; AgentBaker
+    /// @0268abae), and the kubelet, a Go program, splits it back with Go's
+    /// Windows rules ([`windows_argv`]). So
+    /// `--image-credential-provider-config="c:\k\x.yaml"` reaches it
+    /// without its quotes, and `--eviction-hard=""` empty.
+    pub(crate) fn kubelet_argv(&self) -> Vec<String> {
+        windows_argv(&self.args.join(" "))
+    }
+}
+
+/// Splits a Windows command line as a Go program's `os.Args` does (Go's
+/// `syscall` `readNextArg`): spaces and tabs separate arguments outside
+/// quotes; `"` toggles quoting and is dropped; `""` inside quotes is one
+/// literal `"` and ends the quoting (the "prior to 2008" rule Go
+/// follows); backslashes are literal except before a `"`, where each pair
+/// is one backslash and an odd one makes the `"` literal.
+fn windows_argv(line: &str) -> Vec<String> {
+    let mut args = Vec::new();
+    let mut chars = line.chars().peekable();
+    loop {
+        while chars.next_if(|c| *c == ' ' || *c == '\t').is_some() {}
+        if chars.peek().is_none() {
+            return args;
+        }
+        let mut arg = String::new();
+        let mut quoted = false;
+        let mut slashes = 0usize;
+        while let Some(c) = chars.next() {
+            match c {
+                ' ' | '\t' if !quoted => break,
+                '\\' => {
+                    slashes += 1;
+                    continue;
+                }
+                '"' => {
+                    arg.extend(std::iter::repeat_n('\\', slashes / 2));
+                    if slashes % 2 == 1 {
+                        arg.push('"');
+                    } else {
+                        if quoted && chars.next_if_eq(&'"').is_some() {
+                            arg.push('"');
+                        }
+                        quoted = !quoted;
+                    }
+                    slashes = 0;
+                    continue;
+                }
+                _ => {}
+            }
+            arg.extend(std::iter::repeat_n('\\', slashes));
+            slashes = 0;
+            arg.push(c);
+        }
+        arg.extend(std::iter::repeat_n('\\', slashes));
+        args.push(arg);
+    }
+}
+
 /// Reads the node's `kubeclusterconfig.json` inside the root, bounded.
 pub(crate) fn read(host: &Host) -> Result<ClusterConfig, String> {
     let path = Path::new(AKS_WINDOWS_CLUSTER_CONFIG);
@@ -144,6 +206,38 @@ pub(crate) fn read(host: &Host) -> Result<ClusterConfig, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Round-5 item 7: the kubelet gets its flags unquoted, as Go splits
+    /// the command line kubeletstart.ps1 builds.
+    #[test]
+    fn the_kubelet_gets_its_arguments_as_go_splits_the_command_line() {
+        let config = ClusterConfig {
+            args: [
+                r#"--image-credential-provider-config="c:\k\credential-provider-config.yaml""#,
+                r#"--enforce-node-allocatable="""#,
+                r#"--node-labels="a=b c""#,
+                r"--cloud-config=c:\k\azure.json",
+                r#"--x=a\"b"#,
+                r#"--y="a""b"#,
+                r#"--z="c:\dir\\""#,
+            ]
+            .map(String::from)
+            .to_vec(),
+            release: None,
+        };
+        assert_eq!(
+            config.kubelet_argv(),
+            [
+                r"--image-credential-provider-config=c:\k\credential-provider-config.yaml",
+                "--enforce-node-allocatable=",
+                "--node-labels=a=b c",
+                r"--cloud-config=c:\k\azure.json",
+                r#"--x=a"b"#,
+                r#"--y=a"b"#,
+                r"--z=c:\dir\",
+            ]
+        );
+    }
 
     const SAMPLE: &str = r#"{"Cri":{"Name":"containerd"},"Kubernetes":{"Source":{"Release":"1.33.2"},"Kubelet":{"NodeLabels":"a=b","ConfigArgs":["--cloud-config=c:\\k\\azure.json","--enforce-node-allocatable=\"\"","--image-credential-provider-bin-dir=c:\\var\\lib\\kubelet\\credential-provider","--image-credential-provider-config=c:\\k\\credential-provider-config.yaml"]}}}"#;
 

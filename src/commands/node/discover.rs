@@ -390,7 +390,7 @@ fn aks_windows_flags(
     };
     let file = PathBuf::from(distro::AKS_WINDOWS_CLUSTER_CONFIG);
     let from = format!("Kubernetes.Kubelet.ConfigArgs in {}", file.display());
-    let flags = parse_flags(&cluster.args);
+    let flags = parse_flags(&cluster.kubelet_argv());
     d.unit_flags = flags.clone();
     d.flags_from = FlagSource::ClusterConfig { file };
     if explicit.kubelet_version.is_none()

@@ -179,7 +179,7 @@ pub fn merge(
             }
             continue;
         }
-        out.extend(replaced(entry, &name, replace, &mut changes));
+        out.extend(replaced(entry, &name, replace, ours, &mut changes)?);
     }
     for (mine, done) in ours.iter().zip(&placed) {
         if !done {
@@ -206,24 +206,53 @@ pub fn merge(
 }
 
 /// What becomes of another provider's `entry` (called `name`) under
-/// `--replace`: kept, removed, or narrowed to the patterns given.
+/// `--replace`: kept, removed, or narrowed to the patterns given. Refused
+/// when that would take from the kubelet's config a `matchImages` pattern
+/// no entry of `ours` covers ([`uncovered`]): pulls from those registries
+/// would then match no provider at all, which an install must not do
+/// without a word (an AKS custom cloud's `*<registry suffix>`).
 fn replaced(
     entry: Value,
     name: &str,
     replace: &[Replace],
+    ours: &[Value],
     changes: &mut Vec<String>,
-) -> Option<Value> {
-    match replace.iter().find(|r| same_provider(&r.name, name)) {
-        Some(Replace {
+) -> Result<Option<Value>> {
+    let Some(rule) = replace.iter().find(|r| same_provider(&r.name, name)) else {
+        return Ok(Some(entry));
+    };
+    let kept = rule.narrow_to.as_deref().unwrap_or_default();
+    let dropped = uncovered(&entry, kept, ours);
+    if !dropped.is_empty() {
+        let keep: Vec<&str> = kept
+            .iter()
+            .map(String::as_str)
+            .chain(dropped.iter().map(String::as_str))
+            .collect();
+        return Err(Error::config(format!(
+            "--replace {} would take {} from {name}, and no entry being installed matches {}: \
+             pulls from those registries would find no credential provider; nothing was changed",
+            rule_text(rule),
+            dropped.join(", "),
+            if dropped.len() == 1 { "it" } else { "them" }
+        ))
+        .with(crate::base::error::Fact::Flag, "--replace")
+        .fix(format!(
+            "keep {name} for them: --replace {name}={}; or install an entry that serves them (--config)",
+            keep.join(",")
+        )));
+    }
+    Ok(match rule {
+        Replace {
             narrow_to: None, ..
-        }) => {
+        } => {
             changes.push(format!("removed {name} (--replace)"));
             None
         }
-        Some(Replace {
+        Replace {
             narrow_to: Some(patterns),
             ..
-        }) => {
+        } => {
             let mut narrowed = entry;
             if let Some(m) = narrowed.as_mapping_mut() {
                 let list =
@@ -235,8 +264,42 @@ fn replaced(
             }
             Some(narrowed)
         }
-        None => Some(entry),
+    })
+}
+
+/// `--replace` as written.
+fn rule_text(rule: &Replace) -> String {
+    match &rule.narrow_to {
+        None => rule.name.clone(),
+        Some(patterns) => format!("{}={}", rule.name, patterns.join(",")),
     }
+}
+
+/// The `matchImages` patterns of `entry` that replacing it (keeping only
+/// `kept`) would drop and that no entry of `ours` covers: the same
+/// pattern (in any case), or one of ours that matches it with each `*`
+/// standing for a label (`*.azurecr.io` covers `contoso.azurecr.io`).
+fn uncovered(entry: &Value, kept: &[String], ours: &[Value]) -> Vec<String> {
+    let patterns_of = |e: &Value| -> Vec<String> {
+        e.get("matchImages")
+            .and_then(Value::as_sequence)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect()
+    };
+    let mine: Vec<String> = ours.iter().flat_map(patterns_of).collect();
+    patterns_of(entry)
+        .into_iter()
+        .filter(|p| !kept.iter().any(|k| k.eq_ignore_ascii_case(p)))
+        .filter(|p| {
+            let probe = p.replace('*', "x");
+            !mine
+                .iter()
+                .any(|m| m.eq_ignore_ascii_case(p) || crate::kubelet::matching::matches(m, &probe))
+        })
+        .collect()
 }
 
 pub fn render(doc: &Value, format: Format) -> Result<Vec<u8>> {
