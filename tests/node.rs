@@ -2030,3 +2030,67 @@ fn replacing_the_stock_entry_never_drops_a_pattern_ours_does_not_cover() {
         serde_json::json!(["*.azurecr.microsoft.scloud"])
     );
 }
+
+/// Round-5 item 5: doctor reads every host a mirror's `hosts.toml` offers
+/// the credential to, not only `server`: a `[host]` listed before the
+/// mirror, and a `server` that is a third host, are each named in a
+/// warning; the file the docs recommend passes.
+#[test]
+fn doctor_names_every_host_a_mirror_credential_reaches() {
+    let node = Node::new("kubeadm-deb", true);
+    let config =
+        repo().join("config-examples/aws-pull-through-cache/credential-provider-config.yaml");
+    let out = node.run(&["install", "--config", config.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let installed =
+        std::fs::read_to_string(node.path("/etc/kubernetes/credential-provider.yaml")).unwrap();
+    let rule = installed
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .trim_start_matches("- ")
+                .strip_prefix("--registry-mirror=")
+        })
+        .or_else(|| {
+            let lines: Vec<&str> = installed.lines().collect();
+            lines
+                .iter()
+                .position(|l| l.trim() == "- --registry-mirror")
+                .map(|i| lines[i + 1].trim().trim_start_matches("- "))
+        })
+        .unwrap_or_else(|| panic!("no --registry-mirror in {installed}"))
+        .trim_matches('"')
+        .to_string();
+    let (source, target) = rule.split_once('=').unwrap();
+    let mirror = format!("https://{}", target.split('/').next().unwrap());
+    let hosts = node.path(&format!("/etc/containerd/certs.d/{source}/hosts.toml"));
+    std::fs::create_dir_all(hosts.parent().unwrap()).unwrap();
+    let doctor_says = |toml: &str| {
+        std::fs::write(&hosts, toml).unwrap();
+        text(&node.run(&["doctor"]).stdout)
+    };
+    let good = doctor_says(&format!(
+        "server = \"{mirror}\"\n[host.\"{mirror}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+    ));
+    assert!(!good.contains("cache.example.net"), "{good}");
+    let listed = doctor_says(&format!(
+        "server = \"{mirror}\"\n[host.\"https://cache.example.net\"]\n  capabilities = [\"pull\"]\n[host.\"{mirror}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+    ));
+    support::assert_says(
+        &listed,
+        &[
+            "WARN",
+            "[host.\"https://cache.example.net\"]",
+            "offers it the credential",
+        ],
+    );
+    let third = doctor_says("server = \"https://third.example.org\"\n");
+    support::assert_says(
+        &third,
+        &[
+            "WARN",
+            "server = \"https://third.example.org\"",
+            "neither the mirror",
+        ],
+    );
+}

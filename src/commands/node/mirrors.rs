@@ -42,7 +42,7 @@ pub(super) fn checks(host: &Host, ours: &[&Entry], env: &Env) -> Vec<Check> {
     let dirs = hosts_dirs(host);
     rules
         .iter()
-        .map(|rule| check_rule(host, &dirs, rule))
+        .flat_map(|rule| check_rule(host, &dirs, rule))
         .collect()
 }
 
@@ -79,6 +79,9 @@ fn hosts_dirs(host: &Host) -> Vec<PathBuf> {
 #[derive(Deserialize)]
 struct HostsFile {
     server: Option<String>,
+    /// The `[host."..."]` tables, by their key (a URL or a host).
+    #[serde(default)]
+    host: std::collections::BTreeMap<String, toml::Value>,
 }
 
 /// The host part of a `server` value (`https://registry-1.docker.io/v2`).
@@ -96,7 +99,7 @@ fn is_upstream(rule: &Rule, server: &str) -> bool {
             && ["registry-1.docker.io", "index.docker.io"].contains(&host.as_str()))
 }
 
-fn check_rule(host: &Host, dirs: &[PathBuf], rule: &Rule) -> Check {
+fn check_rule(host: &Host, dirs: &[PathBuf], rule: &Rule) -> Vec<Check> {
     let name = "registry-mirror";
     let target = format!("https://{}", rule.target);
     let fix = format!(
@@ -114,7 +117,7 @@ fn check_rule(host: &Host, dirs: &[PathBuf], rule: &Rule) -> Check {
             .map(|bytes| (path, bytes))
     });
     let Some((path, bytes)) = found else {
-        return check(
+        return vec![check(
             Verdict::Warn,
             name,
             format!(
@@ -129,19 +132,81 @@ fn check_rule(host: &Host, dirs: &[PathBuf], rule: &Rule) -> Check {
                 rule.target
             ),
             Some(fix),
-        );
+        )];
     };
-    server_verdict(rule, &path, &bytes, fix)
+    verdicts(rule, &path, &bytes, fix)
 }
 
-/// The verdict on SOURCE's `hosts.toml` at `path`: its `server` must name
-/// a host other than SOURCE's upstream.
-fn server_verdict(rule: &Rule, path: &Path, bytes: &[u8], fix: String) -> Check {
-    let name = "registry-mirror";
+/// The verdicts on SOURCE's `hosts.toml` at `path`: its `server` must name
+/// a host other than SOURCE's upstream, and every other host containerd
+/// would offer the credential to (each `[host]` table, then `server`) must
+/// be TARGET: any other, the upstream included, is named.
+fn verdicts(rule: &Rule, path: &Path, bytes: &[u8], fix: String) -> Vec<Check> {
     let parsed = std::str::from_utf8(bytes)
         .ok()
         .and_then(|text| toml::from_str::<HostsFile>(text).ok());
     let Some(file) = parsed else {
+        return vec![server_verdict(rule, path, None, fix)];
+    };
+    let mut out: Vec<Check> = file
+        .host
+        .keys()
+        .filter(|key| !is_target(rule, key))
+        .map(|key| {
+            check(
+                Verdict::Warn,
+                "registry-mirror",
+                format!(
+                    "{} lists [host.{key:?}]{}, which is not the mirror {}: containerd offers it the credential for {} too",
+                    path.display(),
+                    if is_upstream(rule, key) {
+                        format!(" ({}'s upstream)", rule.source)
+                    } else {
+                        String::new()
+                    },
+                    rule.target,
+                    rule.target
+                ),
+                Some(fix.clone()),
+            )
+        })
+        .collect();
+    if let Some(server) = file
+        .server
+        .as_deref()
+        .filter(|s| !s.is_empty() && !is_target(rule, s) && !is_upstream(rule, s))
+    {
+        out.push(check(
+            Verdict::Warn,
+            "registry-mirror",
+            format!(
+                "{} has server = {server:?}, neither the mirror {} nor {}'s upstream: containerd offers it the credential for {}",
+                path.display(),
+                rule.target,
+                rule.source,
+                rule.target
+            ),
+            Some(fix.clone()),
+        ));
+    }
+    let warned = !out.is_empty();
+    let server = server_verdict(rule, path, Some(&file), fix);
+    if !(warned && server.verdict == Verdict::Ok) {
+        out.push(server);
+    }
+    out
+}
+
+/// Whether `server` (a `[host]` key or `server` value) is TARGET's host.
+fn is_target(rule: &Rule, server: &str) -> bool {
+    server_host(server).eq_ignore_ascii_case(&rule.target)
+}
+
+/// The verdict on `server` of SOURCE's `hosts.toml` at `path` (`None`:
+/// not TOML containerd can read).
+fn server_verdict(rule: &Rule, path: &Path, file: Option<&HostsFile>, fix: String) -> Check {
+    let name = "registry-mirror";
+    let Some(file) = file else {
         return check(
             Verdict::Warn,
             name,
@@ -214,9 +279,14 @@ mod tests {
     fn each_hosts_toml_gets_its_verdict() {
         let hub = rule("docker.io=123456789012.dkr.ecr.us-east-1.amazonaws.com/docker-hub");
         let dirs = [PathBuf::from(DEFAULT_HOSTS_DIR)];
-        let verdict = |files: &[(&str, &[u8])]| {
+        let verdicts = |files: &[(&str, &[u8])]| {
             let (_dir, host) = crate::base::platform::test_root(files);
             check_rule(&host, &dirs, &hub)
+        };
+        let verdict = |files: &[(&str, &[u8])]| {
+            let mut all = verdicts(files);
+            assert_eq!(all.len(), 1, "{all:?}");
+            all.remove(0)
         };
         let none = verdict(&[]);
         assert_eq!(none.verdict, Verdict::Warn);
@@ -241,6 +311,36 @@ mod tests {
             b"server = \"https://123456789012.dkr.ecr.us-east-1.amazonaws.com/v2/docker-hub\"\noverride_path = true\n",
         )]);
         assert_eq!(ok.verdict, Verdict::Ok, "{}", ok.message);
+
+        // Round-5 item 5: every host the credential is offered to that is
+        // neither the mirror nor the upstream fallback is named.
+        let mirror = "https://123456789012.dkr.ecr.us-east-1.amazonaws.com/v2/docker-hub";
+        let other_first = format!(
+            "server = \"{mirror}\"\n[host.\"https://cache.example.net\"]\n  capabilities = [\"pull\"]\n[host.\"{mirror}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+        );
+        let all = verdicts(&[(
+            "/etc/containerd/certs.d/docker.io/hosts.toml",
+            other_first.as_bytes(),
+        )]);
+        assert_eq!(all.len(), 1, "{all:?}");
+        assert_eq!(all[0].verdict, Verdict::Warn);
+        assert!(all[0].message.contains("cache.example.net"), "{all:?}");
+        let third = verdicts(&[(
+            "/etc/containerd/certs.d/docker.io/hosts.toml",
+            b"server = \"https://third.example.org\"\n",
+        )]);
+        assert_eq!(third.len(), 1, "{third:?}");
+        assert_eq!(third[0].verdict, Verdict::Warn);
+        assert!(third[0].message.contains("third.example.org"), "{third:?}");
+        let upstream_listed = verdicts(&[(
+            "/etc/containerd/certs.d/docker.io/hosts.toml",
+            format!("server = \"{mirror}\"\n[host.\"https://registry-1.docker.io\"]\n").as_bytes(),
+        )]);
+        assert_eq!(upstream_listed.len(), 1, "{upstream_listed:?}");
+        assert!(
+            upstream_listed[0].message.contains("docker.io's upstream"),
+            "{upstream_listed:?}"
+        );
     }
 
     #[test]
