@@ -321,6 +321,9 @@ impl CommandLine {
         carried: &[&'static Provider],
     ) -> std::result::Result<Self, clap::Error> {
         let options = Options::from_arg_matches_mut(&mut matches)?;
+        options.mirrors.check().map_err(|why| {
+            clap::Error::raw(clap::error::ErrorKind::ArgumentConflict, format!("{why}\n"))
+        })?;
         let named = provider_from_program_name(arg0);
         // clap admits only the names of `choices()`: never unknown here.
         let choice = choose(options.provider.as_deref(), named).unwrap_or(None);

@@ -424,3 +424,40 @@ fn a_mirror_rule_keys_the_credential_by_the_source_and_containerd_pulls_from_the
         "containerd did not offer the upstream the credential: {err}"
     );
 }
+
+/// Round-5 item 8: two `--registry-mirror` rules for one SOURCE (by flag
+/// or through the variable's list) are a usage error naming both, never a
+/// second rule silently unused.
+#[test]
+fn two_mirror_rules_for_one_source_are_refused_naming_both() {
+    let token = support::token::TokenSpec::new("team", "puller", "harbor.test").mint();
+    let stdin = support::plugin::request("docker.io/library/nginx:1", Some(&token), &[]);
+    let mut args: Vec<&str> = support::plugin::PASSTHROUGH.to_vec();
+    args.extend([
+        "--registry-mirror",
+        "docker.io=harbor.test/hub",
+        "--registry-mirror",
+        "DOCKER.IO=harbor.test/other",
+    ]);
+    let out = support::plugin::run(&args, &[], stdin.as_bytes());
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(out.stdout.is_empty());
+    support::assert_says(
+        &out.stderr,
+        &[
+            "--registry-mirror docker.io=harbor.test/hub",
+            "--registry-mirror DOCKER.IO=harbor.test/other",
+            "keep one",
+        ],
+    );
+    let out = support::plugin::run(
+        support::plugin::PASSTHROUGH,
+        &[(
+            "WICP_REGISTRY_MIRROR",
+            "docker.io=harbor.test/a,docker.io=harbor.test/b",
+        )],
+        stdin.as_bytes(),
+    );
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    support::assert_says(&out.stderr, &["harbor.test/a", "harbor.test/b"]);
+}

@@ -50,6 +50,26 @@ pub(crate) struct Options {
 }
 
 impl Options {
+    /// Refuses two rules for one SOURCE: only the first would ever be
+    /// used ([`Options::for_image`]), so the second is a mistake to name,
+    /// not to ignore. The message names both.
+    pub(crate) fn check(&self) -> std::result::Result<(), String> {
+        for (i, rule) in self.registry_mirror.iter().enumerate() {
+            if let Some(other) = self
+                .registry_mirror
+                .iter()
+                .skip(i + 1)
+                .find(|o| o.source.eq_ignore_ascii_case(&rule.source))
+            {
+                return Err(format!(
+                    "--registry-mirror {rule} and --registry-mirror {other} both map {}: only the first would ever be used; keep one",
+                    rule.source
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The rule for `image`'s registry, if one maps it.
     pub(crate) fn for_image(&self, image: &ImageRef) -> Option<&Rule> {
         self.registry_mirror
