@@ -1000,6 +1000,38 @@ fn the_acr_client_id_wins_over_the_workload_identity_one() {
     assert_eq!(entra.server.requests()[1].form()["client_id"], CLIENT_ID);
 }
 
+/// Round-5 item 9: the identity binding's only trust anchor must be a
+/// file no other user can change; one another user may write is refused
+/// before the token goes anywhere.
+#[test]
+fn an_identity_binding_ca_another_user_may_write_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let (entra, acr) = fakes(REGISTRY);
+    let binding = FakeIdentityBinding::start(&entra, &[("team", "puller", CLIENT_ID)]);
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.crt");
+    std::fs::copy(support::net::CLUSTER_CA_PEM, &ca).unwrap();
+    std::fs::set_permissions(&ca, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let mut args = binding_flags(&entra, &acr, &binding);
+    plugin::set_flag(
+        &mut args,
+        "--azure-identity-binding-ca",
+        ca.to_str().unwrap(),
+    );
+    let token = TokenSpec::new("team", "puller", azure::BINDING_AUDIENCE).mint();
+    let out = exec(
+        &json_logs(&args),
+        &[],
+        &format!("{REGISTRY}/team/app"),
+        &token,
+        &[(AKS_CLIENT, CLIENT_ID)],
+    );
+    let line = out.refused("config", &[("flag", "--azure-identity-binding-ca")]);
+    assert!(words(&line).contains("other users may write it"), "{line}");
+    assert_eq!(binding.server.request_count(), 0);
+    assert_eq!(binding.front.server_names().len(), 0, "no connection");
+}
+
 /// What the binding path refuses, each with one clear line and nothing
 /// sent where it should not go: a service account the cluster did not
 /// bind (the endpoint's 403, with the RBAC to add), a server whose

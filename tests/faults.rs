@@ -783,6 +783,54 @@ fn a_bad_ca_file_or_ssl_cert_file_is_named() {
     }
 }
 
+/// Round-5 item 9: a CA file another user could change (owned by another
+/// uid, or writable by its group or others) is refused before any
+/// connection, as `--ca-file` and as `SSL_CERT_FILE`: whoever can write it
+/// chooses whom the tokens go to. Readable by others is fine.
+#[test]
+fn a_ca_file_another_user_could_change_is_refused() {
+    use std::os::unix::fs::{PermissionsExt, chown};
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::copy(CA_PEM, &ca).unwrap();
+    let ca_arg = ca.to_str().unwrap();
+    let case = &Case::all()[0];
+    let front = TlsFront::start(case.first_addr());
+    let refused = |extra: &[&str], env: &[(&str, &str)], flag: &str, problem: &str| {
+        let line = case.failure(&case.run(&front.url(), extra, env));
+        assert_eq!(line["kind"], "config", "{line}");
+        assert_eq!(line["facts"]["flag"], flag, "{line}");
+        assert!(words(&line).contains(problem), "{problem}: {line}");
+    };
+    for mode in [0o666, 0o664, 0o646] {
+        std::fs::set_permissions(&ca, std::fs::Permissions::from_mode(mode)).unwrap();
+        refused(
+            &["--ca-file", ca_arg],
+            &[],
+            "--ca-file",
+            "other users may write it",
+        );
+        refused(
+            &[],
+            &[("SSL_CERT_FILE", ca_arg)],
+            "SSL_CERT_FILE",
+            "other users may write it",
+        );
+    }
+    std::fs::set_permissions(&ca, std::fs::Permissions::from_mode(0o644)).unwrap();
+    chown(&ca, Some(4242), None).unwrap();
+    refused(
+        &["--ca-file", ca_arg],
+        &[],
+        "--ca-file",
+        "owned by uid 4242",
+    );
+    assert_eq!(front.connections(), 0, "checked before connecting");
+    chown(&ca, Some(0), None).unwrap();
+    let ok = case.run(&front.url(), &["--ca-file", ca_arg], &[]);
+    assert_eq!(ok.code, Some(0), "{}", ok.stderr);
+}
+
 /// Runs the plugin under strace, recording the file system calls that
 /// loading a trust store makes; returns the run and the trace.
 fn traced(args: &[String], stdin: &[u8]) -> (Run, String) {

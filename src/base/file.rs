@@ -63,20 +63,7 @@ fn open_regular(path: &Path, max: u64) -> Result<(std::fs::File, platform::Facts
 /// leaked to them, and refusing would stop every pull on a node whose
 /// layout a stock component chose. Returns the bytes and that warning.
 pub(crate) fn read_secret(path: &Path, max: u64) -> Result<(Vec<u8>, Option<String>), Refused> {
-    let (file, facts) = open_regular(path, max)?;
-    let running = platform::running_owner().map_err(unreadable)?;
-    if facts.owner != running && !facts.owner.is_administrator() {
-        return Err(Refused::Unreadable(format!(
-            "it is owned by {}, neither root nor the plugin's user ({running}): that user could change the secret",
-            facts.owner
-        )));
-    }
-    if facts.access.others_write {
-        return Err(Refused::Unreadable(format!(
-            "other users may write it ({}): they could change the secret",
-            facts.access.shown()
-        )));
-    }
+    let (file, facts) = open_trusted(path, max, "the secret")?;
     let warning = facts.access.shared.then(|| {
         format!(
             "{} holds a secret and other users may read it ({}); make it readable by its owner only",
@@ -88,6 +75,45 @@ pub(crate) fn read_secret(path: &Path, max: u64) -> Result<(Vec<u8>, Option<Stri
         .map_err(unreadable)?
         .ok_or(Refused::TooLarge)?;
     Ok((bytes, warning))
+}
+
+/// The bytes of a file the admin names as a trust anchor (`--ca-file`,
+/// `SSL_CERT_FILE`, `--azure-identity-binding-ca`), read as
+/// [`read_regular`] reads, and refused by the rule of [`read_secret`] when
+/// another user could change it: whoever can write a CA file chooses whom
+/// the plugin sends tokens to. Others may read it (certificates are
+/// public).
+pub(crate) fn read_trusted(path: &Path, max: u64) -> Result<Vec<u8>, Refused> {
+    let (file, _) = open_trusted(path, max, "which certificate authorities are trusted")?;
+    read_at_most(file, max)
+        .map_err(unreadable)?
+        .ok_or(Refused::TooLarge)
+}
+
+/// Opens `path` as [`open_regular`] does, and refuses it when another
+/// user could change it: owned by neither root (SYSTEM, Administrators)
+/// nor the plugin's user, or writable by a group or other users. `what`
+/// says what that user would then choose.
+fn open_trusted(
+    path: &Path,
+    max: u64,
+    what: &str,
+) -> Result<(std::fs::File, platform::Facts), Refused> {
+    let (file, facts) = open_regular(path, max)?;
+    let running = platform::running_owner().map_err(unreadable)?;
+    if !facts.owner.is_admin_or(&running) {
+        return Err(Refused::Unreadable(format!(
+            "it is owned by {}, neither root nor the plugin's user ({running}): that user could change {what}",
+            facts.owner
+        )));
+    }
+    if facts.access.others_write {
+        return Err(Refused::Unreadable(format!(
+            "other users may write it ({}): they could change {what}",
+            facts.access.shown()
+        )));
+    }
+    Ok((file, facts))
 }
 
 /// Why a directory may not hold the plugin's own files (the cache, the

@@ -231,7 +231,7 @@ fn read_ca_file(path: &Path, store: &mut Roots) -> Result<(usize, Vec<u8>)> {
                   or unset --ca-file (WICP_CA_FILE)")
             .with(Fact::Flag, "--ca-file")
     };
-    let pem = read_bounded(path)
+    let pem = read_trusted(path)
         .map_err(|e| refused(format!("cannot read the --ca-file {shown}: {e}")))?;
     let added =
         add_anchors(&pem, store).map_err(|why| refused(format!("the --ca-file {shown} {why}")))?;
@@ -259,7 +259,7 @@ pub(crate) fn only(path: &Path, what: &str) -> Result<Arc<rustls::ClientConfig>>
     let fix = format!(
         "point {what} at the PEM file of the cluster's CA (on AKS /etc/kubernetes/certs/ca.crt)"
     );
-    let pem = read_bounded(path).map_err(|e| {
+    let pem = read_trusted(path).map_err(|e| {
         Error::config(format!("cannot read the {what} {shown}: {e}"))
             .fix(fix.clone())
             .with(Fact::Flag, what)
@@ -291,7 +291,7 @@ fn add_ssl_cert_file(path: &Path, store: &mut Roots) -> Result<usize> {
                   to add a CA to the system's, use --ca-file")
             .with(Fact::Flag, "SSL_CERT_FILE")
     };
-    let pem = read_bounded(path)
+    let pem = read_trusted(path)
         .map_err(|e| refused(format!("cannot read SSL_CERT_FILE {shown}: {e}")))?;
     add_anchors(&pem, store).map_err(|why| refused(format!("SSL_CERT_FILE {shown} {why}")))
 }
@@ -355,6 +355,20 @@ fn add_dir(dir: &Path, store: &mut Roots) {
             add_lenient(&path, &pem, store);
         }
     }
+}
+
+/// A CA file the admin names (`--ca-file`, `SSL_CERT_FILE`, a CA option):
+/// bounded and regular as [`read_bounded`], and refused when another user
+/// could change it ([`crate::base::file::read_trusted`]): the trust anchor
+/// for where a token goes would then be anyone's.
+fn read_trusted(path: &Path) -> std::result::Result<Vec<u8>, String> {
+    crate::base::file::read_trusted(path, MAX_BUNDLE_BYTES).map_err(|refused| match refused {
+        crate::base::file::Refused::Unreadable(why) => why,
+        crate::base::file::Refused::TooLarge => format!(
+            "the file is larger than {} MiB, not a CA bundle",
+            MAX_BUNDLE_BYTES / 1024 / 1024
+        ),
+    })
 }
 
 /// A CA file, regular and bounded ([`crate::base::file::read_regular`]): a FIFO
