@@ -116,6 +116,10 @@ const WARNING_FIXTURES: &[(&str, i32)] = &[
     ("image-reuse/fail-allowlist.yaml", 0),
     // A source the kubelet never asks about: the rule does nothing.
     ("registry-mirror/fail-source.yaml", 0),
+    // Round 5, item 10: per-pod SPIRE entries shared by a service
+    // account's pods; not an error, and not passthrough.cache-type.
+    ("spiffe/fail-cache-type.yaml", 0),
+    ("spiffe/fail-cache-type-aws.yaml", 0),
 ];
 
 #[test]

@@ -397,6 +397,15 @@ pub trait Exchanger {
         names(self.provider().annotations)
     }
 
+    /// Whether a pull needs one of [`Exchanger::annotation_keys`] to name
+    /// its identity. False where a default identity stands in for a
+    /// service account without them (an identity binding's
+    /// `--azure-identity-binding-client-id`): an entry listing none of
+    /// the keys then works, every pod pulling with the default.
+    fn needs_annotations(&self) -> bool {
+        true
+    }
+
     /// Whether the exchanger needs the kubelet's service account token.
     fn requires_token(&self) -> bool {
         true

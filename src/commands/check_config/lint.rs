@@ -380,7 +380,15 @@ fn pinned(
         }
         None => {}
         Some(attrs) => {
-            if provider.password_is_token && attrs.cache_type.as_deref() == Some("ServiceAccount") {
+            // Under --identity spiffe the password is the SVID, not the
+            // token: the kubelet's echo rule does not fire, and the
+            // token's audience is read by no one but the plugin (the
+            // SVID's is checked instead).
+            let spiffe = spiffe(entry, routing, Some(exchanger), findings);
+            if provider.password_is_token
+                && !spiffe
+                && attrs.cache_type.as_deref() == Some("ServiceAccount")
+            {
                 findings.push(
                     entry
                         .error(
@@ -394,9 +402,7 @@ fn pinned(
                         .fix("set cacheType: Token"),
                 );
             }
-            // Under --identity spiffe the token's audience is read by no
-            // one but the plugin: the SVID's is checked instead.
-            if !spiffe(entry, routing, Some(exchanger), findings) {
+            if !spiffe {
                 let audience_flag = routing.line.options.audience.as_deref();
                 audience(entry, exchanger, attrs.audience(), audience_flag, findings);
             }
@@ -527,6 +533,11 @@ fn annotations(
         quoted(&missing)
     );
     let finding = if missing.len() == read.len() {
+        if !exchanger.needs_annotations() {
+            // A default identity serves every service account: listing
+            // none of the keys is a choice that works.
+            return;
+        }
         entry.error(
             Rule::AnnotationsNotListed,
             field,
@@ -574,6 +585,24 @@ fn spiffe(
             return options.identity.source() == crate::spiffe::Source::Spiffe;
         }
     };
+    if entry
+        .provider
+        .token_attributes
+        .as_ref()
+        .is_some_and(|a| a.cache_type.as_deref() == Some("ServiceAccount"))
+    {
+        findings.push(
+            entry
+                .warning(
+                    Rule::Spiffe,
+                    "tokenAttributes.cacheType",
+                    "cacheType ServiceAccount: the kubelet keeps the credential per service account, while the \
+                     plugin asks SPIRE with the pod's own selectors (k8s:pod-name, k8s:pod-uid), so the credential \
+                     of a per-pod SPIRE entry is shared by every pod of the service account",
+                )
+                .fix("set cacheType: Token when registration entries name pods; ServiceAccount is right only when every entry's selectors are k8s:ns and k8s:sa"),
+        );
+    }
     if let Some(exchanger) = exchanger {
         let provider = exchanger.provider().name();
         if let Err(e) = spiffe.audience(

@@ -442,6 +442,14 @@ impl Exchanger for Azure {
         }
     }
 
+    fn needs_annotations(&self) -> bool {
+        !self
+            .settings
+            .binding
+            .as_ref()
+            .is_some_and(|b| b.default_client_id.is_some())
+    }
+
     fn requires_token(&self) -> bool {
         self.fallback == Fallback::None
     }
