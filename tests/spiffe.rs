@@ -630,3 +630,59 @@ fn a_socket_served_by_another_users_process_is_refused() {
     );
     server.wait().unwrap();
 }
+
+/// Round-5 item 11: what an agent (or an impostor) can answer wrongly is
+/// named for what it is: an SVID for an audience nobody asked for is the
+/// agent's doing (not the kubelet token's), a 64 MiB answer is too large
+/// (not a refusal), a compressed answer is compressed (not the Workload
+/// API socket), and 300 matching SVIDs make one short line with a count.
+#[test]
+fn what_the_agent_answers_wrongly_is_named_for_what_it_is() {
+    let puller = id_of("team", "puller");
+    let agent = SpireAgent::start(vec![entry(&puller, &["k8s:sa:puller"])]);
+
+    agent.configure(
+        json!({"entries": [entry(&puller, &["k8s:sa:puller"])], "mode": "other-audience"}),
+    );
+    let line = exec(
+        &json_logs(&passthrough_args(&agent.socket_arg(), &[])),
+        IMAGE,
+        &kubelet_token("puller"),
+        &[],
+    )
+    .refused(
+        "upstream",
+        &[("claim", "aud"), ("service", "the SPIRE agent")],
+    );
+    let said = plugin::words(&line);
+    support::assert_says(
+        &said,
+        &["JWT-SVID", "someone-else.example.com", "asked for"],
+    );
+    assert!(!said.contains("tokenAttributes"), "{said}");
+
+    agent.configure(json!({"entries": [entry(&puller, &["k8s:sa:puller"])], "mode": "huge"}));
+    let said = assert_fails(&agent, &[], &["more than 256 KiB"]);
+    assert!(!said.contains("refused"), "{said}");
+
+    agent.configure(json!({"entries": [entry(&puller, &["k8s:sa:puller"])], "mode": "gzip"}));
+    let said = assert_fails(&agent, &[], &["compressed"]);
+    assert!(!said.contains("Workload API"), "{said}");
+
+    let many: Vec<_> = (0..300)
+        .map(|n| entry(&format!("spiffe://cluster.test/n/{n}"), &["k8s:ns:team"]))
+        .collect();
+    agent.configure(json!({ "entries": many }));
+    let token = kubelet_token("puller");
+    let out = exec(
+        &json_logs(&passthrough_args(&agent.socket_arg(), &[])),
+        IMAGE,
+        &token,
+        &[],
+    );
+    let line = out.failure_json();
+    let said = plugin::words(&line);
+    support::assert_says(&said, &["300 JWT-SVIDs", "and 295 more", "exactly one"]);
+    let longest = out.stderr.lines().map(str::len).max().unwrap_or(0);
+    assert!(longest < 2048, "a {longest}-byte line: {}", out.stderr);
+}

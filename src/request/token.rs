@@ -154,6 +154,18 @@ impl ServiceAccountToken {
             .map(|a| quote(a))
             .collect::<Vec<_>>()
             .join(", ");
+        if let Some(id) = &self.claims.spiffe_id {
+            // Under --identity spiffe the plugin asked the agent for
+            // `wanted` itself: an SVID for another audience is the agent's
+            // doing, not the kubelet's token's.
+            return Err(Error::upstream(format!(
+                "the JWT-SVID the SPIRE agent returned for {id} has the audience [{got}], not {wanted}, \
+                 which the plugin asked for and the {provider} exchanger presents it to"
+            ))
+            .with(Fact::Claim, "aud")
+            .with(Fact::Service, "the SPIRE agent")
+            .fix("check what serves --spire-admin-socket: a SPIRE agent mints a JWT-SVID for the audience it is asked for"));
+        }
         Err(Error::token(format!(
             "the service account token's audience [{got}] does not include {wanted}, which the {provider} exchanger presents it to"
         ))

@@ -169,6 +169,23 @@ fn refusal(socket: &Path, status: &tonic::Status) -> Error {
              an entry matches when all its selectors are among those sent, which `explain` shows), \
              and one for the plugin itself (unix:uid:0, unix:path) listed in authorized_delegates",
         ),
+        // Made here, not sent: tonic's own statuses for an answer too
+        // large to be one, and for one compressed in a way it does not
+        // decode (the agent never compresses unasked).
+        Code::OutOfRange if said.starts_with("Error, decoded message length too large") => {
+            Error::upstream(format!(
+                "the SPIRE agent at {} answered FetchJWTSVIDs with more than {} KiB ({said}): \
+                 an answer holds one JWT-SVID of a few kilobytes per matching entry",
+                socket.display(),
+                MAX_RESPONSE_BYTES / 1024
+            ))
+            .fix("check that --spire-admin-socket is a SPIRE agent's admin socket, and that only a few registration entries match a pod's selectors")
+        }
+        Code::Unimplemented if said.starts_with("Content is compressed") => Error::upstream(format!(
+            "the SPIRE agent at {} answered FetchJWTSVIDs compressed ({said}); the plugin asks for no compression",
+            socket.display()
+        ))
+        .fix("check what serves --spire-admin-socket: a SPIRE agent answers uncompressed unless asked"),
         Code::Unimplemented => Error::upstream(what).fix(
             "this socket does not serve the Delegated Identity API: point --spire-admin-socket at the agent's \
              admin_socket_path, not at its Workload API socket",

@@ -230,11 +230,20 @@ fn no_entry(selectors: &[Selector]) -> Error {
     .fix("register an entry whose selectors are all among those (k8s:ns and k8s:sa are the usual pair)")
 }
 
+/// How many SPIFFE IDs an error about several SVIDs names: the rest are
+/// counted, so that the one line stays readable however many entries
+/// matched.
+const SHOWN_IDS: usize = 5;
+
 fn several(svids: &[wire::JwtSvid], selectors: &[Selector]) -> Error {
-    let ids: Vec<String> = svids
+    let mut ids: Vec<String> = svids
         .iter()
+        .take(SHOWN_IDS)
         .map(|s| spiffe_id(s).unwrap_or_else(|_| "(no valid SPIFFE ID)".to_string()))
         .collect();
+    if svids.len() > SHOWN_IDS {
+        ids.push(format!("and {} more", svids.len() - SHOWN_IDS));
+    }
     Error::upstream(format!(
         "the SPIRE agent returned {} JWT-SVIDs for the selectors {} ({}); which identity pulls would be a guess",
         svids.len(),

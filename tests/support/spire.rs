@@ -58,7 +58,8 @@ impl SpireAgent {
     }
 
     /// Replaces the agent's configuration: `entries`, `mode` ("serve",
-    /// "not-delegate", "unavailable", "garbage", "hang"), `issuer` (none:
+    /// "not-delegate", "unavailable", "garbage", "huge", "gzip",
+    /// "other-audience", "hang"), `issuer` (none:
     /// `null`), `ttl` seconds. Unset keys take the defaults.
     pub fn configure(&self, config: Value) {
         let mut full = json!({

@@ -59,6 +59,10 @@ def b64url(data):
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
+# The signing keys, loaded once each: an answer of many SVIDs signs many.
+KEYS = {}
+
+
 def mint(config, spiffe_id, audience):
     now = int(time.time())
     claims = {"sub": spiffe_id, "aud": list(audience), "iat": now,
@@ -68,8 +72,11 @@ def mint(config, spiffe_id, audience):
     header = {"alg": "RS256", "kid": "spire-test", "typ": "JWT"}
     signing_input = (b64url(json.dumps(header).encode()) + "." +
                      b64url(json.dumps(claims).encode())).encode()
-    with open(config["key"], "rb") as f:
-        key = serialization.load_pem_private_key(f.read(), password=None)
+    key = KEYS.get(config["key"])
+    if key is None:
+        with open(config["key"], "rb") as f:
+            key = serialization.load_pem_private_key(f.read(), password=None)
+        KEYS[config["key"]] = key
     signature = key.sign(signing_input, padding.PKCS1v15(), hashes.SHA256())
     return signing_input.decode() + "." + b64url(signature), claims
 
@@ -103,6 +110,14 @@ def fetch(request_bytes, context):
                       "selectors and pid are mutually exclusive")
     if mode == "garbage":
         return b"\xff\xff\xff\xff not a protobuf message"
+    if mode == "huge":
+        # 64 MiB: far more than any answer of one SVID per entry.
+        return b"\x0a" + b"\x80\x80\x80\x20" + b"x" * (64 << 20)
+    if mode == "gzip":
+        context.set_compression(grpc.Compression.Gzip)
+    audience = request.audience
+    if mode == "other-audience":
+        audience = ["someone-else.example.com"]
     offered = {(s.type, s.value) for s in request.selectors}
     response = di.FetchJWTSVIDsResponse()
     for entry in config.get("entries", []):
@@ -112,7 +127,7 @@ def fetch(request_bytes, context):
             wanted.add((kind, value))
         if not wanted <= offered:
             continue
-        token, claims = mint(config, entry["spiffe_id"], request.audience)
+        token, claims = mint(config, entry["spiffe_id"], audience)
         rest = entry["spiffe_id"][len("spiffe://"):]
         trust_domain, _, path = rest.partition("/")
         response.svids.append(types.JWTSVID(
