@@ -391,3 +391,23 @@ fn spiffe_mode_shows_the_selectors_and_the_svid_audience() {
         assert!(shown.contains(line), "{line:?} missing from:\n{shown}");
     }
 }
+
+/// Round-5 item 12: a tenant's annotation value with a bidirectional
+/// override (U+202E) or a line separator (U+2028) is printed escaped, as
+/// the JSON logs write it, on every line explain prints: it cannot
+/// reorder or split what the admin reads.
+#[test]
+fn hidden_characters_of_a_tenants_annotation_are_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let sa = SA.replace(
+        "harbor.example.com/robot: robot$team",
+        "harbor.example.com/robot: \"robot\\u202e$team\\u2028forged: line\"",
+    );
+    let out = explain(dir.path(), HARBOR, &sa, "harbor.example.com/team/app:1.0");
+    let stdout = text(&out.stdout);
+    assert!(
+        !stdout.contains('\u{202e}') && !stdout.contains('\u{2028}'),
+        "{stdout:?}"
+    );
+    support::assert_says(&stdout, &["robot\\u{202e}$team\\u{2028}forged: line"]);
+}

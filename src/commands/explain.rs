@@ -195,7 +195,17 @@ pub(crate) fn run(args: &Args, env: &Env) -> ExitCode {
             false
         }
     };
-    crate::commands::report(&out, ok)
+    crate::commands::report(&shown(&out), ok)
+}
+
+/// `out` as a terminal may show it: every line with the characters that
+/// change how text reads (controls, line separators, bidirectional
+/// overrides) escaped, as the log's lines are. A tenant's annotation value
+/// reaches several lines (the request, the plan's inputs).
+fn shown(out: &str) -> String {
+    out.lines()
+        .map(|line| format!("{}\n", crate::base::redact::escape_hidden(line)))
+        .collect()
 }
 
 /// Writes the explanation to `out`. `Ok(true)` when some provider entry of
