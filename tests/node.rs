@@ -1835,7 +1835,7 @@ fn aks_with_identity_bindings_keeps_the_binding_when_replacing_the_stock_entry()
     let config = node.path("/var/lib/kubelet/credential-provider-config.yaml");
     let stock = std::fs::read_to_string(&config).unwrap().replace(
         "    args:\n      - /etc/kubernetes/azure.json\n",
-        "    args:\n      - /etc/kubernetes/azure.json\n      - --ib-sni-name=ib-4f1c2d.hcp.eastus.azmk8s.io\n      - --ib-default-client-id=5b8e2c1a-9f3d-4e7b-a6c2-1d0f8e9a7b3c\n      - --ib-apiserver-ip=contoso-dns-4f1c2d.hcp.eastus.azmk8s.io\n    tokenAttributes:\n      serviceAccountTokenAudience: api://AKSIdentityBinding\n      requireServiceAccount: false\n      cacheType: ServiceAccount\n      optionalServiceAccountAnnotationKeys:\n        - kubernetes.azure.com/acr-client-id\n",
+        "    args:\n      - /etc/kubernetes/azure.json\n      - --ib-sni-name=a4kq3s6v0ndc8i2u1m7t5p9r0e3b6h8j2f4l1o7g5c9k3q8s0u2e.ests.aks\n      - --ib-default-client-id=5b8e2c1a-9f3d-4e7b-a6c2-1d0f8e9a7b3c\n      - --ib-apiserver-ip=contoso-dns-4f1c2d.hcp.eastus.azmk8s.io\n    tokenAttributes:\n      serviceAccountTokenAudience: api://AKSIdentityBinding\n      requireServiceAccount: false\n      cacheType: ServiceAccount\n      optionalServiceAccountAnnotationKeys:\n        - kubernetes.azure.com/acr-client-id\n",
     );
     assert!(
         stock.contains("--ib-sni-name"),
@@ -1870,7 +1870,7 @@ fn aks_with_identity_bindings_keeps_the_binding_when_replacing_the_stock_entry()
         .map(|a| a.as_str().unwrap())
         .collect();
     for want in [
-        "--azure-identity-binding-sni=ib-4f1c2d.hcp.eastus.azmk8s.io",
+        "--azure-identity-binding-sni=a4kq3s6v0ndc8i2u1m7t5p9r0e3b6h8j2f4l1o7g5c9k3q8s0u2e.ests.aks",
         "--azure-identity-binding-client-id=5b8e2c1a-9f3d-4e7b-a6c2-1d0f8e9a7b3c",
         "--azure-identity-binding-address=contoso-dns-4f1c2d.hcp.eastus.azmk8s.io",
         "--fallback",

@@ -171,7 +171,8 @@ fn explain(request: &ExchangeRequest<'_>, reply: &http::Reply) -> Error {
     );
     let fix = match reply.status {
         400 | 401 => format!(
-            "give the identity {} the AcrPull role on the registry {} (role assignments take a few minutes to apply), \
+            "give the identity {} the AcrPull role on the registry {} (Container Registry Repository Reader if its role \
+             assignments are attribute-based, which ignores AcrPull; assignments take a few minutes to apply), \
              and check that the registry belongs to tenant {} and allows Microsoft Entra authentication",
             request.client_id, request.service, request.tenant
         ),
