@@ -14,7 +14,8 @@
 //! invocation did is recorded for the fleet by `observe` (metrics, audit
 //! log).
 
-// Only src/base/platform/windows/security.rs may allow it (tests/architecture.rs).
+// Only src/base/platform/windows/security.rs and service.rs may allow it
+// (tests/architecture.rs).
 #![deny(unsafe_code)]
 #![warn(unreachable_pub)]
 // The docs are read with `--document-private-items` (`make lint`): a public

@@ -455,3 +455,62 @@ pub trait Exchanger {
     /// Checks the request and decides everything but the network calls.
     fn plan<'a>(&'a self, cx: &Context<'a>) -> Result<Plan<'a>>;
 }
+
+/// The code blocks of docs/adding-a-provider.md, compiled here (build.rs
+/// copies them) and run: the sample a newcomer copies declares and plans
+/// as today's providers do (round 5: it had drifted from `Provider`).
+#[cfg(test)]
+#[allow(dead_code, clippy::unwrap_used, clippy::panic)]
+mod adding_a_provider_samples {
+    include!(concat!(env!("OUT_DIR"), "/adding_a_provider.rs"));
+
+    use super::Pull;
+    use crate::providers::allowlist::Guarded;
+
+    #[test]
+    fn the_samples_declare_build_and_plan() {
+        let cloud = &sample_0::PROVIDER;
+        let image = crate::request::image::ImageRef::parse("team.cr.example.com/app:1").unwrap();
+        assert!(cloud.auto_serves(&image));
+        let robot = &sample_1::PROVIDER;
+        assert_eq!((cloud.name, robot.name), ("example", "example-robot"));
+        // Not in `providers::ALL`, so the command line does not carry it:
+        // built directly, as `CommandLine::build` would.
+        let inputs = crate::inputs::Inputs::default();
+        let registries = crate::providers::allowlist::Options::default();
+        let shared = super::Shared {
+            provider: cloud,
+            registries: &registries,
+            fallback: super::fallback::Fallback::None,
+        };
+        let options = sample_0::Options::default();
+        let exchanger = super::OwnFlags::build(&options, &shared, &inputs).unwrap();
+        let pull = Pull::new(
+            "team.cr.example.com/app:1",
+            &[("example.com/identity", "ci-bot")],
+        );
+        let token = crate::request::token::token_for("sts.example.com");
+        let plan = exchanger.plan(&pull.context(Some(&token))).unwrap();
+        assert_eq!(plan.auth_key, "team.cr.example.com");
+        assert_eq!(plan.inputs[0], ("identity", "ci-bot".to_string()));
+        assert!(exchanger.serves(&pull.image));
+        let bad = sample_0::Options {
+            example_sts_url: Some("http://sts.example.com".into()),
+        };
+        assert!(super::OwnFlags::build(&bad, &shared, &inputs).is_err());
+
+        let unset = sample_1::ExampleRobot::new(&sample_1::Options::default(), Default::default());
+        let e = unset.err().unwrap();
+        assert_eq!(
+            e.fact(crate::base::error::Fact::Flag),
+            Some("--example-robot-url")
+        );
+        let set = sample_1::Options {
+            example_robot_url: Some("https://robots.example.com".into()),
+        };
+        let robot = sample_1::ExampleRobot::new(&set, Default::default()).unwrap();
+        let pull = Pull::new("team.cr.example.com/app:1", &[("example.com/robot", "ci")]);
+        let plan = robot.plan(&pull.context(Some(&token)), &token).unwrap();
+        assert_eq!(plan.inputs[0], ("robot", "ci".to_string()));
+    }
+}

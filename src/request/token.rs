@@ -493,6 +493,17 @@ pub(crate) fn jwt(header: &str, claims: &str) -> String {
     )
 }
 
+/// A token of team/api for `audience`, for the tests of exchangers.
+#[cfg(test)]
+pub(crate) fn token_for(audience: &str) -> ServiceAccountToken {
+    let claims = format!(
+        r#"{{"aud":["{audience}"],"exp":4102444800,"iat":1000,"iss":"https://issuer.example","sub":"system:serviceaccount:team:api",
+        "kubernetes.io":{{"namespace":"team","serviceaccount":{{"name":"api","uid":"u-1"}}}}}}"#
+    );
+    let raw = Secret::new(jwt(r#"{"alg":"RS256"}"#, &claims));
+    ServiceAccountToken::decode(raw, 2000).unwrap_or_else(|e| panic!("test token: {e}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

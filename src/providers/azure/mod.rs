@@ -443,11 +443,10 @@ impl Exchanger for Azure {
     }
 
     fn needs_annotations(&self) -> bool {
-        !self
-            .settings
+        self.settings
             .binding
             .as_ref()
-            .is_some_and(|b| b.default_client_id.is_some())
+            .is_none_or(|b| b.default_client_id.is_none())
     }
 
     fn requires_token(&self) -> bool {
