@@ -79,9 +79,15 @@ pub struct Inputs {
 }
 
 impl Inputs {
-    /// The inputs of a process whose environment is `env`.
-    pub fn new(env: Env, ca_file: Option<PathBuf>) -> Self {
-        let net = net::Settings::from_lookup(|name| env.get(name).map(str::to_string), ca_file);
+    /// The inputs of a process whose environment is `env`, with
+    /// `--ca-file` and `--cache-dir` (where the trust store's prepared
+    /// anchors are kept).
+    pub fn new(env: Env, ca_file: Option<PathBuf>, cache_dir: Option<PathBuf>) -> Self {
+        let net = net::Settings::from_lookup(
+            |name| env.get(name).map(str::to_string),
+            ca_file,
+            cache_dir,
+        );
         Inputs {
             env,
             net: Arc::new(net),

@@ -834,6 +834,13 @@ fn a_ca_file_another_user_could_change_is_refused() {
 /// Runs the plugin under strace, recording the file system calls that
 /// loading a trust store makes; returns the run and the trace.
 fn traced(args: &[String], stdin: &[u8]) -> (Run, String) {
+    let mut full = vec![support::plugin::bin().display().to_string()];
+    full.extend(args.iter().cloned());
+    traced_program(&full, stdin)
+}
+
+/// [`traced`] for a whole command line (`env X=Y plugin ...`).
+fn traced_program(command: &[String], stdin: &[u8]) -> (Run, String) {
     use std::io::Write as _;
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("trace");
@@ -846,8 +853,7 @@ fn traced(args: &[String], stdin: &[u8]) -> (Run, String) {
             "-o",
         ])
         .arg(&trace)
-        .arg(support::plugin::bin())
-        .args(args)
+        .args(command)
         .spawn()
         .expect("strace is needed for this test (apt-get install strace)");
     child.stdin.take().unwrap().write_all(stdin).unwrap();
@@ -860,12 +866,19 @@ fn traced(args: &[String], stdin: &[u8]) -> (Run, String) {
     (run, std::fs::read_to_string(&trace).unwrap())
 }
 
-/// Issue 13: a TLS miss reads the system's bundle file once and does not
-/// walk the directory that holds the same certificates (a statx per entry,
-/// every certificate decoded again); `--ca-file` is read once; a cache hit
-/// reads no certificate at all.
+/// Issues 13 and 47: what a miss reads of the trust store, by strace.
+///
+/// - `--ca-file` that vouches for the server is read once and tried alone:
+///   the system's bundle is never opened;
+/// - trusting the base store (`SSL_CERT_FILE` here, which takes the same
+///   path as the system's bundle): the first miss reads the bundle once
+///   and prepares its anchors in `--cache-dir`; the next miss reads the
+///   prepared store and never opens the bundle;
+/// - the system's bundle is read once and the directory that holds the
+///   same certificates is never walked;
+/// - a plain-HTTP miss opens no CA file at all, and a hit none either.
 #[test]
-fn the_trust_store_is_read_once_from_the_bundle_file_and_never_on_a_hit() {
+fn what_a_miss_reads_of_the_trust_store() {
     let bundle = "/etc/ssl/certs/ca-certificates.crt";
     if !std::path::Path::new(bundle).is_file() {
         eprintln!("skipped: no system bundle at {bundle}");
@@ -874,29 +887,72 @@ fn the_trust_store_is_read_once_from_the_bundle_file_and_never_on_a_hit() {
     let case = Case::gcp();
     let front = TlsFront::start(case.first_addr());
     let cache = tempfile::tempdir().unwrap();
-    let args = case.args(
-        &front.url(),
-        &[
-            "--ca-file",
-            CA_PEM,
-            "--cache-dir",
-            cache.path().to_str().unwrap(),
-        ],
-    );
-    let stdin = request(&case.image, Some(&case.token), &case.annotations);
-
-    let (miss, trace) = traced(&args, stdin.as_bytes());
-    miss.response();
-    case.assert_no_secrets(&miss);
-    assert_eq!(front.requests(), 1, "{}", miss.stderr);
-    let opened = |path: &str| {
+    let cache_dir = cache.path().to_str().unwrap().to_string();
+    let opened = |trace: &str, path: &str| {
         trace
             .lines()
             .filter(|l| l.contains("open") && l.contains(&format!("\"{path}\"")))
             .count()
     };
-    assert_eq!(opened(bundle), 1, "{trace}");
-    assert_eq!(opened(CA_PEM), 1, "{trace}");
+    let stdin_for = |name: &str| {
+        let audience = format!("{GCP_PROJECT}.svc.id.goog");
+        let token = TokenSpec::new("team", name, &audience).mint();
+        request(&case.image, Some(&token), &case.annotations)
+    };
+
+    // --ca-file alone.
+    let args = case.args(
+        &front.url(),
+        &["--ca-file", CA_PEM, "--cache-dir", &cache_dir],
+    );
+    let (miss, trace) = traced(&args, stdin_for("one").as_bytes());
+    miss.response();
+    assert_eq!(opened(&trace, CA_PEM), 1, "{trace}");
+    assert_eq!(opened(&trace, bundle), 0, "{trace}");
+    let (hit, trace) = traced(&args, stdin_for("one").as_bytes());
+    hit.response();
+    assert!(
+        !trace.contains("/etc/ssl") && !trace.contains(CA_PEM),
+        "{trace}"
+    );
+
+    // The base store, prepared.
+    let files = tempfile::tempdir().unwrap();
+    let base = files.path().join("base.pem");
+    let mut pem = std::fs::read(bundle).unwrap();
+    pem.extend(std::fs::read(CA_PEM).unwrap());
+    std::fs::write(&base, pem).unwrap();
+    let base = base.to_str().unwrap().to_string();
+    let args = case.args(&front.url(), &["--cache-dir", &cache_dir]);
+    let env = format!("SSL_CERT_FILE={base}");
+    let with_env = |name: &str| {
+        let mut full = vec![
+            "env".to_string(),
+            env.clone(),
+            support::plugin::bin().display().to_string(),
+        ];
+        full.extend(args.iter().cloned());
+        traced_program(&full, stdin_for(name).as_bytes())
+    };
+    let (first, trace) = with_env("two");
+    first.response();
+    assert_eq!(opened(&trace, &base), 1, "{trace}");
+    assert!(trace.contains("trust-anchors"), "{trace}");
+    let (next, trace) = with_env("three");
+    next.response();
+    assert_eq!(opened(&trace, &base), 0, "read the bundle again:\n{trace}");
+    assert!(
+        opened(&trace, &format!("{cache_dir}/trust-anchors")) == 1,
+        "{trace}"
+    );
+
+    // The system's bundle: read once, its directory never walked (the
+    // server is not one of its CAs', so the pull is refused).
+    let args = case.args(&front.url(), &[]);
+    let (refused, trace) = traced(&args, stdin_for("four").as_bytes());
+    let line = refused.failure_json();
+    assert!(words(&line).contains("not trusted"), "{line}");
+    assert_eq!(opened(&trace, bundle), 1, "{trace}");
     for dir in ["/etc/ssl/certs", "/usr/lib/ssl/certs", "/etc/pki/tls/certs"] {
         assert!(
             !trace.contains(&format!("\"{dir}\"")),
@@ -909,11 +965,16 @@ fn the_trust_store_is_read_once_from_the_bundle_file_and_never_on_a_hit() {
         .count();
     assert_eq!(in_certs_dir, 0, "{trace}");
 
-    let (hit, trace) = traced(&args, stdin.as_bytes());
-    hit.response();
-    assert_eq!(front.requests(), 1, "served from the cache");
-    assert!(!trace.contains("/etc/ssl"), "{trace}");
-    assert!(!trace.contains(CA_PEM), "{trace}");
+    // Plain HTTP: no trust store at all.
+    let args = case.args(&case.first_url(), &[]);
+    let (plain, trace) = traced(&args, stdin_for("five").as_bytes());
+    plain.response();
+    for what in ["/etc/ssl", "/etc/pki", ".pem\"", ".crt\"", "trust-anchors"] {
+        assert!(
+            !trace.contains(what),
+            "a plain-HTTP miss opened {what}:\n{trace}"
+        );
+    }
 }
 
 /// The exchange with every upstream call behind a TLS front with the test

@@ -90,16 +90,25 @@ pub(crate) fn read_trusted(path: &Path, max: u64) -> Result<Vec<u8>, Refused> {
         .ok_or(Refused::TooLarge)
 }
 
-/// Opens `path` as [`open_regular`] does, and refuses it when another
-/// user could change it: owned by neither root (SYSTEM, Administrators)
-/// nor the plugin's user, or writable by a group or other users. `what`
-/// says what that user would then choose.
-fn open_trusted(
-    path: &Path,
-    max: u64,
-    what: &str,
-) -> Result<(std::fs::File, platform::Facts), Refused> {
-    let (file, facts) = open_regular(path, max)?;
+/// Checks `path` as [`read_trusted`] would, without opening it (a `stat`):
+/// there, a regular file of at most `max` bytes, and no other user's to
+/// change. [`read_trusted`] checks the file it opens again.
+pub(crate) fn check_trusted(path: &Path, max: u64) -> Result<(), Refused> {
+    let facts = platform::facts_followed(path).map_err(unreadable)?;
+    if !facts.is_file() {
+        return Err(Refused::Unreadable(format!(
+            "it is {}, not a regular file",
+            facts.described
+        )));
+    }
+    if facts.len > max {
+        return Err(Refused::TooLarge);
+    }
+    trusted_owner(&facts, "which certificate authorities are trusted")
+}
+
+/// The rule of [`open_trusted`] on `facts`.
+fn trusted_owner(facts: &platform::Facts, what: &str) -> Result<(), Refused> {
     let running = platform::running_owner().map_err(unreadable)?;
     if !facts.owner.is_admin_or(&running) {
         return Err(Refused::Unreadable(format!(
@@ -113,6 +122,20 @@ fn open_trusted(
             facts.access.shown()
         )));
     }
+    Ok(())
+}
+
+/// Opens `path` as [`open_regular`] does, and refuses it when another
+/// user could change it: owned by neither root (SYSTEM, Administrators)
+/// nor the plugin's user, or writable by a group or other users. `what`
+/// says what that user would then choose.
+fn open_trusted(
+    path: &Path,
+    max: u64,
+    what: &str,
+) -> Result<(std::fs::File, platform::Facts), Refused> {
+    let (file, facts) = open_regular(path, max)?;
+    trusted_owner(&facts, what)?;
     Ok((file, facts))
 }
 

@@ -465,8 +465,8 @@ fn transport_error(
     deadline: &Deadline,
     proxies: Option<&str>,
 ) -> Error {
-    if let Some(detail) = certificate_error(e) {
-        return untrusted_certificate(call, &detail);
+    if let Some(untrusted) = certificate_error(e) {
+        return untrusted_certificate(call, untrusted);
     }
     if e.is_timeout() && deadline.expired() {
         return deadline_exceeded(deadline, call);
@@ -490,8 +490,22 @@ fn transport_error(
     }
 }
 
-/// The error for a server whose certificate no trusted CA vouches for.
-pub(crate) fn untrusted_certificate(call: &Call, detail: &str) -> Error {
+/// Why a server's certificate was not verified.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Untrusted {
+    /// No trusted CA vouches for it, or it is wrong (rustls's words).
+    Certificate(String),
+    /// The trust store itself could not be loaded (an unreadable
+    /// `SSL_CERT_FILE`, no CA on the node): the store's own error.
+    Store(Error),
+}
+
+/// The error for a server whose certificate was not verified.
+pub(crate) fn untrusted_certificate(call: &Call, untrusted: Untrusted) -> Error {
+    let detail = match untrusted {
+        Untrusted::Store(error) => return error.with(Fact::Service, call.service),
+        Untrusted::Certificate(detail) => detail,
+    };
     Error::network(format!(
         "{call} failed: the server's TLS certificate is not trusted ({detail})"
     ))
@@ -534,7 +548,7 @@ fn retry_after_beyond_deadline(
 /// was (for reqwest's errors and the AWS SDK's alike). rustls reports it inside I/O errors (nested: hyper-rustls wraps
 /// tokio-rustls's), whose `source` skips the wrapped error, so those are
 /// unwrapped by hand.
-pub(crate) fn certificate_error(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+pub(crate) fn certificate_error(e: &(dyn std::error::Error + 'static)) -> Option<Untrusted> {
     let mut next = Some(e);
     while let Some(current) = next {
         let mut inner: Option<&(dyn std::error::Error + 'static)> = Some(current);
@@ -544,7 +558,10 @@ pub(crate) fn certificate_error(e: &(dyn std::error::Error + 'static)) -> Option
                 | rustls::Error::NoCertificatesPresented),
             ) = error.downcast_ref::<rustls::Error>()
             {
-                return Some(tls.to_string());
+                return Some(match crate::net::trust::load_error(tls) {
+                    Some(store) => Untrusted::Store(store),
+                    None => Untrusted::Certificate(tls.to_string()),
+                });
             }
             inner = error
                 .downcast_ref::<std::io::Error>()

@@ -13,6 +13,7 @@ use std::sync::{Arc, OnceLock};
 use crate::base::deadline::Deadline;
 use crate::base::error::Result;
 
+pub(crate) mod anchors;
 pub(crate) mod http;
 pub(crate) mod metadata;
 pub(crate) mod proxy;
@@ -30,15 +31,17 @@ pub(crate) struct Settings {
 
 impl Settings {
     /// Reads the proxy and trust variables through `env` (the process's
-    /// environment in production, anything in tests) and takes `--ca-file`.
+    /// environment in production, anything in tests) and takes `--ca-file`
+    /// and `--cache-dir` (where a bundle's prepared anchors are kept).
     /// No file is read here.
     pub(crate) fn from_lookup(
         env: impl Fn(&str) -> Option<String>,
         ca_file: Option<PathBuf>,
+        cache_dir: Option<PathBuf>,
     ) -> Self {
         Settings {
             proxies: proxy::Proxies::from_lookup(&env),
-            trust: trust::Sources::from_lookup(&env, ca_file),
+            trust: trust::Sources::from_lookup(&env, ca_file, cache_dir),
             tls: OnceLock::new(),
         }
     }
@@ -112,7 +115,7 @@ mod tests {
     #[test]
     fn the_trust_store_is_loaded_once_and_only_for_a_client() {
         let env = |name: &str| (name == trust::SSL_CERT_FILE).then(|| CA_PEM.to_string());
-        let net = Settings::from_lookup(env, Some(PathBuf::from(CA_PEM)));
+        let net = Settings::from_lookup(env, Some(PathBuf::from(CA_PEM)), None);
         assert!(!net.tls_loaded(), "building the settings reads no file");
         let deadline = Deadline::after(std::time::Duration::from_secs(5));
         let _proxied = net.client(&deadline).unwrap();
@@ -124,7 +127,7 @@ mod tests {
             "one configuration"
         );
         // An error is kept too: the same message for every client.
-        let bad = Settings::from_lookup(|_| None, Some(PathBuf::from("/nonexistent/ca.pem")));
+        let bad = Settings::from_lookup(|_| None, Some(PathBuf::from("/nonexistent/ca.pem")), None);
         let e = bad.client(&deadline).unwrap_err();
         assert!(e.what().contains("cannot read the --ca-file"), "{e}");
         assert_eq!(bad.direct_client(&deadline).unwrap_err(), e);

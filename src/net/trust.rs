@@ -1,5 +1,5 @@
-//! Which certificate authorities the upstream calls trust, loaded once per
-//! process and only when a client is built (never on a cache hit).
+//! Which certificate authorities the upstream calls trust, and when that
+//! costs anything.
 //!
 //! The base is the node's trust store, found the way OpenSSL, curl and Go
 //! find it: `SSL_CERT_FILE` and/or `SSL_CERT_DIR` when set (they replace the
@@ -8,24 +8,42 @@
 //! distributions' names); else, on a node without a bundle file, the
 //! system's certificate directory. The directory that holds the bundle holds
 //! the same certificates again, one file (and one hash link) each, so it is
-//! not walked when the bundle is there: that walk (a `statx` per entry) and
-//! decoding every certificate twice were most of the cost of loading.
-//! `--ca-file` adds a bundle on top, for the CA of a TLS-inspecting proxy or
-//! of a private endpoint, without replacing the public roots the clouds'
-//! endpoints need.
+//! not walked when the bundle is there. `--ca-file` adds a bundle on top,
+//! for the CA of a TLS-inspecting proxy or of a private endpoint, without
+//! replacing the public roots the clouds' endpoints need.
 //!
 //! The result is one [`rustls::ClientConfig`] (aws-lc-rs, the provider the
-//! rest of the binary uses), shared by every client of the invocation,
-//! the AWS SDK's included ([`crate::net::Settings::tls`]).
+//! rest of the binary uses), shared by every client of the invocation, the
+//! AWS SDK's included ([`crate::net::Settings::tls`]), whose verifier
+//! ([`Layered`]) decides what is loaded, and when (issue 47):
+//!
+//! - nothing at all until a server presents a certificate: a plain-HTTP
+//!   endpoint never loads a trust store;
+//! - `--ca-file` is read and checked when the client is built (a bad one is
+//!   refused before any connection) and tried first, alone: a private
+//!   endpoint it vouches for never costs the node's bundle;
+//! - the base store is loaded at the first certificate `--ca-file` does not
+//!   vouch for, from the prepared store beside the disk cache when the
+//!   bundle has not changed ([`super::anchors`]), else decoded (with a
+//!   plain base64 decoder) and prepared for the next miss.
+//!
+//! `SSL_CERT_FILE` is an admin's choice like `--ca-file`: its place is
+//! checked when the client is built (missing, not a regular file, another
+//! user's), its content when it is loaded. A problem loading the base
+//! store ends the handshake with the plugin's own error, which the HTTP
+//! layer reports as it is ([`load_error`]).
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use rustls::RootCertStore;
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject;
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, ServerName, TrustAnchor, UnixTime};
 
+use super::anchors;
 use crate::base::error::{Error, Fact, Result, quote};
 
 /// The standard variable naming a CA bundle that replaces the system's.
@@ -53,7 +71,7 @@ const SYSTEM_BUNDLES: [&str; 6] = [
 const SYSTEM_DIRS: [&str; 2] = ["/etc/ssl/certs", "/etc/pki/tls/certs"];
 
 /// Where the trust store comes from, read from the environment once at
-/// start; nothing is read from disk until [`Sources::client_config`].
+/// start; nothing is read from disk until a client is built.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Sources {
     /// `SSL_CERT_FILE`, when set and not empty.
@@ -62,23 +80,27 @@ pub(crate) struct Sources {
     pub(crate) ssl_cert_dir: Option<String>,
     /// `--ca-file` (`WICP_CA_FILE`).
     pub(crate) ca_file: Option<PathBuf>,
+    /// `--cache-dir`, where a bundle's prepared anchors are kept.
+    pub(crate) prepared: Option<PathBuf>,
 }
 
 impl Sources {
     pub(crate) fn from_lookup(
         env: impl Fn(&str) -> Option<String>,
         ca_file: Option<PathBuf>,
+        prepared: Option<PathBuf>,
     ) -> Self {
         let set = |name: &str| env(name).filter(|v| !v.is_empty());
         Sources {
             ssl_cert_file: set(SSL_CERT_FILE).map(PathBuf::from),
             ssl_cert_dir: set(SSL_CERT_DIR),
             ca_file,
+            prepared,
         }
     }
 
-    /// Loads the roots (see the module's documentation) and builds the one
-    /// TLS configuration every client of the process uses.
+    /// The one TLS configuration every client of the process uses: its
+    /// verifier loads the trust store when a certificate needs it.
     pub(crate) fn client_config(&self) -> Result<Arc<rustls::ClientConfig>> {
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
@@ -108,56 +130,65 @@ impl Sources {
                     .with_no_client_auth(),
             ));
         }
-        let roots = self.roots_from(&SYSTEM_BUNDLES, &SYSTEM_DIRS)?;
+        let extra = match &self.ca_file {
+            Some(path) => Some(verifier_of(ca_file_anchors(path)?, &provider)?),
+            None => None,
+        };
+        if let Some(file) = &self.ssl_cert_file {
+            ssl_cert_file_place(file)?;
+        }
+        let verifier = Layered {
+            extra,
+            base: OnceLock::new(),
+            sources: self.clone(),
+            provider,
+        };
         Ok(Arc::new(
-            builder.with_root_certificates(roots).with_no_client_auth(),
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(verifier))
+                .with_no_client_auth(),
         ))
     }
 
-    /// The trust anchors, with the system's locations as given (tests pass
-    /// their own).
-    fn roots_from(&self, bundles: &[&str], dirs: &[&str]) -> Result<RootCertStore> {
+    /// The base store's anchors (`SSL_CERT_FILE`/`SSL_CERT_DIR`, else the
+    /// system's, looked for at `bundles` then `dirs`: tests pass their
+    /// own), without `--ca-file`.
+    fn base_anchors(&self, bundles: &[&str], dirs: &[&str]) -> Result<Vec<TrustAnchor<'static>>> {
         let mut store = Roots::default();
         let mut looked = Vec::new();
         if self.ssl_cert_file.is_some() || self.ssl_cert_dir.is_some() {
             if let Some(file) = &self.ssl_cert_file {
-                add_ssl_cert_file(file, &mut store)?;
+                store.add_bundle(file, Strictness::Named, self.prepared.as_deref())?;
                 looked.push(format!("SSL_CERT_FILE {}", file.display()));
             }
             if let Some(dirs) = &self.ssl_cert_dir {
                 for dir in dirs.split(':').filter(|d| !d.is_empty()) {
-                    add_dir(Path::new(dir), &mut store);
+                    store.add_dir(Path::new(dir));
                     looked.push(format!("SSL_CERT_DIR {dir}"));
                 }
             }
         } else if let Some(bundle) = bundles.iter().map(Path::new).find(|p| p.is_file()) {
-            add_lenient(
-                bundle,
-                &read_bounded(bundle).unwrap_or_default(),
-                &mut store,
-            );
+            store.add_bundle(bundle, Strictness::System, self.prepared.as_deref())?;
             looked.push(bundle.display().to_string());
         } else {
             for dir in dirs {
-                add_dir(Path::new(dir), &mut store);
+                store.add_dir(Path::new(dir));
                 looked.push((*dir).to_string());
             }
         }
-        let system = store.len();
         crate::base::log::debug!(
-            "trusting {system} CA certificate(s) from {}",
+            "trusting {} CA certificate(s) from {}",
+            store.anchors.len(),
             if looked.is_empty() {
                 "nowhere".to_string()
             } else {
                 looked.join(", ")
             }
         );
-        if let Some(ca_file) = &self.ca_file {
-            add_ca_file(ca_file, &mut store)?;
-        }
-        if store.is_empty() {
+        if store.anchors.is_empty() {
             return Err(Error::config(format!(
-                "cannot build the HTTP client: no CA certificates found (looked in {})",
+                "cannot verify the server's certificate: no CA certificates found (looked in {})",
                 if looked.is_empty() {
                     "no location".to_string()
                 } else {
@@ -166,64 +197,300 @@ impl Sources {
             ))
             .fix("the node has no CA bundle: install ca-certificates, set SSL_CERT_FILE, or pass --ca-file"));
         }
-        Ok(store.store)
+        Ok(store.anchors)
     }
 }
 
-/// Trust anchors being collected, each certificate parsed once however
-/// many files hold it (a bundle, the directory it sits in, and that
-/// directory's hash links all hold the same certificates).
+/// The verifier of every client: `--ca-file`'s anchors first, alone; then
+/// the base store, loaded once, at the first certificate that needs it.
+#[derive(Debug)]
+struct Layered {
+    /// `--ca-file`, checked when the client was built.
+    extra: Option<Arc<WebPkiServerVerifier>>,
+    /// The base store's verifier, or why it could not be loaded.
+    base: OnceLock<std::result::Result<Arc<WebPkiServerVerifier>, Error>>,
+    sources: Sources,
+    provider: Arc<CryptoProvider>,
+}
+
+impl Layered {
+    fn base(&self) -> std::result::Result<&Arc<WebPkiServerVerifier>, &Error> {
+        self.base
+            .get_or_init(|| {
+                let anchors = self.sources.base_anchors(&SYSTEM_BUNDLES, &SYSTEM_DIRS)?;
+                verifier_of(anchors, &self.provider)
+            })
+            .as_ref()
+    }
+}
+
+impl ServerCertVerifier for Layered {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
+        let first = match &self.extra {
+            Some(extra) => {
+                match extra.verify_server_cert(
+                    end_entity,
+                    intermediates,
+                    server_name,
+                    ocsp_response,
+                    now,
+                ) {
+                    Ok(verified) => return Ok(verified),
+                    Err(e) => Some(e),
+                }
+            }
+            None => None,
+        };
+        let base = self.base().map_err(|e| {
+            rustls::Error::InvalidCertificate(rustls::CertificateError::Other(rustls::OtherError(
+                Arc::new(LoadError(e.clone())),
+            )))
+        })?;
+        base.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+            .map_err(|e| match first {
+                // --ca-file's CA signed it, and something else is wrong
+                // (a name, a date): that is the error to report.
+                Some(f) if !is_unknown_issuer(&f) => f,
+                _ => e,
+            })
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+fn is_unknown_issuer(e: &rustls::Error) -> bool {
+    matches!(
+        e,
+        rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer)
+    )
+}
+
+/// The plugin's own error for a base store that could not be loaded,
+/// carried through the TLS handshake ([`load_error`] takes it out).
+#[derive(Debug)]
+struct LoadError(Error);
+
+impl std::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+/// The trust store's own error behind a failed handshake (the base store
+/// could not be loaded: an unreadable `SSL_CERT_FILE`, no CA at all), to
+/// be reported as it is rather than as an untrusted certificate.
+pub(crate) fn load_error(error: &rustls::Error) -> Option<Error> {
+    match error {
+        rustls::Error::InvalidCertificate(rustls::CertificateError::Other(other)) => {
+            let inner: &(dyn std::error::Error + 'static) = &*other.0;
+            inner.downcast_ref::<LoadError>().map(|e| e.0.clone())
+        }
+        _ => None,
+    }
+}
+
+fn verifier_of(
+    anchors: Vec<TrustAnchor<'static>>,
+    provider: &Arc<CryptoProvider>,
+) -> Result<Arc<WebPkiServerVerifier>> {
+    let roots = RootCertStore { roots: anchors };
+    WebPkiServerVerifier::builder_with_provider(Arc::new(roots), Arc::clone(provider))
+        .build()
+        .map_err(|e| Error::internal(format!("cannot set up certificate verification: {e}")))
+}
+
+/// How a bundle's certificates are taken.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Strictness {
+    /// The system's own: what parses is taken, the rest skipped, as
+    /// OpenSSL does with its store.
+    System,
+    /// `SSL_CERT_FILE`: every certificate must parse, and the file must
+    /// be one no other user could change.
+    Named,
+}
+
+/// Trust anchors being collected from the base store's files.
+#[derive(Default)]
 struct Roots {
-    store: RootCertStore,
-    seen: HashSet<Vec<u8>>,
-    /// The files read, by device and inode: a hash link, or the bundle
-    /// inside a directory also listed, is not read twice.
+    anchors: Vec<TrustAnchor<'static>>,
+    /// The anchors held, for the directories' case only: a hash link, or
+    /// the bundle inside a directory also listed, holds the same
+    /// certificates again. One bundle alone is taken as it is, without
+    /// this copy of every anchor.
+    seen: HashSet<TrustAnchor<'static>>,
+    /// The files read, by device and inode.
     files: HashSet<(u64, u64)>,
 }
 
-impl Default for Roots {
-    fn default() -> Self {
-        Roots {
-            store: RootCertStore::empty(),
-            seen: HashSet::new(),
-            files: HashSet::new(),
-        }
-    }
-}
-
 impl Roots {
-    fn len(&self) -> usize {
-        self.store.len()
+    /// Adds a bundle file: its prepared anchors when `prepared` holds
+    /// them for this very file, else its certificates decoded, which are
+    /// then prepared for the next miss. Whether the prepared ones were
+    /// used.
+    fn add_bundle(
+        &mut self,
+        path: &Path,
+        strictness: Strictness,
+        prepared: Option<&Path>,
+    ) -> Result<bool> {
+        let named = strictness == Strictness::Named;
+        let facts = crate::base::platform::facts_followed(path).ok();
+        if let Some(facts) = &facts {
+            self.files.insert(facts.id);
+        }
+        let store = prepared
+            .zip(facts.as_ref())
+            .and_then(|(dir, facts)| anchors::Prepared::for_bundle(dir, path, facts, named));
+        if let Some(kept) = store.as_ref().and_then(anchors::Prepared::read) {
+            crate::base::log::debug!(
+                "trust anchors of {} from the prepared store in {}",
+                path.display(),
+                store.as_ref().map_or(Path::new(""), |s| s.dir).display()
+            );
+            self.anchors.extend(kept);
+            return Ok(true);
+        }
+        let shown = quote(&path.display().to_string());
+        let decoded = if named {
+            let refused = |what: String| {
+                Error::config(what)
+                    .fix("point SSL_CERT_FILE at a PEM bundle of CA certificates (it replaces the system's trust store) or unset it; \
+                          to add a CA to the system's, use --ca-file")
+                    .with(Fact::Flag, SSL_CERT_FILE)
+            };
+            let pem = read_trusted(path)
+                .map_err(|e| refused(format!("cannot read SSL_CERT_FILE {shown}: {e}")))?;
+            anchors::certificates(&pem)
+                .and_then(|ders| anchors::strict(&ders))
+                .map_err(|why| refused(format!("SSL_CERT_FILE {shown} {why}")))?
+        } else {
+            let pem = read_bounded(path).unwrap_or_default();
+            let ders = anchors::certificates(&pem).unwrap_or_default();
+            let (parsed, skipped) = anchors::lenient(&ders);
+            if skipped > 0 {
+                crate::base::log::debug!(
+                    "skipped {skipped} unusable certificate(s) in {}",
+                    path.display()
+                );
+            }
+            parsed
+        };
+        if let Some(store) = &store {
+            store.write(&decoded);
+        }
+        self.anchors.extend(decoded);
+        Ok(false)
     }
 
-    fn is_empty(&self) -> bool {
-        self.store.is_empty()
-    }
-
-    /// Whether the file at `path` has not been read yet, remembering it.
-    fn first_read(&mut self, path: &Path) -> bool {
-        match crate::base::platform::id_of(path) {
-            Ok(id) => self.files.insert(id),
-            Err(_) => true,
+    /// Adds the certificates of every file in a directory (OpenSSL's
+    /// hashed layout holds links to the same files), each once.
+    fn add_dir(&mut self, dir: &Path) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if let Ok(id) = crate::base::platform::id_of(&path)
+                && !self.files.insert(id)
+            {
+                continue;
+            }
+            let Ok(pem) = read_bounded(&path) else {
+                continue;
+            };
+            let ders = anchors::certificates(&pem).unwrap_or_default();
+            let (parsed, skipped) = anchors::lenient(&ders);
+            if skipped > 0 {
+                crate::base::log::debug!(
+                    "skipped {skipped} unusable certificate(s) in {}",
+                    path.display()
+                );
+            }
+            if self.seen.len() < self.anchors.len() {
+                self.seen.extend(self.anchors.iter().cloned());
+            }
+            for anchor in parsed {
+                if self.seen.insert(anchor.clone()) {
+                    self.anchors.push(anchor);
+                }
+            }
         }
     }
-
-    /// Whether `der` is new, remembering it.
-    fn first_sight(&mut self, der: &CertificateDer<'_>) -> bool {
-        self.seen.insert(der.as_ref().to_vec())
-    }
 }
 
-/// Adds the `--ca-file` bundle: at least one certificate, each usable as a
-/// trust anchor. Returns how many.
-fn add_ca_file(path: &Path, store: &mut Roots) -> Result<usize> {
-    let (added, _) = read_ca_file(path, store)?;
-    Ok(added)
+/// Checks where `SSL_CERT_FILE` is, when the client is built: there, a
+/// regular file, and no other user's to change. Its content is read when
+/// the base store is loaded.
+fn ssl_cert_file_place(path: &Path) -> Result<()> {
+    let shown = quote(&path.display().to_string());
+    crate::base::file::check_trusted(path, MAX_BUNDLE_BYTES)
+        .map_err(|refused| {
+            let why = match refused {
+                crate::base::file::Refused::Unreadable(why) => why,
+                crate::base::file::Refused::TooLarge => format!(
+                    "the file is larger than {} MiB, not a CA bundle",
+                    MAX_BUNDLE_BYTES / 1024 / 1024
+                ),
+            };
+            Error::config(format!("cannot read SSL_CERT_FILE {shown}: {why}"))
+                .fix("point SSL_CERT_FILE at a PEM bundle of CA certificates (it replaces the system's trust store) or unset it; \
+                      to add a CA to the system's, use --ca-file")
+                .with(Fact::Flag, SSL_CERT_FILE)
+        })
 }
 
-/// Reads the `--ca-file` bundle once into `store`: how many anchors it
-/// added, and the PEM text (for a verifier that takes certificates).
-fn read_ca_file(path: &Path, store: &mut Roots) -> Result<(usize, Vec<u8>)> {
+/// The `--ca-file` bundle's anchors: at least one certificate, each usable
+/// as a trust anchor.
+fn ca_file_anchors(path: &Path) -> Result<Vec<TrustAnchor<'static>>> {
+    let (anchors, _) = read_ca_file(path)?;
+    Ok(anchors)
+}
+
+/// Reads and checks the `--ca-file` bundle: its anchors, and its
+/// certificates (for a verifier that takes certificates).
+fn read_ca_file(path: &Path) -> Result<(Vec<TrustAnchor<'static>>, Vec<Vec<u8>>)> {
     let shown = quote(&path.display().to_string());
     let refused = |what: String| {
         Error::config(what)
@@ -233,20 +500,23 @@ fn read_ca_file(path: &Path, store: &mut Roots) -> Result<(usize, Vec<u8>)> {
     };
     let pem = read_trusted(path)
         .map_err(|e| refused(format!("cannot read the --ca-file {shown}: {e}")))?;
-    let added =
-        add_anchors(&pem, store).map_err(|why| refused(format!("the --ca-file {shown} {why}")))?;
-    crate::base::log::debug!("trusting {added} extra CA certificate(s) from {shown}");
-    Ok((added, pem))
+    let ders = anchors::certificates(&pem)
+        .map_err(|why| refused(format!("the --ca-file {shown} {why}")))?;
+    let anchors =
+        anchors::strict(&ders).map_err(|why| refused(format!("the --ca-file {shown} {why}")))?;
+    crate::base::log::debug!(
+        "trusting {} extra CA certificate(s) from {shown}",
+        anchors.len()
+    );
+    Ok((anchors, ders))
 }
 
 /// The certificates of the `--ca-file` bundle, read and checked once as
-/// [`add_ca_file`] does, for a verifier that takes certificates rather than
-/// trust anchors (the Windows store's).
+/// [`ca_file_anchors`] does, for a verifier that takes certificates rather
+/// than trust anchors (the Windows store's).
 fn ca_file_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
-    let (_, pem) = read_ca_file(path, &mut Roots::default())?;
-    Ok(CertificateDer::pem_slice_iter(&pem)
-        .filter_map(std::result::Result::ok)
-        .collect())
+    let (_, ders) = read_ca_file(path)?;
+    Ok(ders.into_iter().map(CertificateDer::from).collect())
 }
 
 /// A TLS configuration trusting the CAs of `path` and nothing else (no
@@ -259,102 +529,23 @@ pub(crate) fn only(path: &Path, what: &str) -> Result<Arc<rustls::ClientConfig>>
     let fix = format!(
         "point {what} at the PEM file of the cluster's CA (on AKS /etc/kubernetes/certs/ca.crt)"
     );
-    let pem = read_trusted(path).map_err(|e| {
-        Error::config(format!("cannot read the {what} {shown}: {e}"))
+    let refused = |message: String| {
+        Error::config(message)
             .fix(fix.clone())
             .with(Fact::Flag, what)
-    })?;
-    let mut roots = Roots::default();
-    add_anchors(&pem, &mut roots).map_err(|why| {
-        Error::config(format!("the {what} {shown} {why}"))
-            .fix(fix)
-            .with(Fact::Flag, what)
-    })?;
+    };
+    let pem =
+        read_trusted(path).map_err(|e| refused(format!("cannot read the {what} {shown}: {e}")))?;
+    let anchors = anchors::certificates(&pem)
+        .and_then(|ders| anchors::strict(&ders))
+        .map_err(|why| refused(format!("the {what} {shown} {why}")))?;
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| Error::internal(format!("cannot set up TLS: {e}")))?
-        .with_root_certificates(roots.store)
+        .with_root_certificates(RootCertStore { roots: anchors })
         .with_no_client_auth();
     Ok(Arc::new(config))
-}
-
-/// Adds `SSL_CERT_FILE`, checked as strictly as `--ca-file`: a TLS stack
-/// that treated an unreadable one as an empty trust store would report
-/// every server as untrusted, far from the cause.
-fn add_ssl_cert_file(path: &Path, store: &mut Roots) -> Result<usize> {
-    store.first_read(path);
-    let shown = quote(&path.display().to_string());
-    let refused = |what: String| {
-        Error::config(what)
-            .fix("point SSL_CERT_FILE at a PEM bundle of CA certificates (it replaces the system's trust store) or unset it; \
-                  to add a CA to the system's, use --ca-file")
-            .with(Fact::Flag, "SSL_CERT_FILE")
-    };
-    let pem = read_trusted(path)
-        .map_err(|e| refused(format!("cannot read SSL_CERT_FILE {shown}: {e}")))?;
-    add_anchors(&pem, store).map_err(|why| refused(format!("SSL_CERT_FILE {shown} {why}")))
-}
-
-/// The certificates of a PEM bundle, each checked as a webpki trust anchor,
-/// all or nothing. Other PEM sections (keys, CRLs) are skipped.
-fn add_anchors(pem: &[u8], store: &mut Roots) -> std::result::Result<usize, String> {
-    let ders = CertificateDer::pem_slice_iter(pem)
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| format!("is not a PEM bundle: {e}"))?;
-    if ders.is_empty() {
-        return Err("holds no PEM certificate".to_string());
-    }
-    let mut checked = RootCertStore::empty();
-    for (n, der) in ders.iter().enumerate() {
-        checked.add(der.clone()).map_err(|e| {
-            format!(
-                "holds a certificate (number {}) that cannot be parsed: {e}",
-                n.saturating_add(1)
-            )
-        })?;
-    }
-    let added = checked.len();
-    for (der, anchor) in ders.iter().zip(checked.roots) {
-        if store.first_sight(der) {
-            store.store.roots.push(anchor);
-        }
-    }
-    Ok(added)
-}
-
-/// Adds what parses from a system file, skipping the rest, as OpenSSL does
-/// with the system's own store: one odd certificate a distribution ships
-/// must not leave the node without any.
-fn add_lenient(path: &Path, pem: &[u8], store: &mut Roots) {
-    let ders: Vec<_> = CertificateDer::pem_slice_iter(pem)
-        .filter_map(std::result::Result::ok)
-        .filter(|der| store.first_sight(der))
-        .collect();
-    let (_, skipped) = store.store.add_parsable_certificates(ders);
-    if skipped > 0 {
-        crate::base::log::debug!(
-            "skipped {skipped} unusable certificate(s) in {}",
-            path.display()
-        );
-    }
-}
-
-/// Adds the certificates of every file in a directory (OpenSSL's hashed
-/// layout holds links to the same files: duplicates are harmless).
-fn add_dir(dir: &Path, store: &mut Roots) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if !store.first_read(&path) {
-            continue;
-        }
-        if let Ok(pem) = read_bounded(&path) {
-            add_lenient(&path, &pem, store);
-        }
-    }
 }
 
 /// A CA file the admin names (`--ca-file`, `SSL_CERT_FILE`, a CA option):
@@ -398,7 +589,7 @@ mod tests {
     }
 
     fn ca_file(path: &Path) -> Result<usize> {
-        add_ca_file(path, &mut Roots::default())
+        ca_file_anchors(path).map(|a| a.len())
     }
 
     #[test]
@@ -411,14 +602,17 @@ mod tests {
         let err = ca_file(&fifo).unwrap_err().to_string();
         assert!(err.contains("a FIFO, not a regular file"), "{err}");
         let env = [("SSL_CERT_FILE", fifo.display().to_string())];
-        let err = sources(&env, None).client_config().unwrap_err().to_string();
+        let err = sources(&env, None)
+            .base_anchors(&[], &[])
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("SSL_CERT_FILE") && err.contains("FIFO"),
             "{err}"
         );
         // In SSL_CERT_DIR the FIFO is skipped and the real bundle is read.
         let env = [("SSL_CERT_DIR", dir.path().display().to_string())];
-        sources(&env, None).client_config().unwrap();
+        assert_eq!(sources(&env, None).base_anchors(&[], &[]).unwrap().len(), 1);
         assert!(started.elapsed() < std::time::Duration::from_secs(2));
     }
 
@@ -479,6 +673,7 @@ mod tests {
         Sources::from_lookup(
             |name| env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.clone()),
             ca,
+            None,
         )
     }
 
@@ -492,18 +687,18 @@ mod tests {
         let s = sources(&[(SSL_CERT_FILE, empty)], None);
         assert_eq!(s.ssl_cert_file, None);
         let system = ok.display().to_string();
-        assert_eq!(s.roots_from(&[&system], &none).unwrap().len(), 1);
+        assert_eq!(s.base_anchors(&[&system], &none).unwrap().len(), 1);
         let s = sources(&[(SSL_CERT_FILE, system.clone())], None);
-        assert_eq!(s.roots_from(&none, &none).unwrap().len(), 1);
+        assert_eq!(s.base_anchors(&none, &none).unwrap().len(), 1);
         let missing = dir.path().join("nope.pem").display().to_string();
         let e = sources(&[(SSL_CERT_FILE, missing)], None)
-            .roots_from(&[&system], &none)
+            .base_anchors(&[&system], &none)
             .unwrap_err();
         assert!(e.what().starts_with("cannot read SSL_CERT_FILE"), "{e}");
         assert!(e.remedy().unwrap().contains("--ca-file"), "{e}");
         let empty = write(dir.path(), "empty.pem", b"").display().to_string();
         let e = sources(&[(SSL_CERT_FILE, empty)], None)
-            .roots_from(&[&system], &none)
+            .base_anchors(&[&system], &none)
             .unwrap_err();
         assert!(e.what().contains("holds no PEM certificate"), "{e}");
     }
@@ -535,17 +730,17 @@ mod tests {
         let system = Sources::default();
         // The first bundle that exists wins; the directory is not walked.
         let roots = system
-            .roots_from(&[&missing, &bundle], &[&dir_name])
+            .base_anchors(&[&missing, &bundle], &[&dir_name])
             .unwrap();
         assert_eq!(roots.len(), 1);
         // No bundle: the directory, each certificate once.
-        let roots = system.roots_from(&[&missing], &[&dir_name]).unwrap();
+        let roots = system.base_anchors(&[&missing], &[&dir_name]).unwrap();
         assert_eq!(roots.len(), 2);
         // SSL_CERT_DIR replaces the system's store, and may list several.
         let other = cert_dir();
         let both = format!("{dir_name}:{}", other.path().display());
         let s = sources(&[(SSL_CERT_DIR, both)], None);
-        assert_eq!(s.roots_from(&[&bundle], &[]).unwrap().len(), 2);
+        assert_eq!(s.base_anchors(&[&bundle], &[]).unwrap().len(), 2);
         // SSL_CERT_FILE and SSL_CERT_DIR together: both, without repeats.
         let s = sources(
             &[
@@ -554,19 +749,14 @@ mod tests {
             ],
             None,
         );
-        assert_eq!(s.roots_from(&[], &[]).unwrap().len(), 2);
-        // --ca-file adds to whichever base.
-        let extra = write(files.path(), "extra.pem", OTHER_PEM.as_bytes());
-        let s = sources(&[], Some(extra.clone()));
-        assert_eq!(s.roots_from(&[&bundle], &[&dir_name]).unwrap().len(), 2);
-        // Nothing at all: a clear error, and --ca-file alone is enough.
-        let e = system.roots_from(&[&missing], &[&missing]).unwrap_err();
+        assert_eq!(s.base_anchors(&[], &[]).unwrap().len(), 2);
+        // Nothing at all: a clear error.
+        let e = system.base_anchors(&[&missing], &[&missing]).unwrap_err();
         assert!(e.what().contains("no CA certificates found"), "{e}");
         assert!(
             e.remedy().unwrap().contains("install ca-certificates"),
             "{e}"
         );
-        assert_eq!(s.roots_from(&[&missing], &[]).unwrap().len(), 1);
     }
 
     #[test]
@@ -575,5 +765,130 @@ mod tests {
         let bundle = write(files.path(), "bundle.crt", CA_PEM.as_bytes());
         let s = sources(&[(SSL_CERT_FILE, bundle.display().to_string())], None);
         assert!(s.client_config().is_ok());
+    }
+
+    /// Loads `bundle` as the system's, with the prepared store in `cache`:
+    /// the anchors, and whether they came from the prepared store.
+    fn load(bundle: &Path, cache: &Path) -> (Vec<TrustAnchor<'static>>, bool) {
+        let mut roots = Roots::default();
+        let prepared = roots
+            .add_bundle(bundle, Strictness::System, Some(cache))
+            .unwrap();
+        (roots.anchors, prepared)
+    }
+
+    fn private_dir() -> tempfile::TempDir {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        dir
+    }
+
+    /// Issue 47: a bundle's anchors are prepared at the first load and
+    /// read back from the store after; the same anchors either way.
+    #[test]
+    fn the_prepared_store_serves_the_next_load() {
+        let files = tempfile::tempdir().unwrap();
+        let cache = private_dir();
+        let bundle = write(
+            files.path(),
+            "bundle.crt",
+            format!("{CA_PEM}{OTHER_PEM}").as_bytes(),
+        );
+        let (decoded, from_store) = load(&bundle, cache.path());
+        assert!(!from_store);
+        assert_eq!(decoded.len(), 2);
+        let store = cache.path().join(anchors::PREPARED);
+        let meta = std::fs::metadata(&store).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        let (kept, from_store) = load(&bundle, cache.path());
+        assert!(from_store);
+        assert_eq!(kept, decoded);
+        // Without a cache directory nothing is kept or read.
+        let mut roots = Roots::default();
+        assert!(!roots.add_bundle(&bundle, Strictness::System, None).unwrap());
+    }
+
+    /// Issue 47: a changed bundle is never trusted from stale data, even
+    /// when its size and modification time are put back as they were:
+    /// its change time moved, and the store is rebuilt.
+    #[test]
+    fn a_changed_bundle_is_never_served_from_a_stale_store() {
+        let files = tempfile::tempdir().unwrap();
+        let cache = private_dir();
+        let pad = |pem: &str, len: usize| format!("{pem}{}\n", "#".repeat(len - pem.len() - 1));
+        let len = CA_PEM.len().max(OTHER_PEM.len()) + 16;
+        let bundle = write(files.path(), "bundle.crt", pad(CA_PEM, len).as_bytes());
+        let modified = std::fs::metadata(&bundle).unwrap().modified().unwrap();
+        let (first, _) = load(&bundle, cache.path());
+        assert_eq!(load(&bundle, cache.path()), (first.clone(), true));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&bundle, pad(OTHER_PEM, len)).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&bundle)
+            .unwrap()
+            .set_modified(modified)
+            .unwrap();
+        assert_eq!(std::fs::metadata(&bundle).unwrap().len() as usize, len);
+        let (second, from_store) = load(&bundle, cache.path());
+        assert!(!from_store, "a changed bundle was served from the store");
+        assert_ne!(second, first);
+        assert_eq!(second.len(), 1);
+    }
+
+    /// Issue 47: a prepared store is a trust store: one another user could
+    /// have written (shared mode, another owner, a link, a second hard
+    /// link), one for another bundle, and a cut or corrupt one are never
+    /// read; the next load rebuilds it, private again.
+    #[test]
+    fn a_prepared_store_that_is_not_the_plugins_own_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let files = tempfile::tempdir().unwrap();
+        let cache = private_dir();
+        let bundle = write(files.path(), "bundle.crt", CA_PEM.as_bytes());
+        let store = cache.path().join(anchors::PREPARED);
+        let (good, _) = load(&bundle, cache.path());
+        let fresh = |what: &str, tamper: &dyn Fn()| {
+            load(&bundle, cache.path());
+            tamper();
+            let (anchors, from_store) = load(&bundle, cache.path());
+            assert!(!from_store, "{what}: a tampered store was read");
+            assert_eq!(anchors, good, "{what}");
+            let meta = std::fs::symlink_metadata(&store).unwrap();
+            assert!(
+                meta.is_file() && meta.permissions().mode() & 0o777 == 0o600,
+                "{what}"
+            );
+        };
+        fresh("shared", &|| {
+            std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o644)).unwrap()
+        });
+        fresh("another owner", &|| {
+            std::os::unix::fs::chown(&store, Some(4242), None).unwrap()
+        });
+        fresh("a hard link", &|| {
+            let _ = std::fs::remove_file(files.path().join("second"));
+            std::fs::hard_link(&store, files.path().join("second")).unwrap()
+        });
+        fresh("a symbolic link", &|| {
+            let other = files.path().join("other-store");
+            std::fs::copy(&store, &other).unwrap();
+            std::fs::remove_file(&store).unwrap();
+            std::os::unix::fs::symlink(&other, &store).unwrap();
+        });
+        fresh("cut", &|| {
+            let bytes = std::fs::read(&store).unwrap();
+            std::fs::write(&store, &bytes[..bytes.len() / 2]).unwrap()
+        });
+        fresh("another bundle's", &|| {
+            let other = write(files.path(), "other.crt", OTHER_PEM.as_bytes());
+            load(&other, cache.path());
+        });
+        // In a directory another user may write, nothing is read.
+        load(&bundle, cache.path());
+        std::fs::set_permissions(cache.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(!load(&bundle, cache.path()).1);
     }
 }

@@ -101,6 +101,12 @@ pub(crate) struct Facts {
     pub(crate) links: u64,
     pub(crate) id: FileId,
     pub(crate) access: Access,
+    /// When its content or inode last changed, as `(mtime, ctime)` in
+    /// nanoseconds (Linux): what a prepared copy of a file is keyed by,
+    /// with `id` and `len`. `ctime` cannot be set by any caller: a write,
+    /// a rename over it, a `chmod` all move it. `None` where the system
+    /// has no such stamp the plugin reads (Windows).
+    pub(crate) changed: Option<(i64, i64)>,
 }
 
 /// Who besides the owner may use a file, as far as the plugin cares.

@@ -377,8 +377,9 @@ enum Failure {
     TooLarge(String),
     /// No connection (DNS, refused, TLS, proxy).
     Unreachable(String),
-    /// The server's certificate is not trusted (no CA vouches for it).
-    Untrusted(String),
+    /// The server's certificate is not trusted (no CA vouches for it), or
+    /// the trust store could not be loaded.
+    Untrusted(http::Untrusted),
     /// An answer that is not the service's protocol.
     Garbled { status: Option<u16>, detail: String },
     /// The request could not be built (a bug or a bad input).
@@ -409,8 +410,8 @@ where
         }
         SdkError::TimeoutError(_) => Failure::Timeout,
         SdkError::DispatchFailure(failure) => {
-            if let Some(detail) = http::certificate_error(error) {
-                Failure::Untrusted(detail)
+            if let Some(untrusted) = http::certificate_error(error) {
+                Failure::Untrusted(untrusted)
             } else if let Some(large) = too_large(error) {
                 Failure::TooLarge(large.to_string())
             } else if failure.is_timeout() {
@@ -504,7 +505,7 @@ fn call_error(
         .fix(format!(
             "check that the node can reach the endpoint (proxy via HTTPS_PROXY/NO_PROXY, firewall, VPC endpoint; {var})"
         )),
-        Failure::Untrusted(detail) => http::untrusted_certificate(call, &detail),
+        Failure::Untrusted(untrusted) => http::untrusted_certificate(call, untrusted),
         Failure::Unreachable(detail) => Error::network(format!(
             "cannot reach {call} after {attempts} attempt(s): {detail}{}",
             tried

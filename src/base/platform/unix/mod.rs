@@ -68,6 +68,14 @@ fn facts_of(meta: &std::fs::Metadata) -> Facts {
         len: meta.len(),
         links: meta.nlink(),
         id: (meta.dev(), meta.ino()),
+        changed: Some((
+            meta.mtime()
+                .saturating_mul(1_000_000_000)
+                .saturating_add(meta.mtime_nsec()),
+            meta.ctime()
+                .saturating_mul(1_000_000_000)
+                .saturating_add(meta.ctime_nsec()),
+        )),
         access: Access {
             shared: mode & 0o077 != 0,
             others_write: mode & 0o022 != 0,

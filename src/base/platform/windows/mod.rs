@@ -93,6 +93,7 @@ pub(crate) fn facts(file: &File) -> io::Result<Facts> {
             len: 0,
             links: 1,
             id: (0, 0),
+            changed: None,
             access: Access {
                 shared: true,
                 others_write: true,
@@ -118,6 +119,7 @@ pub(crate) fn facts(file: &File) -> io::Result<Facts> {
         len: info.len,
         links: u64::from(info.links),
         id: (u64::from(info.volume), info.index),
+        changed: None,
         access: Access {
             shared: security.shared,
             others_write: security.others_write,
