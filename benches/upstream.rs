@@ -13,6 +13,11 @@
 //! * `DIR/P.http` and `DIR/P.https`: the command line for that transport,
 //!   one word a line: `NAME=VALUE` environment assignments first (AWS's
 //!   endpoint), then the plugin flags pointing at the fakes;
+//! * `DIR/P.system`: HTTPS trusting the node's store alone (no
+//!   `--ca-file`), as most nodes run: `SSL_CERT_FILE` names
+//!   `DIR/system.pem`, the system's bundle with the test CA appended, which
+//!   the plugin loads, prepares and checks exactly as it does the system's
+//!   own bundle (one path for both in src/net/trust.rs);
 //!
 //! then prints `ready`, and serves until its stdin closes. It then prints how
 //! many requests each fake served; a fake that saw a request the real
@@ -103,8 +108,33 @@ fn tls_words(mut words: Vec<String>) -> Vec<String> {
     words
 }
 
+/// The system's bundle: where Debian keeps it (and the other
+/// distributions' names, as the plugin looks for them).
+const SYSTEM_BUNDLES: [&str; 3] = [
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/cert.pem",
+];
+
+/// `words` trusting `DIR/system.pem` (the node's store) instead of
+/// `--ca-file`: the assignment goes first, with the other assignments.
+fn system_words(dir: &Path, words: &[String]) -> Vec<String> {
+    let mut out = vec![format!(
+        "SSL_CERT_FILE={}",
+        dir.join("system.pem").display()
+    )];
+    out.extend(words.iter().cloned());
+    out
+}
+
 fn main() {
     let dir = PathBuf::from(std::env::args().nth(1).expect("usage: bench-upstream DIR"));
+    let mut system = SYSTEM_BUNDLES
+        .iter()
+        .find_map(|path| std::fs::read(path).ok())
+        .unwrap_or_default();
+    system.extend(std::fs::read(CA_PEM).unwrap());
+    std::fs::write(dir.join("system.pem"), system).unwrap();
 
     // Google STS alone: one exchange per miss (no impersonation).
     let sts = FakeSts::start();
@@ -134,6 +164,10 @@ fn main() {
     .unwrap();
     write_lines(&dir.join("gcp.http"), &gcp(sts.server.url()));
     write_lines(&dir.join("gcp.https"), &tls_words(gcp(sts_tls.url())));
+    write_lines(
+        &dir.join("gcp.system"),
+        &system_words(&dir, &gcp(sts_tls.url())),
+    );
 
     // Entra ID, then ACR: two exchanges per miss.
     let entra = FakeEntra::start(App::trusting("bench", "puller"));
@@ -169,6 +203,10 @@ fn main() {
         &dir.join("azure.https"),
         &tls_words(azure(entra_tls.url(), acr_tls.url())),
     );
+    write_lines(
+        &dir.join("azure.system"),
+        &system_words(&dir, &azure(entra_tls.url(), acr_tls.url())),
+    );
 
     // moto's STS, then ECR, through the SDK: two calls per miss.
     // moto_server() panics with install instructions when moto is missing;
@@ -201,6 +239,10 @@ fn main() {
         .unwrap();
         write_lines(&dir.join("aws.http"), &aws(moto.url()));
         write_lines(&dir.join("aws.https"), &tls_words(aws(front.url())));
+        write_lines(
+            &dir.join("aws.system"),
+            &system_words(&dir, &aws(front.url())),
+        );
         (moto, front)
     });
 

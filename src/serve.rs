@@ -240,7 +240,7 @@ fn read_request_within(deadline: &Deadline) -> Result<protocol::Request> {
 /// what it learns for the metrics and the audit log.
 fn respond(line: &CommandLine, inputs: &Inputs, record: &mut Record) -> Result<Vec<u8>> {
     let options = &line.options;
-    let deadline = Deadline::after(options.timeout);
+    let deadline = Deadline::after(options.timeout());
     let Received {
         request,
         image,
@@ -248,7 +248,7 @@ fn respond(line: &CommandLine, inputs: &Inputs, record: &mut Record) -> Result<V
         provider,
         token,
     } = receive(line.choice, &options.mirrors, &deadline, record)?;
-    route::require_node_identity(provider, options.fallback.fallback)?;
+    route::require_node_identity(provider, options.fallback.fallback())?;
     let exchanger = line.build(provider, inputs)?;
     let (token, audience) = identity(options, exchanger.as_ref(), token, &deadline)?;
     let annotations = &request.service_account_annotations;
@@ -268,7 +268,7 @@ fn respond(line: &CommandLine, inputs: &Inputs, record: &mut Record) -> Result<V
     let auth_key = prepared.plan.auth_key.clone();
     let cache_key_type = prepared.plan.cache_key_type;
     let cache = if prepared.plan.cacheable {
-        Cache::open(&options.cache, options.max_cache_duration)?
+        Cache::open(&options.cache, options.max_cache_duration())?
             .map(|cache| (cache, cache_key(&prepared, token.as_ref(), annotations)))
     } else {
         None
@@ -315,7 +315,7 @@ fn respond(line: &CommandLine, inputs: &Inputs, record: &mut Record) -> Result<V
     let cache_duration = kubelet_cache_duration(
         served.created_at,
         credential.expires_at.min(svid_expiry),
-        options.max_cache_duration,
+        options.max_cache_duration(),
         image.registry(),
     );
     let response = Response::new(

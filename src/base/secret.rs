@@ -122,6 +122,9 @@ struct WindowSet {
     /// A power of two long, or empty.
     slots: Vec<u64>,
     len: usize,
+    /// 64 less the number of bits of a slot's index: a key's slot is its
+    /// top bits (see [`WindowSet::slot_of`]).
+    shift: u32,
 }
 
 impl WindowSet {
@@ -129,6 +132,7 @@ impl WindowSet {
         WindowSet {
             slots: Vec::new(),
             len: 0,
+            shift: 64,
         }
     }
 
@@ -145,16 +149,24 @@ impl WindowSet {
 
     #[cold]
     fn grow(&mut self, keys: usize) {
-        let wanted = keys.saturating_mul(2).next_power_of_two();
+        let wanted = keys.saturating_mul(2).next_power_of_two().max(2);
         let old = std::mem::replace(&mut self.slots, vec![0; wanted]);
+        self.shift = 64 - wanted.trailing_zeros();
         self.len = 0;
         for key in old.into_iter().filter(|&key| key != 0) {
-            self.insert(key);
+            self.insert_reserved(key);
         }
     }
 
+    #[cfg(test)]
     fn insert(&mut self, hash: u64) {
         self.reserve(1);
+        self.insert_reserved(hash);
+    }
+
+    /// Inserts `hash`, room for it having been made ([`WindowSet::reserve`]):
+    /// a registering secret reserves for all its windows once.
+    fn insert_reserved(&mut self, hash: u64) {
         let key = hash.max(1);
         let mut at = self.slot_of(key);
         let mask = self.slots.len() - 1;
@@ -191,11 +203,12 @@ impl WindowSet {
         false
     }
 
-    /// Where a key's probe starts: its low bits (the table's length is a
-    /// power of two).
+    /// Where a key's probe starts: its top bits (the table's length is a
+    /// power of two). The keys are products with an odd constant
+    /// ([`each_window`]), whose top bits depend on every bit of the
+    /// window's hash: Fibonacci hashing.
     fn slot_of(&self, key: u64) -> usize {
-        let mask = u64::try_from(self.slots.len() - 1).unwrap_or(u64::MAX);
-        usize::try_from(key & mask).unwrap_or(0)
+        usize::try_from(key.checked_shr(self.shift).unwrap_or(0)).unwrap_or(0)
     }
 }
 
@@ -204,12 +217,15 @@ impl WindowSet {
 ///
 /// The hash is a polynomial one (Rabin and Karp) kept as the window
 /// slides, so a window costs a multiply and an add whatever its width,
-/// then SplitMix64's finaliser with the width mixed in: a token registers
-/// a thousand windows on every request, and hashing each window afresh
-/// was a tenth of a cache hit. What the set needs is spread, not
-/// resistance to chosen collisions: a collision masks text that was not a
-/// secret, and never lets a secret through, since a secret's own windows
-/// always hash to what was registered.
+/// with the width mixed in and spread by one multiply with an odd
+/// constant (a bijection: two windows collide exactly when their
+/// polynomial hashes do); the set takes a key's top bits for its slot. A
+/// token registers a thousand windows on every request, and hashing each
+/// window afresh was a tenth of a cache hit; a three-multiply finaliser
+/// was still a tenth of what remained (issue 47). What the set needs is
+/// spread, not resistance to chosen collisions: a collision masks text
+/// that was not a secret, and never lets a secret through, since a
+/// secret's own windows always hash to what was registered.
 fn each_window(bytes: &[u8], width: usize, mut each: impl FnMut(usize, u64)) {
     if width == 0 || bytes.len() < width {
         return;
@@ -221,19 +237,24 @@ fn each_window(bytes: &[u8], width: usize, mut each: impl FnMut(usize, u64)) {
     let mut rolling = first.iter().fold(0u64, |h, &b| {
         h.wrapping_mul(BASE).wrapping_add(u64::from(b))
     });
-    each(0, mix(rolling ^ salt));
+    each(0, (rolling ^ salt).wrapping_mul(SPREAD));
     for (at, (&out, &entering)) in bytes.iter().zip(rest).enumerate() {
         rolling = rolling
             .wrapping_sub(u64::from(out).wrapping_mul(leaving))
             .wrapping_mul(BASE)
             .wrapping_add(u64::from(entering));
-        each(at + 1, mix(rolling ^ salt));
+        each(at + 1, (rolling ^ salt).wrapping_mul(SPREAD));
     }
 }
 
 /// The rolling hash's multiplier: odd (so multiplying by it loses no
 /// bits), the golden ratio's fraction as in Fibonacci hashing.
 const BASE: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// The spreading multiplier of a window's hash: odd, and another than
+/// [`BASE`] (SplitMix64's first), so the key is not a power series of one
+/// constant.
+const SPREAD: u64 = 0xbf58_476d_1ce4_e5b9;
 
 #[cfg(test)]
 fn window_hash(window: &[u8]) -> u64 {
@@ -264,7 +285,9 @@ fn register_at_any_length(value: &str) {
     let width = bytes.len().min(WINDOW);
     let mut registry = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
     registry.hashes.reserve(bytes.len() - width + 1);
-    each_window(bytes, width, |_, hash| registry.hashes.insert(hash));
+    each_window(bytes, width, |_, hash| {
+        registry.hashes.insert_reserved(hash)
+    });
     if !registry.widths.contains(&width) {
         registry.widths.push(width);
     }
@@ -289,7 +312,8 @@ fn known_spans(text: &str) -> Vec<std::ops::Range<usize>> {
     }
     let mut spans: Vec<std::ops::Range<usize>> = Vec::new();
     registry.find(text.as_bytes(), |found| spans.push(found));
-    for view in views(text) {
+    let narrowest = registry.widths.iter().copied().min().unwrap_or(WINDOW);
+    for view in views(text, narrowest) {
         registry.find(&view.bytes, |found| {
             let from = view.origin.get(found.start).map(|o| o.start);
             let to = view.origin.get(found.end.saturating_sub(1)).map(|o| o.end);
@@ -359,7 +383,7 @@ impl View {
 /// base64url at each of its four alignments. Each is built only when the
 /// text holds what it decodes (`%` or `+`, `\`, a run long enough to
 /// hold a registered window).
-fn views(text: &str) -> Vec<View> {
+fn views(text: &str, narrowest: usize) -> Vec<View> {
     let bytes = text.as_bytes();
     let mut views = Vec::new();
     if bytes.iter().any(|&b| b == b'%' || b == b'+') {
@@ -369,7 +393,7 @@ fn views(text: &str) -> Vec<View> {
         views.push(json_unescaped(text));
     }
     let mut decoded = Vec::new();
-    base64_decoded(bytes, &mut decoded);
+    base64_decoded(bytes, narrowest, &mut decoded);
     // RFC 6749 §2.3.1: a client secret in a Basic header is form-encoded
     // before it is base64-encoded.
     for view in decoded {
@@ -501,17 +525,20 @@ fn sextet(b: u8) -> Option<u8> {
 /// window, decoded from each of its first four characters, so that the
 /// encoding of `user:secret` in a Basic header, or a base64 text cut at
 /// any point, decodes to the secret's own bytes at one of them.
-fn base64_decoded(bytes: &[u8], views: &mut Vec<View>) {
-    // Eleven characters hold eight bytes, the shortest registered secret
-    // from an upstream.
-    const SHORTEST_RUN: usize = 11;
+/// Each run of base64 characters long enough to hold a window of
+/// `narrowest` bytes (the narrowest registered: four characters carry
+/// three bytes, so eleven hold eight and 22 hold 16), decoded at each of
+/// its four alignments. A shorter run cannot hold any registered window,
+/// so decoding it (a word as long as `credentials`) would only cost.
+fn base64_decoded(bytes: &[u8], narrowest: usize, views: &mut Vec<View>) {
+    let shortest_run = (narrowest * 4).div_ceil(3);
     let mut at = 0;
     while at < bytes.len() {
         let start = at;
         while bytes.get(at).and_then(|&b| sextet(b)).is_some() {
             at += 1;
         }
-        if at - start >= SHORTEST_RUN {
+        if at - start >= shortest_run {
             for shift in 0..4 {
                 views.push(base64_run(bytes, start + shift, at));
             }

@@ -65,15 +65,15 @@ pub(crate) struct Options {
     pub(crate) cache_dir: Option<PathBuf>,
 
     /// Most entries kept in --cache-dir; beyond that the oldest are removed.
+    /// Default: 1000.
     #[arg(
         long,
         value_name = "N",
         env = "WICP_CACHE_MAX_ENTRIES",
-        default_value_t = 1000,
         value_parser = clap::value_parser!(u32).range(1..),
         global = true
     )]
-    pub(crate) cache_max_entries: u32,
+    pub(crate) cache_max_entries: Option<u32>,
 }
 
 /// What the cache needs to know about the credential it stores, besides
@@ -140,7 +140,8 @@ impl Cache {
         match Store::open(dir, true) {
             Ok(Some(store)) => Ok(Some(Cache {
                 store,
-                max_entries: usize::try_from(options.cache_max_entries).unwrap_or(usize::MAX),
+                max_entries: usize::try_from(options.cache_max_entries.unwrap_or(1000))
+                    .unwrap_or(usize::MAX),
                 max_age,
             })),
             Ok(None) => Ok(None),
@@ -501,7 +502,7 @@ mod tests {
         let parent = tempfile::tempdir().unwrap();
         let options = Options {
             cache_dir: Some(parent.path().join("cache")),
-            cache_max_entries: 10,
+            cache_max_entries: Some(10),
         };
         let cache = Cache::open(&options, max_age).unwrap().unwrap();
         (parent, cache)

@@ -562,7 +562,7 @@ fn plan(
     let routed = on_mirror.as_ref().unwrap_or(image);
     let provider = route::choose(routing.line.choice, routed)?;
     let _ = writeln!(out, "    provider: {provider} (chosen by {how})");
-    route::require_node_identity(provider, routing.line.options.fallback.fallback)?;
+    route::require_node_identity(provider, routing.line.options.fallback.fallback())?;
     let exchanger = routing.build(provider)?;
     let options = &routing.line.options;
     let svid = match (options.identity.spiffe()?, token) {
@@ -609,7 +609,7 @@ fn plan(
     write_identity(
         provider,
         &plan.identity,
-        routing.line.options.fallback.fallback,
+        routing.line.options.fallback.fallback(),
         token,
         out,
     );
@@ -627,7 +627,7 @@ fn plan(
     let _ = writeln!(
         out,
         "    cacheDuration: 80% of the credential's remaining life, at most {} (--max-cache-duration)",
-        format_go(routing.line.options.max_cache_duration)
+        format_go(routing.line.options.max_cache_duration())
     );
     let _ = writeln!(
         out,

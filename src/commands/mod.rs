@@ -41,7 +41,9 @@ pub(crate) fn names() -> Vec<String> {
 /// Runs an admin command with the process's inputs, read once at start.
 pub(crate) fn run(command: &Command, options: &Options, inputs: &Inputs) -> ExitCode {
     match command {
-        Command::Cache(command) => cache::run(&options.cache, options.max_cache_duration, command),
+        Command::Cache(command) => {
+            cache::run(&options.cache, options.max_cache_duration(), command)
+        }
         Command::CheckConfig(args) => check_config::check::run(args, &inputs.env),
         Command::Explain(args) => explain::run(args, &inputs.env),
         Command::Node(command) => node::run(command, &inputs.env),

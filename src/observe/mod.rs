@@ -57,15 +57,14 @@ pub(crate) struct Options {
     pub(crate) audit_log: Option<PathBuf>,
 
     /// Size at which --audit-log is rotated to FILE.1, in bytes; at most
-    /// twice this is kept.
+    /// twice this is kept. Default: 10485760 (10 MiB).
     #[arg(
         long,
         value_name = "BYTES",
         env = "WICP_AUDIT_LOG_MAX_BYTES",
-        default_value_t = 10 * 1024 * 1024,
         value_parser = clap::value_parser!(u64).range(4096..)
     )]
-    pub(crate) audit_log_max_bytes: u64,
+    pub(crate) audit_log_max_bytes: Option<u64>,
 }
 
 impl Options {
@@ -311,7 +310,12 @@ pub(crate) fn finish(options: &Options, record: &Record, now: i64) {
         crate::base::log::warning!("metrics not updated in {}: {why}", dir.display());
     }
     if let Some(file) = &options.audit_log
-        && let Err(why) = audit::append(file, options.audit_log_max_bytes, record, now)
+        && let Err(why) = audit::append(
+            file,
+            options.audit_log_max_bytes.unwrap_or(10 * 1024 * 1024),
+            record,
+            now,
+        )
     {
         crate::base::log::warning!("audit record not written to {}: {why}", file.display());
     }

@@ -51,15 +51,17 @@ pub(crate) struct Options {
     /// with no token) gets from aws, azure or gcp: `none` refuses it;
     /// `node` pulls with the node's identity (instance profile, kubelet
     /// identity, node service account), as the stock cloud plugins do. A
-    /// service account that opted in never falls back.
-    #[arg(
-        long,
-        value_enum,
-        value_name = "none|node",
-        env = "WICP_FALLBACK",
-        default_value = "none"
-    )]
-    pub(crate) fallback: Fallback,
+    /// service account that opted in never falls back. Default: none.
+    #[arg(long, value_enum, value_name = "none|node", env = "WICP_FALLBACK")]
+    fallback: Option<Fallback>,
+}
+
+impl Options {
+    /// `--fallback`, `none` unless given (not a clap default: see
+    /// `options::Options`).
+    pub(crate) fn fallback(&self) -> Fallback {
+        self.fallback.unwrap_or(Fallback::None)
+    }
 }
 
 /// Whose identity a plan pulls with.

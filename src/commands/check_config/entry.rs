@@ -72,7 +72,7 @@ pub(crate) fn route(
                 .to_string();
             Error::config(format!("the binary would refuse these args/env: {first}")).fix(fix)
         })?;
-    let inputs = Inputs::new(process.overlaid(env), line.options.ca_file.clone());
+    let inputs = Inputs::new(process.overlaid(env), line.options.ca_file.clone(), None);
     Ok(Routing { line, inputs })
 }
 
@@ -127,7 +127,10 @@ mod tests {
         .unwrap();
         assert_eq!(r.line.choice, Provider::find("passthrough"));
         assert_eq!(r.line.options.registries.registries, ["a.io", "b.io"]);
-        assert_eq!(r.line.options.max_cache_duration, Duration::from_secs(600));
+        assert_eq!(
+            r.line.options.max_cache_duration(),
+            Duration::from_secs(600)
+        );
     }
 
     #[test]
@@ -144,7 +147,10 @@ mod tests {
         .unwrap();
         assert_eq!(r.line.choice, None);
         assert_eq!(r.line.named, Provider::find("passthrough"));
-        assert_eq!(r.line.options.max_cache_duration, Duration::from_secs(300));
+        assert_eq!(
+            r.line.options.max_cache_duration(),
+            Duration::from_secs(300)
+        );
     }
 
     #[test]
@@ -158,7 +164,10 @@ mod tests {
             &Env::from_os(std::env::vars_os()),
         )
         .unwrap();
-        assert_eq!(r.line.options.max_cache_duration, Duration::from_secs(3600));
+        assert_eq!(
+            r.line.options.max_cache_duration(),
+            Duration::from_secs(3600)
+        );
         assert!(r.line.options.registries.registries.is_empty());
     }
 

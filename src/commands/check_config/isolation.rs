@@ -140,7 +140,7 @@ fn falls_back_to_node(entry: &Entry, kubelet_env: &Env) -> bool {
         &entry.provider.env(),
         kubelet_env,
     )
-    .is_ok_and(|r| r.line.options.fallback.fallback == Fallback::Node)
+    .is_ok_and(|r| r.line.options.fallback.fallback() == Fallback::Node)
 }
 
 fn overlap(node: &Entry, ours: &[&Entry], kubelet_env: &Env, findings: &mut Vec<Finding>) {

@@ -692,7 +692,7 @@ fn cache_duration(entry: &Entry, routing: &Routing, findings: &mut Vec<Finding>)
     let Some(configured) = crate::base::duration::parse_go(text) else {
         return;
     };
-    let mut limit = routing.line.options.max_cache_duration;
+    let mut limit = routing.line.options.max_cache_duration();
     let mut why = "--max-cache-duration".to_string();
     if let Some(provider) = routing.line.choice.filter(|p| p.password_is_token)
         && KUBELET_TOKEN_LIFETIME < limit
