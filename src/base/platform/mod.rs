@@ -48,7 +48,8 @@ pub(crate) use os::host::{Host, Kind};
 pub(crate) use os::{
     HAS_SYSTEM_VERIFIER, Stdin, connect_local, create_private_dir_all, enter_host_network, facts,
     facts_at, facts_followed, id_of, is_refused_link, open, read_pipe, rename, restart_service,
-    running_owner, set_mode, stdin, swap_into_place, symlink, system_verifier, write_at,
+    run_in_host_namespaces, running_owner, set_mode, stdin, swap_into_place, symlink,
+    system_verifier, write_at,
 };
 
 /// Helpers for the tests of what uses this module (a FIFO to refuse).

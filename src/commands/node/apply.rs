@@ -40,8 +40,7 @@ pub(crate) struct Applied {
 /// another architecture, or a corrupt copy, is not installed, and the
 /// bytes checked are the bytes installed.
 pub(crate) fn answers_version(bytes: &[u8], shown: &Path) -> Result<()> {
-    let dir = crate::base::platform::private_temp_dir("wicp-binary")
-        .map_err(|e| Error::config(format!("cannot create a private temporary directory: {e}")))?;
+    let dir = super::stage::private_temp_dir("wicp-binary")?;
     let copy = dir.join(crate::base::platform::executable_name(BINARY));
     let result = (|| {
         crate::base::platform::write_executable(&copy, bytes)

@@ -94,7 +94,7 @@ pub(crate) fn run(program: &Path, args: &[&str], timeout: Duration) -> Result<Fi
 
 /// Whether `systemctl` must run in PID 1's namespaces: the root is a
 /// mounted host root and PID 1 is in another mount namespace.
-fn through_nsenter(host: &Host, proc: &Path) -> bool {
+fn from_another_mount_namespace(host: &Host, proc: &Path) -> bool {
     if host.is_local() {
         return false;
     }
@@ -103,7 +103,7 @@ fn through_nsenter(host: &Host, proc: &Path) -> bool {
         std::fs::read_link("/proc/self/ns/mnt"),
     ) {
         (Ok(one), Ok(me)) => one != me,
-        // Cannot tell (no hostPID, or not allowed to look): nsenter would
+        // Cannot tell (no hostPID, or not allowed to look): entering would
         // fail the same way, so run systemctl here and let it say why.
         _ => false,
     }
@@ -117,27 +117,33 @@ pub(crate) fn systemctl_output(
     timeout: Duration,
 ) -> Result<String> {
     let shown = format!("systemctl {}", args.join(" "));
-    let nsenter = through_nsenter(host, proc);
-    let (program, full): (PathBuf, Vec<&str>) = if nsenter {
+    // From a pod: this binary again, as `node host-exec`, enters PID 1's
+    // namespaces and runs the host's systemctl there (what `nsenter
+    // --target 1 ...` did, which the installer image does not have). A
+    // process of its own, since entering a mount namespace needs a
+    // single-threaded one.
+    let proc_arg;
+    let (program, full): (PathBuf, Vec<&str>) = if from_another_mount_namespace(host, proc) {
+        let exe = std::env::current_exe().map_err(|e| {
+            Error::config(format!("cannot find this executable to run {shown}: {e}"))
+        })?;
+        proc_arg = proc.to_string_lossy().into_owned();
         let mut a = vec![
-            "--target",
-            "1",
-            "--mount",
-            "--uts",
-            "--ipc",
-            "--net",
-            "--pid",
+            "node",
+            "host-exec",
+            "--proc",
+            proc_arg.as_str(),
             "--",
             "systemctl",
         ];
         a.extend_from_slice(args);
-        (PathBuf::from("nsenter"), a)
+        (exe, a)
     } else {
         (PathBuf::from("systemctl"), args.to_vec())
     };
     let out = run(&program, &full, timeout).map_err(|e| {
         Error::config(format!("cannot run {shown}: {e}"))
-            .fix("run on a systemd node (or from a privileged pod with hostPID and nsenter)")
+            .fix("run on a systemd node (or from a privileged pod with hostPID)")
     })?;
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -137,6 +137,32 @@ pub(crate) enum Command {
     /// Report, without changing anything, what is wrong with the node's
     /// credential-provider set-up. Exit 0 when nothing is, 1 otherwise.
     Doctor(doctor::Args),
+    /// Do nothing until stopped: the installer DaemonSet's main container,
+    /// which keeps its pod up once the init container has installed (its
+    /// image holds this binary and nothing else, no shell to sleep in).
+    Wait,
+    /// Internal: run a program in PID 1's namespaces, as `nsenter --target 1
+    /// --mount --uts --ipc --net --pid` would. `--restart-kubelet` from a
+    /// DaemonSet pod runs the host's systemctl this way: the image has no
+    /// nsenter. Needs the privilege to enter them (root in a privileged pod).
+    #[command(hide = true)]
+    HostExec(HostExecArgs),
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct HostExecArgs {
+    /// The host's proc file system (/proc with hostPID).
+    #[arg(long, value_name = "DIR")]
+    proc: PathBuf,
+    /// The program, found on PATH in PID 1's mount namespace, and its
+    /// arguments.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM"
+    )]
+    command: Vec<std::ffi::OsString>,
 }
 
 /// Runs a node command; `env` is this process's environment, read once.
@@ -145,5 +171,41 @@ pub(crate) fn run(command: &Command, env: &Env) -> ExitCode {
         Command::Install(args) => install::run(args, env),
         Command::Uninstall(args) => uninstall::run(args),
         Command::Doctor(args) => doctor::run(args, env),
+        Command::Wait => wait(),
+        Command::HostExec(args) => host_exec(args),
+    }
+}
+
+/// `node host-exec`: the program's own exit status (1 when it was killed by
+/// a signal), or 1 with one line when the namespaces could not be entered.
+fn host_exec(args: &HostExecArgs) -> ExitCode {
+    let Some((program, rest)) = args.command.split_first() else {
+        return ExitCode::from(2);
+    };
+    match crate::base::platform::run_in_host_namespaces(&args.proc, program, rest) {
+        Ok(status) => ExitCode::from(
+            status
+                .code()
+                .and_then(|c| u8::try_from(c).ok())
+                .unwrap_or(1),
+        ),
+        Err(e) => {
+            crate::base::log::error(
+                &crate::base::error::Error::config(e)
+                    .context("node host-exec")
+                    .fix("run it as root in a privileged pod with hostPID"),
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Parks the thread for good. As PID 1 of a container without a handler,
+/// the process ignores SIGTERM, so the kubelet stops it with SIGKILL once
+/// the pod's grace period (one second in the DaemonSet) is over: nothing
+/// is lost, since nothing is being done.
+fn wait() -> ExitCode {
+    loop {
+        std::thread::park();
     }
 }

@@ -1,8 +1,9 @@
 //! Restarting the kubelet and waiting, bounded, for it to be healthy.
 //!
-//! `systemctl` runs through `nsenter` into PID 1's namespaces when this
-//! process sees the node through a mounted host root (a privileged
-//! `hostPID` pod): there, `systemctl` must talk to the host's systemd.
+//! `systemctl` runs in PID 1's namespaces (`node host-exec`, this binary
+//! again) when this process sees the node through a mounted host root (a
+//! privileged `hostPID` pod): there, `systemctl` must talk to the host's
+//! systemd.
 //!
 //! Health is the kubelet's own `GET /healthz` (plain HTTP, `ok`, on
 //! `healthzBindAddress:healthzPort`, 127.0.0.1:10248 by default), and the

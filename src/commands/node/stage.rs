@@ -27,10 +27,17 @@ impl Drop for Stage {
     }
 }
 
-/// A private temporary directory with an unpredictable name.
-fn private_temp_dir() -> Result<PathBuf> {
-    crate::base::platform::private_temp_dir("wicp-node")
-        .map_err(|e| Error::config(format!("cannot create a private temporary directory: {e}")))
+/// A private temporary directory with an unpredictable name, under the
+/// system's temporary directory (TMPDIR, else /tmp): an image without one
+/// gets a line that names it.
+pub(crate) fn private_temp_dir(prefix: &str) -> Result<PathBuf> {
+    crate::base::platform::private_temp_dir(prefix).map_err(|e| {
+        Error::config(format!(
+            "cannot create a private temporary directory in {}: {e}",
+            std::env::temp_dir().display()
+        ))
+        .fix("set TMPDIR to a writable directory (a container image needs a /tmp)")
+    })
 }
 
 fn io(e: std::io::Error) -> Error {
@@ -59,7 +66,7 @@ pub(crate) fn stage(
     extra: &[String],
     binary: Option<&Path>,
 ) -> Result<Stage> {
-    let root = private_temp_dir()?;
+    let root = private_temp_dir("wicp-node")?;
     let mut stage = Stage {
         config: PathBuf::new(),
         bin_dir: root.join("bin"),

@@ -332,6 +332,53 @@ pub(crate) fn enter_host_network<T: Send>(
     }
 }
 
+/// The namespaces of PID 1 that `nsenter --target 1 --mount --uts --ipc
+/// --net --pid` enters, in the order it enters them (the mount namespace
+/// last: entering it moves this process's root and working directory).
+const HOST_NAMESPACES: [(&str, rustix::thread::LinkNameSpaceType); 5] = [
+    (
+        "ipc",
+        rustix::thread::LinkNameSpaceType::InterProcessCommunication,
+    ),
+    (
+        "uts",
+        rustix::thread::LinkNameSpaceType::HostNameAndNISDomainName,
+    ),
+    ("net", rustix::thread::LinkNameSpaceType::Network),
+    ("pid", rustix::thread::LinkNameSpaceType::ProcessID),
+    ("mnt", rustix::thread::LinkNameSpaceType::Mount),
+];
+
+/// Runs `program` with `args` in PID 1's namespaces (`proc` is the host's
+/// `/proc`), as `nsenter --target 1 --mount --uts --ipc --net --pid` does,
+/// and returns its exit status; its output is this process's. For the
+/// kubelet's `systemctl` from a DaemonSet pod whose image holds nothing but
+/// this binary. This process enters the namespaces itself, so it must have
+/// one thread (a mount namespace is refused to a thread that shares its
+/// filesystem context), which `node host-exec`, run as its own process,
+/// has; `program` then runs as a child, the first process this one starts
+/// in PID 1's PID namespace, and is found on PATH in PID 1's mounts.
+pub(crate) fn run_in_host_namespaces(
+    proc: &Path,
+    program: &std::ffi::OsStr,
+    args: &[std::ffi::OsString],
+) -> Result<std::process::ExitStatus, String> {
+    let mut opened = Vec::with_capacity(HOST_NAMESPACES.len());
+    for (name, kind) in HOST_NAMESPACES {
+        let file = File::open(proc.join("1/ns").join(name))
+            .map_err(|e| format!("cannot open PID 1's {name} namespace: {e}"))?;
+        opened.push((name, kind, file));
+    }
+    for (name, kind, file) in &opened {
+        rustix::thread::move_into_link_name_space(file.as_fd(), Some(*kind))
+            .map_err(|e| format!("cannot enter PID 1's {name} namespace: {e}"))?;
+    }
+    std::process::Command::new(program)
+        .args(args)
+        .status()
+        .map_err(|e| format!("cannot run {}: {e}", Path::new(program).display()))
+}
+
 /// Connects to a node agent's local endpoint at `path`: a Unix socket
 /// (the SPIRE agent's `admin_socket_path`), for the async gRPC client.
 ///

@@ -414,6 +414,19 @@ pub(crate) fn enter_host_network<T: Send>(
     Ok(f())
 }
 
+/// PID 1's namespaces are Linux's: a HostProcess pod runs on the host
+/// already, and nothing calls this on Windows.
+pub(crate) fn run_in_host_namespaces(
+    _proc: &Path,
+    program: &std::ffi::OsStr,
+    _args: &[std::ffi::OsString],
+) -> Result<std::process::ExitStatus, String> {
+    Err(format!(
+        "cannot run {} in PID 1's namespaces: Windows has none",
+        Path::new(program).display()
+    ))
+}
+
 /// Connects to a node agent's local endpoint at `path`: a named pipe
 /// (`\\.\pipe\<name>`, the SPIRE agent's
 /// `experimental.admin_named_pipe_name`), for the async gRPC client.
