@@ -125,7 +125,7 @@ fn links(markdown: &str) -> Vec<(usize, String)> {
 
 /// GitHub's anchor for a heading: lowercase, spaces to `-`, punctuation
 /// other than `-` and `_` removed; a repeated anchor gets `-1`, `-2`, ...
-fn slug(heading: &str) -> String {
+pub(crate) fn slug(heading: &str) -> String {
     heading
         .trim()
         .to_lowercase()
@@ -140,7 +140,7 @@ fn slug(heading: &str) -> String {
 }
 
 /// The anchors of a document's headings (ATX headings outside code).
-fn anchors(markdown: &str) -> Vec<String> {
+pub(crate) fn anchors(markdown: &str) -> Vec<String> {
     let mut seen: HashMap<String, usize> = HashMap::new();
     let mut out = Vec::new();
     // Headings keep their code spans' text: read them from the raw lines

@@ -36,6 +36,7 @@ mod harness;
 mod input_bounds;
 mod install;
 mod jfrog;
+mod monitoring;
 mod node;
 mod node_identity;
 mod observability;

