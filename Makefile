@@ -3,19 +3,35 @@ CARGO ?= cargo
 BIN := target/release/wi-credential-provider
 # moto_server for the aws tests: `bash .ci/run` installs it into this venv.
 export WICP_MOTO_SERVER ?= $(HOME)/.cache/wicp-venv/bin/moto_server
+# kubectl (kubectl kustomize) for the install and monitoring tests, from the same venv.
+export WICP_KUBECTL ?= $(HOME)/.cache/wicp-venv/bin/kubectl
 
-.PHONY: all build release demo test test-windows unit lint fmt clean bench fuzz bench-latency bench-footprint
+.PHONY: all build release demo test test-windows test-release unit lint fmt clean bench fuzz bench-latency bench-footprint
 
 all: build
 
 build:
 	$(CARGO) build --release --locked
 
-# Static musl binaries for x86_64 and aarch64, with .sha256 files, in dist/.
-# Installs the Rust targets and Debian cross tools it needs. Not part of
-# `make test`: it is two full release builds.
+# A release in dist/: static musl binaries for x86_64 and aarch64 and the
+# Windows .exe (cargo auditable, each with a CycloneDX bill of materials),
+# the node image (OCI archive, both architectures), .deb and .rpm packages,
+# install.sh, SHA256SUMS and its SSH signature (WICP_RELEASE_KEY; a
+# throwaway key without it). Installs the tools it needs; docs/release.md.
+# Not part of `make test`: it is three full release builds (test-release
+# builds a smaller one the same way).
 release:
 	bash scripts/release.sh
+
+# The release tests (tests/release.rs, ignored by a plain cargo test):
+# scripts/release.sh builds one smaller release, x86_64 only, without the
+# optimiser and the .exe, into target/test-dist, and every test of
+# tests/release.rs takes that one apart.
+TEST_DIST := target/test-dist
+test-release:
+	DIST=$(TEST_DIST) WICP_RELEASE_PROFILE=release-test WICP_RELEASE_ARCHES=amd64 WICP_RELEASE_WINDOWS=0 \
+		bash scripts/release.sh
+	WICP_TEST_DIST=$(abspath $(TEST_DIST)) $(CARGO) test --locked --test tests release:: -- --ignored
 
 # Runs the plugin as the kubelet would, in passthrough mode, on a sample request.
 demo: build
@@ -27,10 +43,12 @@ demo: build
 		< target/demo-request.json | python3 -m json.tool
 
 # Every test: unit tests, the binary exec'd as the kubelet does, real registry
-# end to end, the Windows build under Wine, plus formatting and lints.
+# end to end, the Windows build under Wine, the release's artefacts, plus
+# formatting and lints.
 test: lint
 	$(CARGO) test --locked --all-targets
 	$(MAKE) test-windows
+	$(MAKE) test-release
 	$(MAKE) fuzz
 
 # The Windows .exe exec'd under Wine as a Windows kubelet runs it

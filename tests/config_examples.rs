@@ -363,6 +363,11 @@ fn the_windows_node_install_daemonset_is_a_host_process_pod() {
     ] {
         assert!(command.contains(part), "{part} not in {command}");
     }
+    let main = spec.containers[0].command.as_ref().unwrap().join(" ");
+    assert!(
+        main.ends_with("%CONTAINER_SANDBOX_MOUNT_POINT%\\wi-credential-provider.exe node wait"),
+        "{main}"
+    );
     let kustomization = &documents(&repo().join("node-install/windows/kustomization.yaml"))[0];
     assert_eq!(
         kustomization["resources"][0].as_str(),
@@ -394,17 +399,16 @@ fn the_node_install_config_and_daemonset_are_sound() {
                 && t.key.is_none()
                 && t.effect.is_none())
     );
-    // The init container runs install.sh into the mounted host root, with
-    // the config from the ConfigMap, privileged; then the pod only sleeps.
+    // The init container runs the image's binary (the image has nothing
+    // else: no shell) into the mounted host root, with the config from the
+    // ConfigMap, privileged; then the pod only waits, unprivileged.
     let init = &spec.init_containers.as_ref().unwrap()[0];
     let command = init.command.as_ref().unwrap().join(" ");
-    support::assert_says(
-        &command,
-        &[
-            "/opt/wi-credential-provider/install.sh",
-            "--root=/host",
-            "--config=/config/credential-provider.yaml",
-        ],
+    assert!(
+        command.starts_with(
+            "/usr/bin/wi-credential-provider node install --root=/host --config=/config/credential-provider.yaml"
+        ),
+        "{command}"
     );
     assert_eq!(
         init.security_context.as_ref().unwrap().privileged,
@@ -417,7 +421,7 @@ fn the_node_install_config_and_daemonset_are_sound() {
         .iter()
         .map(|m| m.mount_path.clone())
         .collect();
-    // install.sh hands over to `node install`, which needs the whole host
+    // `node install` needs the whole host
     // root (the kubelet's paths are found at run time) and the host's /proc
     // (hostPID) to identify the kubelet and probe its health from PID 1's
     // network namespace; the pod itself stays off the host network.
@@ -427,9 +431,15 @@ fn the_node_install_config_and_daemonset_are_sound() {
     assert!(mounts.contains("/config"));
     assert_eq!(spec.host_pid, Some(true));
     let main = &spec.containers[0];
+    assert_eq!(
+        main.command.as_ref().unwrap().join(" "),
+        "/usr/bin/wi-credential-provider node wait"
+    );
+    assert_eq!(main.image, init.image);
     let security = main.security_context.as_ref().unwrap();
     assert_eq!(security.privileged, None);
     assert_eq!(security.allow_privilege_escalation, Some(false));
+    assert_eq!(security.run_as_non_root, Some(true));
 
     // The kustomization names the DaemonSet and generates its ConfigMap
     // from the checked config.

@@ -80,7 +80,7 @@ fn release() -> Release {
 }
 
 /// A copy of the kubeadm fixture node (no credential-provider flags yet).
-fn node_root() -> tempfile::TempDir {
+pub(crate) fn node_root() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let status = Command::new("cp")
@@ -350,6 +350,9 @@ fn usage_errors_exit_2() {
         vec!["--bogus"],
         vec!["--binary"],
         vec!["--binary", "x", "--root", "relative/dir"],
+        vec!["--binary", "x", "--package", "y.deb"],
+        vec!["--package", "y.tar.gz"],
+        vec!["--package", "y.rpm", "--uninstall"],
     ] {
         let out = install(&args, None);
         assert_eq!(
@@ -364,10 +367,11 @@ fn usage_errors_exit_2() {
     assert!(text(&help.stdout).contains("--restart-kubelet"));
 }
 
-/// The DaemonSet's image is busybox: install.sh must work with busybox's sh
-/// and applets alone, nothing from the host's coreutils.
+/// install.sh is for hosts that install a loose binary (an image bake, an
+/// air-gapped node), some of them minimal: it must work with busybox's sh
+/// and applets alone, nothing from coreutils.
 #[test]
-fn works_with_busybox_alone_as_in_the_daemonset_image() {
+fn works_with_busybox_alone_as_on_a_minimal_host() {
     let busybox = Path::new("/usr/bin/busybox");
     assert!(
         busybox.is_file(),

@@ -46,7 +46,7 @@ fn stripped_binary() -> &'static Path {
 }
 
 /// Every file under `root`: contents (or symlink target) and mode.
-fn snapshot(root: &Path) -> BTreeMap<String, (Vec<u8>, u32)> {
+pub(crate) fn snapshot(root: &Path) -> BTreeMap<String, (Vec<u8>, u32)> {
     let mut out = BTreeMap::new();
     let mut todo = vec![root.to_path_buf()];
     while let Some(dir) = todo.pop() {
@@ -71,7 +71,7 @@ fn snapshot(root: &Path) -> BTreeMap<String, (Vec<u8>, u32)> {
     out
 }
 
-fn changed(
+pub(crate) fn changed(
     a: &BTreeMap<String, (Vec<u8>, u32)>,
     b: &BTreeMap<String, (Vec<u8>, u32)>,
 ) -> Vec<String> {

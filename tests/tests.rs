@@ -44,6 +44,7 @@ mod passthrough;
 mod protocol;
 mod quay;
 mod redaction;
+mod release;
 mod spiffe;
 mod token_exchange;
 mod vault;

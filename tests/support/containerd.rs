@@ -82,6 +82,31 @@ impl Containerd {
     /// With containerd's log, if it is not installed, exits, or does not answer in time: a
     /// runtime that cannot run here fails the test, it never skips it.
     pub fn start() -> Self {
+        Self::start_with(DISABLED_PLUGINS)
+    }
+
+    /// [`Containerd::start`] that can also run containers (runc through the
+    /// runtime v2 shim, and the task service), for the tests that run an image
+    /// as a node would: the node image's install (tests/release.rs).
+    pub fn start_runner() -> Self {
+        let runs = [
+            "io.containerd.runtime.v1.linux",
+            "io.containerd.runtime.v2.task",
+            "io.containerd.monitor.v1.cgroups",
+            "io.containerd.service.v1.tasks-service",
+            "io.containerd.grpc.v1.tasks",
+            "io.containerd.internal.v1.restart",
+        ];
+        let disabled: Vec<&str> = DISABLED_PLUGINS
+            .iter()
+            .copied()
+            .filter(|p| !runs.contains(p))
+            .collect();
+        super::require_tools("containerd", INSTALL_HINT, &["runc"]);
+        Self::start_with(&disabled)
+    }
+
+    fn start_with(disabled: &[&str]) -> Self {
         super::require_tools("containerd", INSTALL_HINT, &["containerd", "ctr"]);
         // Under /tmp, not $TMPDIR: a unix socket path must fit in 108 bytes.
         let dir = tempfile::Builder::new()
@@ -90,7 +115,7 @@ impl Containerd {
             .expect("create containerd tempdir");
         let root = dir.path();
         let socket = root.join("containerd.sock");
-        let config = config_toml(root, &socket);
+        let config = config_toml(root, &socket, disabled);
         let config_path = root.join("config.toml");
         fs::write(&config_path, config).expect("write containerd config");
         let log = root.join("containerd.log");
@@ -219,7 +244,39 @@ impl Containerd {
         fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    fn ctr(&self, args: &[&str]) -> Output {
+    /// `ctr images import --base-name NAME ARCHIVE` (an OCI archive), then
+    /// the imported reference (`NAME:TAG`) and its digest as containerd
+    /// recorded them, with the platforms it lists.
+    pub fn import(&self, archive: &Path, name: &str) -> (String, String, String) {
+        let out = self.ctr(&[
+            "images",
+            "import",
+            "--snapshotter",
+            "native",
+            "--base-name",
+            name,
+            archive.to_str().expect("UTF-8 path"),
+        ]);
+        assert!(
+            out.status.success(),
+            "ctr images import: {}",
+            output_text(&out)
+        );
+        let listed = output_text(&self.ctr(&["images", "ls"]));
+        // REF TYPE DIGEST SIZE PLATFORMS LABELS, SIZE in two words ("4.6 MiB").
+        listed
+            .lines()
+            .map(|line| line.split_whitespace().collect::<Vec<_>>())
+            .find(|cols| {
+                cols.first()
+                    .is_some_and(|r| r.starts_with(&format!("{name}:")))
+            })
+            .map(|cols| (cols[0].to_owned(), cols[2].to_owned(), cols[5].to_owned()))
+            .unwrap_or_else(|| panic!("ctr imported, but no {name} is listed:\n{listed}"))
+    }
+
+    /// ctr with this containerd's socket and namespace, bounded in time.
+    pub fn ctr(&self, args: &[&str]) -> Output {
         Command::new("ctr")
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -288,16 +345,13 @@ impl Drop for Containerd {
 }
 
 /// containerd's config: everything under `root`, nothing shared with a host containerd.
-fn config_toml(root: &Path, socket: &Path) -> String {
+fn config_toml(root: &Path, socket: &Path, disabled: &[&str]) -> String {
     let quote = |p: &Path| {
         let s = p.to_str().expect("UTF-8 temp path");
         assert!(!s.contains(['"', '\\']), "unexpected temp path {s}");
         format!("\"{s}\"")
     };
-    let disabled: Vec<String> = DISABLED_PLUGINS
-        .iter()
-        .map(|p| format!("\"{p}\""))
-        .collect();
+    let disabled: Vec<String> = disabled.iter().map(|p| format!("\"{p}\"")).collect();
     let ttrpc = root.join("containerd.sock.ttrpc");
     fs::create_dir_all(root.join("tmp")).expect("create containerd temp dir");
     format!(

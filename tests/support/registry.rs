@@ -249,6 +249,33 @@ impl Registry {
             .to_owned()
     }
 
+    /// Pushes an OCI archive (every image of its index) as `HOST/repo:tag`,
+    /// as docs/release.md tells a user to (`skopeo copy --all
+    /// --preserve-digests`); returns the digest the registry stores.
+    pub fn push_oci_archive(&self, archive: &Path, repo: &str, tag: &str) -> String {
+        let digestfile = self.dir.path().join("pushed-archive-digest");
+        let creds = format!("{}:{}", self.push_user, self.push_password);
+        let source = format!("oci-archive:{}", archive.display());
+        let dest = format!("docker://{}/{repo}:{tag}", self.host);
+        self.skopeo(&[
+            "copy",
+            "--all",
+            "--preserve-digests",
+            "--dest-tls-verify=false",
+            "--dest-creds",
+            &creds,
+            "--digestfile",
+            digestfile.to_str().expect("UTF-8 temp path"),
+            &source,
+            &dest,
+        ])
+        .unwrap_or_else(|stderr| panic!("skopeo copy to {dest} failed:\n{stderr}"));
+        fs::read_to_string(&digestfile)
+            .expect("read skopeo's digest file")
+            .trim()
+            .to_owned()
+    }
+
     /// Fetches the manifest and config of `HOST/repo:tag` with `skopeo inspect --creds`.
     /// `Err` carries skopeo's stderr, e.g. one containing `unauthorized`.
     ///
