@@ -10,7 +10,16 @@
 # Docker engine or a registry, in a private storage root, and written as an
 # OCI archive with the index's digest beside it.
 #
-#   scripts/image.sh VERSION OUT.tar ARCH=BINARY [ARCH=BINARY...]
+# With --talos-extension, the same binaries become a Talos system extension
+# instead (siderolabs/talos pkg/machinery/extensions: load.go wants exactly
+# /manifest.yaml and /rootfs at the top, validate.go only files under
+# allowed paths such as /usr/local and nothing world-writable): the binary
+# in /rootfs/usr/local/lib/kubelet/credentialproviders (Talos's
+# KubeletCredentialProviderBinDir) with a link per provider beside it, the
+# license under /rootfs/usr/local/share/doc. The provider names come from a
+# binary that runs here (`--version` lists them).
+#
+#   scripts/image.sh [--talos-extension] VERSION OUT.tar ARCH=BINARY [ARCH=BINARY...]
 #
 # ARCH is amd64 or arm64; each BINARY must be a static Linux executable for
 # it, or nothing is written. The image's timestamps are SOURCE_DATE_EPOCH
@@ -19,7 +28,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-[ "$#" -ge 3 ] || { echo "usage: scripts/image.sh VERSION OUT.tar ARCH=BINARY [ARCH=BINARY...]" >&2; exit 2; }
+kind=node
+if [ "${1:-}" = --talos-extension ]; then
+  kind=talos
+  shift
+fi
+[ "$#" -ge 3 ] || { echo "usage: scripts/image.sh [--talos-extension] VERSION OUT.tar ARCH=BINARY [ARCH=BINARY...]" >&2; exit 2; }
 version=$1 out=$2
 shift 2
 for tool in buildah skopeo file tar; do
@@ -54,27 +68,83 @@ for pair in "$@"; do
   esac
 done
 
+# The provider names the Talos extension links, from the first binary that
+# runs on this machine: "wi-credential-provider 0.1.0 (commit c, providers: aws, gcp)".
+providers=
+if [ "$kind" = talos ]; then
+  for pair in "$@"; do
+    line=$("${pair#*=}" --version 2>/dev/null) || continue
+    providers=$(printf '%s\n' "$line" | sed -n 's/.*providers: \([a-z0-9, -]*\))$/\1/p' | tr -d ' ' | tr ',' ' ')
+    break
+  done
+  [ -n "$providers" ] || { echo "image: no binary given runs here to list its providers (build one for this machine's architecture too)" >&2; exit 1; }
+fi
+
+# The layer's top-level entries.
+if [ "$kind" = talos ]; then top=(manifest.yaml rootfs); else top=(tmp usr); fi
+
+# tree ARCH BINARY DIR: the layer's files.
+tree() {
+  local arch=$1 binary=$2 dir=$3
+  case $kind in
+    node)
+      install -D -m 0755 "$binary" "$dir/usr/bin/wi-credential-provider"
+      install -D -m 0644 LICENSE "$dir/usr/share/doc/wi-credential-provider/LICENSE"
+      install -d -m 1777 "$dir/tmp"
+      ;;
+    talos)
+      local bin=$dir/rootfs/usr/local/lib/kubelet/credentialproviders
+      install -D -m 0755 "$binary" "$bin/wi-credential-provider"
+      for provider in $providers; do
+        ln -s wi-credential-provider "$bin/wi-credential-provider-$provider"
+      done
+      install -D -m 0644 LICENSE "$dir/rootfs/usr/local/share/doc/wi-credential-provider/LICENSE"
+      # The manifest Talos reads (pkg/machinery/extensions/metadata.go);
+      # v1.11 is the first Talos whose Kubernetes (1.34) passes service
+      # account tokens to plugins by default.
+      cat > "$dir/manifest.yaml" <<MANIFEST
+version: v1alpha1
+metadata:
+  name: wi-credential-provider
+  version: "$version"
+  author: wi-credential-provider
+  description: |
+    Kubelet image credential provider: each pod pulls images with its own identity
+    (service account tokens, KEP-4412). Puts wi-credential-provider and a link per
+    provider in /usr/local/lib/kubelet/credentialproviders.
+  compatibility:
+    talos:
+      version: ">= v1.11.0"
+MANIFEST
+      chmod 0644 "$dir/manifest.yaml"
+      ;;
+  esac
+  find "$dir" -mindepth 1 -type d -exec chmod 0755 {} +
+  [ "$kind" = talos ] || chmod 1777 "$dir/tmp"
+}
+
 "${buildah[@]}" manifest create wicp-index >/dev/null
 for pair in "$@"; do
   arch=${pair%%=*} binary=${pair#*=}
   container=$("${buildah[@]}" from scratch)
   tree=$work/tree-$arch
-  install -D -m 0755 "$binary" "$tree/usr/bin/wi-credential-provider"
-  install -D -m 0644 LICENSE "$tree/usr/share/doc/wi-credential-provider/LICENSE"
-  install -d -m 1777 "$tree/tmp"
-  chmod 0755 "$tree/usr" "$tree/usr/bin" "$tree/usr/share" "$tree/usr/share/doc" \
-    "$tree/usr/share/doc/wi-credential-provider"
+  tree "$arch" "$binary" "$tree"
   tar --create --file "$work/layer-$arch.tar" --directory "$tree" --sort=name \
     --owner=0 --group=0 --numeric-owner --mtime="@$epoch" --format=posix \
     --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime \
-    tmp usr
+    "${top[@]}"
   "${buildah[@]}" add "$container" "$work/layer-$arch.tar" / >/dev/null
+  if [ "$kind" = node ]; then
+    config=(--entrypoint '["/usr/bin/wi-credential-provider"]' --user 0:0
+      --label org.opencontainers.image.title=wi-credential-provider
+      --label "org.opencontainers.image.description=Kubelet image credential provider: each pod pulls with its own identity (installer image)")
+  else
+    config=(--label org.opencontainers.image.title=wi-credential-provider-talos-extension
+      --label "org.opencontainers.image.description=Kubelet image credential provider: each pod pulls with its own identity (Talos system extension)")
+  fi
   "${buildah[@]}" config \
     --os linux --arch "$arch" \
-    --entrypoint '["/usr/bin/wi-credential-provider"]' \
-    --user 0:0 \
-    --label org.opencontainers.image.title=wi-credential-provider \
-    --label org.opencontainers.image.description="Kubelet image credential provider: each pod pulls with its own identity (installer image)" \
+    "${config[@]}" \
     --label "org.opencontainers.image.version=$version" \
     --label "org.opencontainers.image.revision=$revision" \
     --label org.opencontainers.image.licenses=Apache-2.0 \

@@ -8,6 +8,9 @@
 #     bill of materials beside it (cargo cyclonedx);
 #   - the node image: one OCI archive, an index over linux/amd64 and
 #     linux/arm64 (scripts/image.sh, buildah), and its digest;
+#   - the Talos system extension: an OCI archive laid out as Talos loads
+#     extensions, for the same two architectures (scripts/image.sh
+#     --talos-extension), and its digest;
 #   - .deb and .rpm packages for both architectures (scripts/package.sh);
 #   - node-install/install.sh;
 #   - SHA256SUMS over all of it, its SSH signature and the release key's
@@ -229,6 +232,8 @@ for arch in $arches; do
 done
 
 bash scripts/image.sh "$version" "${dist}/wi-credential-provider-${version}-image.oci.tar" "${linux[@]}"
+bash scripts/image.sh --talos-extension "$version" \
+  "${dist}/wi-credential-provider-${version}-talos-extension.oci.tar" "${linux[@]}"
 bash scripts/package.sh "$version" "$dist" "${linux[@]}"
 install -m 0755 node-install/install.sh "${dist}/install.sh"
 bash scripts/sign.sh "$dist"

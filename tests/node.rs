@@ -962,6 +962,54 @@ fn bottlerocket_is_refused_with_the_supported_route() {
     );
 }
 
+#[test]
+fn talos_is_refused_with_the_extension_and_the_render_command() {
+    let node = Node::new("talos", true);
+    let original = node.snapshot();
+    let out = node.run(&["install", "--provider", "aws"]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    support::assert_says(
+        &text(&out.stderr),
+        &[
+            "cannot install on Talos",
+            "talos-extension",
+            "node render talos --talos-version",
+        ],
+    );
+    assert!(changed(&original, &node.snapshot()).is_empty());
+    let doctor = node.run(&["doctor"]);
+    assert_eq!(doctor.status.code(), Some(1));
+    assert!(
+        text(&doctor.stdout).contains("FAIL distribution"),
+        "{}",
+        show(&doctor)
+    );
+}
+
+#[test]
+fn microshift_is_refused_with_the_keys_it_will_read() {
+    let node = Node::new("microshift", true);
+    let original = node.snapshot();
+    let out = node.run(&["install", "--provider", "aws"]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    support::assert_says(
+        &text(&out.stderr),
+        &[
+            "cannot install on MicroShift",
+            "kubelet.imageCredentialProviderConfigPath",
+            "/etc/microshift/config.d/",
+        ],
+    );
+    assert!(changed(&original, &node.snapshot()).is_empty());
+    let doctor = node.run(&["doctor"]);
+    assert_eq!(doctor.status.code(), Some(1));
+    assert!(
+        text(&doctor.stdout).contains("FAIL distribution"),
+        "{}",
+        show(&doctor)
+    );
+}
+
 /// Merge golden files: tests/fixtures/node/merge/<case>/{before,ours.yaml,after}.
 /// WICP_UPDATE_GOLDEN=1 rewrites `after` (then review the diff).
 #[test]

@@ -138,6 +138,8 @@ fn every_artefact_is_summed_under_a_signature_a_user_can_check() {
         format!("{}.cdx.json", binary_name()),
         format!("wi-credential-provider-{VERSION}-image.oci.tar"),
         format!("wi-credential-provider-{VERSION}-image.oci.tar.digest"),
+        format!("wi-credential-provider-{VERSION}-talos-extension.oci.tar"),
+        format!("wi-credential-provider-{VERSION}-talos-extension.oci.tar.digest"),
         format!("wi-credential-provider_{VERSION}_amd64.deb"),
         format!("wi-credential-provider-{VERSION}-1.x86_64.rpm"),
         "install.sh".to_string(),
@@ -357,13 +359,20 @@ fn strings(v: &yaml_serde::Value) -> Vec<String> {
 /// The image's one layer, unpacked by skopeo and listed by tar: path ->
 /// (mode, uid, gid), and its config.
 fn image_contents() -> (BTreeMap<String, (String, String)>, Value, tempfile::TempDir) {
+    archive_contents(&image_archive())
+}
+
+/// [`image_contents`] of any one-layer OCI archive of the release.
+fn archive_contents(
+    archive: &Path,
+) -> (BTreeMap<String, (String, String)>, Value, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let out = run(
         "skopeo",
         &[
             "copy",
             "--quiet",
-            &format!("oci-archive:{}", image_archive().display()),
+            &format!("oci-archive:{}", archive.display()),
             &format!("dir:{}", dir.path().display()),
         ],
         None,
@@ -1331,4 +1340,194 @@ fn the_cloud_init_example_verifies_installs_the_package_and_runs_node_install() 
         show(&out)
     );
     assert!(changed(&before, &snapshot(node.path())).is_empty());
+}
+
+/// The rules Talos loads a system extension by (siderolabs/talos
+/// `pkg/machinery/extensions/load.go` and `validate.go`, v1.13.0): the top
+/// holds `manifest.yaml` and `rootfs` only; the manifest is `v1alpha1`
+/// with a name and a version constraint; under `rootfs` nothing is
+/// world-writable, nothing is special, and every file or link lies under
+/// an allowed path (for us, `/usr/local`).
+fn talos_refuses(
+    entries: &BTreeMap<String, (String, String)>,
+    manifest: &yaml_serde::Value,
+) -> Vec<String> {
+    const ALLOWED: [&str; 1] = ["/usr/local"];
+    let mut why = Vec::new();
+    for (path, (mode, _)) in entries {
+        let top = path.split('/').next().unwrap();
+        if top != "manifest.yaml" && top != "rootfs" {
+            why.push(format!("unexpected file {top:?}"));
+        }
+        let Some(inside) = path.strip_prefix("rootfs") else {
+            continue;
+        };
+        let kind = mode.chars().next().unwrap();
+        // Links are listed lrwxrwxrwx; Talos reads the type bits only.
+        if kind != 'l' && mode.chars().nth(8) == Some('w') {
+            why.push(format!("world-writeable files are not allowed: {inside:?}"));
+        }
+        if !matches!(kind, '-' | 'd' | 'l') {
+            why.push(format!("special files are not allowed: {inside:?}"));
+        }
+        if kind != 'd'
+            && !ALLOWED
+                .iter()
+                .any(|a| inside == *a || inside.starts_with(&format!("{a}/")))
+        {
+            why.push(format!("path {inside:?} is not allowed in extensions"));
+        }
+    }
+    if manifest["version"] != "v1alpha1" {
+        why.push(format!(
+            "unsupported manifest version: {:?}",
+            manifest["version"]
+        ));
+    }
+    if manifest["metadata"]["name"]
+        .as_str()
+        .unwrap_or("")
+        .is_empty()
+    {
+        why.push("the manifest names no extension".into());
+    }
+    why
+}
+
+#[test]
+#[ignore = "needs the release make test-release builds"]
+fn the_talos_extension_loads_as_talos_loads_extensions_and_its_plugins_run_from_it() {
+    let archive = artefact(&format!(
+        "wi-credential-provider-{VERSION}-talos-extension.oci.tar"
+    ));
+    let (entries, config, unpacked) = archive_contents(&archive);
+    let root = unpacked.path().join("rootfs");
+    let manifest: yaml_serde::Value =
+        yaml_serde::from_slice(&std::fs::read(root.join("manifest.yaml")).unwrap()).unwrap();
+    assert_eq!(talos_refuses(&entries, &manifest), Vec::<String>::new());
+    // The checker refuses what Talos refuses.
+    let mut bad = entries.clone();
+    bad.insert("tmp".into(), ("drwxrwxrwt".into(), "0/0".into()));
+    bad.insert(
+        "rootfs/etc/kubernetes/x".into(),
+        ("-rw-r--r--".into(), "0/0".into()),
+    );
+    let refused = talos_refuses(&bad, &manifest);
+    assert!(
+        refused
+            .iter()
+            .any(|w| w.contains("unexpected file \"tmp\"")),
+        "{refused:?}"
+    );
+    assert!(
+        refused.iter().any(|w| w.contains("/etc/kubernetes/x")),
+        "{refused:?}"
+    );
+    assert_eq!(manifest["metadata"]["name"], "wi-credential-provider");
+    assert_eq!(manifest["metadata"]["version"], VERSION);
+    assert_eq!(
+        manifest["metadata"]["compatibility"]["talos"]["version"],
+        ">= v1.11.0"
+    );
+    assert!(
+        entries.values().all(|(_, owner)| owner == "0/0"),
+        "{entries:?}"
+    );
+    assert_eq!(config["architecture"], "amd64");
+
+    // The binary is the release's, with a link per provider it carries.
+    let bin_dir = root.join("rootfs/usr/local/lib/kubelet/credentialproviders");
+    assert_eq!(
+        sha256(&bin_dir.join("wi-credential-provider")),
+        sha256(&artefact(&binary_name()))
+    );
+    let version = run(
+        bin_dir.join("wi-credential-provider").to_str().unwrap(),
+        &["--version"],
+        None,
+    );
+    assert_ok(&version, "--version");
+    let line = text(&version.stdout);
+    let providers = line
+        .split("providers: ")
+        .nth(1)
+        .unwrap()
+        .trim()
+        .trim_end_matches(')');
+    for provider in providers.split(", ") {
+        let link = bin_dir.join(format!("wi-credential-provider-{provider}"));
+        assert_eq!(
+            std::fs::read_link(&link).unwrap(),
+            Path::new("wi-credential-provider"),
+            "{}",
+            link.display()
+        );
+    }
+
+    // What `node render talos` puts in the machine config, checked as the
+    // kubelet would read it with the extension's directory as its bin dir,
+    // and a plugin run through its link as the kubelet runs it.
+    let rendered = run(
+        bin_dir.join("wi-credential-provider").to_str().unwrap(),
+        &[
+            "node",
+            "render",
+            "talos",
+            "--talos-version",
+            "v1.14",
+            "--config",
+            repo()
+                .join("node-install/credential-provider.yaml")
+                .to_str()
+                .unwrap(),
+        ],
+        None,
+    );
+    assert_ok(&rendered, "node render talos");
+    let doc: yaml_serde::Value = text(&rendered.stdout)
+        .split("\n---\n")
+        .last()
+        .map(|d| yaml_serde::from_str(d).unwrap())
+        .unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let kubelet_config = work.path().join("kubelet-credentialproviderconfig.yaml");
+    std::fs::write(
+        &kubelet_config,
+        yaml_serde::to_string(&doc["configuration"]).unwrap(),
+    )
+    .unwrap();
+    assert_ok(
+        &run(
+            bin_dir.join("wi-credential-provider").to_str().unwrap(),
+            &[
+                "check-config",
+                "--bin-dir",
+                bin_dir.to_str().unwrap(),
+                kubelet_config.to_str().unwrap(),
+            ],
+            None,
+        ),
+        "check-config of the rendered config with the extension's bin dir",
+    );
+    let entry = &doc["configuration"]["providers"][0];
+    let token = crate::support::token::TokenSpec::new("team", "app", "harbor.example.com").mint();
+    let args: Vec<&str> = entry["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    let out = crate::support::plugin::run_program(
+        &bin_dir.join(entry["name"].as_str().unwrap()),
+        &args,
+        &[],
+        crate::support::plugin::request("harbor.example.com/team/app:1", Some(&token), &[])
+            .as_bytes(),
+    );
+    // The passthrough entry answers with the pod's own token.
+    let response = out.response();
+    assert_eq!(
+        response["auth"]["harbor.example.com"]["password"], token,
+        "{response:#}"
+    );
 }

@@ -46,6 +46,7 @@ mod quay;
 mod redaction;
 mod release;
 mod spiffe;
+mod talos;
 mod token_exchange;
 mod vault;
 mod windows;

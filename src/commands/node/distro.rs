@@ -43,6 +43,7 @@ pub(crate) enum Distro {
     Bottlerocket,
     Talos,
     OpenShift,
+    MicroShift,
     AksWindows,
     EksWindows,
     Unknown,
@@ -60,6 +61,7 @@ impl fmt::Display for Distro {
             Distro::Bottlerocket => "Bottlerocket",
             Distro::Talos => "Talos",
             Distro::OpenShift => "OpenShift (RHCOS)",
+            Distro::MicroShift => "MicroShift",
             Distro::AksWindows => "AKS Windows (AgentBaker)",
             Distro::EksWindows => "EKS Windows",
             Distro::Unknown => "an unknown distribution",
@@ -85,6 +87,12 @@ pub(crate) const RANCHER_BIN_DIR: &str = "/var/lib/rancher/credentialprovider/bi
 pub(crate) const OWN_CONFIG: &str = "/etc/kubernetes/credential-provider.yaml";
 pub(crate) const OWN_BIN_DIR: &str =
     "/usr/libexec/kubernetes/kubelet-plugins/credential-provider/exec";
+
+/// MicroShift: its configuration directory (`pkg/config/files.go`) and the
+/// unit its RPM installs (`packaging/rpm/microshift.spec`), which runs the
+/// kubelet inside `microshift run`.
+pub(crate) const MICROSHIFT_CONFIG_DIR: &str = "/etc/microshift";
+pub(crate) const MICROSHIFT_UNIT: &str = "/usr/lib/systemd/system/microshift.service";
 
 /// AKS Windows: the file `Write-KubeClusterConfig` writes once, and the
 /// script the `Kubelet` service runs, which rereads it at every start.
@@ -116,7 +124,7 @@ impl Distro {
             .map(|v| v.trim_matches('"').to_string())
             .unwrap_or_default();
         let exists = |p: &str| host.exists(Path::new(p));
-        let checks: [(bool, Distro, String); 10] = [
+        let checks: [(bool, Distro, String); 11] = [
             (
                 os_id == "bottlerocket",
                 Distro::Bottlerocket,
@@ -131,6 +139,11 @@ impl Distro {
                 os_id == "rhcos" || exists("/etc/machine-config-daemon"),
                 Distro::OpenShift,
                 "RHCOS (/etc/os-release or /etc/machine-config-daemon)".into(),
+            ),
+            (
+                exists(MICROSHIFT_CONFIG_DIR) || exists(MICROSHIFT_UNIT),
+                Distro::MicroShift,
+                format!("{MICROSHIFT_CONFIG_DIR} or {MICROSHIFT_UNIT}"),
             ),
             (
                 exists(EKS_ENV_FILE) || exists("/usr/bin/nodeadm"),
@@ -225,20 +238,37 @@ impl Distro {
     pub(crate) fn refusal(self) -> Option<&'static str> {
         match self {
             Distro::Bottlerocket => Some(
-                "Bottlerocket renders the kubelet's credential-provider config from settings at every boot, without tokenAttributes, \
-                 and its plugin directory (/usr/libexec/kubernetes/kubelet/plugins) is on read-only dm-verity /usr. \
-                 Supported route: build a custom variant (twoliter, a kit packaging this binary into the plugin directory, \
-                 and a template change adding tokenAttributes), or keep image pull secrets",
+                "Bottlerocket renders the kubelet's credential-provider config from its settings at every boot \
+                 (settings.kubernetes.credential-providers, for the plugins it ships: ecr-credential-provider), \
+                 without tokenAttributes, and its plugin directory (/usr/libexec/kubernetes/kubelet/plugins) \
+                 is on read-only dm-verity /usr, so no plugin can be added (bottlerocket-os/bottlerocket#4165). \
+                 Supported route: build a custom variant (twoliter, a kit packaging this binary into the plugin \
+                 directory, and a template change adding tokenAttributes), or keep image pull secrets \
+                 (docs/node-systems.md#bottlerocket)",
             ),
             Distro::Talos => Some(
-                "Talos hard-codes the plugin directory /usr/local/lib/kubelet/credentialproviders on a read-only root. \
-                 Supported route: ship this binary as a Talos system extension and set the providers in the machine \
-                 config (machine.kubelet.credentialProviderConfig / KubeCredentialProviderConfig)",
+                "Talos keeps the kubelet's credential-provider config in the machine configuration and runs plugins \
+                 only from a system extension (/usr/local/lib/kubelet/credentialproviders, read-only). \
+                 Supported route: add the release's Talos extension image (wi-credential-provider-<version>-talos-extension) \
+                 to the machines' image, then patch their configuration with the output of \
+                 `wi-credential-provider node render talos --talos-version <version> --config <file>` \
+                 (docs/talos.md)",
             ),
             Distro::OpenShift => Some(
-                "OpenShift's Machine Config Operator owns the kubelet flags and the plugin directory \
-                 /usr/libexec/kubelet-image-credential-provider-plugins is read-only on RHCOS. \
-                 Supported route: a MachineConfig that installs the binary and the config",
+                "OpenShift's Machine Config Operator renders the kubelet's flags and its credential-provider \
+                 config (/etc/kubernetes/credential-providers/), and a hand edit of a file it manages is drift; \
+                 the plugin directory /usr/libexec/kubelet-image-credential-provider-plugins is on read-only \
+                 ostree /usr, and a MachineConfig cannot carry the binary (only data: URLs, 1.5 MiB in all). \
+                 Supported route: a custom RHCOS layer (image mode) adding the binary to that directory, and a \
+                 MachineConfig for the config (docs/node-systems.md#openshift)",
+            ),
+            Distro::MicroShift => Some(
+                "MicroShift runs the kubelet inside `microshift run` and no released MicroShift passes it \
+                 credential-provider flags: the keys kubelet.imageCredentialProviderConfigPath and \
+                 kubelet.imageCredentialProviderBinDir (openshift/enhancements#2089) arrive with \
+                 openshift/microshift#7337, and a MicroShift without them ignores them. Supported route: once \
+                 your MicroShift has them, install the package and set both keys in a drop-in under \
+                 /etc/microshift/config.d/ (docs/node-systems.md#microshift)",
             ),
             Distro::EksWindows => Some(
                 "the EKS Windows AMI's kubelet service and credential-provider paths are not public \
@@ -248,6 +278,18 @@ impl Distro {
                  (sc.exe qc kubelet) and install by hand (docs/windows.md#installing-by-hand)",
             ),
             _ => None,
+        }
+    }
+
+    /// `Err` with the supported route where installing cannot work: before
+    /// anything else is looked at, so the route is what the admin reads.
+    pub(crate) fn refuse(self) -> crate::base::error::Result<()> {
+        match self.refusal() {
+            Some(route) => Err(crate::base::error::Error::config(format!(
+                "cannot install on {self}; nothing was changed"
+            ))
+            .fix(route)),
+            None => Ok(()),
         }
     }
 

@@ -16,7 +16,7 @@ use super::apply::{self, Applied, Change};
 use super::discover::{self, Discovery};
 use super::files::{self, Kind, Snapshot};
 use super::merge::{self, Format, Replace};
-use super::plan::{self, ConfigTarget, Plan, ReadyProvider};
+use super::plan::{self, ConfigTarget, Plan};
 use super::stage::{self, Stage};
 use super::{Target, rbac, restart};
 use crate::base::error::{Error, Result};
@@ -26,7 +26,6 @@ use crate::commands::check_config::isolation::KubeletFacts;
 use crate::inputs::Env;
 use crate::kubelet::Finding;
 use crate::options::BINARY;
-use crate::providers::fallback::Fallback;
 
 /// Where a failed attempt is remembered, so that the DaemonSet's retries
 /// do not restart the kubelet again and again with the same change.
@@ -37,27 +36,13 @@ pub(crate) struct Args {
     #[command(flatten)]
     pub(crate) target: Target,
 
-    /// Add the ready entry for this provider (the one in config-examples).
-    /// Passthrough needs your registries: use --config.
-    #[arg(long, value_enum, value_name = "PROVIDER")]
-    pub(crate) provider: Vec<ReadyProvider>,
-
-    /// Add the provider entries of this CredentialProviderConfig.
-    #[arg(long, value_name = "FILE")]
-    pub(crate) config: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) entries: super::Entries,
 
     /// Remove another provider (NAME), or narrow its matchImages
     /// (NAME=PATTERN,PATTERN...), e.g. EKS's node-role ecr-credential-provider.
     #[arg(long, value_name = "NAME[=PATTERNS]")]
     pub(crate) replace: Vec<Replace>,
-
-    /// With `node`, each --provider entry also serves the node's identity
-    /// to pods that did not opt in (the plugin's --fallback node, and
-    /// requireServiceAccount: false), so it replaces the stock cloud plugin:
-    /// pair it with --replace ecr-credential-provider (acr-credential-provider,
-    /// auth-provider-gcp).
-    #[arg(long, value_enum, value_name = "none|node", default_value = "none")]
-    pub(crate) fallback: Fallback,
 
     /// The binary to install (default: this executable).
     #[arg(long, value_name = "PATH")]
@@ -531,11 +516,12 @@ fn install(args: &Args, env: &Env, report: &mut Report) -> Result<()> {
     let host = args.target.host()?;
     let d = discover::discover(&host, &args.target.explicit());
     report.discovery = Some(d.clone());
+    d.distro.refuse()?;
     if let Some(why) = &d.refusal {
         return Err(Error::config(format!("cannot identify the kubelet: {why}; nothing was changed"))
             .fix("look at the node: the kubelet's unit, its main process and the processes named kubelet (ps -ef); or pass --proc none with --kubelet-credential-config and --kubelet-bin-dir"));
     }
-    let ours = plan::our_entries(&args.provider, args.fallback, args.config.as_deref())?;
+    let ours = args.entries.read()?;
     let names: Vec<String> = ours
         .iter()
         .map(|e| merge::entry_name(e).to_string())

@@ -36,6 +36,7 @@ pub(crate) mod rbac;
 pub(crate) mod restart;
 pub(crate) mod stage;
 pub(crate) mod systemd;
+pub(crate) mod talos;
 pub(crate) mod uninstall;
 
 use std::path::PathBuf;
@@ -137,6 +138,10 @@ pub(crate) enum Command {
     /// Report, without changing anything, what is wrong with the node's
     /// credential-provider set-up. Exit 0 when nothing is, 1 otherwise.
     Doctor(doctor::Args),
+    /// Print the configuration a node system that cannot be changed in
+    /// place takes instead (Talos: a machine-configuration patch).
+    #[command(subcommand)]
+    Render(Render),
     /// Do nothing until stopped: the installer DaemonSet's main container,
     /// which keeps its pod up once the init container has installed (its
     /// image holds this binary and nothing else, no shell to sleep in).
@@ -147,6 +152,69 @@ pub(crate) enum Command {
     /// nsenter. Needs the privilege to enter them (root in a privileged pod).
     #[command(hide = true)]
     HostExec(HostExecArgs),
+}
+
+/// What `node render` renders, per node system.
+#[derive(clap::Subcommand, Debug, Clone)]
+pub(crate) enum Render {
+    /// The Talos machine-configuration patch for the provider entries: the
+    /// plugins come from the Talos system extension `make release` builds.
+    Talos(talos::Args),
+    /// The ClusterRole and binding that let the kubelet request service
+    /// account tokens for the entries' audiences (what `node install`
+    /// reports as `rbac`), to apply with kubectl.
+    Rbac(Entries),
+}
+
+/// The provider entries a command installs or renders.
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct Entries {
+    /// Add the ready entry for this provider (the one in config-examples).
+    /// Passthrough needs your registries: use --config.
+    #[arg(long, value_enum, value_name = "PROVIDER")]
+    pub(crate) provider: Vec<plan::ReadyProvider>,
+
+    /// Add the provider entries of this CredentialProviderConfig.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
+
+    /// With `node`, each --provider entry also serves the node's identity
+    /// to pods that did not opt in (the plugin's --fallback node, and
+    /// requireServiceAccount: false), so it replaces the stock cloud plugin:
+    /// pair it with --replace ecr-credential-provider (acr-credential-provider,
+    /// auth-provider-gcp) in `node install`.
+    #[arg(long, value_enum, value_name = "none|node", default_value = "none")]
+    pub(crate) fallback: crate::providers::fallback::Fallback,
+}
+
+impl Entries {
+    /// The entries, each checked as `node install` checks them.
+    pub(crate) fn read(&self) -> crate::base::error::Result<Vec<yaml_serde::Value>> {
+        plan::our_entries(&self.provider, self.fallback, self.config.as_deref())
+    }
+}
+
+/// `node render rbac`: the manifest, or one line saying why there is none.
+fn render_rbac(entries: &Entries) -> ExitCode {
+    let manifest = entries
+        .read()
+        .map(|list| rbac::manifest(&rbac::audiences(&list)));
+    match manifest {
+        Ok(text) if !text.is_empty() => crate::commands::report(&text, true),
+        Ok(_) => {
+            crate::base::log::error(
+                &crate::base::error::Error::config(
+                    "no entry has tokenAttributes: the kubelet requests no token, so needs no RBAC",
+                )
+                .context("node render rbac"),
+            );
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            crate::base::log::error(&e.context("node render rbac"));
+            ExitCode::FAILURE
+        }
+    }
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -171,6 +239,8 @@ pub(crate) fn run(command: &Command, env: &Env) -> ExitCode {
         Command::Install(args) => install::run(args, env),
         Command::Uninstall(args) => uninstall::run(args),
         Command::Doctor(args) => doctor::run(args, env),
+        Command::Render(Render::Talos(args)) => talos::run(args, env),
+        Command::Render(Render::Rbac(entries)) => render_rbac(entries),
         Command::Wait => wait(),
         Command::HostExec(args) => host_exec(args),
     }

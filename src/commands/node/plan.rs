@@ -412,9 +412,7 @@ fn kubeadm_extra_args(host: &Host, d: &Discovery) -> Result<Option<FlagEdit>> {
 }
 
 pub(crate) fn plan(host: &Host, d: &Discovery, replace: &[Replace]) -> Result<Plan> {
-    if let Some(route) = d.distro.refusal() {
-        return Err(Error::config(format!("cannot install on {}", d.distro)).fix(route));
-    }
+    d.distro.refuse()?;
     let mut notes = Vec::new();
     if let Some(r) = d.distro.rewritten_by() {
         notes.push(r.to_string());
