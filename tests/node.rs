@@ -1010,6 +1010,26 @@ fn microshift_is_refused_with_the_keys_it_will_read() {
     );
 }
 
+#[test]
+fn openshift_is_refused_with_the_render_command() {
+    let node = Node::new("openshift", true);
+    let original = node.snapshot();
+    let out = node.run(&["install", "--provider", "aws"]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    support::assert_says(
+        &text(&out.stderr),
+        &["cannot install on OpenShift", "node render openshift"],
+    );
+    assert!(changed(&original, &node.snapshot()).is_empty());
+    let doctor = node.run(&["doctor"]);
+    assert_eq!(doctor.status.code(), Some(1));
+    assert!(
+        text(&doctor.stdout).contains("FAIL distribution"),
+        "{}",
+        show(&doctor)
+    );
+}
+
 /// Merge golden files: tests/fixtures/node/merge/<case>/{before,ours.yaml,after}.
 /// WICP_UPDATE_GOLDEN=1 rewrites `after` (then review the diff).
 #[test]

@@ -1,7 +1,7 @@
 //! Talos: `node render talos` against the machine-configuration schemas
 //! Talos publishes (siderolabs/talos `pkg/machinery/config/schemas/
 //! config.schema.json`, copied into tests/fixtures/talos/ at v1.11.0,
-//! v1.13.0 and v1.14.0-rc.1), checked by python-jsonschema (draft
+//! v1.12.0, v1.13.0 and v1.14.0-rc.1), checked by python-jsonschema (draft
 //! 2020-12, as the schemas declare); and `node install` on a Talos root
 //! refused with that route and nothing written. The extension image
 //! itself is checked in tests/release.rs, against the rules Talos loads
@@ -14,12 +14,6 @@ use crate::support;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The python of the tests' virtualenv (where moto's jsonschema is; .ci/run
-/// pins it), found beside moto_server.
-fn python() -> PathBuf {
-    support::moto::moto_server().with_file_name("python3")
 }
 
 fn render(args: &[&str]) -> Output {
@@ -39,30 +33,23 @@ fn text(b: &[u8]) -> String {
 /// documents) against `schema`'s `$defs/<def>`, or its top-level `oneOf`
 /// when `def` is empty; one line per error, empty when valid.
 fn schema_errors(schema: &Path, def: &str, patch: &str) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("patch.yaml");
-    std::fs::write(&file, patch).unwrap();
-    let program = r##"
-import json, sys, yaml, jsonschema
-schema = json.load(open(sys.argv[1]))
-if sys.argv[2]:
-    schema = {"$defs": schema["$defs"], "$ref": "#/$defs/" + sys.argv[2]}
-validator = jsonschema.Draft202012Validator(schema)
-docs = [d for d in yaml.safe_load_all(open(sys.argv[3])) if d is not None]
-assert docs, "no document"
-for doc in docs:
-    for error in validator.iter_errors(doc):
-        print("/".join(map(str, error.absolute_path)) + ": " + error.message[:300])
-"##;
-    let out = Command::new(python())
-        .args(["-c", program])
-        .arg(schema)
-        .arg(def)
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    text(&out.stdout)
+    let mut schema: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(schema).unwrap()).unwrap();
+    if !def.is_empty() {
+        schema = serde_json::json!({
+            "$schema": schema["$schema"],
+            "$defs": schema["$defs"],
+            "$ref": format!("#/$defs/{def}"),
+        });
+    }
+    let docs = documents(patch);
+    assert!(!docs.is_empty(), "no document in {patch}");
+    docs.iter()
+        .map(|doc| {
+            let instance: serde_json::Value = serde_json::to_value(doc).unwrap();
+            support::jsonschema::errors(&schema, &instance, support::jsonschema::Draft::Draft202012)
+        })
+        .collect()
 }
 
 fn schema(version: &str) -> PathBuf {
@@ -81,7 +68,11 @@ fn documents(patch: &str) -> Vec<yaml_serde::Value> {
 
 #[test]
 fn talos_before_v1_14_gets_the_machine_kubelet_field_and_the_schema_accepts_it() {
-    for (talos, schema_version) in [("v1.11", "v1.11.0"), ("v1.13.4", "v1.13.0")] {
+    for (talos, schema_version) in [
+        ("v1.11", "v1.11.0"),
+        ("1.12.3", "v1.12.0"),
+        ("v1.13.4", "v1.13.0"),
+    ] {
         let out = render(&["talos", "--talos-version", talos, "--provider", "aws"]);
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
         let patch = text(&out.stdout);

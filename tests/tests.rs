@@ -40,6 +40,7 @@ mod monitoring;
 mod node;
 mod node_identity;
 mod observability;
+mod openshift;
 mod passthrough;
 mod protocol;
 mod quay;

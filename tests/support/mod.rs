@@ -9,6 +9,7 @@ pub mod containerd;
 pub mod google;
 pub mod http_server;
 pub mod jfrog;
+pub mod jsonschema;
 pub mod metadata;
 pub mod moto;
 pub mod net;

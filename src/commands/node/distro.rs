@@ -15,7 +15,9 @@
 //!   (nodes.md §4); GKE's own path is unverified beyond those two sources.
 //! - kubeadm: kubernetes/release `10-kubeadm.conf` (nodes.md §5).
 //! - k3s / RKE2: k3s `pkg/cli/cmds/agent.go` defaults and `ImageCredProvAvailable` (nodes.md §6).
-//! - Bottlerocket, Talos, OpenShift: nodes.md §2 and §7.
+//! - Bottlerocket: nodes.md §2. Talos, OpenShift and MicroShift: read from
+//!   their own source, cited in `talos.rs`, `openshift.rs` and
+//!   docs/node-systems.md (MicroShift: openshift/microshift 8e16b12f).
 //! - AKS Windows: Azure/AgentBaker @06836ee `staging/cse/windows/kubernetesfunc.ps1`
 //!   (`Write-KubeClusterConfig`: `Kubernetes.Kubelet.ConfigArgs` and `Kubernetes.Source.Release` in
 //!   `c:\k\kubeclusterconfig.json`), `provisioningscripts/kubeletstart.ps1` (rereads it at every
@@ -258,9 +260,10 @@ impl Distro {
                 "OpenShift's Machine Config Operator renders the kubelet's flags and its credential-provider \
                  config (/etc/kubernetes/credential-providers/), and a hand edit of a file it manages is drift; \
                  the plugin directory /usr/libexec/kubelet-image-credential-provider-plugins is on read-only \
-                 ostree /usr, and a MachineConfig cannot carry the binary (only data: URLs, 1.5 MiB in all). \
-                 Supported route: a custom RHCOS layer (image mode) adding the binary to that directory, and a \
-                 MachineConfig for the config (docs/node-systems.md#openshift)",
+                 ostree /usr. Supported route: `wi-credential-provider node render openshift --platform <aws|azure|gcp|other> \
+                 --pool <pool> --image <the release's node image>@sha256:<digest> --push-spec <registry/image:tag> \
+                 --push-secret <secret> --config <file>` prints a MachineConfig for the config and a MachineOSConfig \
+                 that layers the binary into the pool's image; apply both with oc (docs/node-systems.md#openshift)",
             ),
             Distro::MicroShift => Some(
                 "MicroShift runs the kubelet inside `microshift run` and no released MicroShift passes it \

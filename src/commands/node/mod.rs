@@ -31,6 +31,7 @@ pub(crate) mod install;
 pub mod merge;
 mod mirrors;
 mod observed;
+pub(crate) mod openshift;
 pub(crate) mod plan;
 pub(crate) mod rbac;
 pub(crate) mod restart;
@@ -160,6 +161,10 @@ pub(crate) enum Render {
     /// The Talos machine-configuration patch for the provider entries: the
     /// plugins come from the Talos system extension `make release` builds.
     Talos(talos::Args),
+    /// The OpenShift MachineConfig (the kubelet's credential-provider
+    /// config) and MachineOSConfig (the binary, layered into the pool's
+    /// image from the release's node image) for a pool.
+    Openshift(openshift::Args),
     /// The ClusterRole and binding that let the kubelet request service
     /// account tokens for the entries' audiences (what `node install`
     /// reports as `rbac`), to apply with kubectl.
@@ -240,6 +245,7 @@ pub(crate) fn run(command: &Command, env: &Env) -> ExitCode {
         Command::Uninstall(args) => uninstall::run(args),
         Command::Doctor(args) => doctor::run(args, env),
         Command::Render(Render::Talos(args)) => talos::run(args, env),
+        Command::Render(Render::Openshift(args)) => openshift::run(args, env),
         Command::Render(Render::Rbac(entries)) => render_rbac(entries),
         Command::Wait => wait(),
         Command::HostExec(args) => host_exec(args),

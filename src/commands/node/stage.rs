@@ -152,3 +152,38 @@ impl Stage {
             .unwrap_or_else(|_| file.to_string())
     }
 }
+
+/// `Ok` when check-config found no error in a config rendered for a node
+/// system; otherwise one line with the count and the first errors, the
+/// staged file shown as `shown_as` (its temporary path means nothing to
+/// the admin).
+pub(crate) fn errors_refused(
+    report: &crate::commands::check_config::check::Report,
+    shown_as: &str,
+    fix: &str,
+) -> Result<()> {
+    use std::fmt::Write as _;
+    const SHOWN: usize = 2;
+    if report.ok() {
+        return Ok(());
+    }
+    let errors: Vec<_> = report
+        .findings
+        .iter()
+        .filter(|f| f.severity == crate::kubelet::Severity::Error)
+        .collect();
+    let mut lines = String::new();
+    for f in errors.iter().take(SHOWN) {
+        let mut f = (*f).clone();
+        f.file = shown_as.to_string();
+        let _ = write!(lines, "; {f}");
+    }
+    if errors.len() > SHOWN {
+        let _ = write!(lines, "; and {} more", errors.len() - SHOWN);
+    }
+    Err(Error::config(format!(
+        "the config has {} error(s) the kubelet would trip on{lines}",
+        report.errors
+    ))
+    .fix(fix))
+}

@@ -192,25 +192,11 @@ fn check(config: &Value, entries: &[Value], args: &Args, env: &Env) -> Result<()
                 .or_else(|| args.talos_version.default_kubernetes()),
         };
         let report = check_with(&file, Some(&bin), &facts);
-        if report.ok() {
-            return Ok(());
-        }
-        let mut lines = String::new();
-        for f in report
-            .findings
-            .iter()
-            .filter(|f| f.severity == crate::kubelet::Severity::Error)
-        {
-            // The staged copy's path means nothing to the admin.
-            let mut f = f.clone();
-            f.file = "the patch's CredentialProviderConfig".to_string();
-            let _ = write!(lines, "; {f}");
-        }
-        Err(Error::config(format!(
-            "the entries have {} error(s) the kubelet would trip on{lines}",
-            report.errors
-        ))
-        .fix("fix the entries (check-config shows them in full)"))
+        super::stage::errors_refused(
+            &report,
+            "the patch's CredentialProviderConfig",
+            "fix the entries (check-config shows them in full)",
+        )
     })();
     let _ = std::fs::remove_dir_all(&dir);
     result
