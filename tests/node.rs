@@ -251,11 +251,11 @@ impl Node {
     }
 }
 
-fn text(b: &[u8]) -> String {
+pub(crate) fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-fn show(out: &Output) -> String {
+pub(crate) fn show(out: &Output) -> String {
     format!(
         "exit {:?}\nstdout:\n{}\nstderr:\n{}",
         out.status.code(),
@@ -941,17 +941,14 @@ fn rke2_uses_the_same_built_in_paths() {
     assert_eq!(node.systemctl_log(), "restart rke2-server.service\n");
 }
 
-#[test]
-fn bottlerocket_is_refused_with_the_supported_route() {
-    let node = Node::new("bottlerocket", true);
+/// `node install` on a node system it cannot change: exit 1, the route
+/// on stderr (`says`), nothing written, and doctor fails the distribution.
+fn refused_with_nothing_written(fixture: &str, says: &[&str]) {
+    let node = Node::new(fixture, true);
     let original = node.snapshot();
     let out = node.run(&["install", "--provider", "aws"]);
     assert_eq!(out.status.code(), Some(1), "{}", show(&out));
-    let stderr = text(&out.stderr);
-    support::assert_says(
-        &stderr,
-        &["cannot install on Bottlerocket", "custom variant"],
-    );
+    support::assert_says(&text(&out.stderr), says);
     assert!(changed(&original, &node.snapshot()).is_empty());
     let doctor = node.run(&["doctor"]);
     assert_eq!(doctor.status.code(), Some(1));
@@ -963,70 +960,42 @@ fn bottlerocket_is_refused_with_the_supported_route() {
 }
 
 #[test]
+fn bottlerocket_is_refused_with_the_supported_route() {
+    refused_with_nothing_written(
+        "bottlerocket",
+        &["cannot install on Bottlerocket", "custom variant"],
+    );
+}
+
+#[test]
 fn talos_is_refused_with_the_extension_and_the_render_command() {
-    let node = Node::new("talos", true);
-    let original = node.snapshot();
-    let out = node.run(&["install", "--provider", "aws"]);
-    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
-    support::assert_says(
-        &text(&out.stderr),
+    refused_with_nothing_written(
+        "talos",
         &[
             "cannot install on Talos",
             "talos-extension",
             "node render talos --talos-version",
         ],
     );
-    assert!(changed(&original, &node.snapshot()).is_empty());
-    let doctor = node.run(&["doctor"]);
-    assert_eq!(doctor.status.code(), Some(1));
-    assert!(
-        text(&doctor.stdout).contains("FAIL distribution"),
-        "{}",
-        show(&doctor)
-    );
 }
 
 #[test]
 fn microshift_is_refused_with_the_keys_it_will_read() {
-    let node = Node::new("microshift", true);
-    let original = node.snapshot();
-    let out = node.run(&["install", "--provider", "aws"]);
-    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
-    support::assert_says(
-        &text(&out.stderr),
+    refused_with_nothing_written(
+        "microshift",
         &[
             "cannot install on MicroShift",
             "kubelet.imageCredentialProviderConfigPath",
             "/etc/microshift/config.d/",
         ],
     );
-    assert!(changed(&original, &node.snapshot()).is_empty());
-    let doctor = node.run(&["doctor"]);
-    assert_eq!(doctor.status.code(), Some(1));
-    assert!(
-        text(&doctor.stdout).contains("FAIL distribution"),
-        "{}",
-        show(&doctor)
-    );
 }
 
 #[test]
 fn openshift_is_refused_with_the_render_command() {
-    let node = Node::new("openshift", true);
-    let original = node.snapshot();
-    let out = node.run(&["install", "--provider", "aws"]);
-    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
-    support::assert_says(
-        &text(&out.stderr),
+    refused_with_nothing_written(
+        "openshift",
         &["cannot install on OpenShift", "node render openshift"],
-    );
-    assert!(changed(&original, &node.snapshot()).is_empty());
-    let doctor = node.run(&["doctor"]);
-    assert_eq!(doctor.status.code(), Some(1));
-    assert!(
-        text(&doctor.stdout).contains("FAIL distribution"),
-        "{}",
-        show(&doctor)
     );
 }
 

@@ -13,7 +13,7 @@
 //! Windows image's file, which needs no build, is checked by a plain test.
 
 use crate::install::node_root;
-use crate::node::{changed, snapshot};
+use crate::node::{changed, show, snapshot, text};
 use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -67,19 +67,6 @@ fn image_digest() -> String {
     .unwrap()
     .trim()
     .to_string()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn show(out: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status.code(),
-        text(&out.stdout),
-        text(&out.stderr)
-    )
 }
 
 fn sha256(path: &Path) -> String {

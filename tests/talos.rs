@@ -146,13 +146,14 @@ fn talos_v1_14_gets_the_kube_credential_provider_config_document() {
     );
 }
 
-#[test]
-fn entries_the_extension_cannot_run_or_the_kubelet_would_refuse_are_refused() {
+/// `node render talos --config` of one provider entry (YAML lines under
+/// `- `): refused, nothing printed, stderr saying `says`.
+fn refused_entry(entry: &str, says: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
-    let foreign = dir.path().join("foreign.yaml");
+    let config = dir.path().join("config.yaml");
     std::fs::write(
-        &foreign,
-        "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: ecr-credential-provider\n    apiVersion: credentialprovider.kubelet.k8s.io/v1\n    matchImages: [\"*.dkr.ecr.*.amazonaws.com\"]\n    defaultCacheDuration: 1h\n",
+        &config,
+        format!("apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - {}\n", entry.replace('\n', "\n    ")),
     )
     .unwrap();
     let out = render(&[
@@ -160,34 +161,24 @@ fn entries_the_extension_cannot_run_or_the_kubelet_would_refuse_are_refused() {
         "--talos-version",
         "1.13",
         "--config",
-        foreign.to_str().unwrap(),
+        config.to_str().unwrap(),
     ]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     assert!(out.stdout.is_empty());
-    support::assert_says(
-        &text(&out.stderr),
+    support::assert_says(&text(&out.stderr), says);
+}
+
+#[test]
+fn entries_the_extension_cannot_run_or_the_kubelet_would_refuse_are_refused() {
+    refused_entry(
+        "name: ecr-credential-provider\napiVersion: credentialprovider.kubelet.k8s.io/v1\nmatchImages: [\"*.dkr.ecr.*.amazonaws.com\"]\ndefaultCacheDuration: 1h",
         &[
             "\"ecr-credential-provider\" names no binary in the Talos extension",
             "wi-credential-provider-aws",
         ],
     );
-    let broken = dir.path().join("broken.yaml");
-    std::fs::write(
-        &broken,
-        "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: wi-credential-provider-passthrough\n    apiVersion: credentialprovider.kubelet.k8s.io/v1\n    matchImages: [\"harbor.example.com\"]\n    defaultCacheDuration: 1h\n    tokenAttributes:\n      cacheType: Token\n      requireServiceAccount: true\n",
-    )
-    .unwrap();
-    let out = render(&[
-        "talos",
-        "--talos-version",
-        "1.13",
-        "--config",
-        broken.to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(out.stdout.is_empty());
-    support::assert_says(
-        &text(&out.stderr),
+    refused_entry(
+        "name: wi-credential-provider-passthrough\napiVersion: credentialprovider.kubelet.k8s.io/v1\nmatchImages: [\"harbor.example.com\"]\ndefaultCacheDuration: 1h\ntokenAttributes:\n  cacheType: Token\n  requireServiceAccount: true",
         &[
             "error(s) the kubelet would trip on",
             "serviceAccountTokenAudience",

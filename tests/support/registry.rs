@@ -228,22 +228,42 @@ impl Registry {
             .tempdir_in(self.dir.path())
             .expect("create OCI layout dir");
         write_oci_layout(layout.path(), repo, tag);
-        let digestfile = layout.path().join("pushed-digest");
-        let creds = format!("{}:{}", self.push_user, self.push_password);
         let source = format!("oci:{}:{tag}", layout.path().display());
+        self.copy_in(
+            &[],
+            &source,
+            &layout.path().join("pushed-digest"),
+            repo,
+            tag,
+        )
+    }
+
+    /// `skopeo copy` of `source` to `HOST/repo:tag` with the push
+    /// credentials (`extra` flags first); the digest the registry stores.
+    fn copy_in(
+        &self,
+        extra: &[&str],
+        source: &str,
+        digestfile: &Path,
+        repo: &str,
+        tag: &str,
+    ) -> String {
+        let creds = format!("{}:{}", self.push_user, self.push_password);
         let dest = format!("docker://{}/{repo}:{tag}", self.host);
-        self.skopeo(&[
-            "copy",
+        let mut args = vec!["copy"];
+        args.extend_from_slice(extra);
+        args.extend([
             "--dest-tls-verify=false",
             "--dest-creds",
             &creds,
             "--digestfile",
             digestfile.to_str().expect("UTF-8 temp path"),
-            &source,
+            source,
             &dest,
-        ])
-        .unwrap_or_else(|stderr| panic!("skopeo copy to {dest} failed:\n{stderr}"));
-        fs::read_to_string(&digestfile)
+        ]);
+        self.skopeo(&args)
+            .unwrap_or_else(|stderr| panic!("skopeo copy to {dest} failed:\n{stderr}"));
+        fs::read_to_string(digestfile)
             .expect("read skopeo's digest file")
             .trim()
             .to_owned()
@@ -253,27 +273,15 @@ impl Registry {
     /// as docs/release.md tells a user to (`skopeo copy --all
     /// --preserve-digests`); returns the digest the registry stores.
     pub fn push_oci_archive(&self, archive: &Path, repo: &str, tag: &str) -> String {
-        let digestfile = self.dir.path().join("pushed-archive-digest");
-        let creds = format!("{}:{}", self.push_user, self.push_password);
         let source = format!("oci-archive:{}", archive.display());
-        let dest = format!("docker://{}/{repo}:{tag}", self.host);
-        self.skopeo(&[
-            "copy",
-            "--all",
-            "--preserve-digests",
-            "--dest-tls-verify=false",
-            "--dest-creds",
-            &creds,
-            "--digestfile",
-            digestfile.to_str().expect("UTF-8 temp path"),
+        let digestfile = self.dir.path().join("pushed-archive-digest");
+        self.copy_in(
+            &["--all", "--preserve-digests"],
             &source,
-            &dest,
-        ])
-        .unwrap_or_else(|stderr| panic!("skopeo copy to {dest} failed:\n{stderr}"));
-        fs::read_to_string(&digestfile)
-            .expect("read skopeo's digest file")
-            .trim()
-            .to_owned()
+            &digestfile,
+            repo,
+            tag,
+        )
     }
 
     /// Fetches the manifest and config of `HOST/repo:tag` with `skopeo inspect --creds`.

@@ -40,7 +40,6 @@ use yaml_serde::{Mapping, Value};
 
 use super::merge::{self, Format, Replace};
 use crate::base::error::{Error, Result};
-use crate::commands::check_config::check::check_with;
 use crate::commands::check_config::isolation::KubeletFacts;
 use crate::inputs::Env;
 use crate::kubelet::configuration::Version;
@@ -494,52 +493,19 @@ fn object(kind: &str, name: &str, role: Option<&str>, spec: Value) -> Value {
 }
 
 /// check-config over the merged config, with a bin dir as the layered
-/// image has it: our names linked to this binary, the platform's own
-/// plugins present (stand-ins: their checks are the platform's).
+/// image has it: ours, and the platform's own plugins.
 fn check(config: &[u8], args: &Args, env: &Env) -> Result<()> {
-    let dir = super::stage::private_temp_dir("wicp-openshift")?;
-    let result = (|| {
-        let file = dir.join("credential-provider.yaml");
-        std::fs::write(&file, config).map_err(io)?;
-        let bin = dir.join("bin");
-        std::fs::create_dir(&bin).map_err(io)?;
-        let exe = std::env::current_exe().map_err(|e| {
-            Error::config(format!(
-                "cannot find this executable to check the entries: {e}"
-            ))
-        })?;
-        let ours = super::talos::extension_names();
-        let doc = merge::parse(config, &file)?;
-        for entry in merge::providers(&doc) {
-            let name = merge::entry_name(&entry);
-            if name.is_empty() || name.contains('/') {
-                continue;
-            }
-            if ours.iter().any(|n| n == name) {
-                crate::base::platform::symlink(&exe, &bin.join(name)).map_err(io)?;
-            } else {
-                crate::base::platform::write_executable(&bin.join(name), b"#!/bin/sh\nexit 1\n")
-                    .map_err(io)?;
-            }
-        }
-        let facts = KubeletFacts {
-            env: env.clone(),
-            config: None,
-            version: args.kubelet_version,
-        };
-        let report = check_with(&file, Some(&bin), &facts);
-        super::stage::errors_refused(
-            &report,
-            "the MachineConfig's CredentialProviderConfig",
-            "fix the entries, or pass --replace for a provider that overlaps ours",
-        )
-    })();
-    let _ = std::fs::remove_dir_all(&dir);
-    result
-}
-
-fn io(e: std::io::Error) -> Error {
-    Error::config(format!("cannot stage the config to check it: {e}"))
+    let facts = KubeletFacts {
+        env: env.clone(),
+        config: None,
+        version: args.kubelet_version,
+    };
+    super::stage::check_rendered(
+        config,
+        &facts,
+        "the MachineConfig's CredentialProviderConfig",
+        "fix the entries, or pass --replace for a provider that overlaps ours",
+    )
 }
 
 #[cfg(test)]

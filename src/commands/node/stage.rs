@@ -153,6 +153,49 @@ impl Stage {
     }
 }
 
+/// check-config over a CredentialProviderConfig rendered for a node
+/// system that installs it itself (Talos, OpenShift), with the plugin
+/// directory that system will have: this binary under each of our names
+/// the entries use, and a stand-in for any other (a platform's own plugin,
+/// whose checks are the platform's). `Err` as [`errors_refused`] says.
+pub(crate) fn check_rendered(
+    config: &[u8],
+    facts: &crate::commands::check_config::isolation::KubeletFacts,
+    shown_as: &str,
+    fix: &str,
+) -> Result<()> {
+    let dir = private_temp_dir("wicp-render")?;
+    let result = (|| {
+        let file = dir.join("credential-provider.yaml");
+        std::fs::write(&file, config).map_err(io)?;
+        let bin = dir.join("bin");
+        std::fs::create_dir(&bin).map_err(io)?;
+        let exe = std::env::current_exe().map_err(|e| {
+            Error::config(format!(
+                "cannot find this executable to check the entries: {e}"
+            ))
+        })?;
+        let ours = super::talos::extension_names();
+        let doc = super::merge::parse(config, &file)?;
+        for entry in super::merge::providers(&doc) {
+            let name = super::merge::entry_name(&entry);
+            if name.is_empty() || name.contains(['/', '\\']) || name.starts_with('.') {
+                continue;
+            }
+            if ours.iter().any(|n| n == name) {
+                crate::base::platform::symlink(&exe, &bin.join(name)).map_err(io)?;
+            } else {
+                crate::base::platform::write_executable(&bin.join(name), b"#!/bin/sh\nexit 1\n")
+                    .map_err(io)?;
+            }
+        }
+        let report = crate::commands::check_config::check::check_with(&file, Some(&bin), facts);
+        errors_refused(&report, shown_as, fix)
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
 /// `Ok` when check-config found no error in a config rendered for a node
 /// system; otherwise one line with the count and the first errors, the
 /// staged file shown as `shown_as` (its temporary path means nothing to

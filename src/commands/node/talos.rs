@@ -29,7 +29,6 @@ use yaml_serde::{Mapping, Value};
 
 use super::merge;
 use crate::base::error::{Error, Result};
-use crate::commands::check_config::check::check_with;
 use crate::commands::check_config::isolation::KubeletFacts;
 use crate::inputs::Env;
 use crate::kubelet::configuration::Version;
@@ -158,52 +157,34 @@ pub(crate) fn render(args: &Args, env: &Env) -> Result<String> {
 }
 
 /// The kubelet's checks and ours (check-config) of the config as Talos
-/// will write it, with a bin dir holding what the extension holds: the
-/// binary under every name the entries use.
+/// will write it, with a bin dir holding what the extension holds: an
+/// entry naming anything else is refused first.
 fn check(config: &Value, entries: &[Value], args: &Args, env: &Env) -> Result<()> {
-    let dir = super::stage::private_temp_dir("wicp-talos")?;
-    let result = (|| {
-        let file = dir.join("kubelet-credentialproviderconfig.yaml");
-        let bytes = merge::render(config, merge::Format::Yaml)?;
-        std::fs::write(&file, bytes).map_err(io)?;
-        let bin = dir.join("bin");
-        std::fs::create_dir(&bin).map_err(io)?;
-        let exe = std::env::current_exe().map_err(|e| {
-            Error::config(format!(
-                "cannot find this executable to check the entries: {e}"
-            ))
-        })?;
-        for entry in entries {
-            let name = merge::entry_name(entry);
-            if !extension_names().iter().any(|n| n == name) {
-                return Err(Error::config(format!(
-                    "provider entry {name:?} names no binary in the Talos extension, which holds {}",
-                    extension_names().join(", ")
-                ))
-                .fix(format!("name the entry {BINARY}-<provider>")));
-            }
-            crate::base::platform::symlink(&exe, &bin.join(name)).map_err(io)?;
-        }
-        let facts = KubeletFacts {
-            env: env.clone(),
-            config: None,
-            version: args
-                .kubelet_version
-                .or_else(|| args.talos_version.default_kubernetes()),
-        };
-        let report = check_with(&file, Some(&bin), &facts);
-        super::stage::errors_refused(
-            &report,
-            "the patch's CredentialProviderConfig",
-            "fix the entries (check-config shows them in full)",
-        )
-    })();
-    let _ = std::fs::remove_dir_all(&dir);
-    result
-}
-
-fn io(e: std::io::Error) -> Error {
-    Error::config(format!("cannot stage the config to check it: {e}"))
+    let names = extension_names();
+    if let Some(name) = entries
+        .iter()
+        .map(merge::entry_name)
+        .find(|name| !names.iter().any(|n| n == name))
+    {
+        return Err(Error::config(format!(
+            "provider entry {name:?} names no binary in the Talos extension, which holds {}",
+            names.join(", ")
+        ))
+        .fix(format!("name the entry {BINARY}-<provider>")));
+    }
+    let facts = KubeletFacts {
+        env: env.clone(),
+        config: None,
+        version: args
+            .kubelet_version
+            .or_else(|| args.talos_version.default_kubernetes()),
+    };
+    super::stage::check_rendered(
+        &merge::render(config, merge::Format::Yaml)?,
+        &facts,
+        "the patch's CredentialProviderConfig",
+        "fix the entries (check-config shows them in full)",
+    )
 }
 
 /// The names the extension installs in [`BIN_DIR`]: the binary, and a
