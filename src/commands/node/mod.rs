@@ -140,7 +140,8 @@ pub(crate) enum Command {
     /// credential-provider set-up. Exit 0 when nothing is, 1 otherwise.
     Doctor(doctor::Args),
     /// Print the configuration a node system that cannot be changed in
-    /// place takes instead (Talos: a machine-configuration patch).
+    /// place takes instead (Talos: a machine-configuration patch;
+    /// OpenShift: a MachineConfig and a MachineOSConfig), or RBAC.
     #[command(subcommand)]
     Render(Render),
     /// Do nothing until stopped: the installer DaemonSet's main container,
