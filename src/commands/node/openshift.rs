@@ -145,7 +145,7 @@ pub(crate) struct Args {
     pub(crate) image: String,
 
     /// Where On-Cluster Layering pushes the pool's image
-    /// (host[:port]/path/name:tag).
+    /// (`host[:port]/path/name:tag`).
     #[arg(long, value_name = "IMAGE:TAG")]
     pub(crate) push_spec: String,
 
