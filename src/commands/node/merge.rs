@@ -123,6 +123,21 @@ pub fn same_provider(a: &str, b: &str) -> bool {
     a == b || stem(a) == stem(b)
 }
 
+/// The names this binary runs under in a plugin directory it installs
+/// whole (the Talos extension, an OpenShift layered image): its own, and
+/// one per provider it carries, since the kubelet runs a plugin by its
+/// entry's name and the name picks the provider.
+pub(crate) fn plugin_names() -> Vec<String> {
+    let binary = crate::options::BINARY;
+    std::iter::once(binary.to_string())
+        .chain(
+            crate::version::providers()
+                .into_iter()
+                .map(|p| format!("{binary}-{p}")),
+        )
+        .collect()
+}
+
 /// A new, empty config document.
 pub fn empty_document() -> Value {
     let mut map = Mapping::new();

@@ -353,7 +353,7 @@ fn ignition_file(path: &str, mode: u32, bytes: &[u8]) -> Value {
 /// The Containerfile On-Cluster Layering builds: the binary from the
 /// release's image into the plugin directory, a link per provider.
 fn containerfile(image: &str) -> String {
-    let links: Vec<String> = super::talos::extension_names()
+    let links: Vec<String> = super::merge::plugin_names()
         .into_iter()
         .filter(|n| n != BINARY)
         .map(|n| format!("ln -s {BINARY} {BIN_DIR}/{n}"))

@@ -175,7 +175,7 @@ pub(crate) fn check_rendered(
                 "cannot find this executable to check the entries: {e}"
             ))
         })?;
-        let ours = super::talos::extension_names();
+        let ours = super::merge::plugin_names();
         let doc = super::merge::parse(config, &file)?;
         for entry in super::merge::providers(&doc) {
             let name = super::merge::entry_name(&entry);

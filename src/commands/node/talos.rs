@@ -160,7 +160,7 @@ pub(crate) fn render(args: &Args, env: &Env) -> Result<String> {
 /// will write it, with a bin dir holding what the extension holds: an
 /// entry naming anything else is refused first.
 fn check(config: &Value, entries: &[Value], args: &Args, env: &Env) -> Result<()> {
-    let names = extension_names();
+    let names = merge::plugin_names();
     if let Some(name) = entries
         .iter()
         .map(merge::entry_name)
@@ -185,19 +185,6 @@ fn check(config: &Value, entries: &[Value], args: &Args, env: &Env) -> Result<()
         "the patch's CredentialProviderConfig",
         "fix the entries (check-config shows them in full)",
     )
-}
-
-/// The names the extension installs in [`BIN_DIR`]: the binary, and a
-/// link per provider (the kubelet runs a plugin by its entry's name, and
-/// the name picks the provider).
-pub(crate) fn extension_names() -> Vec<String> {
-    std::iter::once(BINARY.to_string())
-        .chain(
-            crate::version::providers()
-                .into_iter()
-                .map(|p| format!("{BINARY}-{p}")),
-        )
-        .collect()
 }
 
 #[cfg(test)]
@@ -225,8 +212,8 @@ mod tests {
     }
 
     #[test]
-    fn the_extension_holds_a_name_per_provider() {
-        let names = extension_names();
+    fn the_plugin_names_hold_one_per_provider() {
+        let names = merge::plugin_names();
         assert_eq!(names[0], BINARY);
         for p in crate::providers::ALL {
             assert!(names.contains(&format!("{BINARY}-{}", p.name)), "{names:?}");
