@@ -200,27 +200,29 @@ impl Entries {
     }
 }
 
-/// `node render rbac`: the manifest, or one line saying why there is none.
-fn render_rbac(entries: &Entries) -> ExitCode {
-    let manifest = entries
-        .read()
-        .map(|list| rbac::manifest(&rbac::audiences(&list)));
-    match manifest {
-        Ok(text) if !text.is_empty() => crate::commands::report(&text, true),
-        Ok(_) => {
-            crate::base::log::error(
-                &crate::base::error::Error::config(
-                    "no entry has tokenAttributes: the kubelet requests no token, so needs no RBAC",
-                )
-                .context("node render rbac"),
-            );
-            ExitCode::FAILURE
-        }
-        Err(e) => {
-            crate::base::log::error(&e.context("node render rbac"));
-            ExitCode::FAILURE
-        }
+/// `node render`: the text on stdout, or nothing there and one line on
+/// stderr saying why none can be made.
+fn render(what: &Render, env: &Env) -> ExitCode {
+    let (command, rendered) = match what {
+        Render::Talos(args) => ("node render talos", talos::render(args, env)),
+        Render::Openshift(args) => ("node render openshift", openshift::render(args, env)),
+        Render::Rbac(entries) => ("node render rbac", render_rbac(entries)),
+    };
+    match rendered {
+        Ok(text) => crate::commands::report_change(command, &text, None),
+        Err(e) => crate::commands::report_change(command, "", Some(&e)),
     }
+}
+
+/// The RBAC manifest for the entries' audiences.
+fn render_rbac(entries: &Entries) -> crate::base::error::Result<String> {
+    let manifest = rbac::manifest(&rbac::audiences(&entries.read()?));
+    if manifest.is_empty() {
+        return Err(crate::base::error::Error::config(
+            "no entry has tokenAttributes: the kubelet requests no token, so needs no RBAC",
+        ));
+    }
+    Ok(manifest)
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -245,9 +247,7 @@ pub(crate) fn run(command: &Command, env: &Env) -> ExitCode {
         Command::Install(args) => install::run(args, env),
         Command::Uninstall(args) => uninstall::run(args),
         Command::Doctor(args) => doctor::run(args, env),
-        Command::Render(Render::Talos(args)) => talos::run(args, env),
-        Command::Render(Render::Openshift(args)) => openshift::run(args, env),
-        Command::Render(Render::Rbac(entries)) => render_rbac(entries),
+        Command::Render(what) => render(what, env),
         Command::Wait => wait(),
         Command::HostExec(args) => host_exec(args),
     }

@@ -33,7 +33,6 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use base64::Engine as _;
 use yaml_serde::{Mapping, Value};
@@ -172,17 +171,6 @@ pub(crate) struct Args {
     pub(crate) kubelet_version: Option<Version>,
 }
 
-/// Prints the two objects, or one line saying why they cannot be made.
-pub(crate) fn run(args: &Args, env: &Env) -> ExitCode {
-    match render(args, env) {
-        Ok(text) => crate::commands::report(&text, true),
-        Err(e) => {
-            crate::base::log::error(&e.context("node render openshift"));
-            ExitCode::FAILURE
-        }
-    }
-}
-
 /// A DNS-1123 subdomain, as Kubernetes names objects: lowercase letters,
 /// digits, `-` and `.`, starting and ending with a letter or digit.
 fn is_subdomain(name: &str) -> bool {
@@ -252,32 +240,43 @@ fn is_push_spec(spec: &str) -> bool {
 }
 
 fn check_names(args: &Args) -> Result<()> {
-    if !is_subdomain(&args.pool) || args.pool.len() > 200 {
-        return Err(Error::config(format!("--pool {:?} is not a MachineConfigPool name", args.pool))
-            .fix("pass the pool's name as `oc get machineconfigpool` lists it (lowercase letters, digits, '-' and '.')"));
+    // (valid, flag, value, what it must be, how to fix it)
+    let checks = [
+        (
+            is_subdomain(&args.pool) && args.pool.len() <= 200,
+            "--pool",
+            &args.pool,
+            "a MachineConfigPool name",
+            "pass the pool's name as `oc get machineconfigpool` lists it (lowercase letters, digits, '-' and '.')",
+        ),
+        (
+            is_pinned_image(&args.image),
+            "--image",
+            &args.image,
+            "an image pinned by digest",
+            "pass the release's node image as registry/path/wi-credential-provider@sha256:<the .digest file's 64 hex digits>",
+        ),
+        (
+            is_push_spec(&args.push_spec),
+            "--push-spec",
+            &args.push_spec,
+            "where On-Cluster Layering can push",
+            "pass host[:port]/path/name:tag, as a MachineOSConfig's renderedImagePushSpec",
+        ),
+        (
+            is_subdomain(&args.push_secret),
+            "--push-secret",
+            &args.push_secret,
+            "a secret name",
+            "pass the name of the push secret in openshift-machine-config-operator",
+        ),
+    ];
+    match checks.into_iter().find(|check| !check.0) {
+        Some((_, flag, value, what, fix)) => {
+            Err(Error::config(format!("{flag} {value:?} is not {what}")).fix(fix))
+        }
+        None => Ok(()),
     }
-    if !is_pinned_image(&args.image) {
-        return Err(Error::config(format!(
-            "--image {:?} is not an image pinned by digest",
-            args.image
-        ))
-        .fix("pass the release's node image as registry/path/wi-credential-provider@sha256:<the .digest file's 64 hex digits>"));
-    }
-    if !is_push_spec(&args.push_spec) {
-        return Err(Error::config(format!(
-            "--push-spec {:?} is not where On-Cluster Layering can push",
-            args.push_spec
-        ))
-        .fix("pass host[:port]/path/name:tag, as a MachineOSConfig's renderedImagePushSpec"));
-    }
-    if !is_subdomain(&args.push_secret) {
-        return Err(Error::config(format!(
-            "--push-secret {:?} is not a secret name",
-            args.push_secret
-        ))
-        .fix("pass the name of the push secret in openshift-machine-config-operator"));
-    }
-    Ok(())
 }
 
 /// The config file the kubelet reads on this platform, and its bytes with

@@ -200,7 +200,7 @@ pub(crate) fn check_rendered(
 /// system; otherwise one line with the count and the first errors, the
 /// staged file shown as `shown_as` (its temporary path means nothing to
 /// the admin).
-pub(crate) fn errors_refused(
+fn errors_refused(
     report: &crate::commands::check_config::check::Report,
     shown_as: &str,
     fix: &str,

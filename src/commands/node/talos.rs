@@ -23,7 +23,6 @@
 //!   1.36.0 in v1.13, 1.37 in v1.14.
 
 use std::fmt::Write as _;
-use std::process::ExitCode;
 
 use yaml_serde::{Mapping, Value};
 
@@ -39,9 +38,9 @@ pub(crate) const BIN_DIR: &str = "/usr/local/lib/kubelet/credentialproviders";
 
 /// The oldest Talos whose default Kubernetes (1.34) passes service
 /// account tokens to plugins with KEP-4412 beta on by default.
-const OLDEST: (u64, u64) = (1, 11);
+const OLDEST: TalosVersion = TalosVersion(1, 11);
 /// The first Talos with the `KubeCredentialProviderConfig` document.
-const DOCUMENT_FROM: (u64, u64) = (1, 14);
+const DOCUMENT_FROM: TalosVersion = TalosVersion(1, 14);
 
 #[derive(clap::Args, Clone, Debug)]
 pub(crate) struct Args {
@@ -77,7 +76,7 @@ fn parse_talos(text: &str) -> std::result::Result<TalosVersion, String> {
     let (Some(major), Some(minor)) = (number(parts.next()), number(parts.next())) else {
         return Err(format!("{text:?} is not a Talos version such as v1.13"));
     };
-    if (major, minor) < OLDEST {
+    if TalosVersion(major, minor) < OLDEST {
         return Err(format!(
             "Talos {text} is too old: its Kubernetes does not pass service account tokens to \
              plugins; v1.11 (Kubernetes 1.34) is the oldest"
@@ -95,17 +94,6 @@ impl TalosVersion {
     }
 }
 
-/// Prints the patch, or one line saying why none can be made.
-pub(crate) fn run(args: &Args, env: &Env) -> ExitCode {
-    match render(args, env) {
-        Ok(text) => crate::commands::report(&text, true),
-        Err(e) => {
-            crate::base::log::error(&e.context("node render talos"));
-            ExitCode::FAILURE
-        }
-    }
-}
-
 /// The patch for `args`, after the kubelet's own checks of its
 /// CredentialProviderConfig pass with the extension's names.
 pub(crate) fn render(args: &Args, env: &Env) -> Result<String> {
@@ -115,8 +103,7 @@ pub(crate) fn render(args: &Args, env: &Env) -> Result<String> {
         list.extend(entries.iter().cloned());
     }
     check(&config, &entries, args, env)?;
-    let document = args.talos_version >= TalosVersion(DOCUMENT_FROM.0, DOCUMENT_FROM.1)
-        && !args.machine_kubelet;
+    let document = args.talos_version >= DOCUMENT_FROM && !args.machine_kubelet;
     let patch = if document {
         let mut doc = Mapping::new();
         doc.insert("apiVersion".into(), "v1alpha1".into());
