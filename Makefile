@@ -46,7 +46,7 @@ demo: build
 # end to end, the Windows build under Wine, the release's artefacts, plus
 # formatting and lints.
 test: lint
-	$(CARGO) test --locked --all-targets
+	$(CARGO) test --locked --workspace --all-targets
 	$(MAKE) test-windows
 	$(MAKE) test-release
 	$(MAKE) fuzz
@@ -58,14 +58,14 @@ test-windows:
 	env $$(bash tests/windows/setup.sh) $(CARGO) test --locked --test tests windows:: -- --ignored
 
 unit:
-	$(CARGO) test --locked --lib
+	$(CARGO) test --locked --workspace --lib
 
 lint:
 	$(CARGO) fmt --check
 	$(CARGO) fmt --check --manifest-path fuzz/Cargo.toml
-	$(CARGO) clippy --locked --all-targets -- -D warnings
-	$(CARGO) clippy --locked --target x86_64-pc-windows-gnu -- -D warnings
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --locked --no-deps --document-private-items
+	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --locked --workspace --target x86_64-pc-windows-gnu -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --locked --workspace --no-deps --document-private-items
 
 fmt:
 	$(CARGO) fmt

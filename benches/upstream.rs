@@ -17,7 +17,7 @@
 //!   `--ca-file`), as most nodes run: `SSL_CERT_FILE` names
 //!   `DIR/system.pem`, the system's bundle with the test CA appended, which
 //!   the plugin loads, prepares and checks exactly as it does the system's
-//!   own bundle (one path for both in src/net/trust.rs);
+//!   own bundle (one path for both in crates/net/src/trust.rs);
 //!
 //! then prints `ready`, and serves until its stdin closes. It then prints how
 //! many requests each fake served; a fake that saw a request the real

@@ -110,6 +110,9 @@ sbom() {
   cargo cyclonedx --quiet --format json --spec-version 1.5 --target "$target" \
     --no-build-deps --override-filename "wicp-sbom-$target"
   mv "wicp-sbom-$target.json" "${dist}/${name}.cdx.json"
+  # cargo cyclonedx writes one per workspace member; the binary's (above)
+  # already lists the layer crates and everything they pull in.
+  rm -f crates/*/"wicp-sbom-$target.json"
 }
 
 # build TARGET ARCH: builds, checks the result is a static executable for

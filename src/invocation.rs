@@ -9,11 +9,12 @@ use std::process::ExitCode;
 
 use clap::{FromArgMatches, Subcommand};
 
-use crate::base::log;
 use crate::commands::{self, Command};
-use crate::inputs::{Env, Inputs};
 use crate::options::{self, CommandLine};
-use crate::{providers, serve, version};
+use crate::{serve, version};
+use wicp_base::log;
+use wicp_net::inputs::{Env, Inputs};
+use wicp_providers as providers;
 
 /// Runs the binary on the process's command line and environment.
 pub fn run() -> ExitCode {

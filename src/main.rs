@@ -1,6 +1,8 @@
 //! The binary: the allocator, and [`wi_credential_provider::run`], which
 //! does everything else.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 /// x86_64 Linux builds allocate with dlmalloc: a hit's allocations share

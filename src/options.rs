@@ -13,12 +13,12 @@ pub(crate) use clap::ArgMatches;
 use clap::builder::PossibleValue;
 use clap::{CommandFactory, FromArgMatches, Parser};
 
-use crate::base::duration;
-use crate::base::error::{Error, Result};
-use crate::base::log::{Format, Level};
-use crate::cache;
+use wicp_base::duration;
+use wicp_base::error::{Error, Result};
+use wicp_base::log::{Format, Level};
+use wicp_providers::cache;
 
-use crate::providers::{self, Provider};
+use wicp_providers::{self as providers, Provider};
 
 /// The binary's name; `<this>-aws`, `<this>-azure` ... select a provider.
 pub const BINARY: &str = "wi-credential-provider";
@@ -90,10 +90,10 @@ pub(crate) struct Options {
     /// service_account, outcome, kind, cache, duration_seconds, upstream_status,
     /// fix). Masking applies to both. Default: text.
     #[arg(long, value_enum, value_name = "FORMAT", env = "WICP_LOG_FORMAT")]
-    log_format: Option<crate::base::log::Format>,
+    log_format: Option<wicp_base::log::Format>,
 
     #[command(flatten)]
-    pub(crate) observe: crate::observe::Options,
+    pub(crate) observe: wicp_net::observe::Options,
 
     #[command(flatten)]
     pub(crate) registries: providers::allowlist::Options,
@@ -105,7 +105,7 @@ pub(crate) struct Options {
     pub(crate) mirrors: providers::mirror::Options,
 
     #[command(flatten)]
-    pub(crate) identity: crate::spiffe::Options,
+    pub(crate) identity: wicp_providers::spiffe::Options,
 
     #[command(flatten)]
     pub(crate) cache: cache::Options,
@@ -357,7 +357,7 @@ impl CommandLine {
     pub fn build(
         &self,
         provider: &'static Provider,
-        inputs: &crate::inputs::Inputs,
+        inputs: &wicp_net::inputs::Inputs,
     ) -> Result<Box<dyn providers::Exchanger>> {
         let Some((_, own)) = self.own.iter().find(|(p, _)| *p == provider) else {
             return Err(Error::internal(format!(
@@ -416,7 +416,7 @@ pub(crate) fn provider_from_program_name(arg0: &OsStr) -> Option<&'static Provid
     // Windows finds the file in any case, so the name means the same in
     // any case there.
     let lowered;
-    let name = if crate::base::platform::NAMES_IGNORE_CASE {
+    let name = if wicp_base::platform::NAMES_IGNORE_CASE {
         lowered = name.to_ascii_lowercase();
         lowered.as_str()
     } else {
@@ -452,7 +452,7 @@ pub(crate) fn env_names() -> Vec<String> {
 pub fn parse_as(
     name: &str,
     args: &[String],
-    env: &crate::inputs::Env,
+    env: &wicp_net::inputs::Env,
 ) -> std::result::Result<CommandLine, clap::Error> {
     let command = command().mut_args(|arg| {
         let value = arg
@@ -636,7 +636,7 @@ mod tests {
         let (command, carried) = serving_command(&args, &[]).unwrap();
         let matches = command.try_get_matches_from(&args).unwrap();
         let line = CommandLine::read(&args[0], matches, &carried).unwrap();
-        let inputs = crate::inputs::Inputs::new(crate::inputs::Env::default(), None, None);
+        let inputs = wicp_net::inputs::Inputs::new(wicp_net::inputs::Env::default(), None, None);
         let vault = Provider::find("vault").unwrap();
         let e = line.build(vault, &inputs).err().unwrap();
         assert!(

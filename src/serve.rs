@@ -13,23 +13,23 @@ use std::io::Write;
 
 use std::time::Instant;
 
-use crate::base::deadline::Deadline;
-use crate::base::duration;
-use crate::base::error::{Error, Result, quote};
-use crate::base::log::{self, Level};
-use crate::cache::{self, Cache, KeyInputs, Origin, Stored};
-use crate::inputs::Inputs;
-use crate::kubelet::matching;
-use crate::observe::{self, Identity, Outcome, Record};
 use crate::options::{self, CommandLine};
-use crate::providers::fallback::Whose;
-use crate::providers::mirror::Rule;
-use crate::providers::route;
-use crate::providers::{Context, Exchanger, Plan, Provider};
-use crate::request::image::ImageRef;
-use crate::request::protocol::{self, Response};
-use crate::request::stdin;
-use crate::request::token::ServiceAccountToken;
+use wicp_base::deadline::Deadline;
+use wicp_base::duration;
+use wicp_base::error::{Error, Result, quote};
+use wicp_base::log::{self, Level};
+use wicp_kubelet::config::matching;
+use wicp_kubelet::request::image::ImageRef;
+use wicp_kubelet::request::protocol::{self, Response};
+use wicp_kubelet::request::stdin;
+use wicp_kubelet::request::token::ServiceAccountToken;
+use wicp_net::inputs::Inputs;
+use wicp_net::observe::{self, Identity, Outcome, Record};
+use wicp_providers::cache::{self, Cache, KeyInputs, Origin, Stored};
+use wicp_providers::fallback::Whose;
+use wicp_providers::mirror::Rule;
+use wicp_providers::route;
+use wicp_providers::{Context, Exchanger, Plan, Provider};
 
 /// The line a failure ends with: what failed, and for which provider,
 /// service account and registry, as far as `record` got.
@@ -58,7 +58,7 @@ fn failure(record: &Record, error: &str) -> String {
     // obtained; log::write redacts again, this keeps the line safe
     // wherever it goes.
     let line = format!("{} failed: {error}", about.join(", "));
-    crate::base::redact::redact(&line).replace(['\n', '\r'], " ")
+    wicp_base::redact::redact(&line).replace(['\n', '\r'], " ")
 }
 
 /// What the JSON log lines carry about this invocation.
@@ -74,7 +74,7 @@ fn log_subject(record: &Record) -> log::Subject {
 /// binary. `line` is its command line, parsed once. Returns the exit
 /// status: 0 with a response written to stdout, 1 without. With
 /// `--metrics-dir` or `--audit-log`, the invocation is recorded after the
-/// response is written ([`crate::observe`]).
+/// response is written ([`wicp_net::observe`]).
 pub(crate) fn run(line: &CommandLine, inputs: &Inputs) -> u8 {
     let options = &line.options;
     let mut record = Record::new(Instant::now());
@@ -149,7 +149,7 @@ impl Prepared<'_> {
 /// With a mirror rule (`mirrored`: the rule and the image as the kubelet
 /// asked for it), `image` is the image on the mirror: everything above is
 /// done for it, and the plan is then keyed by the rule's source registry,
-/// which the kubelet matched ([`mirror`](crate::providers::mirror)).
+/// which the kubelet matched ([`mirror`](wicp_providers::mirror)).
 pub fn prepare<'a>(
     exchanger: &'a dyn Exchanger,
     audience: Option<&str>,
@@ -184,7 +184,7 @@ pub fn prepare<'a>(
     if let Some((rule, asked)) = mirrored {
         key_by_source(&mut plan, rule, asked);
     }
-    crate::base::log::debug!("plan: {plan:?}");
+    wicp_base::log::debug!("plan: {plan:?}");
     Ok(Prepared { audiences, plan })
 }
 
@@ -213,13 +213,13 @@ fn scope_to_allowlist(exchanger: &dyn Exchanger, image: &ImageRef, plan: &mut Pl
     match allowlist.scope(image) {
         Some(path) if !path.is_empty() => {
             plan.auth_key = format!("{}{path}", image.registry());
-            plan.cache_key_type = crate::request::protocol::CacheKeyType::Image;
+            plan.cache_key_type = wicp_kubelet::request::protocol::CacheKeyType::Image;
         }
         _ => {}
     }
 }
 
-/// Reads the request under the deadline (see [`crate::request::stdin`] for how),
+/// Reads the request under the deadline (see [`wicp_kubelet::request::stdin`] for how),
 /// so that a writer that never closes stdin does not hang the plugin until
 /// the kubelet kills it.
 fn read_request_within(deadline: &Deadline) -> Result<protocol::Request> {
@@ -370,7 +370,7 @@ fn identity(
         &exchanger.audiences(),
         exchanger.provider().name(),
     )?;
-    let svid = crate::spiffe::present(&spiffe, &audience, kubelet, deadline)?;
+    let svid = wicp_providers::spiffe::present(&spiffe, &audience, kubelet, deadline)?;
     Ok((Some(svid), Some(audience)))
 }
 
@@ -409,7 +409,7 @@ struct Received<'m> {
 /// learnt, so that a failure names what was known.
 fn receive<'m>(
     choice: Option<&'static Provider>,
-    mirrors: &'m crate::providers::mirror::Options,
+    mirrors: &'m wicp_providers::mirror::Options,
     deadline: &Deadline,
     record: &mut Record,
 ) -> Result<Received<'m>> {
@@ -459,7 +459,7 @@ fn cache_key(
     annotations: &BTreeMap<String, String>,
 ) -> cache::Key {
     let key_inputs = prepared.key_inputs(token, annotations);
-    crate::base::log::debug!(
+    wicp_base::log::debug!(
         "cache key text:\n{}",
         cache::key::canonical(&key_inputs).trim_end()
     );
@@ -470,7 +470,7 @@ fn cache_key(
 /// it, else exchanged (and stored there, when `cached`). The exchange is
 /// timed into `took` for the metrics, success or failure.
 fn obtain(
-    exchange: crate::providers::Exchange<'_>,
+    exchange: wicp_providers::Exchange<'_>,
     cached: Option<(&Cache, &cache::Key, cache::Subject<'_>)>,
     deadline: &Deadline,
     took: &mut Option<std::time::Duration>,
@@ -503,7 +503,7 @@ fn kubelet_cache_duration(
     let cache_duration =
         cache::kubelet_cache_duration(duration::unix_now(), created_at, expires_at, max);
     if cache_duration.is_zero() {
-        crate::base::log::warning!(
+        wicp_base::log::warning!(
             "the credential for {registry} expires at {}, too soon to cache; the kubelet will ask again on the next pull",
             duration::format_unix(expires_at)
         );
@@ -527,7 +527,7 @@ fn note_identity(record: &mut Record, provider: &Provider, plan: &Plan<'_>, obse
 fn whose(identity: &Whose, record: &Record) -> String {
     match identity {
         Whose::Node { why } => {
-            crate::base::log::debug!("node identity: {why}");
+            wicp_base::log::debug!("node identity: {why}");
             "the node's identity".to_string()
         }
         Whose::ServiceAccount => record
@@ -581,10 +581,7 @@ fn log_success(mut text: String, outcome: Outcome, cache_words: &'static str, re
 
 /// The plan's inputs that name the identity used, as the provider
 /// declares them ([`Provider::identity_inputs`]), for the audit log.
-fn principal(
-    provider: &Provider,
-    plan: &crate::providers::Plan<'_>,
-) -> Vec<(&'static str, String)> {
+fn principal(provider: &Provider, plan: &wicp_providers::Plan<'_>) -> Vec<(&'static str, String)> {
     plan.inputs
         .iter()
         .filter(|(name, _)| provider.identity_inputs.contains(name))
@@ -595,8 +592,8 @@ fn principal(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::base::secret::Secret;
-    use crate::request::protocol::CacheKeyType;
+    use wicp_base::secret::Secret;
+    use wicp_kubelet::request::protocol::CacheKeyType;
 
     /// A command line that configures every provider, parsed by the
     /// binary's own parser.
@@ -625,13 +622,16 @@ mod tests {
     }
 
     fn command_line(args: &[String]) -> CommandLine {
-        options::parse_as(options::BINARY, args, &crate::inputs::Env::default()).unwrap()
+        options::parse_as(options::BINARY, args, &wicp_net::inputs::Env::default()).unwrap()
     }
 
     fn any_token() -> ServiceAccountToken {
         let claims = r#"{"aud":["harbor.example.com","open.example.com","cgr.dev","issuer.enforce.dev","sts.amazonaws.com","api://AzureADTokenExchange","my-project.svc.id.goog"],"exp":5000,"iat":1000,"iss":"https://issuer.example","sub":"system:serviceaccount:team:api","kubernetes.io":{"namespace":"team","serviceaccount":{"name":"api","uid":"u-1"}}}"#;
         ServiceAccountToken::decode(
-            Secret::new(crate::request::token::jwt(r#"{"alg":"RS256"}"#, claims)),
+            Secret::new(wicp_kubelet::request::token::jwt(
+                r#"{"alg":"RS256"}"#,
+                claims,
+            )),
             2000,
         )
         .unwrap()
@@ -687,7 +687,7 @@ mod tests {
             ]
             .map(String::from),
         );
-        for provider in crate::providers::ALL {
+        for provider in wicp_providers::ALL {
             let declared: Vec<String> =
                 provider.annotations.iter().map(|k| k.to_string()).collect();
             let read = defaults.build(provider, &inputs).unwrap().annotation_keys();
@@ -728,20 +728,16 @@ mod tests {
             long.as_str(),
         ];
         let mut keys_checked = 0;
-        for provider in crate::providers::ALL {
+        for provider in wicp_providers::ALL {
             let exchanger = matches.build(provider, &inputs).unwrap();
             let image = images.iter().find(|i| exchanger.serves(i)).unwrap();
             for key in exchanger.annotation_keys() {
                 for value in bad {
-                    let annotations = crate::providers::annotations(&[(key.as_str(), value)]);
+                    let annotations = wicp_providers::annotations(&[(key.as_str(), value)]);
                     let error = prepare_v1(exchanger.as_ref(), image, &token, &annotations)
                         .err()
                         .unwrap_or_else(|| panic!("{provider}: {key}={value:?} was accepted"));
-                    assert_eq!(
-                        error.kind(),
-                        crate::base::error::Kind::Annotation,
-                        "{error}"
-                    );
+                    assert_eq!(error.kind(), wicp_base::error::Kind::Annotation, "{error}");
                     assert!(error.to_string().contains(&key), "{error}");
                 }
                 keys_checked += 1;
@@ -752,13 +748,13 @@ mod tests {
 
     /// Every provider whose registries are the admin's choice, present and
     /// future, gets a path-scoped `--registry` right: this walks
-    /// [`crate::providers::ALL`], so a new provider is in it without
+    /// [`wicp_providers::ALL`], so a new provider is in it without
     /// anyone remembering to add it.
     #[test]
     fn a_path_scoped_registry_scopes_every_allowlisted_providers_answer() {
         let matches = every_provider(&["harbor.example.com/team-a", "open.example.com"]);
         let inputs = Inputs::default();
-        let annotations = crate::providers::annotations(&[
+        let annotations = wicp_providers::annotations(&[
             ("wi-credential-provider.io/quay-robot", "acme+puller"),
             ("wi-credential-provider.io/cloudsmith-service", "puller"),
             ("wi-credential-provider.io/vault-secret", "team-a/pull"),
@@ -771,7 +767,7 @@ mod tests {
         let scoped = ImageRef::parse("harbor.example.com/team-a/app:v1").unwrap();
         let open = ImageRef::parse("open.example.com/team-b/app:v1").unwrap();
         let mut checked = Vec::new();
-        for provider in crate::providers::ALL.iter().filter(|p| p.auto.is_none()) {
+        for provider in wicp_providers::ALL.iter().filter(|p| p.auto.is_none()) {
             let exchanger = matches.build(provider, &inputs).unwrap();
             assert!(
                 exchanger.allowlist().is_some(),
@@ -822,7 +818,7 @@ mod tests {
         };
         let inputs = Inputs::default();
         let token = any_token();
-        let annotations = crate::providers::annotations(&[
+        let annotations = wicp_providers::annotations(&[
             (
                 "eks.amazonaws.com/role-arn",
                 "arn:aws:iam::123456789012:role/pull",
@@ -849,7 +845,7 @@ mod tests {
         ]);
         let no_annotations = BTreeMap::new();
         let images = one_image_per_provider();
-        for provider in crate::providers::ALL {
+        for provider in wicp_providers::ALL {
             let mut used = Vec::new();
             let exchanger = with_node.build(provider, &inputs).unwrap();
             let image = images.iter().find(|i| exchanger.serves(i)).unwrap();
@@ -900,13 +896,13 @@ mod tests {
         let error =
             Error::upstream("upstream echoed opaque-registered-secret-value\nback").fix("do x");
         record.provider = Some("passthrough");
-        record.service_account = Some(crate::request::token::ServiceAccount {
+        record.service_account = Some(wicp_kubelet::request::token::ServiceAccount {
             namespace: "team".into(),
             name: "api".into(),
             uid: "u".into(),
         });
         record.registry = Some("reg.io".into());
-        let _token = crate::base::secret::Secret::new("opaque-registered-secret-value");
+        let _token = wicp_base::secret::Secret::new("opaque-registered-secret-value");
         let line = failure_line(&record, &error);
         assert_eq!(
             line,

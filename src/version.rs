@@ -4,7 +4,7 @@
 
 use std::sync::LazyLock;
 
-use crate::providers;
+use wicp_providers as providers;
 
 /// The crate version.
 pub(crate) const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -35,4 +35,15 @@ static VERSION_LINE: LazyLock<String> = LazyLock::new(|| {
 /// `0.1.0 (commit 5d9f861abcde, providers: aws, azure, gcp, passthrough)`.
 pub(crate) fn line() -> &'static str {
     VERSION_LINE.as_str()
+}
+
+/// The names this binary runs under in a plugin directory it installs
+/// whole (the Talos extension, an OpenShift layered image): its own, and
+/// one per provider it carries, since the kubelet runs a plugin by its
+/// entry's name and the name picks the provider.
+pub(crate) fn plugin_names() -> Vec<String> {
+    let binary = crate::options::BINARY;
+    std::iter::once(binary.to_string())
+        .chain(providers().into_iter().map(|p| format!("{binary}-{p}")))
+        .collect()
 }

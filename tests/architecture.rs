@@ -1,17 +1,123 @@
-//! The shape of the source tree, checked: the top-level modules of `src/`
-//! depend on each other in one direction only (request -> token -> route
-//! -> provider -> cache -> response, commands on top, shared pieces
-//! below). A cycle among them is how a layout starts to rot (the old
-//! `cli`/`config`/`explain` circle), so `cargo test` refuses one, at every
-//! depth: the children of `commands::node` or `providers::azure` may not
-//! use each other in a circle either (`doctor` and `observed` once did).
+//! The shape of the source tree, checked where the compiler cannot.
 //!
-//! Dependencies are read from the source text: every `crate::name` path,
-//! including `use crate::{a, b::c}` groups, in every file below
-//! `src/<name>`. Test modules count too; comments do not.
+//! The layers are crates (wicp-base <- wicp-kubelet <- wicp-net <-
+//! wicp-providers <- the binary), so an import that reaches up does not
+//! compile: no test here reads `use` paths to catch one. What is left:
+//! that the manifests keep the layer order and keep the OS bindings in the
+//! base crate, that no two modules of one crate use each other in a circle
+//! at any depth (the old `cli`/`config`/`explain` circle; `doctor` and
+//! `observed` once did), few long functions, OS differences and `unsafe`
+//! in the platform layer only, and every test file compiled.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+
+/// The layers, lowest first: each crate's directory and package name. A
+/// crate may depend only on those before it.
+const LAYERS: [(&str, &str); 5] = [
+    ("crates/base", "wicp-base"),
+    ("crates/kubelet", "wicp-kubelet"),
+    ("crates/net", "wicp-net"),
+    ("crates/providers", "wicp-providers"),
+    (".", "wi-credential-provider"),
+];
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The `src/` of every crate of the workspace, lowest layer first.
+fn source_roots() -> Vec<PathBuf> {
+    LAYERS
+        .iter()
+        .map(|(dir, _)| repo().join(dir).join("src"))
+        .collect()
+}
+
+/// Every Rust file of every crate's `src/`.
+fn all_rust_files() -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for src in source_roots() {
+        rust_files(&src, &mut files);
+    }
+    files
+}
+
+/// The dependency names of a manifest's `[dependencies]` and
+/// `[target.*.dependencies]` tables (not dev-dependencies: a test may
+/// reach anything), with the table each was found in.
+fn dependencies(manifest: &str) -> Vec<(String, String)> {
+    let mut table = String::new();
+    let mut found = Vec::new();
+    for line in manifest.lines() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            table = line.to_string();
+        } else if (table == "[dependencies]"
+            || (table.starts_with("[target.") && table.ends_with(".dependencies]")))
+            && !line.starts_with('#')
+            && let Some((name, _)) = line.split_once(['=', '.'])
+        {
+            let name = name.trim();
+            if !name.is_empty() {
+                found.push((table.clone(), name.to_string()));
+            }
+        }
+    }
+    found
+}
+
+/// Cargo refuses a circle between crates, not a dependency that points up
+/// the layers (base using net would compile if net did not use base). The
+/// manifests keep the order; a workspace member outside it fails here.
+#[test]
+fn each_crate_depends_only_on_the_layers_below() {
+    let members: BTreeSet<String> = std::fs::read_dir(repo().join("crates"))
+        .unwrap()
+        .map(|e| format!("crates/{}", e.unwrap().file_name().to_string_lossy()))
+        .collect();
+    let layered: BTreeSet<String> = LAYERS[..4].iter().map(|(d, _)| d.to_string()).collect();
+    assert_eq!(members, layered, "every crate has its place in LAYERS");
+    for (at, (dir, package)) in LAYERS.iter().enumerate() {
+        let manifest = std::fs::read_to_string(repo().join(dir).join("Cargo.toml")).unwrap();
+        assert!(manifest.contains(&format!("name = \"{package}\"")), "{dir}");
+        for (_, name) in dependencies(&manifest) {
+            if let Some(layer) = LAYERS.iter().position(|(_, p)| *p == name) {
+                assert!(
+                    layer < at,
+                    "{package} depends on {name}, a layer above or beside it"
+                );
+            }
+        }
+    }
+}
+
+/// The OS bindings belong to the platform layer: only wicp-base names
+/// libc, rustix, mio or windows-sys as a dependency, so no other crate can
+/// call the system directly.
+#[test]
+fn only_the_base_crate_binds_the_operating_system() {
+    const BINDINGS: [&str; 4] = ["libc", "rustix", "mio", "windows-sys"];
+    for (dir, package) in &LAYERS[1..] {
+        let manifest = std::fs::read_to_string(repo().join(dir).join("Cargo.toml")).unwrap();
+        for (table, name) in dependencies(&manifest) {
+            assert!(
+                !BINDINGS.contains(&name.as_str()),
+                "{package} depends on {name} ({table}); only wicp-base may"
+            );
+        }
+    }
+    let base = std::fs::read_to_string(repo().join("crates/base/Cargo.toml")).unwrap();
+    let names: Vec<String> = dependencies(&base).into_iter().map(|(_, n)| n).collect();
+    assert!(names.iter().any(|n| n == "rustix"), "{names:?}");
+    assert_eq!(
+        dependencies("[dependencies]\na.workspace = true\n# b = 1\nc = { path = \"x\" }\n[dev-dependencies]\nd = 1\n[target.'cfg(unix)'.dependencies]\ne = 2\n")
+            .into_iter()
+            .map(|(_, n)| n)
+            .collect::<Vec<_>>(),
+        ["a", "c", "e"]
+    );
+}
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
@@ -22,90 +128,6 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
             out.push(path);
         }
     }
-}
-
-/// The top-level module a file belongs to: `src/providers/aws/sdk.rs` is
-/// in `providers`, `src/serve.rs` in `serve`.
-fn top_module(src: &Path, file: &Path) -> Option<String> {
-    let first = file.strip_prefix(src).ok()?.components().next()?;
-    let name = first.as_os_str().to_str()?;
-    Some(name.trim_end_matches(".rs").to_string())
-}
-
-/// The first path segment of each item in `crate::...` paths of `text`.
-fn crate_paths(text: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    for line in text.lines() {
-        let code = line.trim_start();
-        if code.starts_with("//") {
-            continue;
-        }
-        let mut rest = code;
-        while let Some(at) = rest.find("crate::") {
-            rest = &rest[at + "crate::".len()..];
-            if let Some(group) = rest.strip_prefix('{') {
-                // `crate::{a, b::{c, d}, e}`: the names at depth 0.
-                let mut depth = 0usize;
-                let mut item = String::new();
-                for c in group.chars() {
-                    match c {
-                        '{' => depth += 1,
-                        '}' if depth == 0 => break,
-                        '}' => depth -= 1,
-                        ',' if depth == 0 => {
-                            found.push(head(&item));
-                            item.clear();
-                            continue;
-                        }
-                        _ => {}
-                    }
-                    if depth == 0 {
-                        item.push(c);
-                    }
-                }
-                found.push(head(&item));
-            } else {
-                found.push(head(rest));
-            }
-        }
-    }
-    found.retain(|name| !name.is_empty());
-    found
-}
-
-fn head(path: &str) -> String {
-    path.trim()
-        .chars()
-        .take_while(|c| c.is_alphanumeric() || *c == '_')
-        .collect()
-}
-
-/// The module graph of `src`: each top-level module and those it uses.
-fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
-    let mut files = Vec::new();
-    rust_files(src, &mut files);
-    let modules: BTreeSet<String> = files
-        .iter()
-        .filter_map(|f| top_module(src, f))
-        .filter(|m| m != "main" && m != "lib")
-        .collect();
-    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for file in &files {
-        let Some(from) = top_module(src, file) else {
-            continue;
-        };
-        if !modules.contains(&from) {
-            continue;
-        }
-        let text = std::fs::read_to_string(file).unwrap();
-        let uses = graph.entry(from.clone()).or_default();
-        for to in crate_paths(&text) {
-            if to != from && modules.contains(&to) {
-                uses.insert(to);
-            }
-        }
-    }
-    graph
 }
 
 /// A cycle in `graph`, as the modules along it, if there is one.
@@ -141,24 +163,7 @@ fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
 }
 
 #[test]
-fn top_level_modules_have_no_cycle() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let graph = graph(&src);
-    assert!(graph.len() > 10, "too few modules found: {graph:?}");
-    if let Some(cycle) = find_cycle(&graph) {
-        panic!(
-            "the top-level modules of src/ depend on each other in a circle: {}\nfull graph: {graph:#?}",
-            cycle.join(" -> ")
-        );
-    }
-}
-
-#[test]
-fn the_checker_finds_a_cycle_and_reads_groups() {
-    assert_eq!(
-        crate_paths("use crate::{a::{b, c}, d};\n// crate::e\nlet x = crate::f::g(crate::h);"),
-        ["a", "d", "f", "h"]
-    );
+fn the_checker_finds_a_cycle() {
     let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     g.entry("a".into()).or_default().insert("b".into());
     g.entry("b".into()).or_default().insert("c".into());
@@ -172,7 +177,7 @@ fn the_checker_finds_a_cycle_and_reads_groups() {
 }
 
 /// A file's module path: `src/commands/node/doctor.rs` is
-/// `commands::node::doctor`, `src/providers/aws/mod.rs` is
+/// `commands::node::doctor`, `crates/providers/src/aws/mod.rs` is
 /// `providers::aws`, `src/lib.rs` the root.
 fn module_path(src: &Path, file: &Path) -> Vec<String> {
     let mut path: Vec<String> = file
@@ -329,28 +334,27 @@ fn graphs_at_every_depth(src: &Path) -> BTreeMap<String, BTreeMap<String, BTreeS
 
 #[test]
 fn no_module_circle_at_any_depth() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let graphs = graphs_at_every_depth(&src);
-    for parent in [
-        "",
-        "commands",
-        "commands::node",
-        "providers",
-        "providers::azure",
-    ] {
-        assert!(
-            graphs.contains_key(parent),
-            "no graph for {parent:?}: {:?}",
-            graphs.keys()
-        );
+    let mut circles = Vec::new();
+    let mut parents = BTreeSet::new();
+    for (dir, _) in LAYERS {
+        for (parent, graph) in graphs_at_every_depth(&repo().join(dir).join("src")) {
+            parents.insert(format!("{dir}:{parent}"));
+            if let Some(cycle) = find_cycle(&graph) {
+                circles.push(format!("in {dir} crate::{parent}: {}", cycle.join(" -> ")));
+            }
+        }
     }
-    let circles: Vec<String> = graphs
-        .iter()
-        .filter_map(|(parent, graph)| {
-            let cycle = find_cycle(graph)?;
-            Some(format!("in crate::{parent}: {}", cycle.join(" -> ")))
-        })
-        .collect();
+    for (dir, parent) in [
+        (".", ""),
+        (".", "commands"),
+        (".", "commands::node"),
+        ("crates/providers", ""),
+        ("crates/providers", "azure"),
+        ("crates/base", ""),
+    ] {
+        let key = format!("{dir}:{parent}");
+        assert!(parents.contains(&key), "no graph for {key}: {parents:?}");
+    }
     assert!(
         circles.is_empty(),
         "modules depend on each other in a circle:\n{}",
@@ -387,38 +391,6 @@ fn the_depth_checker_resolves_relative_paths_and_groups() {
         names("Self::new(); my_super::x; a::crate::b"),
         Vec::<String>::new()
     );
-}
-
-/// Where the providers sit: below the serving pipeline and the commands,
-/// which may use them, never the reverse.
-#[test]
-fn providers_do_not_reach_up() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let graph = graph(&src);
-    let up = ["serve", "commands", "options", "cache", "version"];
-    for to in graph.get("providers").into_iter().flatten() {
-        assert!(
-            !up.contains(&to.as_str()),
-            "src/providers uses crate::{to}, a module above it"
-        );
-    }
-}
-
-/// The shared base stands on nothing above it, and the request side on
-/// the base alone: lib.rs's first paragraph, held.
-#[test]
-fn the_base_and_the_request_side_reach_only_down() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let graph = graph(&src);
-    for (module, below) in [("base", &[][..]), ("request", &["base"][..])] {
-        assert!(graph.contains_key(module), "no src/{module} in {graph:?}");
-        for to in graph.get(module).into_iter().flatten() {
-            assert!(
-                to == module || below.contains(&to.as_str()),
-                "src/{module} uses crate::{to}; it may use only {below:?}"
-            );
-        }
-    }
 }
 
 /// `text` with comments, string and char literals blanked (newlines kept),
@@ -550,9 +522,7 @@ fn function_lengths(text: &str) -> Vec<(String, usize)> {
 fn few_functions_are_long() {
     const LONG: usize = 80;
     const MAX_LONG: usize = 8;
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
+    let files = all_rust_files();
     let mut long: Vec<String> = Vec::new();
     for file in &files {
         let text = std::fs::read_to_string(file).unwrap();
@@ -581,7 +551,7 @@ fn the_length_check_reads_code_not_strings_or_comments() {
     );
 }
 
-/// What differs between Linux and Windows lives in `src/base/platform/`: no
+/// What differs between Linux and Windows lives in `crates/base/src/platform/`: no
 /// other file (outside its tests) names an operating system, by `cfg` or
 /// by an OS-only API, so a change there cannot silently leave the other
 /// system's build behind.
@@ -600,10 +570,8 @@ fn only_the_platform_module_names_an_operating_system() {
         "libc::",
         "windows_sys::",
     ];
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let platform = src.join("base/platform");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
+    let platform = repo().join("crates/base/src/platform");
+    let files = all_rust_files();
     let mut found = Vec::new();
     for file in files.iter().filter(|f| !f.starts_with(&platform)) {
         let code = code_only(&std::fs::read_to_string(file).unwrap());
@@ -621,7 +589,7 @@ fn only_the_platform_module_names_an_operating_system() {
     }
     assert!(
         found.is_empty(),
-        "OS-specific code outside src/base/platform/ (move it behind a platform function):\n{}",
+        "OS-specific code outside crates/base/src/platform/ (move it behind a platform function):\n{}",
         found.join("\n")
     );
     // The checker sees through spacing.
@@ -629,20 +597,16 @@ fn only_the_platform_module_names_an_operating_system() {
     assert!(code.replace(' ', "").contains("cfg(unix"));
 }
 
-/// `unsafe` is denied crate-wide and allowed in two files: the Win32
-/// calls of the Windows platform half, security and services (the Linux
-/// build has no unsafe code of ours at all).
+/// `unsafe` is denied in the workspace and allowed in two files of the
+/// base crate: the Win32 calls of the Windows platform half, security and
+/// services (the Linux build has no unsafe code of ours at all). Every
+/// other crate forbids it at its root, where no file can allow it back.
 #[test]
-fn unsafe_code_lives_in_two_files() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let allowed = [
-        src.join("base/platform/windows/security.rs"),
-        src.join("base/platform/windows/service.rs"),
-    ];
-    let declares = src.join("base/platform/windows/mod.rs");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    for file in &files {
+fn unsafe_code_lives_in_two_files_of_the_base_crate() {
+    let windows = repo().join("crates/base/src/platform/windows");
+    let allowed = [windows.join("security.rs"), windows.join("service.rs")];
+    let declares = windows.join("mod.rs");
+    for file in &all_rust_files() {
         let code = code_only(&std::fs::read_to_string(file).unwrap());
         let uses_unsafe = code
             .split(|c: char| !(c.is_alphanumeric() || c == '_'))
@@ -660,10 +624,21 @@ fn unsafe_code_lives_in_two_files() {
             file.display()
         );
     }
-    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+    for src in &source_roots()[1..] {
+        let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+        assert!(
+            lib.contains("#![forbid(unsafe_code)]"),
+            "{}/lib.rs forbids unsafe code",
+            src.display()
+        );
+    }
+    let main = std::fs::read_to_string(repo().join("src/main.rs")).unwrap();
+    assert!(main.contains("#![forbid(unsafe_code)]"), "src/main.rs");
+    let workspace = std::fs::read_to_string(repo().join("Cargo.toml")).unwrap();
     assert!(
-        lib.contains("#![deny(unsafe_code)]"),
-        "lib.rs denies unsafe code"
+        workspace.contains("[workspace.lints.rust]\n")
+            && workspace.contains("unsafe_code = \"deny\""),
+        "the workspace denies unsafe code"
     );
 }
 

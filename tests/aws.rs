@@ -624,7 +624,7 @@ fn sts_expired_token_points_at_the_clock() {
 fn sts_throttling_is_retried_within_bounds_then_explained() {
     let started = Instant::now();
     let (line, count, _) = sts_refusal(sts_error(400, "Throttling", "Rate exceeded"));
-    // The attempts of every other upstream call (src/net/http.rs), then
+    // The attempts of every other upstream call (crates/net/src/http.rs), then
     // give up.
     assert_eq!(count, 4, "four attempts, then give up");
     assert!(

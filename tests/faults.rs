@@ -482,7 +482,7 @@ fn every_provider_meets_the_faults_or_says_why_not() {
 }
 
 fn http_date(unix: i64) -> String {
-    let rfc3339 = wi_credential_provider::internal::duration::format_unix(unix);
+    let rfc3339 = wicp_base::duration::format_unix(unix);
     let (date, time) = rfc3339.trim_end_matches('Z').split_once('T').unwrap();
     let mut ymd = date.split('-');
     let (year, month, day) = (

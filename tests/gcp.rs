@@ -36,7 +36,7 @@ use support::http_server::{Request, Response, TestServer};
 use support::plugin::{self, exec, json_logs, request, run, words};
 use support::registry::{Registry, TokenPost};
 use support::token::{self, TokenSpec};
-use wi_credential_provider::internal::duration::format_unix;
+use wicp_base::duration::format_unix;
 
 const PROVIDER: &str =
     "projects/123456789012/locations/global/workloadIdentityPools/k8s-pool/providers/prod-cluster";

@@ -1003,7 +1003,7 @@ fn openshift_is_refused_with_the_render_command() {
 /// WICP_UPDATE_GOLDEN=1 rewrites `after` (then review the diff).
 #[test]
 fn merge_golden_files() {
-    use wi_credential_provider::internal::commands::merge::{self, Format, Replace};
+    use wicp_kubelet::config::merge::{self, Format, Replace};
     let dir = repo().join("tests/fixtures/node/merge");
     let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()

@@ -117,18 +117,14 @@ fn a_path_scoped_registry_gets_a_path_scoped_key() {
     assert_eq!(keys, ["harbor.example.com/team-a"], "{response}");
     // What the kubelet then does with the key: a literal path prefix.
     let key = "harbor.example.com/team-a";
-    assert!(
-        !wi_credential_provider::internal::matching::matches_auth_key(
-            key,
-            "harbor.example.com/team-b/app"
-        )
-    );
-    assert!(
-        wi_credential_provider::internal::matching::matches_auth_key(
-            key,
-            "harbor.example.com/team-ab/app"
-        )
-    );
+    assert!(!wicp_kubelet::config::matching::matches_auth_key(
+        key,
+        "harbor.example.com/team-b/app"
+    ));
+    assert!(wicp_kubelet::config::matching::matches_auth_key(
+        key,
+        "harbor.example.com/team-ab/app"
+    ));
 
     // The narrowest allowing pattern wins; a trailing slash keeps team-ab out.
     let response = pull(

@@ -211,7 +211,7 @@ fn entra_quoting_the_token_signature() {
 
 /// AssumeRoleWithWebIdentity's answer with the session's credentials.
 fn sts_success(expires_at: i64) -> Response {
-    let expiration = wi_credential_provider::internal::duration::format_unix(expires_at);
+    let expiration = wicp_base::duration::format_unix(expires_at);
     Response::text(
         200,
         format!(

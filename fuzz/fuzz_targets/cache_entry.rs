@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use wi_credential_provider::internal::cache::Key;
-use wi_credential_provider::internal::cache::{Lookup, Store};
+use wicp_providers::cache::key::Key;
+use wicp_providers::cache::store::{Lookup, Store};
 
 /// One private directory for every run, and a key of this process's own,
 /// so parallel jobs do not meet and nothing is left behind but the

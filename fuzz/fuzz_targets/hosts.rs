@@ -2,7 +2,7 @@
 //! that decides whether a cloud token may be handed out for a host.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use wi_credential_provider::internal::providers::{aws, azure, chainguard, gcp};
+use wicp_providers::{aws, azure, chainguard, gcp};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(registry) = std::str::from_utf8(data) else {

@@ -4,7 +4,7 @@
 use std::time::{Duration, UNIX_EPOCH};
 
 use libfuzzer_sys::fuzz_target;
-use wi_credential_provider::internal::net::{http, proxy};
+use wicp_net::{http, proxy};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

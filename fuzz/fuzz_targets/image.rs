@@ -1,7 +1,8 @@
 //! Image references and the kubelet's glob matching, on arbitrary text.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use wi_credential_provider::internal::{ImageRef, matching};
+use wicp_kubelet::config::matching;
+use wicp_kubelet::request::image::ImageRef;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

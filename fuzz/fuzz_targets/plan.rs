@@ -8,13 +8,13 @@ use std::sync::LazyLock;
 
 use base64::Engine as _;
 use libfuzzer_sys::fuzz_target;
-use wi_credential_provider::internal::ImageRef;
-use wi_credential_provider::internal::Secret;
-use wi_credential_provider::internal::ServiceAccountToken;
-use wi_credential_provider::internal::options::{self, BINARY, CommandLine};
-use wi_credential_provider::internal::providers::{self, route};
-use wi_credential_provider::internal::serve;
-use wi_credential_provider::internal::{Env, Inputs};
+use wi_credential_provider::options::{self, BINARY, CommandLine};
+use wi_credential_provider::serve;
+use wicp_base::secret::Secret;
+use wicp_kubelet::request::image::ImageRef;
+use wicp_kubelet::request::token::ServiceAccountToken;
+use wicp_net::inputs::{Env, Inputs};
+use wicp_providers::{self as providers, route};
 
 /// The command line of a node that configures every provider, parsed once
 /// by the binary's own parser.
@@ -103,7 +103,7 @@ fuzz_target!(|data: &[u8]| {
                 key == image.registry()
                     || (key == "zot.example.com/team"
                         && prepared.plan.cache_key_type
-                            == wi_credential_provider::internal::protocol::CacheKeyType::Image),
+                            == wicp_kubelet::request::protocol::CacheKeyType::Image),
                 "{key} for {image}"
             );
             assert!(!prepared.plan.inputs.is_empty());

@@ -4,8 +4,8 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(request) = wi_credential_provider::internal::protocol::request_from_bytes(data) {
+    if let Ok(request) = wicp_kubelet::request::protocol::request_from_bytes(data) {
         // Whatever parsed must be usable downstream without panicking.
-        let _ = wi_credential_provider::internal::ImageRef::parse(&request.image);
+        let _ = wicp_kubelet::request::image::ImageRef::parse(&request.image);
     }
 });

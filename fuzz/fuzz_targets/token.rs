@@ -6,7 +6,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    if let Ok(claims) = wi_credential_provider::internal::decode_claims(text) {
+    if let Ok(claims) = wicp_kubelet::request::token::decode_claims(text) {
         assert!(!claims.audiences.is_empty());
         assert!(!claims.service_account.uid.is_empty());
     }

@@ -7,9 +7,9 @@
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
-use wi_credential_provider::internal::Secret;
-use wi_credential_provider::internal::net::http::Reply;
-use wi_credential_provider::internal::providers::{chainguard, gcp, token_exchange, vault};
+use wicp_base::secret::Secret;
+use wicp_net::http::Reply;
+use wicp_providers::{chainguard, gcp, token_exchange, vault};
 
 fuzz_target!(|data: &[u8]| {
     let Some((head, body)) = data.split_first_chunk::<2>() else {
@@ -70,7 +70,7 @@ fuzz_target!(|data: &[u8]| {
         assert!(reply.is_success() && !c.password.is_empty());
         assert!(c.expires_at > 1_800_000_000);
     }
-    let _ = wi_credential_provider::internal::providers::oauth::error_body(body);
+    let _ = wicp_providers::oauth::error_body(body);
     if let Ok(login) = vault::wire::read_login(&reply, "login") {
         assert!(!login.client_token.is_empty() && login.lease_duration >= 0);
     }
@@ -82,9 +82,9 @@ fuzz_target!(|data: &[u8]| {
     let shown = vault::wire::describe(&reply, &[&subject]);
     // A secret the client holds is never repeated from an error body.
     assert!(!shown.contains("subject"), "{shown}");
-    let _ = wi_credential_provider::internal::redact::body_shape(body);
+    let _ = wicp_base::redact::body_shape(body);
     let text = String::from_utf8_lossy(body);
-    let cleaned = wi_credential_provider::internal::redact::clean(&text, 300);
+    let cleaned = wicp_base::redact::clean(&text, 300);
     assert!(cleaned.chars().count() <= 301);
-    let _ = wi_credential_provider::internal::unverified_expiry(&text);
+    let _ = wicp_kubelet::request::token::unverified_expiry(&text);
 });

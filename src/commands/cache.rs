@@ -8,11 +8,11 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use crate::base::duration::{self, format_unix};
-use crate::base::error::{Error, Result};
-use crate::base::lock::{Acquired, KeyLock};
-use crate::base::log::{self, Level};
-use crate::cache::store::{Entry, Lookup, OpenError, Store};
+use wicp_base::duration::{self, format_unix};
+use wicp_base::error::{Error, Result};
+use wicp_base::lock::{Acquired, KeyLock};
+use wicp_base::log::{self, Level};
+use wicp_providers::cache::store::{Entry, Lookup, OpenError, Store};
 
 /// How long `purge` waits for exchanges in flight: longer than any plugin
 /// invocation lives (the kubelet kills plugins after 60 s).
@@ -61,7 +61,7 @@ pub(crate) struct PurgeArgs {
 
 /// Runs a `cache` subcommand; exit status 0, 1 on failure, 2 on usage.
 pub(crate) fn run(
-    options: &crate::cache::Options,
+    options: &wicp_providers::cache::Options,
     max_age: Duration,
     command: &Command,
 ) -> ExitCode {
@@ -180,10 +180,10 @@ fn row(entry: &Entry, now: i64, max_age: Duration) -> [String; 8] {
     };
     let state = if entry.expires_at <= now {
         "expired".to_string()
-    } else if crate::cache::is_fresh(entry.created_at, entry.expires_at, now, max_age) {
+    } else if wicp_providers::cache::is_fresh(entry.created_at, entry.expires_at, now, max_age) {
         format!(
             "served until {}",
-            format_unix(crate::cache::refresh_at(
+            format_unix(wicp_providers::cache::refresh_at(
                 entry.created_at,
                 entry.expires_at,
                 max_age
@@ -322,9 +322,9 @@ fn describe(entry: &Entry) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::key::Key;
-    use crate::cache::store::tests::{entry, key, store};
-    use crate::request::token::ServiceAccount;
+    use wicp_kubelet::request::token::ServiceAccount;
+    use wicp_providers::cache::key::Key;
+    use wicp_providers::cache::store::test_support::{entry, key, store};
 
     const HOUR: Duration = Duration::from_secs(3600);
 

@@ -20,21 +20,21 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::base::duration::{self, format_go};
-use crate::base::error::{Error, Result};
-use crate::base::secret::Secret;
-use crate::cache::Key;
 use crate::commands::check_config::{entry, lint};
-use crate::inputs::Env;
-use crate::kubelet::matching;
-use crate::kubelet::provider_config::{Entry, PROVIDER_V1, TokenAttributes, load};
-use crate::kubelet::{Finding, Severity, validate};
-use crate::providers::fallback::{Fallback, Whose};
-use crate::providers::mirror::Rule;
-use crate::providers::route;
-use crate::request::image::ImageRef;
-use crate::request::token::{ServiceAccountToken, SvidClaims};
 use crate::serve;
+use wicp_base::duration::{self, format_go};
+use wicp_base::error::{Error, Result};
+use wicp_base::secret::Secret;
+use wicp_kubelet::config::matching;
+use wicp_kubelet::config::provider_config::{Entry, PROVIDER_V1, TokenAttributes, load};
+use wicp_kubelet::config::{Finding, Severity, validate};
+use wicp_kubelet::request::image::ImageRef;
+use wicp_kubelet::request::token::{ServiceAccountToken, SvidClaims};
+use wicp_net::inputs::Env;
+use wicp_providers::cache::Key;
+use wicp_providers::fallback::{Fallback, Whose};
+use wicp_providers::mirror::Rule;
+use wicp_providers::route;
 
 #[derive(clap::Args, Clone, Debug)]
 pub(crate) struct Args {
@@ -78,12 +78,12 @@ pub(crate) struct Account {
 /// file or a `kind: List`), with k8s-openapi's type.
 fn read_service_account(path: &Path) -> Result<Account> {
     let manifest = || "pass the manifest from `kubectl get serviceaccount NAME -o yaml`";
-    let bytes = crate::base::yaml::read(path)
+    let bytes = wicp_base::yaml::read(path)
         .map_err(|why| Error::config(format!("{}: {why}", path.display())).fix(manifest()))?;
     let text = String::from_utf8(bytes).map_err(|_| {
         Error::config(format!("{} is not UTF-8 text", path.display())).fix(manifest())
     })?;
-    crate::base::yaml::check_depth(&text)
+    wicp_base::yaml::check_depth(&text)
         .map_err(|why| Error::config(format!("{}: {why}", path.display())).fix(manifest()))?;
     let mut found = Vec::new();
     for document in yaml_serde::Deserializer::from_str(&text) {
@@ -204,7 +204,7 @@ pub(crate) fn run(args: &Args, env: &Env) -> ExitCode {
 /// reaches several lines (the request, the plan's inputs).
 fn shown(out: &str) -> String {
     out.lines()
-        .map(|line| format!("{}\n", crate::base::redact::escape_hidden(line)))
+        .map(|line| format!("{}\n", wicp_base::redact::escape_hidden(line)))
         .collect()
 }
 
@@ -639,7 +639,7 @@ fn plan(
 /// Under `--identity spiffe`: what the agent would be asked, and what
 /// federation needs of the SVID.
 fn write_spiffe(
-    spiffe: &crate::spiffe::Spiffe<'_>,
+    spiffe: &wicp_providers::spiffe::Spiffe<'_>,
     audience: &str,
     kubelet: &ServiceAccountToken,
     out: &mut String,
@@ -652,7 +652,7 @@ fn write_spiffe(
     let _ = writeln!(
         out,
         "    SPIRE selectors: {}{} (from the token's claims, never annotations; exactly one registration entry must match)",
-        crate::spiffe::describe(&crate::spiffe::selectors(kubelet)),
+        wicp_providers::spiffe::describe(&wicp_providers::spiffe::selectors(kubelet)),
         if kubelet.claims().pod.is_none() {
             ", and the pulling pod's k8s:pod-name and k8s:pod-uid"
         } else {
@@ -669,7 +669,7 @@ fn write_spiffe(
 
 /// Whose identity the plan pulls with.
 fn write_identity(
-    provider: &crate::providers::Provider,
+    provider: &wicp_providers::Provider,
     identity: &Whose,
     fallback: Fallback,
     token: Option<&ServiceAccountToken>,

@@ -8,8 +8,8 @@ pub(crate) mod node;
 
 use std::process::ExitCode;
 
-use crate::inputs::Inputs;
 use crate::options::Options;
+use wicp_net::inputs::Inputs;
 
 /// Commands for an admin. The kubelet runs the binary without one.
 #[derive(clap::Subcommand, Debug, Clone)]
@@ -57,11 +57,11 @@ pub(crate) fn run(command: &Command, options: &Options, inputs: &Inputs) -> Exit
 pub(crate) fn report_change(
     command: &str,
     text: &str,
-    error: Option<&crate::base::error::Error>,
+    error: Option<&wicp_base::error::Error>,
 ) -> ExitCode {
     let status = report(text, error.is_none());
     if let Some(e) = error {
-        crate::base::log::error(&e.clone().context(command));
+        wicp_base::log::error(&e.clone().context(command));
     }
     status
 }

@@ -189,7 +189,7 @@ fn iam(ledger: &Ledger, sts: &Ledger, req: &Request) -> Response {
     };
     ledger.answer(problems, refusal, |n| {
         let access_token = format!("ya29.c.impersonated-{}-{n}", token::now());
-        let expire = wi_credential_provider::internal::duration::format_unix(token::now() + 3600);
+        let expire = wicp_base::duration::format_unix(token::now() + 3600);
         let answer = json!({"accessToken": access_token, "expireTime": expire});
         (access_token, Response::json(200, answer))
     })

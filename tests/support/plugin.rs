@@ -103,7 +103,7 @@ impl Run {
         let value = self.response();
         for key in value["auth"].as_object().unwrap().keys() {
             assert!(
-                wi_credential_provider::internal::matching::matches_auth_key(key, image),
+                wicp_kubelet::config::matching::matches_auth_key(key, image),
                 "auth key {key:?} would never match {image:?} in the kubelet"
             );
         }

@@ -10,10 +10,10 @@ use serde::Serialize;
 
 use super::isolation::{self, KubeletFacts};
 use super::lint;
-use crate::inputs::Env;
-use crate::kubelet::configuration::{KubeletConfig, Version};
-use crate::kubelet::provider_config::load;
-use crate::kubelet::{Finding, Severity, validate};
+use wicp_kubelet::config::configuration::{KubeletConfig, Version};
+use wicp_kubelet::config::provider_config::load;
+use wicp_kubelet::config::{Finding, Severity, validate};
+use wicp_net::inputs::Env;
 
 fn parse_version(text: &str) -> Result<Version, String> {
     Version::parse(text).ok_or_else(|| format!("{text:?} is not a kubelet version such as v1.34.2"))
@@ -131,7 +131,7 @@ pub(crate) fn run(args: &Args, env: &Env) -> ExitCode {
         Some(file) => match KubeletConfig::read(file, args.kubelet_config_dir.as_deref()) {
             Ok(config) => Some(config),
             Err(e) => {
-                crate::base::log::error(&e);
+                wicp_base::log::error(&e);
                 return ExitCode::from(2);
             }
         },

@@ -13,11 +13,11 @@
 
 use std::collections::BTreeSet;
 
-use crate::base::error::{Error, Result};
 use crate::commands;
-use crate::inputs::{Env, Inputs};
 use crate::options::{self, CommandLine};
-use crate::providers::{Exchanger, Provider};
+use wicp_base::error::{Error, Result};
+use wicp_net::inputs::{Env, Inputs};
+use wicp_providers::{Exchanger, Provider};
 
 /// A provider entry as the binary would see it: its command line, parsed
 /// as the binary parses its own, and the inputs of the process the kubelet
@@ -212,7 +212,7 @@ mod tests {
         .unwrap();
         assert!(r.build(Provider::find("aws").unwrap()).is_ok());
         let e = r.build(Provider::find("gcp").unwrap()).err().unwrap();
-        assert_eq!(e.kind(), crate::base::error::Kind::Config);
+        assert_eq!(e.kind(), wicp_base::error::Kind::Config);
         assert!(e.to_string().contains("gcp"), "{e}");
     }
 

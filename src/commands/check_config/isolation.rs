@@ -20,17 +20,17 @@
 //! - **Directory configs** exist only from kubelet 1.34.
 
 use super::lint::runs_this_binary;
-use crate::inputs::Env;
-use crate::kubelet::configuration::{
+use std::path::Path;
+use wicp_kubelet::config::configuration::{
     DIRECTORY_CONFIG_SINCE, ENSURE_GATE_ON_SINCE, ENSURE_GATE_SINCE, ENSURE_SECRET_PULLED_IMAGES,
     KubeletConfig, SERVICE_ACCOUNT_TOKEN_GATE, SERVICE_ACCOUNT_TOKEN_ON_SINCE,
     SERVICE_ACCOUNT_TOKEN_SINCE, Version,
 };
-use crate::kubelet::matching;
-use crate::kubelet::provider_config::{Entry, Loaded};
-use crate::kubelet::{Finding, Rule, Severity};
-use crate::providers::fallback::Fallback;
-use std::path::Path;
+use wicp_kubelet::config::matching;
+use wicp_kubelet::config::provider_config::{Entry, Loaded};
+use wicp_kubelet::config::{Finding, Rule, Severity};
+use wicp_net::inputs::Env;
+use wicp_providers::fallback::Fallback;
 
 /// What is known about the kubelet that reads the config.
 #[derive(Clone, Debug, Default)]

@@ -12,16 +12,16 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::base::duration::format_go;
-use crate::inputs::Env;
 use crate::options::{AUTO, BINARY};
-use crate::providers::{self, Exchanger, route};
-use crate::request::image::ImageRef;
+use wicp_base::duration::format_go;
+use wicp_kubelet::request::image::ImageRef;
+use wicp_net::inputs::Env;
+use wicp_providers::{self as providers, Exchanger, route};
 
 use super::entry::{self, Routing};
-use crate::kubelet::provider_config::{Entry, Loaded, TokenAttributes};
-use crate::kubelet::validate::parse_schemeless_url;
-use crate::kubelet::{Finding, Rule};
+use wicp_kubelet::config::provider_config::{Entry, Loaded, TokenAttributes};
+use wicp_kubelet::config::validate::parse_schemeless_url;
+use wicp_kubelet::config::{Finding, Rule};
 
 /// The lifetime of the token the kubelet requests for a provider: it sets no
 /// `expirationSeconds`, so the API server's default of one hour applies.
@@ -49,7 +49,7 @@ pub(crate) fn lint(loaded: &Loaded, bin_dir: Option<&Path>, kubelet_env: &Env) -
 pub(crate) fn runs_this_binary(entry: &Entry, bin_dir: Option<&Path>) -> bool {
     let name = entry.name();
     let ours = |name: &str| {
-        let name = if crate::base::platform::NAMES_IGNORE_CASE {
+        let name = if wicp_base::platform::NAMES_IGNORE_CASE {
             name.to_ascii_lowercase()
         } else {
             name.to_string()
@@ -69,7 +69,7 @@ pub(crate) fn runs_this_binary(entry: &Entry, bin_dir: Option<&Path>) -> bool {
     }
     bin_dir
         .filter(|_| !name.is_empty())
-        .and_then(|dir| crate::base::platform::find_executable(dir, name))
+        .and_then(|dir| wicp_base::platform::find_executable(dir, name))
         .and_then(|found| std::fs::canonicalize(found).ok())
         .and_then(|target| target.file_name().map(|n| n.to_string_lossy().into_owned()))
         .is_some_and(|target| ours(&target))
@@ -117,7 +117,7 @@ fn match_images(entry: &Entry, findings: &mut Vec<Finding>) {
             );
             continue;
         }
-        if crate::kubelet::matching::scheme_of(pattern).is_some() {
+        if wicp_kubelet::config::matching::scheme_of(pattern).is_some() {
             findings.push(scheme_finding(entry, &field, pattern, url.host));
             continue;
         }
@@ -187,7 +187,7 @@ fn binary(entry: &Entry, dir: &Path, findings: &mut Vec<Finding>) {
         return;
     }
     // Found as the kubelet finds it: on Windows `name` may be `name.exe`.
-    let path = crate::base::platform::find_executable(dir, name).unwrap_or_else(|| dir.join(name));
+    let path = wicp_base::platform::find_executable(dir, name).unwrap_or_else(|| dir.join(name));
     let problem = match std::fs::metadata(&path) {
         Err(_) if std::fs::symlink_metadata(&path).is_ok() => Some(format!(
             "{} is a symlink to a file that does not exist",
@@ -195,7 +195,7 @@ fn binary(entry: &Entry, dir: &Path, findings: &mut Vec<Finding>) {
         )),
         Err(_) => Some(format!("{} does not exist", path.display())),
         Ok(meta) if meta.is_dir() => Some(format!("{} is a directory", path.display())),
-        Ok(_) => (!crate::base::platform::facts_followed(&path).is_ok_and(|f| f.access.executable))
+        Ok(_) => (!wicp_base::platform::facts_followed(&path).is_ok_and(|f| f.access.executable))
             .then(|| format!("{} is not executable", path.display())),
     };
     if let Some(problem) = problem {
@@ -272,7 +272,7 @@ fn mirrors(entry: &Entry, routing: &Routing, findings: &mut Vec<Finding>) {
             .provider
             .match_images()
             .iter()
-            .any(|pattern| crate::kubelet::matching::matches(pattern, &asked))
+            .any(|pattern| wicp_kubelet::config::matching::matches(pattern, &asked))
         {
             findings.push(
                 entry
@@ -458,7 +458,7 @@ fn audience_mismatch(
     fix: impl FnOnce() -> String,
 ) -> Option<Finding> {
     let refused = !audience.is_empty()
-        && !crate::request::token::audience_accepted(expected, &[audience.to_string()]);
+        && !wicp_kubelet::request::token::audience_accepted(expected, &[audience.to_string()]);
     refused.then(|| {
         entry
             .error(
@@ -582,7 +582,7 @@ fn spiffe(
                 Some(fix) => finding.fix(fix),
                 None => finding,
             });
-            return options.identity.source() == crate::spiffe::Source::Spiffe;
+            return options.identity.source() == wicp_providers::spiffe::Source::Spiffe;
         }
     };
     if entry
@@ -683,13 +683,13 @@ fn auto(entry: &Entry, routing: &Routing, findings: &mut Vec<Finding>) {
 }
 
 /// Whether the plugin refuses every token of the entry: the entry names
-/// an audience, and the serving rule ([`crate::request::token::audience_accepted`])
+/// an audience, and the serving rule ([`wicp_kubelet::request::token::audience_accepted`])
 /// refuses a token minted for it.
 fn cache_duration(entry: &Entry, routing: &Routing, findings: &mut Vec<Finding>) {
     let Some(text) = entry.provider.default_cache_duration.as_deref() else {
         return;
     };
-    let Some(configured) = crate::base::duration::parse_go(text) else {
+    let Some(configured) = wicp_base::duration::parse_go(text) else {
         return;
     };
     let mut limit = routing.line.options.max_cache_duration();

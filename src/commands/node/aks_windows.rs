@@ -21,7 +21,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::distro::AKS_WINDOWS_CLUSTER_CONFIG;
-use crate::base::platform::Host;
+use wicp_base::platform::Host;
 
 /// Larger than any cluster config AgentBaker writes (a few KiB).
 const MAX_BYTES: u64 = 1024 * 1024;

@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::files::{self, Kind, Manifest, Record, Snapshot};
-use crate::base::error::{Error, Result};
-use crate::base::platform::Host;
 use crate::options::BINARY;
+use wicp_base::error::{Error, Result};
+use wicp_base::platform::Host;
 
 /// One file a run writes.
 #[derive(Clone, Debug)]
@@ -41,9 +41,9 @@ pub(crate) struct Applied {
 /// bytes checked are the bytes installed.
 pub(crate) fn answers_version(bytes: &[u8], shown: &Path) -> Result<()> {
     let dir = super::stage::private_temp_dir("wicp-binary")?;
-    let copy = dir.join(crate::base::platform::executable_name(BINARY));
+    let copy = dir.join(wicp_base::platform::executable_name(BINARY));
     let result = (|| {
-        crate::base::platform::write_executable(&copy, bytes)
+        wicp_base::platform::write_executable(&copy, bytes)
             .map_err(|e| Error::config(format!("cannot check the binary: {e}")))?;
         let out =
             super::exec::run(&copy, &["--version"], Duration::from_secs(10)).map_err(|e| {
@@ -175,7 +175,7 @@ fn record_created_dirs(
     for dir in lock_created
         .iter()
         .cloned()
-        .chain(paths.flat_map(|p| crate::base::platform::missing_dirs(host, p)))
+        .chain(paths.flat_map(|p| wicp_base::platform::missing_dirs(host, p)))
     {
         if !manifest.directories.contains(&dir) {
             manifest.directories.push(dir);

@@ -6,9 +6,9 @@
 
 use serde::Serialize;
 
-use crate::inputs::Env;
-use crate::kubelet::provider_config::Entry;
 use crate::options::Options;
+use wicp_kubelet::config::provider_config::Entry;
+use wicp_net::inputs::Env;
 
 /// How a check came out; any `Fail` makes `node doctor` exit 1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -39,7 +39,7 @@ pub(super) fn check(
     // Messages quote what the node's files say (an audit record, a unit's
     // flags): control characters are shown escaped, in text and JSON alike,
     // never written raw to the admin's terminal.
-    let escape = |text: String| crate::base::redact::escape_hidden(&text).into_owned();
+    let escape = |text: String| wicp_base::redact::escape_hidden(&text).into_owned();
     Check {
         verdict,
         check: name.to_string(),

@@ -15,8 +15,8 @@ use serde::Serialize;
 use super::distro::{self, Distro};
 use super::identify;
 use super::systemd::Unit;
-use crate::base::platform::Host;
-use crate::kubelet::configuration::{KubeletConfig, Version};
+use wicp_base::platform::Host;
+use wicp_kubelet::config::configuration::{KubeletConfig, Version};
 
 pub(crate) const CONFIG_FLAG: &str = "image-credential-provider-config";
 pub(crate) const BIN_DIR_FLAG: &str = "image-credential-provider-bin-dir";
@@ -211,10 +211,10 @@ fn rancher_config_flags(host: &Host, file: &Path) -> (Vec<String>, Vec<PathBuf>)
     let mut values: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut read = Vec::new();
     for f in files {
-        let Ok(Some(bytes)) = host.read_bytes(&f, crate::base::yaml::MAX_BYTES) else {
+        let Ok(Some(bytes)) = host.read_bytes(&f, wicp_base::yaml::MAX_BYTES) else {
             continue;
         };
-        let Ok(yaml_serde::Value::Mapping(map)) = crate::base::yaml::parse(&bytes) else {
+        let Ok(yaml_serde::Value::Mapping(map)) = wicp_base::yaml::parse(&bytes) else {
             continue;
         };
         read.push(f);
@@ -503,7 +503,7 @@ fn read_kubelet_config(
     host: &Host,
     file: &Path,
     drop_in_dir: Option<&Path>,
-) -> crate::base::error::Result<KubeletConfig> {
+) -> wicp_base::error::Result<KubeletConfig> {
     let mut paths = vec![file.to_path_buf()];
     if let Some(dir) = drop_in_dir
         && let Ok(entries) = host.read_dir(dir)
@@ -516,16 +516,16 @@ fn read_kubelet_config(
     }
     let mut documents = Vec::new();
     for p in paths {
-        match host.read_bytes(&p, crate::base::yaml::MAX_BYTES) {
+        match host.read_bytes(&p, wicp_base::yaml::MAX_BYTES) {
             Ok(Some(bytes)) => documents.push((p, bytes)),
             Ok(None) => {
-                return Err(crate::base::error::Error::config(format!(
+                return Err(wicp_base::error::Error::config(format!(
                     "the KubeletConfiguration {} does not exist",
                     p.display()
                 )));
             }
             Err(e) => {
-                return Err(crate::base::error::Error::config(format!(
+                return Err(wicp_base::error::Error::config(format!(
                     "cannot read the KubeletConfiguration {}: {e}",
                     p.display()
                 )));
@@ -571,7 +571,7 @@ mod tests {
 
     #[test]
     fn k3s_config_files_then_the_command_line_then_kubelet_arg() {
-        let (_dir, host) = crate::base::platform::test_root(&[
+        let (_dir, host) = wicp_base::platform::test_root(&[
             (
                 "/etc/rancher/k3s/config.yaml",
                 b"image-credential-provider-config: /a.yaml\nkubelet-arg:\n  - v=2\n",

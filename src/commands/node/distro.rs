@@ -31,7 +31,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::base::platform::Host;
+use wicp_base::platform::Host;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -108,7 +108,7 @@ pub(crate) const EKS_WINDOWS_DIR: &str = r"c:\Program Files\Amazon\EKS";
 impl Distro {
     /// Recognises the distribution under `host`, with the evidence.
     pub(crate) fn detect(host: &Host) -> (Distro, String) {
-        if crate::base::platform::WINDOWS {
+        if wicp_base::platform::WINDOWS {
             return Self::detect_windows(host);
         }
         let read = |p: &str| {
@@ -286,9 +286,9 @@ impl Distro {
 
     /// `Err` with the supported route where installing cannot work: before
     /// anything else is looked at, so the route is what the admin reads.
-    pub(crate) fn refuse(self) -> crate::base::error::Result<()> {
+    pub(crate) fn refuse(self) -> wicp_base::error::Result<()> {
         match self.refusal() {
-            Some(route) => Err(crate::base::error::Error::config(format!(
+            Some(route) => Err(wicp_base::error::Error::config(format!(
                 "cannot install on {self}; nothing was changed"
             ))
             .fix(route)),

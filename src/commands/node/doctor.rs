@@ -17,15 +17,15 @@ use super::checks::{Check, Verdict, check};
 use super::discover::{self, Discovery};
 use super::distro::{self, Distro};
 use super::{Target, rbac, restart, stage};
-use crate::base::platform::Host;
 use crate::commands::check_config::check::{Output, check_with};
 use crate::commands::check_config::isolation::KubeletFacts;
 use crate::commands::check_config::lint;
-use crate::inputs::Env;
-use crate::kubelet::Severity;
-use crate::kubelet::matching;
-use crate::kubelet::provider_config::Entry;
 use crate::options::BINARY;
+use wicp_base::platform::Host;
+use wicp_kubelet::config::Severity;
+use wicp_kubelet::config::matching;
+use wicp_kubelet::config::provider_config::Entry;
+use wicp_net::inputs::Env;
 
 #[derive(clap::Args, Clone, Debug)]
 pub(crate) struct Args {
@@ -106,7 +106,7 @@ pub(crate) fn diagnose(target: &Target, env: &Env) -> Report {
     let report = check_with(&local_config, Some(&local_bin), &facts);
     findings_checks(&report, &staged, &mut checks);
     // Our entries, the binary, the audiences.
-    let loaded = crate::kubelet::provider_config::load(&local_config);
+    let loaded = wicp_kubelet::config::provider_config::load(&local_config);
     let ours: Vec<&Entry> = loaded
         .entries
         .iter()
@@ -120,7 +120,7 @@ pub(crate) fn diagnose(target: &Target, env: &Env) -> Report {
             "no provider entry runs this plugin",
             Some("run `wi-credential-provider node install --provider ...`".into()),
         ));
-    } else if crate::base::platform::WINDOWS {
+    } else if wicp_base::platform::WINDOWS {
         // A copy of the binary under each entry's name (no links there).
         for entry in &ours {
             checks.push(binary_check(&host, &bin_dir.join(entry.name())));
@@ -154,7 +154,7 @@ fn stage_live(
         stage::Config::File {
             path: config,
             bytes: &host
-                .read_bytes(config, crate::base::yaml::MAX_BYTES)
+                .read_bytes(config, wicp_base::yaml::MAX_BYTES)
                 .ok()
                 .flatten()
                 .unwrap_or_default(),
@@ -244,7 +244,7 @@ fn audiences_of(entries: &[Entry]) -> Vec<String> {
 /// What the plugin recorded: its metrics and audit log, when turned on.
 fn observed_checks(host: &Host, ours: &[&Entry], env: &Env, checks: &mut Vec<Check>) {
     let (metric_dirs, audit_logs) = super::observed::configured(ours, env);
-    let now = crate::base::duration::unix_now();
+    let now = wicp_base::duration::unix_now();
     for dir in &metric_dirs {
         checks.push(super::observed::metrics_check(host, dir, now));
     }
@@ -344,7 +344,7 @@ fn keyring_checks(host: &Host, ours: &[&Entry], checks: &mut Vec<Check>) {
         "/.docker/config.json",
         "/root/.docker/config.json",
     ] {
-        let Ok(Some(bytes)) = host.read_bytes(Path::new(keyring), crate::base::yaml::MAX_BYTES)
+        let Ok(Some(bytes)) = host.read_bytes(Path::new(keyring), wicp_base::yaml::MAX_BYTES)
         else {
             continue;
         };
@@ -387,8 +387,8 @@ fn keyring_checks(host: &Host, ours: &[&Entry], checks: &mut Vec<Check>) {
 /// to nothing it found. On Windows the agent listens on a named pipe, which
 /// is no path under the root: not checked.
 fn spire_checks(host: &Host, ours: &[&Entry], env: &Env, checks: &mut Vec<Check>) {
-    use crate::base::platform::Kind;
-    if crate::base::platform::WINDOWS {
+    use wicp_base::platform::Kind;
+    if wicp_base::platform::WINDOWS {
         return;
     }
     let mut sockets: Vec<(PathBuf, String)> = Vec::new();
@@ -496,15 +496,15 @@ fn binary_check(host: &Host, shown: &Path) -> Check {
         Ok(l) => l,
         Err(e) => return missing(format!("cannot be found: {e}")),
     };
-    let meta = match crate::base::platform::facts_followed(&local) {
+    let meta = match wicp_base::platform::facts_followed(&local) {
         Ok(m) => m,
         Err(e) => return missing(format!("cannot be read: {e}")),
     };
     // On Windows the account running us (SYSTEM in the DaemonSet, which
     // is what install writes as) is as trusted as Administrators.
     let trusted = meta.owner.is_administrator()
-        || (crate::base::platform::WINDOWS
-            && crate::base::platform::running_owner().is_ok_and(|me| me == meta.owner));
+        || (wicp_base::platform::WINDOWS
+            && wicp_base::platform::running_owner().is_ok_and(|me| me == meta.owner));
     if !meta.is_file() || !trusted || meta.access.others_write {
         return check(
             Verdict::Fail,
@@ -515,7 +515,7 @@ fn binary_check(host: &Host, shown: &Path) -> Check {
                 meta.owner,
                 meta.access.shown()
             ),
-            Some(if crate::base::platform::WINDOWS {
+            Some(if wicp_base::platform::WINDOWS {
                 "reinstall with node install, which writes it with a DACL for SYSTEM and Administrators only".into()
             } else {
                 "reinstall with node install, which writes it root:root 0755".into()

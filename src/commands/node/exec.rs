@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::base::error::{Error, Result};
-use crate::base::platform::Host;
+use wicp_base::error::{Error, Result};
+use wicp_base::platform::Host;
 
 /// Most bytes kept of a child's stdout or stderr.
 const MAX_OUTPUT: u64 = 64 * 1024;

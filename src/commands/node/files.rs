@@ -23,8 +23,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::base::error::{Error, Result};
-use crate::base::platform::{Host, Kind as FileKind};
+use wicp_base::error::{Error, Result};
+use wicp_base::platform::{Host, Kind as FileKind};
 
 const BACKUP_SUFFIX: &str = ".wi-credential-provider.bak";
 pub(crate) const MANIFEST: &str = "/var/lib/wi-credential-provider/node-install.json";
@@ -41,7 +41,7 @@ pub(crate) const MAX_FILE: u64 = 256 << 20;
 const WRITTEN_HISTORY: usize = 16;
 
 pub(crate) fn sha256(bytes: &[u8]) -> String {
-    crate::base::hex::encode(&Sha256::digest(bytes))
+    wicp_base::hex::encode(&Sha256::digest(bytes))
 }
 
 pub(crate) fn backup_path(path: &Path) -> PathBuf {
@@ -324,7 +324,7 @@ impl Drop for Lock {
 }
 
 pub(crate) fn lock(host: &Host) -> Result<Lock> {
-    let created = crate::base::platform::missing_dirs(host, Path::new(LOCK));
+    let created = wicp_base::platform::missing_dirs(host, Path::new(LOCK));
     let fd = host.lock(Path::new(LOCK), LOCK_WAIT).map_err(|e| {
         Error::config(format!("cannot lock {LOCK}: {e}"))
             .fix("wait for the other node install or uninstall to finish, then run again")

@@ -20,13 +20,13 @@
 //! reason: a node where the kubelet unit's main process is not what it
 //! claims is not one to write kubelet configuration on.
 
-use crate::base::platform;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use wicp_base::platform;
 
 use serde::Serialize;
 
-use crate::base::platform::Host;
+use wicp_base::platform::Host;
 
 /// The kubelet (or the k3s/RKE2 process that embeds it), verified.
 #[derive(Clone, Debug, Serialize)]

@@ -15,17 +15,17 @@ use serde::{Deserialize, Serialize};
 use super::apply::{self, Applied, Change};
 use super::discover::{self, Discovery};
 use super::files::{self, Kind, Snapshot};
-use super::merge::{self, Format, Replace};
 use super::plan::{self, ConfigTarget, Plan};
 use super::stage::{self, Stage};
 use super::{Target, rbac, restart};
-use crate::base::error::{Error, Result};
-use crate::base::platform::Host;
 use crate::commands::check_config::check::{Output, check_with};
 use crate::commands::check_config::isolation::KubeletFacts;
-use crate::inputs::Env;
-use crate::kubelet::Finding;
 use crate::options::BINARY;
+use wicp_base::error::{Error, Result};
+use wicp_base::platform::Host;
+use wicp_kubelet::config::Finding;
+use wicp_kubelet::config::merge::{self, Format, Replace};
+use wicp_net::inputs::Env;
 
 /// Where a failed attempt is remembered, so that the DaemonSet's retries
 /// do not restart the kubelet again and again with the same change.
@@ -70,7 +70,7 @@ pub(crate) struct Args {
 }
 
 fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
-    crate::base::duration::parse(text).map_err(|e| e.to_string())
+    wicp_base::duration::parse(text).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -160,7 +160,7 @@ fn config_change(
     let existing = if base == target && before.bytes.is_some() {
         before.bytes.clone()
     } else {
-        host.read_bytes(&base, crate::base::yaml::MAX_BYTES)
+        host.read_bytes(&base, wicp_base::yaml::MAX_BYTES)
             .map_err(|e| Error::config(format!("cannot read {}: {e}", base.display())))?
     };
     let mut ours = ours.to_vec();
@@ -217,7 +217,7 @@ fn validate(
         Some(b) => b,
         None => {
             current = host
-                .read_bytes(&config.target, crate::base::yaml::MAX_BYTES)
+                .read_bytes(&config.target, wicp_base::yaml::MAX_BYTES)
                 .ok()
                 .flatten()
                 .unwrap_or_default();
@@ -278,7 +278,7 @@ fn changes(
 ) -> Result<(Vec<Change>, Vec<PathBuf>)> {
     let mut out = Vec::new();
     // The binaries first: the config names them.
-    if crate::base::platform::WINDOWS {
+    if wicp_base::platform::WINDOWS {
         for name in names {
             out.extend(copy_change(
                 host,
@@ -326,7 +326,7 @@ fn changes(
     }
     let links: Vec<PathBuf> = names
         .iter()
-        .filter(|n| n.as_str() != BINARY && !crate::base::platform::WINDOWS)
+        .filter(|n| n.as_str() != BINARY && !wicp_base::platform::WINDOWS)
         .map(|n| plan.bin_dir.join(n))
         .filter(|l| host.read_link(l).as_deref() != Some(Path::new(BINARY)))
         .collect();
@@ -362,7 +362,7 @@ fn binary_change(host: &Host, dest: &Path, binary: &[u8]) -> Result<Option<Chang
     // Windows has no execute bit: a file there is 0600 (private DACL) or
     // 0644 (the folder's), and the bytes decide.
     let same = matches!(&now.state, files::State::File { sha256, mode }
-        if *sha256 == files::sha256(binary) && (*mode == 0o755 || crate::base::platform::WINDOWS));
+        if *sha256 == files::sha256(binary) && (*mode == 0o755 || wicp_base::platform::WINDOWS));
     if same {
         return Ok(None);
     }
@@ -372,7 +372,7 @@ fn binary_change(host: &Host, dest: &Path, binary: &[u8]) -> Result<Option<Chang
         bytes: binary.to_vec(),
         // On Windows a private DACL (SYSTEM, which runs the kubelet, and
         // Administrators) rather than the folder's inherited one.
-        mode: if crate::base::platform::WINDOWS {
+        mode: if wicp_base::platform::WINDOWS {
             0o700
         } else {
             0o755
@@ -434,7 +434,7 @@ fn binary_to_install(asked: Option<&Path>) -> Result<(PathBuf, Vec<u8>)> {
 }
 
 /// What makes a directory fit to hold what the kubelet runs as root.
-pub(crate) const UNTRUSTED_PLACE_FIX: &str = if crate::base::platform::WINDOWS {
+pub(crate) const UNTRUSTED_PLACE_FIX: &str = if wicp_base::platform::WINDOWS {
     "give the folder to SYSTEM or Administrators and let no other account write it \
      (icacls <folder> /inheritance:r /grant:r SYSTEM:(OI)(CI)F Administrators:(OI)(CI)F Users:(OI)(CI)RX), then run again"
 } else {

@@ -19,10 +19,10 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::checks::{Check, Verdict, check};
-use crate::base::platform::Host;
-use crate::inputs::Env;
-use crate::kubelet::provider_config::Entry;
-use crate::providers::mirror::Rule;
+use wicp_base::platform::Host;
+use wicp_kubelet::config::provider_config::Entry;
+use wicp_net::inputs::Env;
+use wicp_providers::mirror::Rule;
 
 /// containerd's main config, read for the CRI registry `config_path`.
 const CONTAINERD_CONFIG: &str = "/etc/containerd/config.toml";
@@ -280,7 +280,7 @@ mod tests {
         let hub = rule("docker.io=123456789012.dkr.ecr.us-east-1.amazonaws.com/docker-hub");
         let dirs = [PathBuf::from(DEFAULT_HOSTS_DIR)];
         let verdicts = |files: &[(&str, &[u8])]| {
-            let (_dir, host) = crate::base::platform::test_root(files);
+            let (_dir, host) = wicp_base::platform::test_root(files);
             check_rule(&host, &dirs, &hub)
         };
         let verdict = |files: &[(&str, &[u8])]| {
@@ -345,7 +345,7 @@ mod tests {
 
     #[test]
     fn the_config_path_comes_from_containerds_config() {
-        let (_dir, host) = crate::base::platform::test_root(&[(
+        let (_dir, host) = wicp_base::platform::test_root(&[(
             CONTAINERD_CONFIG,
             b"version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".registry]\n  config_path = \"/etc/containerd/certs.d:/etc/docker/certs.d\"\n",
         )]);
@@ -356,7 +356,7 @@ mod tests {
                 PathBuf::from("/etc/docker/certs.d")
             ]
         );
-        let (_dir, bare) = crate::base::platform::test_root(&[]);
+        let (_dir, bare) = wicp_base::platform::test_root(&[]);
         assert_eq!(hosts_dirs(&bare), vec![PathBuf::from(DEFAULT_HOSTS_DIR)]);
     }
 }

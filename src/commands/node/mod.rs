@@ -3,7 +3,7 @@
 //! out again, and say what is wrong with a node's set-up.
 //!
 //! These run as root on every node of a fleet, on nodes where tenants run
-//! processes and own files; so [`crate::base::platform::Host`] resolves every path inside
+//! processes and own files; so [`wicp_base::platform::Host`] resolves every path inside
 //! `--root` and writes without following links, [`identify`] trusts only
 //! facts a tenant cannot forge about which process is the kubelet, and
 //! [`exec`] runs nothing without a deadline.
@@ -11,7 +11,7 @@
 //! The parts, in the order an install runs them: [`discover`] finds the
 //! kubelet's flags and files (and [`systemd`] reads units), [`distro`]
 //! knows each distribution's paths, hooks and what rewrites them,
-//! [`plan`] decides what changes where, [`merge`] puts our entries into
+//! [`plan`] decides what changes where, [`merge`](wicp_kubelet::config::merge) puts our entries into
 //! the config in its own format, [`stage`] gives check-config a private
 //! copy to validate, [`apply`] writes crash-safe with an intent log
 //! ([`files`]), [`restart`] restarts the kubelet and rolls back once if it
@@ -28,7 +28,6 @@ pub(crate) mod exec;
 pub(crate) mod files;
 pub(crate) mod identify;
 pub(crate) mod install;
-pub mod merge;
 mod mirrors;
 mod observed;
 pub(crate) mod openshift;
@@ -43,8 +42,8 @@ pub(crate) mod uninstall;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::inputs::Env;
-use crate::kubelet::configuration::Version;
+use wicp_kubelet::config::configuration::Version;
+use wicp_net::inputs::Env;
 
 /// Where the node is and what is known about its kubelet.
 #[derive(clap::Args, Clone, Debug)]
@@ -83,7 +82,7 @@ pub(crate) struct Target {
 }
 
 /// The node's root by default: `/`, or the system drive on Windows.
-const DEFAULT_ROOT: &str = if crate::base::platform::WINDOWS {
+const DEFAULT_ROOT: &str = if wicp_base::platform::WINDOWS {
     r"C:\"
 } else {
     "/"
@@ -95,13 +94,13 @@ fn parse_version(text: &str) -> Result<Version, String> {
 
 impl Target {
     /// The node's root, opened; every path is resolved inside it.
-    pub(crate) fn host(&self) -> crate::base::error::Result<crate::base::platform::Host> {
-        crate::base::platform::Host::open(&self.root).map_err(|e| {
-            crate::base::error::Error::config(format!(
+    pub(crate) fn host(&self) -> wicp_base::error::Result<wicp_base::platform::Host> {
+        wicp_base::platform::Host::open(&self.root).map_err(|e| {
+            wicp_base::error::Error::config(format!(
                 "cannot open the node's root {}: {e}",
                 self.root.display()
             ))
-            .fix(if crate::base::platform::WINDOWS {
+            .fix(if wicp_base::platform::WINDOWS {
                 "pass --root with the node's system drive (C:\\, the default)"
             } else {
                 "pass --root with the directory where the host's / is mounted (/host in the DaemonSet)"
@@ -114,7 +113,7 @@ impl Target {
     /// distribution's own record, and a HostProcess pod is on the host's
     /// network).
     pub(crate) fn proc_dir(&self) -> Option<&std::path::Path> {
-        (self.proc.as_os_str() != "none" && !crate::base::platform::WINDOWS)
+        (self.proc.as_os_str() != "none" && !wicp_base::platform::WINDOWS)
             .then_some(self.proc.as_path())
     }
 
@@ -190,12 +189,12 @@ pub(crate) struct Entries {
     /// pair it with --replace ecr-credential-provider (acr-credential-provider,
     /// auth-provider-gcp) in `node install`.
     #[arg(long, value_enum, value_name = "none|node", default_value = "none")]
-    pub(crate) fallback: crate::providers::fallback::Fallback,
+    pub(crate) fallback: wicp_providers::fallback::Fallback,
 }
 
 impl Entries {
     /// The entries, each checked as `node install` checks them.
-    pub(crate) fn read(&self) -> crate::base::error::Result<Vec<yaml_serde::Value>> {
+    pub(crate) fn read(&self) -> wicp_base::error::Result<Vec<yaml_serde::Value>> {
         plan::our_entries(&self.provider, self.fallback, self.config.as_deref())
     }
 }
@@ -215,10 +214,10 @@ fn render(what: &Render, env: &Env) -> ExitCode {
 }
 
 /// The RBAC manifest for the entries' audiences.
-fn render_rbac(entries: &Entries) -> crate::base::error::Result<String> {
+fn render_rbac(entries: &Entries) -> wicp_base::error::Result<String> {
     let manifest = rbac::manifest(&rbac::audiences(&entries.read()?));
     if manifest.is_empty() {
-        return Err(crate::base::error::Error::config(
+        return Err(wicp_base::error::Error::config(
             "no entry has tokenAttributes: the kubelet requests no token, so needs no RBAC",
         ));
     }
@@ -259,7 +258,7 @@ fn host_exec(args: &HostExecArgs) -> ExitCode {
     let Some((program, rest)) = args.command.split_first() else {
         return ExitCode::from(2);
     };
-    match crate::base::platform::run_in_host_namespaces(&args.proc, program, rest) {
+    match wicp_base::platform::run_in_host_namespaces(&args.proc, program, rest) {
         Ok(status) => ExitCode::from(
             status
                 .code()
@@ -267,8 +266,8 @@ fn host_exec(args: &HostExecArgs) -> ExitCode {
                 .unwrap_or(1),
         ),
         Err(e) => {
-            crate::base::log::error(
-                &crate::base::error::Error::config(e)
+            wicp_base::log::error(
+                &wicp_base::error::Error::config(e)
                     .context("node host-exec")
                     .fix("run it as root in a privileged pod with hostPID"),
             );

@@ -7,11 +7,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::checks::{Check, Verdict, check};
-use crate::base::error::Kind;
-use crate::base::platform::Host;
-use crate::inputs::Env;
-use crate::kubelet::provider_config::Entry;
-use crate::observe::{audit, metrics};
+use wicp_base::error::Kind;
+use wicp_base::platform::Host;
+use wicp_kubelet::config::provider_config::Entry;
+use wicp_net::inputs::Env;
+use wicp_net::observe::{audit, metrics};
 
 /// Failures older than this are history, not news.
 pub(super) const RECENT_SECS: i64 = 24 * 3600;
@@ -64,7 +64,7 @@ pub(super) fn metrics_check(host: &Host, dir: &Path, now: i64) -> Check {
     match last_failure {
         Some((provider, at)) if recent => {
             #[allow(clippy::cast_possible_truncation)]
-            let at = crate::base::duration::format_unix(at as i64);
+            let at = wicp_base::duration::format_unix(at as i64);
             let worst = by_kind
                 .iter()
                 .max_by_key(|(_, n)| **n)
@@ -168,7 +168,7 @@ fn recent_failures(records: &[serde_json::Value], now: i64) -> (usize, BTreeMap<
     for r in records {
         let at = r["time"]
             .as_str()
-            .and_then(crate::base::duration::parse_rfc3339)
+            .and_then(wicp_base::duration::parse_rfc3339)
             .unwrap_or(0);
         if now - at >= RECENT_SECS {
             continue;
@@ -265,8 +265,8 @@ pub(super) fn audit_checks(host: &Host, log: &Path, now: i64) -> Vec<Check> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::observe::{Identity, Outcome, Record};
     use std::time::Instant;
+    use wicp_net::observe::{Identity, Outcome, Record};
 
     const NOW: i64 = 1_800_000_000;
 
@@ -275,7 +275,7 @@ mod tests {
         r.provider = Some("vault");
         r.registry = Some("r.example".into());
         r.identity = Some(Identity::ServiceAccount);
-        r.service_account = Some(crate::request::token::ServiceAccount {
+        r.service_account = Some(wicp_kubelet::request::token::ServiceAccount {
             namespace: "team".into(),
             name: account.into(),
             uid: "u".into(),
@@ -313,7 +313,7 @@ providers:
 "#,
         )
         .unwrap();
-        let loaded = crate::kubelet::provider_config::load(&config);
+        let loaded = wicp_kubelet::config::provider_config::load(&config);
         let entries: Vec<&Entry> = loaded.entries.iter().collect();
         let (dirs, logs) = configured(&entries, &Env::default());
         assert_eq!(dirs, [PathBuf::from("/var/lib/wicp-metrics")]);
@@ -336,7 +336,7 @@ providers:
             (Outcome::Error(Kind::Upstream), "b", NOW - 80),
         ] {
             let r = record(outcome, account);
-            crate::observe::metrics::update(&metrics_dir, &r, &[], at).unwrap();
+            wicp_net::observe::metrics::update(&metrics_dir, &r, &[], at).unwrap();
             audit::append(&log, 1 << 20, &r, at).unwrap();
         }
         let m = metrics_check(&host, &dirs[0], NOW);
@@ -378,7 +378,7 @@ providers:
         let dir = root.path().join("var/log/wicp");
         std::fs::create_dir_all(&dir).unwrap();
         let log = dir.join("audit.log");
-        let at = crate::base::duration::format_unix(NOW - 10);
+        let at = wicp_base::duration::format_unix(NOW - 10);
         let line = format!(
             "{{\"time\":\"{at}\",\"outcome\":\"error\",\"error_kind\":\"upstream\",\"service_account\":\"team/a\",\"error\":\"boom\\u001b[2J\\u0007 gone\",\"fix\":\"run \\u001b]0;x\\u0007this\"}}\n"
         );

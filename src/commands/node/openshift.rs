@@ -37,12 +37,12 @@ use std::path::{Path, PathBuf};
 use base64::Engine as _;
 use yaml_serde::{Mapping, Value};
 
-use super::merge::{self, Format, Replace};
-use crate::base::error::{Error, Result};
 use crate::commands::check_config::isolation::KubeletFacts;
-use crate::inputs::Env;
-use crate::kubelet::configuration::Version;
 use crate::options::BINARY;
+use wicp_base::error::{Error, Result};
+use wicp_kubelet::config::configuration::Version;
+use wicp_kubelet::config::merge::{self, Format, Replace};
+use wicp_net::inputs::Env;
 
 /// The kubelet's plugin directory on RHCOS (`render.go`).
 pub(crate) const BIN_DIR: &str = "/usr/libexec/kubelet-image-credential-provider-plugins";
@@ -285,7 +285,7 @@ fn config_file(args: &Args, ours: &[Value]) -> Result<(String, Vec<u8>)> {
     let (name, existing): (String, Option<Vec<u8>>) = match args.platform.stock() {
         Some((file, stock)) => {
             let bytes = match &args.platform_config {
-                Some(path) => crate::base::yaml::read(path).map_err(|e| {
+                Some(path) => wicp_base::yaml::read(path).map_err(|e| {
                     Error::config(format!(
                         "cannot read --platform-config {}: {e}",
                         path.display()
@@ -352,7 +352,7 @@ fn ignition_file(path: &str, mode: u32, bytes: &[u8]) -> Value {
 /// The Containerfile On-Cluster Layering builds: the binary from the
 /// release's image into the plugin directory, a link per provider.
 fn containerfile(image: &str) -> String {
-    let links: Vec<String> = super::merge::plugin_names()
+    let links: Vec<String> = crate::version::plugin_names()
         .into_iter()
         .filter(|n| n != BINARY)
         .map(|n| format!("ln -s {BINARY} {BIN_DIR}/{n}"))
@@ -544,7 +544,7 @@ mod tests {
     #[test]
     fn the_containerfile_links_every_provider() {
         let file = containerfile("r.example.com/w@sha256:0");
-        for p in crate::providers::ALL {
+        for p in wicp_providers::ALL {
             assert!(
                 file.contains(&format!("{BIN_DIR}/{BINARY}-{}", p.name)),
                 "{file}"

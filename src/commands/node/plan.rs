@@ -10,11 +10,11 @@ use yaml_serde::Value;
 
 use super::discover::{self, BIN_DIR_FLAG, CONFIG_FLAG, Discovery};
 use super::distro::{self, Distro};
-use super::merge::{self, Replace};
 use super::systemd;
-use crate::base::error::{Error, Result};
-use crate::base::platform::Host;
-use crate::providers::fallback::Fallback;
+use wicp_base::error::{Error, Result};
+use wicp_base::platform::Host;
+use wicp_kubelet::config::merge::{self, Replace};
+use wicp_providers::fallback::Fallback;
 
 /// The ready entry for each provider: the one in config-examples.
 const AWS: &str =
@@ -83,7 +83,7 @@ pub(crate) struct Plan {
 /// passes as its argument and `--fallback node` reads the kubelet identity
 /// from.
 /// On AKS Windows it is `c:\k\azure.json` (AgentBaker `configfunc.ps1`).
-const AKS_CLOUD_CONFIG: &str = if crate::base::platform::WINDOWS {
+const AKS_CLOUD_CONFIG: &str = if wicp_base::platform::WINDOWS {
     r"c:\k\azure.json"
 } else {
     "/etc/kubernetes/azure.json"
@@ -119,7 +119,7 @@ fn with_node_fallback(entry: &mut Value, provider: ReadyProvider) {
                 .or_insert_with(|| Value::Sequence(Vec::new()));
             if let Some(seq) = keys.as_sequence_mut() {
                 seq.push(Value::from(
-                    crate::providers::gcp::ENABLE_IMAGE_PULL_ANNOTATION,
+                    wicp_providers::gcp::ENABLE_IMAGE_PULL_ANNOTATION,
                 ));
             }
         }
@@ -163,7 +163,7 @@ pub(crate) fn carry_identity_binding(existing: &Value, ours: &mut [Value]) -> Op
             "acr-credential-provider uses AKS identity bindings: {} use the same endpoint ({}) and audience {}",
             carried.join(", "),
             args.join(" "),
-            crate::providers::azure::binding::AUDIENCE
+            wicp_providers::azure::binding::AUDIENCE
         )
     })
 }
@@ -247,7 +247,7 @@ fn with_binding_args(entry: &mut Value, args: &[String]) -> bool {
     {
         attrs.insert(
             Value::from("serviceAccountTokenAudience"),
-            Value::from(crate::providers::azure::binding::AUDIENCE),
+            Value::from(wicp_providers::azure::binding::AUDIENCE),
         );
     }
     true
@@ -263,7 +263,7 @@ fn with_exe_name(entry: &mut Value) {
     if name.is_empty() || name.to_ascii_lowercase().ends_with(".exe") {
         return;
     }
-    let named = crate::base::platform::executable_name(name);
+    let named = wicp_base::platform::executable_name(name);
     if let Some(map) = entry.as_mapping_mut() {
         map.insert(Value::from("name"), Value::from(named));
     }
@@ -292,7 +292,7 @@ pub(crate) fn our_entries(
         }
     }
     if let Some(file) = config {
-        let bytes = crate::base::yaml::read(file)
+        let bytes = wicp_base::yaml::read(file)
             .map_err(|e| Error::config(format!("cannot read --config {}: {e}", file.display())))?;
         let doc = merge::parse(&bytes, file)?;
         let list = merge::providers(&doc);
@@ -308,7 +308,7 @@ pub(crate) fn our_entries(
         return Err(Error::config("nothing to install")
             .fix("pass --provider aws|azure|gcp or --config FILE"));
     }
-    if crate::base::platform::WINDOWS {
+    if wicp_base::platform::WINDOWS {
         entries.iter_mut().for_each(with_exe_name);
     }
     let mut seen = std::collections::BTreeSet::new();
@@ -439,7 +439,7 @@ fn plan_eks(
         .map_or(PathBuf::from(distro::EKS_PROVIDER_DIR), |f| f.value.clone());
     let directory_ok = d
         .version
-        .is_some_and(|v| v >= crate::kubelet::configuration::DIRECTORY_CONFIG_SINCE)
+        .is_some_and(|v| v >= wicp_kubelet::config::configuration::DIRECTORY_CONFIG_SINCE)
         && replace.is_empty();
     let nodeadm_config = PathBuf::from(distro::EKS_CONFIG);
     let (config, flag_value) = if directory_ok {
@@ -702,7 +702,7 @@ mod tests {
             .filter_map(|p| p.to_possible_value())
             .map(|v| v.get_name().to_string())
             .collect();
-        let clouds: Vec<String> = crate::providers::ALL
+        let clouds: Vec<String> = wicp_providers::ALL
             .iter()
             .filter(|p| p.auto.is_some() && p.node_identity.is_some())
             .map(|p| p.name.to_string())

@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 
 use super::discover::Discovery;
 use super::exec;
-use crate::base::error::{Error, Result};
-use crate::base::platform::Host;
+use wicp_base::error::{Error, Result};
+use wicp_base::platform::Host;
 
 /// Consecutive `ok` answers, one second apart, that count as healthy.
 const HEALTHY_IN_A_ROW: u32 = 3;
@@ -43,13 +43,13 @@ pub(crate) fn systemctl(host: &Host, proc: &Path, args: &[&str]) -> Result<()> {
 /// Control Manager, else its systemd unit.
 pub(crate) fn restart_kubelet(host: &Host, d: &Discovery, proc: &Path) -> Result<String> {
     if let Some(service) = d.distro.windows_service() {
-        crate::base::platform::restart_service(service, RESTART_TIMEOUT).map_err(|e| {
+        wicp_base::platform::restart_service(service, RESTART_TIMEOUT).map_err(|e| {
             Error::config(format!("cannot restart the Windows service {service}: {e}"))
                 .fix("run node install as SYSTEM (the HostProcess DaemonSet in node-install/windows/) or as an administrator; check the service with sc.exe query kubelet")
         })?;
         return Ok(format!("the Windows service {service}"));
     }
-    if crate::base::platform::WINDOWS {
+    if wicp_base::platform::WINDOWS {
         return Err(Error::config(format!(
             "install does not know which Windows service runs the kubelet on {}",
             d.distro
@@ -109,7 +109,7 @@ pub(crate) fn probe_on_host(
     port: u16,
 ) -> std::result::Result<(), String> {
     match proc {
-        Some(p) => crate::base::platform::enter_host_network(p, || probe(address, port))?,
+        Some(p) => wicp_base::platform::enter_host_network(p, || probe(address, port))?,
         None => probe(address, port),
     }
 }
@@ -149,7 +149,7 @@ pub(crate) fn wait_healthy(
         }
     };
     match proc {
-        Some(p) => crate::base::platform::enter_host_network(p, poll)?,
+        Some(p) => wicp_base::platform::enter_host_network(p, poll)?,
         None => poll(),
     }
 }

@@ -9,8 +9,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::base::error::{Error, Result};
-use crate::base::platform::{Host, Kind};
+use wicp_base::error::{Error, Result};
+use wicp_base::platform::{Host, Kind};
 
 /// The staged copy; removed on drop.
 pub(crate) struct Stage {
@@ -31,7 +31,7 @@ impl Drop for Stage {
 /// system's temporary directory (TMPDIR, else /tmp): an image without one
 /// gets a line that names it.
 pub(crate) fn private_temp_dir(prefix: &str) -> Result<PathBuf> {
-    crate::base::platform::private_temp_dir(prefix).map_err(|e| {
+    wicp_base::platform::private_temp_dir(prefix).map_err(|e| {
         Error::config(format!(
             "cannot create a private temporary directory in {}: {e}",
             std::env::temp_dir().display()
@@ -91,10 +91,10 @@ pub(crate) fn stage(
                     let path = dir.join(&name);
                     // The kubelet follows links and fails on anything it
                     // cannot read: so does the staged copy, bounded.
-                    match host.read_bytes(&path, crate::base::yaml::MAX_BYTES) {
+                    match host.read_bytes(&path, wicp_base::yaml::MAX_BYTES) {
                         Ok(Some(bytes)) => std::fs::write(staged.join(&name), bytes).map_err(io)?,
                         _ => {
-                            let _ = crate::base::platform::symlink(
+                            let _ = wicp_base::platform::symlink(
                                 Path::new("/nonexistent"),
                                 &staged.join(&name),
                             );
@@ -117,7 +117,7 @@ pub(crate) fn stage(
             let target = host
                 .local(&bin_dir.join(&name))
                 .unwrap_or_else(|_| PathBuf::from("/nonexistent"));
-            let _ = crate::base::platform::symlink(&target, &bin.join(&name));
+            let _ = wicp_base::platform::symlink(&target, &bin.join(&name));
         }
     }
     if let Some(binary) = binary {
@@ -125,7 +125,7 @@ pub(crate) fn stage(
         for name in extra {
             let link = bin.join(name);
             let _ = std::fs::remove_file(&link);
-            crate::base::platform::symlink(&binary, &link).map_err(io)?;
+            wicp_base::platform::symlink(&binary, &link).map_err(io)?;
         }
     }
     Ok(stage)
@@ -175,17 +175,17 @@ pub(crate) fn check_rendered(
                 "cannot find this executable to check the entries: {e}"
             ))
         })?;
-        let ours = super::merge::plugin_names();
-        let doc = super::merge::parse(config, &file)?;
-        for entry in super::merge::providers(&doc) {
-            let name = super::merge::entry_name(&entry);
+        let ours = crate::version::plugin_names();
+        let doc = wicp_kubelet::config::merge::parse(config, &file)?;
+        for entry in wicp_kubelet::config::merge::providers(&doc) {
+            let name = wicp_kubelet::config::merge::entry_name(&entry);
             if name.is_empty() || name.contains(['/', '\\']) || name.starts_with('.') {
                 continue;
             }
             if ours.iter().any(|n| n == name) {
-                crate::base::platform::symlink(&exe, &bin.join(name)).map_err(io)?;
+                wicp_base::platform::symlink(&exe, &bin.join(name)).map_err(io)?;
             } else {
-                crate::base::platform::write_executable(&bin.join(name), b"#!/bin/sh\nexit 1\n")
+                wicp_base::platform::write_executable(&bin.join(name), b"#!/bin/sh\nexit 1\n")
                     .map_err(io)?;
             }
         }
@@ -213,7 +213,7 @@ fn errors_refused(
     let errors: Vec<_> = report
         .findings
         .iter()
-        .filter(|f| f.severity == crate::kubelet::Severity::Error)
+        .filter(|f| f.severity == wicp_kubelet::config::Severity::Error)
         .collect();
     let mut lines = String::new();
     for f in errors.iter().take(SHOWN) {

@@ -25,7 +25,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::base::platform::Host;
+use wicp_base::platform::Host;
 
 /// Largest unit, drop-in or environment file read.
 const MAX_UNIT_FILE: u64 = 1 << 20;
@@ -442,7 +442,7 @@ mod tests {
     #[test]
     fn environment_files_override_environment_and_continue_lines_as_systemd_does() {
         // A drop-in read after the unit sets Environment=: the file still wins.
-        let (dir, host) = crate::base::platform::test_root(&[
+        let (dir, host) = wicp_base::platform::test_root(&[
             ("/etc/systemd/system/kubelet.service", b"[Service]\nEnvironmentFile=-/etc/default/kubelet\nExecStart=/usr/bin/kubelet $KUBELET_EXTRA_ARGS\n"),
             ("/etc/systemd/system/kubelet.service.d/90-extra.conf", b"[Service]\nEnvironment=KUBELET_EXTRA_ARGS=--from-drop-in=1\n"),
             ("/etc/default/kubelet", b"KUBELET_EXTRA_ARGS=--a=1 \\\n--image-credential-provider-config=/etc/x.yaml\n"),
@@ -490,7 +490,7 @@ mod tests {
 
     #[test]
     fn kubeadm_drop_in() {
-        let (_dir, host) = crate::base::platform::test_root(&[
+        let (_dir, host) = wicp_base::platform::test_root(&[
             (
                 "/usr/lib/systemd/system/kubelet.service",
                 b"[Service]\nExecStart=/usr/bin/kubelet\n",

@@ -26,12 +26,12 @@ use std::fmt::Write as _;
 
 use yaml_serde::{Mapping, Value};
 
-use super::merge;
-use crate::base::error::{Error, Result};
 use crate::commands::check_config::isolation::KubeletFacts;
-use crate::inputs::Env;
-use crate::kubelet::configuration::Version;
 use crate::options::BINARY;
+use wicp_base::error::{Error, Result};
+use wicp_kubelet::config::configuration::Version;
+use wicp_kubelet::config::merge;
+use wicp_net::inputs::Env;
 
 /// Where Talos's kubelet finds plugins: the extension's directory.
 pub(crate) const BIN_DIR: &str = "/usr/local/lib/kubelet/credentialproviders";
@@ -147,7 +147,7 @@ pub(crate) fn render(args: &Args, env: &Env) -> Result<String> {
 /// will write it, with a bin dir holding what the extension holds: an
 /// entry naming anything else is refused first.
 fn check(config: &Value, entries: &[Value], args: &Args, env: &Env) -> Result<()> {
-    let names = merge::plugin_names();
+    let names = crate::version::plugin_names();
     if let Some(name) = entries
         .iter()
         .map(merge::entry_name)
@@ -200,9 +200,9 @@ mod tests {
 
     #[test]
     fn the_plugin_names_hold_one_per_provider() {
-        let names = merge::plugin_names();
+        let names = crate::version::plugin_names();
         assert_eq!(names[0], BINARY);
-        for p in crate::providers::ALL {
+        for p in wicp_providers::ALL {
             assert!(names.contains(&format!("{BINARY}-{}", p.name)), "{names:?}");
         }
     }

@@ -17,11 +17,12 @@ use serde::Serialize;
 
 use super::discover;
 use super::files::{self, Kind, Manifest, Record, Snapshot, State};
-use super::{Target, install, merge, restart};
-use crate::base::error::{Error, Result};
-use crate::base::platform::Host;
+use super::{Target, install, restart};
 use crate::commands::check_config::check::Output;
 use crate::options::BINARY;
+use wicp_base::error::{Error, Result};
+use wicp_base::platform::Host;
+use wicp_kubelet::config::merge;
 
 #[derive(clap::Args, Clone, Debug)]
 pub(crate) struct Args {
@@ -38,7 +39,7 @@ pub(crate) struct Args {
 }
 
 fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
-    crate::base::duration::parse(text).map_err(|e| e.to_string())
+    wicp_base::duration::parse(text).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Default, Serialize)]
