@@ -176,9 +176,9 @@ fn the_checker_finds_a_cycle() {
     );
 }
 
-/// A file's module path: `src/commands/node/doctor.rs` is
-/// `commands::node::doctor`, `crates/providers/src/aws/mod.rs` is
-/// `providers::aws`, `src/lib.rs` the root.
+/// A file's module path in its crate: `src/commands/node/verify/doctor.rs`
+/// is `commands::node::verify::doctor`, `crates/providers/src/aws/mod.rs`
+/// is `aws`, a `lib.rs` the root.
 fn module_path(src: &Path, file: &Path) -> Vec<String> {
     let mut path: Vec<String> = file
         .strip_prefix(src)

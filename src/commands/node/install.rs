@@ -1,8 +1,8 @@
 //! `node install`: discover, plan per distribution, merge, validate with
 //! check-config, write crash-safe with backups, optionally restart the
 //! kubelet and roll back if it does not come back healthy. The parts:
-//! [`super::plan`] (what changes where), [`super::stage`] (the copy
-//! check-config validates), [`super::apply`] (the writes and the
+//! [`crate::commands::node::plan`] (what changes where), [`crate::commands::node::plan::stage`] (the copy
+//! check-config validates), [`crate::commands::node::apply`] (the writes and the
 //! rollback); this module runs them in order and reports.
 
 use std::io::Read;
@@ -12,14 +12,16 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::apply::{self, Applied, Change};
-use super::discover::{self, Discovery};
-use super::files::{self, Kind, Snapshot};
-use super::plan::{self, ConfigTarget, Plan};
-use super::stage::{self, Stage};
-use super::{Target, rbac, restart};
+use super::Target;
 use crate::commands::check_config::check::{Output, check_with};
 use crate::commands::check_config::isolation::KubeletFacts;
+use crate::commands::node::apply::files::{self, Kind, Snapshot};
+use crate::commands::node::apply::restart;
+use crate::commands::node::apply::{self, Applied, Change};
+use crate::commands::node::discover::{self, Discovery};
+use crate::commands::node::plan::stage::{self, Stage};
+use crate::commands::node::plan::{self, ConfigTarget, Plan};
+use crate::commands::node::render::rbac;
 use crate::options::BINARY;
 use wicp_base::error::{Error, Result};
 use wicp_base::platform::Host;
@@ -727,8 +729,8 @@ fn render(report: &Report) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::plan;
     use super::*;
+    use crate::commands::node::plan;
 
     fn flags(list: &[(&str, &str)]) -> Vec<(String, String)> {
         list.iter()

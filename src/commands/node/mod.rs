@@ -3,41 +3,34 @@
 //! out again, and say what is wrong with a node's set-up.
 //!
 //! These run as root on every node of a fleet, on nodes where tenants run
-//! processes and own files; so [`wicp_base::platform::Host`] resolves every path inside
-//! `--root` and writes without following links, [`identify`] trusts only
-//! facts a tenant cannot forge about which process is the kubelet, and
-//! [`exec`] runs nothing without a deadline.
+//! processes and own files; so [`wicp_base::platform::Host`] resolves every
+//! path inside `--root` and writes without following links,
+//! [`discover::identify`] trusts only facts a tenant cannot forge about
+//! which process is the kubelet, and [`exec`] runs nothing without a
+//! deadline.
 //!
-//! The parts, in the order an install runs them: [`discover`] finds the
-//! kubelet's flags and files (and [`systemd`] reads units), [`distro`]
-//! knows each distribution's paths, hooks and what rewrites them,
-//! [`plan`] decides what changes where, [`merge`](wicp_kubelet::config::merge) puts our entries into
-//! the config in its own format, [`stage`] gives check-config a private
-//! copy to validate, [`apply`] writes crash-safe with an intent log
-//! ([`files`]), [`restart`] restarts the kubelet and rolls back once if it
-//! does not come back healthy, [`rbac`] prints what the audiences need.
-//! [`install`], [`uninstall`] and [`doctor`] are the commands.
+//! The folders are the phases of `node install`, in the order it runs
+//! them: [`discover`] finds the kubelet's flags and files (with
+//! [`discover::systemd`] reading units and [`discover::distro`] knowing
+//! each distribution's paths, hooks and what rewrites them); [`plan`]
+//! decides what changes where, with our entries merged into the config in
+//! its own format ([`wicp_kubelet::config::merge`]), and
+//! [`plan::stage`] gives check-config a private copy to validate;
+//! [`apply`] writes crash-safe with an intent log ([`apply::files`]) and
+//! [`apply::restart`] restarts the kubelet and rolls back once if it does
+//! not come back healthy; [`verify`] is `node doctor`. [`render`](mod@render) prints
+//! what the node systems we do not write to take instead (Talos,
+//! OpenShift) and the RBAC the audiences need. [`install`] and
+//! [`uninstall`] are the commands that run the phases.
 
-pub(crate) mod aks_windows;
 pub(crate) mod apply;
-mod checks;
 pub(crate) mod discover;
-pub(crate) mod distro;
-pub(crate) mod doctor;
 pub(crate) mod exec;
-pub(crate) mod files;
-pub(crate) mod identify;
 pub(crate) mod install;
-mod mirrors;
-mod observed;
-pub(crate) mod openshift;
 pub(crate) mod plan;
-pub(crate) mod rbac;
-pub(crate) mod restart;
-pub(crate) mod stage;
-pub(crate) mod systemd;
-pub(crate) mod talos;
+pub(crate) mod render;
 pub(crate) mod uninstall;
+pub(crate) mod verify;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -137,7 +130,7 @@ pub(crate) enum Command {
     Uninstall(uninstall::Args),
     /// Report, without changing anything, what is wrong with the node's
     /// credential-provider set-up. Exit 0 when nothing is, 1 otherwise.
-    Doctor(doctor::Args),
+    Doctor(verify::doctor::Args),
     /// Print the configuration a node system that cannot be changed in
     /// place takes instead (Talos: a machine-configuration patch;
     /// OpenShift: a MachineConfig and a MachineOSConfig), or RBAC.
@@ -160,11 +153,11 @@ pub(crate) enum Command {
 pub(crate) enum Render {
     /// The Talos machine-configuration patch for the provider entries: the
     /// plugins come from the Talos system extension `make release` builds.
-    Talos(talos::Args),
+    Talos(render::talos::Args),
     /// The OpenShift MachineConfig (the kubelet's credential-provider
     /// config) and MachineOSConfig (the binary, layered into the pool's
     /// image from the release's node image) for a pool.
-    Openshift(openshift::Args),
+    Openshift(render::openshift::Args),
     /// The ClusterRole and binding that let the kubelet request service
     /// account tokens for the entries' audiences (what `node install`
     /// reports as `rbac`), to apply with kubectl.
@@ -203,8 +196,11 @@ impl Entries {
 /// stderr saying why none can be made.
 fn render(what: &Render, env: &Env) -> ExitCode {
     let (command, rendered) = match what {
-        Render::Talos(args) => ("node render talos", talos::render(args, env)),
-        Render::Openshift(args) => ("node render openshift", openshift::render(args, env)),
+        Render::Talos(args) => ("node render talos", render::talos::render(args, env)),
+        Render::Openshift(args) => (
+            "node render openshift",
+            render::openshift::render(args, env),
+        ),
         Render::Rbac(entries) => ("node render rbac", render_rbac(entries)),
     };
     match rendered {
@@ -215,7 +211,7 @@ fn render(what: &Render, env: &Env) -> ExitCode {
 
 /// The RBAC manifest for the entries' audiences.
 fn render_rbac(entries: &Entries) -> wicp_base::error::Result<String> {
-    let manifest = rbac::manifest(&rbac::audiences(&entries.read()?));
+    let manifest = render::rbac::manifest(&render::rbac::audiences(&entries.read()?));
     if manifest.is_empty() {
         return Err(wicp_base::error::Error::config(
             "no entry has tokenAttributes: the kubelet requests no token, so needs no RBAC",
@@ -245,7 +241,7 @@ pub(crate) fn run(command: &Command, env: &Env) -> ExitCode {
     match command {
         Command::Install(args) => install::run(args, env),
         Command::Uninstall(args) => uninstall::run(args),
-        Command::Doctor(args) => doctor::run(args, env),
+        Command::Doctor(args) => verify::doctor::run(args, env),
         Command::Render(what) => render(what, env),
         Command::Wait => wait(),
         Command::HostExec(args) => host_exec(args),

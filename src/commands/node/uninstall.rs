@@ -15,10 +15,12 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::discover;
-use super::files::{self, Kind, Manifest, Record, Snapshot, State};
-use super::{Target, install, restart};
+use super::Target;
 use crate::commands::check_config::check::Output;
+use crate::commands::node::apply::files::{self, Kind, Manifest, Record, Snapshot, State};
+use crate::commands::node::apply::restart;
+use crate::commands::node::discover;
+use crate::commands::node::install;
 use crate::options::BINARY;
 use wicp_base::error::{Error, Result};
 use wicp_base::platform::Host;

@@ -21,8 +21,8 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::discover::Discovery;
-use super::exec;
+use crate::commands::node::discover::Discovery;
+use crate::commands::node::exec;
 use wicp_base::error::{Error, Result};
 use wicp_base::platform::Host;
 
@@ -161,7 +161,7 @@ pub(crate) fn unit_to_restart(host: &Host, units: &[&'static str]) -> &'static s
         .iter()
         .copied()
         .find(|u| {
-            super::systemd::UNIT_DIRS
+            crate::commands::node::discover::systemd::UNIT_DIRS
                 .iter()
                 .any(|d| host.is_file(&Path::new(d).join(u)))
         })

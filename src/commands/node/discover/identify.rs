@@ -59,7 +59,7 @@ struct UnitState {
 }
 
 fn unit_state(host: &Host, proc: &Path, unit: &str) -> Option<UnitState> {
-    let out = super::exec::systemctl_output(
+    let out = crate::commands::node::exec::systemctl_output(
         host,
         proc,
         &["show", "--property=MainPID,ControlGroup", unit],
@@ -320,7 +320,8 @@ pub(crate) fn version_of(host: &Host, exe: &Path) -> Option<String> {
     {
         return None;
     }
-    let out = super::exec::run(&local, &["--version"], Duration::from_secs(5)).ok()?;
+    let out =
+        crate::commands::node::exec::run(&local, &["--version"], Duration::from_secs(5)).ok()?;
     out.status
         .success()
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())

@@ -14,12 +14,15 @@ use std::process::ExitCode;
 use serde::Serialize;
 
 use super::checks::{Check, Verdict, check};
-use super::discover::{self, Discovery};
-use super::distro::{self, Distro};
-use super::{Target, rbac, restart, stage};
 use crate::commands::check_config::check::{Output, check_with};
 use crate::commands::check_config::isolation::KubeletFacts;
 use crate::commands::check_config::lint;
+use crate::commands::node::Target;
+use crate::commands::node::apply::restart;
+use crate::commands::node::discover::distro::{self, Distro};
+use crate::commands::node::discover::{self, Discovery};
+use crate::commands::node::plan::stage;
+use crate::commands::node::render::rbac;
 use crate::options::BINARY;
 use wicp_base::platform::Host;
 use wicp_kubelet::config::Severity;
@@ -522,7 +525,11 @@ fn binary_check(host: &Host, shown: &Path) -> Check {
             }),
         );
     }
-    match super::exec::run(&local, &["--version"], std::time::Duration::from_secs(10)) {
+    match crate::commands::node::exec::run(
+        &local,
+        &["--version"],
+        std::time::Duration::from_secs(10),
+    ) {
         Ok(out) if out.status.success() => check(
             Verdict::Ok,
             "binary",
@@ -565,7 +572,7 @@ fn untrusted_place(host: &Host, name: &'static str, path: &Path) -> Option<Check
             "{} is below a place another user controls: {e}",
             path.display()
         ),
-        Some(super::install::UNTRUSTED_PLACE_FIX.into()),
+        Some(crate::commands::node::install::UNTRUSTED_PLACE_FIX.into()),
     ))
 }
 

@@ -1,20 +1,24 @@
 //! Finding the kubelet's real credential-provider set-up, each finding with
 //! where it came from. In order: explicit flags; the running kubelet's
 //! command line (the process systemd runs as the kubelet's unit, checked by
-//! [`super::identify`], through `/proc`: the host's own with `hostPID`);
+//! [`self::identify`], through `/proc`: the host's own with `hostPID`);
 //! the systemd unit, its drop-ins and environment files; on k3s and RKE2
 //! their `config.yaml` and `config.yaml.d/`; the distribution's known
 //! defaults. A repeated flag counts once, the last, as in the kubelet
 //! (pflag). Every file is read inside `--root`, bounded.
+
+pub(crate) mod aks_windows;
+pub(crate) mod distro;
+pub(crate) mod identify;
+pub(crate) mod systemd;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::distro::{self, Distro};
-use super::identify;
-use super::systemd::Unit;
+use self::distro::Distro;
+use self::systemd::Unit;
 use wicp_base::platform::Host;
 use wicp_kubelet::config::configuration::{KubeletConfig, Version};
 
@@ -381,7 +385,7 @@ fn aks_windows_flags(
     explicit: &Explicit,
     d: &mut Discovery,
 ) -> (BTreeMap<String, String>, String) {
-    let cluster = match super::aks_windows::read(host) {
+    let cluster = match self::aks_windows::read(host) {
         Ok(cluster) => cluster,
         Err(why) => {
             d.flags_unreadable = Some(why);

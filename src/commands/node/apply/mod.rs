@@ -1,12 +1,15 @@
-//! Applying a validated plan, crash-safe (see [`super::files`]): the
+//! Applying a validated plan, crash-safe (see [`self::files`]): the
 //! manifest names every change before the first one, backups are taken
 //! from the bytes that were validated, and each file is replaced
 //! atomically. A rollback puts back exactly what this run found.
 
+pub(crate) mod files;
+pub(crate) mod restart;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::files::{self, Kind, Manifest, Record, Snapshot};
+use self::files::{Kind, Manifest, Record, Snapshot};
 use crate::options::BINARY;
 use wicp_base::error::{Error, Result};
 use wicp_base::platform::Host;
@@ -40,13 +43,13 @@ pub(crate) struct Applied {
 /// another architecture, or a corrupt copy, is not installed, and the
 /// bytes checked are the bytes installed.
 pub(crate) fn answers_version(bytes: &[u8], shown: &Path) -> Result<()> {
-    let dir = super::stage::private_temp_dir("wicp-binary")?;
+    let dir = crate::commands::node::plan::stage::private_temp_dir("wicp-binary")?;
     let copy = dir.join(wicp_base::platform::executable_name(BINARY));
     let result = (|| {
         wicp_base::platform::write_executable(&copy, bytes)
             .map_err(|e| Error::config(format!("cannot check the binary: {e}")))?;
-        let out =
-            super::exec::run(&copy, &["--version"], Duration::from_secs(10)).map_err(|e| {
+        let out = crate::commands::node::exec::run(&copy, &["--version"], Duration::from_secs(10))
+            .map_err(|e| {
                 Error::config(format!(
                     "the binary {} cannot run here: {e}",
                     shown.display()

@@ -159,7 +159,7 @@ pub(crate) struct Args {
     pub(crate) platform_config: Option<PathBuf>,
 
     #[command(flatten)]
-    pub(crate) entries: super::Entries,
+    pub(crate) entries: crate::commands::node::Entries,
 
     /// Remove another provider (NAME), or narrow its matchImages
     /// (NAME=PATTERN,PATTERN...), e.g. the platform's ecr-credential-provider.
@@ -167,7 +167,7 @@ pub(crate) struct Args {
     pub(crate) replace: Vec<Replace>,
 
     /// The cluster's Kubernetes version, checked against the entries.
-    #[arg(long, value_name = "VERSION", value_parser = super::parse_version)]
+    #[arg(long, value_name = "VERSION", value_parser = crate::commands::node::parse_version)]
     pub(crate) kubelet_version: Option<Version>,
 }
 
@@ -499,7 +499,7 @@ fn check(config: &[u8], args: &Args, env: &Env) -> Result<()> {
         config: None,
         version: args.kubelet_version,
     };
-    super::stage::check_rendered(
+    crate::commands::node::plan::stage::check_rendered(
         config,
         &facts,
         "the MachineConfig's CredentialProviderConfig",

@@ -57,11 +57,11 @@ pub(crate) struct Args {
     pub(crate) machine_kubelet: bool,
 
     #[command(flatten)]
-    pub(crate) entries: super::Entries,
+    pub(crate) entries: crate::commands::node::Entries,
 
     /// The cluster's Kubernetes version, checked against the entries
     /// (default: the one this Talos version installs by default).
-    #[arg(long, value_name = "VERSION", value_parser = super::parse_version)]
+    #[arg(long, value_name = "VERSION", value_parser = crate::commands::node::parse_version)]
     pub(crate) kubelet_version: Option<Version>,
 }
 
@@ -166,7 +166,7 @@ fn check(config: &Value, entries: &[Value], args: &Args, env: &Env) -> Result<()
             .kubelet_version
             .or_else(|| args.talos_version.default_kubernetes()),
     };
-    super::stage::check_rendered(
+    crate::commands::node::plan::stage::check_rendered(
         &merge::render(config, merge::Format::Yaml)?,
         &facts,
         "the patch's CredentialProviderConfig",

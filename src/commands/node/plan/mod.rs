@@ -3,14 +3,16 @@
 //! files change (config, environment file, own drop-ins). Nothing here
 //! writes; every path is looked at inside the root.
 
+pub(crate) mod stage;
+
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use yaml_serde::Value;
 
-use super::discover::{self, BIN_DIR_FLAG, CONFIG_FLAG, Discovery};
-use super::distro::{self, Distro};
-use super::systemd;
+use crate::commands::node::discover::distro::{self, Distro};
+use crate::commands::node::discover::systemd;
+use crate::commands::node::discover::{self, BIN_DIR_FLAG, CONFIG_FLAG, Discovery};
 use wicp_base::error::{Error, Result};
 use wicp_base::platform::Host;
 use wicp_kubelet::config::merge::{self, Replace};
@@ -18,10 +20,11 @@ use wicp_providers::fallback::Fallback;
 
 /// The ready entry for each provider: the one in config-examples.
 const AWS: &str =
-    include_str!("../../../config-examples/aws-web-identity/credential-provider-config.yaml");
-const AZURE: &str = include_str!("../../../config-examples/azure/credential-provider-config.yaml");
+    include_str!("../../../../config-examples/aws-web-identity/credential-provider-config.yaml");
+const AZURE: &str =
+    include_str!("../../../../config-examples/azure/credential-provider-config.yaml");
 const GCP: &str =
-    include_str!("../../../config-examples/gcp-federation/credential-provider-config.yaml");
+    include_str!("../../../../config-examples/gcp-federation/credential-provider-config.yaml");
 
 /// Our own file in a config directory.
 const DIR_FILE: &str = "wi-credential-provider";
