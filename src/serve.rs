@@ -193,7 +193,10 @@ pub fn prepare<'a>(
 /// the cache keeps mirrored and direct answers apart.
 fn key_by_source(plan: &mut Plan<'_>, rule: &Rule, asked: &ImageRef) {
     plan.auth_key = asked.registry().to_string();
-    plan.inputs.push(("registry_mirror", rule.to_string()));
+    plan.inputs.push(wicp_providers::Input::setting(
+        "registry_mirror",
+        rule.to_string(),
+    ));
 }
 
 /// Narrows a plan's auth key to the path of the `--registry` pattern that
@@ -261,7 +264,7 @@ fn respond(line: &CommandLine, inputs: &Inputs, record: &mut Record) -> Result<V
         request.api_version.as_str(),
         mirrored.as_ref().map(|(rule, _)| (*rule, &image)),
     )?;
-    note_identity(record, provider, &prepared.plan, options.observe.enabled());
+    note_identity(record, &prepared.plan, options.observe.enabled());
     if let Some(id) = token.as_ref().and_then(ServiceAccountToken::spiffe_id) {
         record.principal.insert(0, ("spiffe id", id.to_string()));
     }
@@ -513,13 +516,13 @@ fn kubelet_cache_duration(
 
 /// Notes in `record` whose identity the plan pulls with and, when the
 /// invocation is `observed`, the inputs that name it.
-fn note_identity(record: &mut Record, provider: &Provider, plan: &Plan<'_>, observed: bool) {
+fn note_identity(record: &mut Record, plan: &Plan<'_>, observed: bool) {
     record.identity = Some(match plan.identity {
         Whose::Node { .. } => Identity::Node,
         Whose::ServiceAccount => Identity::ServiceAccount,
     });
     if observed {
-        record.principal = principal(provider, plan);
+        record.principal = principal(plan);
     }
 }
 
@@ -579,13 +582,11 @@ fn log_success(mut text: String, outcome: Outcome, cache_words: &'static str, re
     );
 }
 
-/// The plan's inputs that name the identity used, as the provider
-/// declares them ([`Provider::identity_inputs`]), for the audit log.
-fn principal(provider: &Provider, plan: &wicp_providers::Plan<'_>) -> Vec<(&'static str, String)> {
-    plan.inputs
-        .iter()
-        .filter(|(name, _)| provider.identity_inputs.contains(name))
-        .cloned()
+/// The plan's inputs that name the identity used ([`Plan::principal`]),
+/// for the audit log.
+fn principal(plan: &wicp_providers::Plan<'_>) -> Vec<(&'static str, String)> {
+    plan.principal()
+        .map(|input| (input.name(), input.value().to_string()))
         .collect()
 }
 
@@ -798,11 +799,11 @@ mod tests {
         );
     }
 
-    /// Each provider's `identity_inputs` are names its plans really use,
-    /// and every plan names at least one: the audit log's `principal`
-    /// cannot silently go empty when a provider renames an input.
+    /// Every plan of every provider, its own and its node plan, names who
+    /// pulls (an `Input::Identity`): the audit log's `principal` is never
+    /// empty.
     #[test]
-    fn every_providers_identity_inputs_are_plan_inputs() {
+    fn every_plan_of_every_provider_names_its_principal() {
         let with_node = every_provider(&["harbor.example.com"]);
         let node = {
             let mut args: Vec<String> = vec!["--fallback=node".into()];
@@ -846,39 +847,22 @@ mod tests {
         let no_annotations = BTreeMap::new();
         let images = one_image_per_provider();
         for provider in wicp_providers::ALL {
-            let mut used = Vec::new();
             let exchanger = with_node.build(provider, &inputs).unwrap();
             let image = images.iter().find(|i| exchanger.serves(i)).unwrap();
-            let plan = |exchanger: &dyn Exchanger, annotations| {
-                prepare_v1(exchanger, image, &token, annotations)
+            let principal = |exchanger: &dyn Exchanger, annotations| {
+                let plan = prepare_v1(exchanger, image, &token, annotations)
                     .unwrap_or_else(|e| panic!("{provider}: {e}"))
-                    .plan
-                    .inputs
-                    .iter()
-                    .map(|(name, _)| *name)
-                    .collect::<Vec<_>>()
+                    .plan;
+                plan.principal().map(|i| i.name()).collect::<Vec<_>>()
             };
-            let own = plan(exchanger.as_ref(), &annotations);
-            assert!(
-                own.iter().any(|n| provider.identity_inputs.contains(n)),
-                "{provider}: no identity input among {own:?}"
-            );
-            used.extend(own);
+            let own = principal(exchanger.as_ref(), &annotations);
+            assert!(!own.is_empty(), "{provider}: no identity input");
             if provider.node_identity.is_some() {
                 let exchanger = node.build(provider, &inputs).unwrap();
-                let node_plan = plan(exchanger.as_ref(), &no_annotations);
+                let node_plan = principal(exchanger.as_ref(), &no_annotations);
                 assert!(
-                    node_plan
-                        .iter()
-                        .any(|n| provider.identity_inputs.contains(n)),
-                    "{provider}: no identity input in the node plan {node_plan:?}"
-                );
-                used.extend(node_plan);
-            }
-            for name in provider.identity_inputs {
-                assert!(
-                    used.contains(name),
-                    "{provider}: {name:?} is not a plan input: {used:?}"
+                    !node_plan.is_empty(),
+                    "{provider}: no identity input in the node plan"
                 );
             }
         }

@@ -619,8 +619,8 @@ fn plan(
         plan.auth_key,
         plan.cache_key_type.as_str()
     );
-    for (name, value) in &plan.inputs {
-        let _ = writeln!(out, "    {name}: {value}");
+    for input in &plan.inputs {
+        let _ = writeln!(out, "    {}: {}", input.name(), input.value());
     }
     let cache_dir = routing.line.options.cache.cache_dir.as_deref();
     write_cache(cache_dir, &prepared, token, annotations, out);

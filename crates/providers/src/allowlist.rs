@@ -147,7 +147,6 @@ pub struct About {
     pub summary: &'static str,
     pub audience: &'static str,
     pub annotations: &'static [&'static str],
-    pub identity_inputs: &'static [&'static str],
 }
 
 /// The declaration of a provider behind `--registry`: `auto` never picks
@@ -168,7 +167,6 @@ where
         password_is_token: false,
         annotations: about.annotations,
         node_identity: None,
-        identity_inputs: about.identity_inputs,
         flags: crate::own_flags::<Behind<G>>(),
     }
 }

@@ -37,6 +37,7 @@ use std::sync::Arc;
 use wicp_base::duration::{self, unix_now};
 use wicp_base::error::{Error, Result, quote};
 
+use crate::Input;
 use crate::allowlist::{self, Allowlist};
 use crate::oauth::{self, form_urlencode};
 use crate::{Context, Credential, Exchanger, Plan, Provider};
@@ -86,7 +87,6 @@ pub static PROVIDER: Provider = Provider {
     password_is_token: false,
     annotations: &[IDENTITY_ANNOTATION, COOKBOOK_IDENTITY_ANNOTATION],
     node_identity: None,
-    identity_inputs: &["identity"],
     flags: crate::own_flags::<Options>(),
 };
 
@@ -230,11 +230,11 @@ impl Exchanger for Chainguard {
         let (identity, source) = self.identity(cx)?;
         let token = cx.token()?;
         let inputs = vec![
-            ("registry", cx.image.registry().to_string()),
-            ("issuer_url", self.issuer.clone()),
-            ("registry_audience", self.audience.clone()),
-            ("identity", identity.clone()),
-            ("identity_source", source.to_string()),
+            Input::setting("registry", cx.image.registry().to_string()),
+            Input::setting("issuer_url", self.issuer.clone()),
+            Input::setting("registry_audience", self.audience.clone()),
+            Input::identity("identity", identity.clone()),
+            Input::setting("identity_source", source.to_string()),
         ];
         Ok(Plan::for_registry(
             &PROVIDER,

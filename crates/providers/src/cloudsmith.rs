@@ -31,6 +31,7 @@
 
 use std::sync::Arc;
 
+use crate::Input;
 use crate::allowlist::{self, Guarded};
 use crate::token_service::{self, Pattern, Service};
 use crate::{Context, Credential, Plan, Provider};
@@ -84,7 +85,6 @@ pub static PROVIDER: Provider = allowlist::declare::<Cloudsmith>(allowlist::Abou
     summary: "Cloudsmith OpenID Connect: a service account's API token for the --registry hosts",
     audience: "the audience the Cloudsmith OIDC provider's claims require (--audience; Cloudsmith suggests https://api.cloudsmith.io)",
     annotations: &SERVICE_ANNOTATIONS,
-    identity_inputs: &["organisation", "service_slug"],
 });
 
 pub struct Cloudsmith {
@@ -132,8 +132,8 @@ impl Guarded for Cloudsmith {
     fn plan<'a>(&'a self, cx: &Context<'a>, token: &'a ServiceAccountToken) -> Result<Plan<'a>> {
         let slug = self.service_slug(cx)?;
         let identity = [
-            ("organisation", self.org.clone()),
-            ("service_slug", slug.clone()),
+            Input::identity("organisation", self.org.clone()),
+            Input::identity("service_slug", slug.clone()),
         ];
         let issuer = token.claims().issuer.clone();
         Ok(token_service::plan(

@@ -33,6 +33,7 @@
 
 use std::sync::Arc;
 
+use crate::Input;
 use crate::allowlist::{self, Guarded};
 use crate::oauth;
 use crate::token_service::{self, Pattern, Service};
@@ -100,7 +101,6 @@ pub static PROVIDER: Provider = allowlist::declare::<Jfrog>(allowlist::About {
     summary: "JFrog Platform OIDC token exchange: a JFrog access token for the --registry hosts",
     audience: "the audience you pin in the JFrog OIDC integration (--audience; JFrog itself treats it as informational)",
     annotations: &[IDENTITY_MAPPING_ANNOTATION],
-    identity_inputs: &["provider_name"],
 });
 
 struct Jfrog {
@@ -156,20 +156,20 @@ impl Guarded for Jfrog {
         )?
         .map(|(_, name)| name);
         let identity = [
-            ("provider_name", self.provider_name.clone()),
-            (
+            Input::identity("provider_name", self.provider_name.clone()),
+            Input::setting(
                 "project_key",
                 self.project_key.clone().unwrap_or_else(|| "none".into()),
             ),
-            (
+            Input::setting(
                 "identity_mapping",
                 mapping
                     .clone()
                     .unwrap_or_else(|| "none (JFrog picks the first matching by priority)".into()),
             ),
-            (
+            Input::setting(
                 "lifetime",
-                "the identity mapping's expires_in (JFrog's default is 60s)".into(),
+                "the identity mapping's expires_in (JFrog's default is 60s)",
             ),
         ];
         let claims = token.claims();

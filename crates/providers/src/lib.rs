@@ -70,11 +70,6 @@ pub struct Provider {
     /// The node identity `--fallback node` pulls with, in words; `None`:
     /// the provider has none, and refuses `--fallback node`.
     pub node_identity: Option<&'static str>,
-    /// The names of the plan inputs ([`Plan::inputs`]) that say which
-    /// identity pulled (a role ARN, a client ID, a robot, a Vault path, the
-    /// node's metadata service): the audit log records those. A test plans
-    /// with every provider and checks each name is one its plans use.
-    pub identity_inputs: &'static [&'static str],
     /// The provider's own flags: how they join the command line and how
     /// they come out of it, typed, when it is parsed ([`own_flags`]).
     pub flags: FlagSet,
@@ -295,6 +290,46 @@ impl<'a> Context<'a> {
     }
 }
 
+/// One input of a [`Plan`]: a name and a value that change the credential,
+/// typed by what they say. The cache key hashes every one (name and value,
+/// whichever variant), `explain` prints them, and the audit log records
+/// the identities.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    /// Says whose identity pulls: a role ARN, a client ID and tenant, a
+    /// robot, a Vault role, the node's metadata service.
+    Identity(&'static str, String),
+    /// Changes the credential without naming who: an endpoint, a scope, a
+    /// lifetime, a mode, a mirror rule.
+    Setting(&'static str, String),
+}
+
+impl Input {
+    pub fn identity(name: &'static str, value: impl Into<String>) -> Input {
+        Input::Identity(name, value.into())
+    }
+
+    pub fn setting(name: &'static str, value: impl Into<String>) -> Input {
+        Input::Setting(name, value.into())
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Input::Identity(name, _) | Input::Setting(name, _) => name,
+        }
+    }
+
+    pub fn value(&self) -> &str {
+        match self {
+            Input::Identity(_, value) | Input::Setting(_, value) => value,
+        }
+    }
+
+    pub fn is_identity(&self) -> bool {
+        matches!(self, Input::Identity(..))
+    }
+}
+
 /// The network step of a plan.
 pub type Exchange<'a> = Box<dyn FnOnce(&Deadline) -> Result<Credential> + 'a>;
 
@@ -310,9 +345,10 @@ pub struct Plan<'a> {
     /// passthrough token.
     pub cacheable: bool,
     /// Every input besides the service account that changes the credential
-    /// (identity, registry scope, endpoints, lifetimes), as ordered name and
-    /// value pairs. None of them is secret.
-    pub inputs: Vec<(&'static str, String)>,
+    /// (identity, registry scope, endpoints, lifetimes), in order. None of
+    /// them is secret. The [`Input::Identity`] ones are the principal
+    /// ([`Plan::principal`]).
+    pub inputs: Vec<Input>,
     /// Whose identity the credential is: the service account's, or the
     /// node's under `--fallback node`. A node credential is cached once for
     /// every pod ([`crate::cache::key`]).
@@ -332,7 +368,7 @@ impl<'a> Plan<'a> {
     pub fn for_registry(
         provider: &'static Provider,
         image: &ImageRef,
-        inputs: Vec<(&'static str, String)>,
+        inputs: Vec<Input>,
         exchange: impl FnOnce(&Deadline) -> Result<Credential> + 'a,
     ) -> Self {
         Plan {
@@ -354,16 +390,24 @@ impl<'a> Plan<'a> {
         self.every_registry.unwrap_or(&self.auth_key)
     }
 
+    /// Who pulls: the plan's [`Input::Identity`] inputs, in order (a role
+    /// ARN, a client ID, a robot, the node's metadata service), which the
+    /// audit log records. Every plan of every provider has one (a test in
+    /// `serve` plans with each).
+    pub fn principal(&self) -> impl Iterator<Item = &Input> {
+        self.inputs.iter().filter(|i| i.is_identity())
+    }
+
     /// The plan of a node-identity credential (`--fallback node`): like
     /// [`Plan::for_registry`], keyed for every pod of the node alike.
     pub fn for_node(
         provider: &'static Provider,
         image: &ImageRef,
         why: String,
-        mut inputs: Vec<(&'static str, String)>,
+        mut inputs: Vec<Input>,
         exchange: impl FnOnce(&Deadline) -> Result<Credential> + 'a,
     ) -> Self {
-        inputs.insert(0, ("identity", "node".to_string()));
+        inputs.insert(0, Input::setting("identity", "node"));
         Plan {
             identity: fallback::Whose::Node { why },
             ..Plan::for_registry(provider, image, inputs, exchange)
@@ -500,7 +544,7 @@ mod adding_a_provider_samples {
         let token = wicp_kubelet::request::token::token_for("sts.example.com");
         let plan = exchanger.plan(&pull.context(Some(&token))).unwrap();
         assert_eq!(plan.auth_key, "team.cr.example.com");
-        assert_eq!(plan.inputs[0], ("identity", "ci-bot".to_string()));
+        assert_eq!(plan.inputs[0], super::Input::identity("identity", "ci-bot"));
         assert!(exchanger.serves(&pull.image));
         let bad = sample_0::Options {
             example_sts_url: Some("http://sts.example.com".into()),
@@ -519,6 +563,6 @@ mod adding_a_provider_samples {
         let robot = sample_1::ExampleRobot::new(&set, Default::default()).unwrap();
         let pull = Pull::new("team.cr.example.com/app:1", &[("example.com/robot", "ci")]);
         let plan = robot.plan(&pull.context(Some(&token)), &token).unwrap();
-        assert_eq!(plan.inputs[0], ("robot", "ci".to_string()));
+        assert_eq!(plan.inputs[0], super::Input::identity("robot", "ci"));
     }
 }

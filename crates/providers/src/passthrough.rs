@@ -22,6 +22,7 @@ use std::sync::Arc;
 use wicp_base::error::{Error, Result};
 use wicp_kubelet::request::protocol::CacheKeyType;
 
+use crate::Input;
 use crate::allowlist::{self, Guarded};
 use crate::{Context, Credential, Plan, Provider};
 use wicp_kubelet::request::token::ServiceAccountToken;
@@ -47,7 +48,6 @@ pub static PROVIDER: Provider = Provider {
         summary: "the service account token itself, for registries that verify it (--registry only)",
         audience: "whatever the registry trusts (--audience)",
         annotations: &[],
-        identity_inputs: &["username"],
     })
 };
 
@@ -77,8 +77,8 @@ impl Guarded for Passthrough {
             cache_key_type: CacheKeyType::Registry,
             cacheable: false,
             inputs: vec![
-                ("registry", cx.image.registry().to_string()),
-                ("username", self.username.clone()),
+                Input::setting("registry", cx.image.registry().to_string()),
+                Input::identity("username", self.username.clone()),
             ],
             identity: crate::fallback::Whose::ServiceAccount,
             every_registry: None,

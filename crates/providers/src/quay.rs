@@ -32,6 +32,7 @@ use std::collections::BTreeSet;
 
 use std::sync::Arc;
 
+use crate::Input;
 use crate::allowlist::{self, Guarded};
 use crate::token_service::{self, Pattern, Service};
 use crate::{Context, Credential, Plan, Provider};
@@ -104,7 +105,6 @@ pub static PROVIDER: Provider = allowlist::declare::<Quay>(allowlist::About {
     summary: "Quay robot account federation: a robot's token for the --registry hosts",
     audience: "the audience the robot's federation trusts (--audience)",
     annotations: &ROBOT_ANNOTATIONS,
-    identity_inputs: &["robot"],
 });
 
 pub struct Quay {
@@ -152,7 +152,7 @@ impl Guarded for Quay {
 
     fn plan<'a>(&'a self, cx: &Context<'a>, token: &'a ServiceAccountToken) -> Result<Plan<'a>> {
         let robot = self.robot(cx)?;
-        let identity = [("robot", robot.clone())];
+        let identity = [Input::identity("robot", robot.clone())];
         let claims = token.claims();
         let (issuer, subject) = (claims.issuer.clone(), claims.subject.clone());
         Ok(token_service::plan(

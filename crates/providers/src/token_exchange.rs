@@ -42,6 +42,7 @@ use std::sync::Arc;
 use wicp_base::duration::{self, unix_now};
 use wicp_base::error::{Error, Result, quote};
 
+use crate::Input;
 use crate::allowlist::{self, Guarded};
 use crate::oauth::{self, form_urlencode};
 use crate::{Context, Credential, Plan, Provider};
@@ -144,7 +145,6 @@ pub static PROVIDER: Provider = allowlist::declare::<TokenExchange>(allowlist::A
     summary: "OAuth 2.0 Token Exchange (RFC 8693) at the admin's token server (--registry only)",
     audience: "whatever the token server trusts (--audience)",
     annotations: &[],
-    identity_inputs: &["url", "audience", "client"],
 });
 
 /// Where the registry username comes from.
@@ -212,24 +212,24 @@ impl Guarded for TokenExchange {
 
     fn plan<'a>(&'a self, cx: &Context<'a>, token: &'a ServiceAccountToken) -> Result<Plan<'a>> {
         let inputs = vec![
-            ("registry", cx.image.registry().to_string()),
-            ("url", self.url.clone()),
-            ("subject_token_type", self.subject_token_type.clone()),
-            ("audience", self.audiences.join(" ")),
-            ("resource", self.resources.join(" ")),
-            ("scope", self.scope.clone().unwrap_or_default()),
-            (
+            Input::setting("registry", cx.image.registry().to_string()),
+            Input::identity("url", self.url.clone()),
+            Input::setting("subject_token_type", self.subject_token_type.clone()),
+            Input::identity("audience", self.audiences.join(" ")),
+            Input::setting("resource", self.resources.join(" ")),
+            Input::setting("scope", self.scope.clone().unwrap_or_default()),
+            Input::setting(
                 "requested_token_type",
                 self.requested_token_type.clone().unwrap_or_default(),
             ),
-            (
+            Input::setting(
                 "username",
                 match &self.username {
                     Username::Fixed(name) => name.clone(),
                     Username::Field(field) => format!("field {field}"),
                 },
             ),
-            ("client", self.client_input()),
+            Input::identity("client", self.client_input()),
         ];
         Ok(Plan::for_registry(
             &PROVIDER,

@@ -20,6 +20,7 @@ use std::sync::{Arc, LazyLock};
 
 use regex_lite::Regex;
 
+use crate::Input;
 use crate::{Context, Credential, Plan, Provider, oauth};
 use wicp_base::deadline::Deadline;
 use wicp_base::error::{Error, Fact, Result, quote};
@@ -255,12 +256,12 @@ pub fn plan<'a>(
     provider: &'static Provider,
     cx: &Context<'a>,
     service: &Service,
-    identity: impl IntoIterator<Item = (&'static str, String)>,
+    identity: impl IntoIterator<Item = Input>,
     exchange: impl FnOnce(&Deadline) -> Result<Credential> + 'a,
 ) -> Plan<'a> {
     let mut inputs = vec![
-        ("registry", cx.image.registry().to_string()),
-        ("token_url", service.url.clone()),
+        Input::setting("registry", cx.image.registry().to_string()),
+        Input::setting("token_url", service.url.clone()),
     ];
     inputs.extend(identity);
     Plan::for_registry(provider, cx.image, inputs, exchange)

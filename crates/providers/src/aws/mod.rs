@@ -34,6 +34,7 @@ pub mod sdk;
 
 use std::time::Duration;
 
+use crate::Input;
 use crate::fallback::{self, Fallback, Whose};
 use crate::{Context, Credential, Exchanger, Plan, Provider};
 use std::sync::Arc;
@@ -137,7 +138,6 @@ pub static PROVIDER: Provider = Provider {
     password_is_token: false,
     annotations: &identity::DEFAULT_ROLE_ANNOTATIONS,
     node_identity: Some("the instance profile's role, from IMDSv2"),
-    identity_inputs: &["credential source", "role arn", "instance metadata"],
     flags: crate::own_flags::<Options>(),
 };
 
@@ -212,8 +212,8 @@ impl Aws {
         let ecr = EcrTarget::new(cx.image, registry, &self.env)?;
         let imds = endpoints::imds(&self.env)?;
         let mut inputs = ecr.location().to_vec();
-        inputs.push(("instance metadata", imds.describe()));
-        inputs.push(("ecr endpoint", ecr.endpoint.describe()));
+        inputs.push(Input::identity("instance metadata", imds.describe()));
+        inputs.push(Input::setting("ecr endpoint", ecr.endpoint.describe()));
         let exchange = move |deadline: &wicp_base::deadline::Deadline| {
             imds_then_ecr(&imds, &ecr, net, deadline)
         };
@@ -260,7 +260,10 @@ impl Exchanger for Aws {
         }
         let token = cx.token()?;
         let ecr = EcrTarget::new(cx.image, registry, &self.env)?;
-        let mut inputs = vec![("credential source", self.source.name().to_string())];
+        let mut inputs = vec![Input::identity(
+            "credential source",
+            self.source.name().to_string(),
+        )];
         let exchange = match self.source {
             CredentialSource::WebIdentity => self.web_identity(cx, token, ecr, &mut inputs)?,
             CredentialSource::PodIdentity => {
@@ -279,7 +282,7 @@ impl Aws {
         cx: &Context<'a>,
         token: &'a wicp_kubelet::request::token::ServiceAccountToken,
         ecr: EcrTarget,
-        inputs: &mut Vec<(&'static str, String)>,
+        inputs: &mut Vec<Input>,
     ) -> Result<crate::Exchange<'a>> {
         let net: &'a net::Settings = &self.net;
         let registry = &ecr.registry;
@@ -308,16 +311,16 @@ impl Aws {
         let session_name = identity::session_name(token.service_account());
         let sts_endpoint = endpoints::resolve(Service::Sts, registry, &self.env)?;
         inputs.extend([
-            ("role arn", role.to_string()),
-            ("session name", session_name.clone()),
-            (
+            Input::identity("role arn", role.to_string()),
+            Input::setting("session name", session_name.clone()),
+            Input::setting(
                 "session duration",
                 format!("{}s", self.session_duration.as_secs()),
             ),
         ]);
         inputs.extend(ecr.location());
-        inputs.push(("sts endpoint", sts_endpoint.describe()));
-        inputs.push(("ecr endpoint", ecr.endpoint.describe()));
+        inputs.push(Input::setting("sts endpoint", sts_endpoint.describe()));
+        inputs.push(Input::setting("ecr endpoint", ecr.endpoint.describe()));
         let duration = self.session_duration;
         Ok(Box::new(move |deadline| {
             let sts_call = sdk::WebIdentity {
@@ -392,12 +395,12 @@ fn from_pod_identity_agent<'a>(
     net: &'a net::Settings,
     token: &'a wicp_kubelet::request::token::ServiceAccountToken,
     ecr: EcrTarget,
-    inputs: &mut Vec<(&'static str, String)>,
+    inputs: &mut Vec<Input>,
 ) -> Result<crate::Exchange<'a>> {
     let agent = endpoints::agent(env)?;
     inputs.extend(ecr.location());
-    inputs.push(("pod identity agent", agent.describe()));
-    inputs.push(("ecr endpoint", ecr.endpoint.describe()));
+    inputs.push(Input::setting("pod identity agent", agent.describe()));
+    inputs.push(Input::setting("ecr endpoint", ecr.endpoint.describe()));
     Ok(Box::new(move |deadline| {
         agent_then_ecr(&agent, token, &ecr, net, deadline)
     }))
@@ -462,11 +465,11 @@ impl EcrTarget {
     }
 
     /// Where the registry is, as plan inputs.
-    fn location(&self) -> [(&'static str, String); 3] {
+    fn location(&self) -> [Input; 3] {
         [
-            ("partition", self.registry.partition().to_string()),
-            ("region", self.registry.region().to_string()),
-            ("registry", self.input.clone()),
+            Input::setting("partition", self.registry.partition().to_string()),
+            Input::setting("region", self.registry.region().to_string()),
+            Input::setting("registry", self.input.clone()),
         ]
     }
 
@@ -556,7 +559,7 @@ mod tests {
         image: &str,
         token: &ServiceAccountToken,
         annotations: &[(&str, &str)],
-    ) -> Result<Vec<(&'static str, String)>> {
+    ) -> Result<Vec<Input>> {
         let pull = Pull::new(image, annotations);
         let plan = aws.plan(&pull.context(Some(token)))?;
         assert_eq!(plan.auth_key, pull.image.registry());
@@ -604,8 +607,8 @@ mod tests {
     }
 
     /// The plan's inputs are exactly `want`, in order.
-    fn assert_inputs(got: Vec<(&'static str, String)>, want: &[(&str, &str)]) {
-        let want: Vec<(&str, String)> = want.iter().map(|(k, v)| (*k, v.to_string())).collect();
+    fn assert_inputs(got: Vec<Input>, want: &[(&str, &str)]) {
+        let got: Vec<(&str, &str)> = got.iter().map(|i| (i.name(), i.value())).collect();
         assert_eq!(got, want);
     }
 

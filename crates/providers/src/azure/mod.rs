@@ -35,6 +35,7 @@ pub mod host;
 pub mod identity;
 pub mod node;
 
+use crate::Input;
 use crate::fallback::{self, Fallback, Whose};
 use crate::{Context, Exchanger, Plan, Provider};
 use std::sync::Arc;
@@ -239,7 +240,6 @@ pub static PROVIDER: Provider = Provider {
     node_identity: Some(
         "the kubelet identity (a managed identity from Azure IMDS), or a service principal from azure.json if asked",
     ),
-    identity_inputs: &["client_id", "tenant_id", "node identity"],
     flags: crate::own_flags::<Options>(),
 };
 
@@ -306,12 +306,12 @@ impl Azure {
         let node = self.settings.node.resolve_for(server.cloud)?;
         let imds = self.settings.node.imds();
         let inputs = vec![
-            ("node identity", node.describe()),
-            ("cloud", server.cloud.name().to_string()),
-            ("registry", server.host.clone()),
-            ("acr_endpoint", endpoint.clone()),
-            ("instance metadata", imds.describe()),
-            ("resource", node::RESOURCE.to_string()),
+            Input::identity("node identity", node.describe()),
+            Input::setting("cloud", server.cloud.name().to_string()),
+            Input::setting("registry", server.host.clone()),
+            Input::setting("acr_endpoint", endpoint.clone()),
+            Input::setting("instance metadata", imds.describe()),
+            Input::setting("resource", node::RESOURCE.to_string()),
         ];
         let cacheable = node.worth_caching();
         let plan = Plan::for_node(&PROVIDER, cx.image, why, inputs, move |deadline| {
@@ -342,13 +342,13 @@ impl Azure {
             binding.identity(cx.annotations, self.settings.default_tenant.as_deref())?;
         let token = cx.token()?;
         let inputs = vec![
-            ("client_id", client_id.clone()),
-            ("tenant_id", tenant.clone()),
-            ("identity_binding", binding.describe()),
-            ("cloud", server.cloud.name().to_string()),
-            ("registry", server.host.clone()),
-            ("acr_endpoint", endpoint.clone()),
-            ("scope", entra::SCOPE.to_string()),
+            Input::identity("client_id", client_id.clone()),
+            Input::identity("tenant_id", tenant.clone()),
+            Input::setting("identity_binding", binding.describe()),
+            Input::setting("cloud", server.cloud.name().to_string()),
+            Input::setting("registry", server.host.clone()),
+            Input::setting("acr_endpoint", endpoint.clone()),
+            Input::setting("scope", entra::SCOPE.to_string()),
         ];
         Ok(Plan::for_registry(
             &PROVIDER,
@@ -500,13 +500,13 @@ impl Exchanger for Azure {
             audiences: claims.audiences.clone(),
         };
         let inputs = vec![
-            ("client_id", identity.client_id.clone()),
-            ("tenant_id", identity.tenant.clone()),
-            ("authority", authority.clone()),
-            ("cloud", server.cloud.name().to_string()),
-            ("registry", server.host.clone()),
-            ("acr_endpoint", endpoint.clone()),
-            ("scope", entra::SCOPE.to_string()),
+            Input::identity("client_id", identity.client_id.clone()),
+            Input::identity("tenant_id", identity.tenant.clone()),
+            Input::setting("authority", authority.clone()),
+            Input::setting("cloud", server.cloud.name().to_string()),
+            Input::setting("registry", server.host.clone()),
+            Input::setting("acr_endpoint", endpoint.clone()),
+            Input::setting("scope", entra::SCOPE.to_string()),
         ];
         Ok(Plan::for_registry(
             &PROVIDER,
@@ -558,11 +558,7 @@ mod tests {
         Azure::new(&options, Arc::default()).unwrap()
     }
 
-    fn plan_inputs(
-        azure: &Azure,
-        image: &str,
-        annotations: &[(&str, &str)],
-    ) -> Result<Vec<(&'static str, String)>> {
+    fn plan_inputs(azure: &Azure, image: &str, annotations: &[(&str, &str)]) -> Result<Vec<Input>> {
         let pull = Pull::new(image, annotations);
         let token = token();
         let plan = azure.plan(&pull.context(Some(&token)))?;
@@ -571,11 +567,11 @@ mod tests {
         Ok(plan.inputs)
     }
 
-    fn input<'a>(inputs: &'a [(&'static str, String)], name: &str) -> &'a str {
+    fn input<'a>(inputs: &'a [Input], name: &str) -> &'a str {
         inputs
             .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, v)| v.as_str())
+            .find(|i| i.name() == name)
+            .map(Input::value)
             .unwrap()
     }
 
@@ -609,7 +605,7 @@ mod tests {
             ),
         ] {
             let inputs = plan_inputs(&a, image, &ids).unwrap();
-            let names: Vec<&str> = inputs.iter().map(|(n, _)| *n).collect();
+            let names: Vec<&str> = inputs.iter().map(Input::name).collect();
             assert_eq!(
                 names,
                 [

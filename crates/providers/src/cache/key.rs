@@ -38,6 +38,8 @@ use sha2::{Digest, Sha256};
 
 use wicp_kubelet::request::token::ServiceAccount;
 
+use crate::Input;
+
 /// The version of the key text and of the entry layout.
 pub const FORMAT_VERSION: u32 = 1;
 
@@ -60,7 +62,7 @@ pub struct KeyInputs<'a> {
     /// made without it.
     pub annotations: &'a BTreeMap<String, String>,
     pub auth_key: &'a str,
-    pub inputs: &'a [(&'static str, String)],
+    pub inputs: &'a [Input],
     /// A node-identity credential: no service account, token or
     /// annotation shapes it.
     pub node: bool,
@@ -160,8 +162,8 @@ pub fn canonical(inputs: &KeyInputs<'_>) -> String {
     if inputs.node {
         line("identity", "node");
         line("auth_key", inputs.auth_key);
-        for (name, value) in inputs.inputs {
-            line(&format!("input.{name}"), value);
+        for input in inputs.inputs {
+            line(&format!("input.{}", input.name()), input.value());
         }
         return text;
     }
@@ -183,8 +185,8 @@ pub fn canonical(inputs: &KeyInputs<'_>) -> String {
     }
     line("annotations", &annotations_digest(inputs.annotations));
     line("auth_key", inputs.auth_key);
-    for (name, value) in inputs.inputs {
-        line(&format!("input.{name}"), value);
+    for input in inputs.inputs {
+        line(&format!("input.{}", input.name()), input.value());
     }
     text
 }
@@ -239,7 +241,7 @@ mod tests {
         sa: ServiceAccount,
         annotations: BTreeMap<String, String>,
         auth_key: String,
-        inputs: Vec<(&'static str, String)>,
+        inputs: Vec<Input>,
     }
 
     impl Fixture {
@@ -254,9 +256,9 @@ mod tests {
                 )]),
                 auth_key: "123456789012.dkr.ecr.eu-west-1.amazonaws.com".into(),
                 inputs: vec![
-                    ("role_arn", "arn:aws:iam::123456789012:role/puller".into()),
-                    ("registry", "eu-west-1".into()),
-                    ("sts_endpoint", "https://sts.eu-west-1.amazonaws.com".into()),
+                    Input::identity("role_arn", "arn:aws:iam::123456789012:role/puller"),
+                    Input::setting("registry", "eu-west-1"),
+                    Input::setting("sts_endpoint", "https://sts.eu-west-1.amazonaws.com"),
                 ],
             }
         }
@@ -318,7 +320,7 @@ mod tests {
             spiffe_id: None,
             annotations: &annotations,
             auth_key: "europe-docker.pkg.dev",
-            inputs: &[("registry", "gcp".to_string())],
+            inputs: &[Input::setting("registry", "gcp")],
             node: false,
         };
         assert_eq!(
@@ -435,15 +437,17 @@ mod tests {
             f.auth_key = "123456789012.dkr.ecr.eu-west-2.amazonaws.com".into();
         });
         variant("input value", &|f| {
-            f.inputs[2].1 = "https://sts.vpce.example.amazonaws.com".into();
+            f.inputs[2] = Input::setting("sts_endpoint", "https://sts.vpce.example.amazonaws.com");
         });
         variant("input added", &|f| {
-            f.inputs.push(("duration", "900s".into()))
+            f.inputs.push(Input::setting("duration", "900s"))
         });
         variant("input removed", &|f| {
             f.inputs.pop();
         });
-        variant("input renamed", &|f| f.inputs[1].0 = "region");
+        variant("input renamed", &|f| {
+            f.inputs[1] = Input::setting("region", "eu-west-1");
+        });
         let mut seen = std::collections::HashMap::new();
         for (what, key) in &keys {
             if let Some(other) = seen.insert(key.clone(), *what) {

@@ -34,6 +34,7 @@ pub mod sts;
 
 use std::time::Duration;
 
+use crate::Input;
 use crate::fallback::{self, Fallback, Whose};
 use crate::oauth;
 use crate::{Context, Credential, Exchanger, Plan, Provider};
@@ -141,7 +142,6 @@ pub static PROVIDER: Provider = Provider {
     password_is_token: false,
     annotations: &[SERVICE_ACCOUNT_ANNOTATION, ENABLE_IMAGE_PULL_ANNOTATION],
     node_identity: Some("the node's Google service account, from the GCE metadata server"),
-    identity_inputs: &["service_account", "sts_audience", "instance metadata"],
     flags: crate::own_flags::<Options>(),
 };
 
@@ -211,8 +211,8 @@ impl Gcp {
     fn node_plan<'a>(&'a self, cx: &Context<'a>, why: String) -> Result<Plan<'a>> {
         let service = node::service(self.metadata_host.as_deref())?;
         let inputs = vec![
-            ("instance metadata", service.describe()),
-            ("registry_key", REGISTRY_KEY.to_string()),
+            Input::identity("instance metadata", service.describe()),
+            Input::setting("registry_key", REGISTRY_KEY.to_string()),
         ];
         let plan = Plan::for_node(&PROVIDER, cx.image, why, inputs, move |deadline| {
             node::login(&service, &self.net, deadline)
@@ -284,19 +284,19 @@ impl Exchanger for Gcp {
             .transpose()?;
         let sts_audience = mode.sts_audience();
         let inputs = vec![
-            ("mode", mode.name().to_string()),
-            ("sts_audience", sts_audience.clone()),
-            (
+            Input::setting("mode", mode.name().to_string()),
+            Input::identity("sts_audience", sts_audience.clone()),
+            Input::identity(
                 "service_account",
                 service_account.clone().unwrap_or_else(|| "none".into()),
             ),
-            (
+            Input::setting(
                 "token_lifetime",
                 format!("{}s", self.token_lifetime.as_secs()),
             ),
-            ("sts_endpoint", self.sts_endpoint.clone()),
-            ("iamcredentials_endpoint", self.iam_endpoint.clone()),
-            ("registry_key", REGISTRY_KEY.to_string()),
+            Input::setting("sts_endpoint", self.sts_endpoint.clone()),
+            Input::setting("iamcredentials_endpoint", self.iam_endpoint.clone()),
+            Input::setting("registry_key", REGISTRY_KEY.to_string()),
         ];
         let claims = token.claims();
         let (grant_fix, target_fix) = fixes(mode, &claims.issuer, &claims.subject);

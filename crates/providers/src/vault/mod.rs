@@ -52,6 +52,7 @@
 pub mod path;
 pub mod wire;
 
+use crate::Input;
 use crate::allowlist::{self, Guarded};
 use crate::{Context, Credential, Plan, Provider};
 use std::sync::Arc;
@@ -195,7 +196,6 @@ pub static PROVIDER: Provider = allowlist::declare::<Vault>(allowlist::About {
         COMPAT_SECRET_ANNOTATIONS[0],
         COMPAT_SECRET_ANNOTATIONS[1],
     ],
-    identity_inputs: &["role", "secret_path"],
 });
 
 /// Where the secret path comes from when no annotation names one.
@@ -317,20 +317,20 @@ impl Guarded for Vault {
         let role = self.role(cx)?;
         let secret = self.secret_path(cx)?;
         let inputs = vec![
-            ("registry", cx.image.registry().to_string()),
-            ("address", self.address.clone()),
-            (
+            Input::setting("registry", cx.image.registry().to_string()),
+            Input::setting("address", self.address.clone()),
+            Input::setting(
                 "namespace",
                 self.namespace.clone().unwrap_or_else(|| "none".into()),
             ),
-            ("auth_method", self.method.name().to_string()),
-            ("auth_mount", self.auth_mount.clone()),
-            ("role", role.clone()),
-            ("kv_mount", self.kv_mount.clone()),
-            ("kv_version", self.kv_version.to_string()),
-            ("secret_path", secret.clone()),
-            ("username_field", self.username_field.clone()),
-            ("password_field", self.password_field.clone()),
+            Input::setting("auth_method", self.method.name().to_string()),
+            Input::setting("auth_mount", self.auth_mount.clone()),
+            Input::identity("role", role.clone()),
+            Input::setting("kv_mount", self.kv_mount.clone()),
+            Input::setting("kv_version", self.kv_version.to_string()),
+            Input::identity("secret_path", secret.clone()),
+            Input::setting("username_field", self.username_field.clone()),
+            Input::setting("password_field", self.password_field.clone()),
         ];
         Ok(Plan::for_registry(
             &PROVIDER,
