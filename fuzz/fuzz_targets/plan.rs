@@ -107,13 +107,16 @@ fuzz_target!(|data: &[u8]| {
                 "{key} for {image}"
             );
             assert!(!prepared.plan.inputs.is_empty());
+            // Every plan names who pulls: the audit log's principal.
+            assert!(prepared.plan.principal().next().is_some(), "{image}");
             // Whatever the annotations said, Vault's secret stays under the
             // admin's prefix, as checked path segments.
-            if let Some((_, path)) = prepared
+            if let Some(path) = prepared
                 .plan
                 .inputs
                 .iter()
-                .find(|(k, _)| *k == "secret_path")
+                .find(|i| i.name() == "secret_path")
+                .map(|i| i.value())
             {
                 assert!(path.starts_with("registry/"), "{path}");
                 assert!(
