@@ -77,7 +77,7 @@ pub(crate) struct Options {
     /// A PEM bundle of extra CA certificates trusted by every upstream call,
     /// on top of the node's trust store (SSL_CERT_FILE replaces that store,
     /// as in OpenSSL): the CA of a TLS-inspecting proxy or a private endpoint.
-    #[arg(long, value_name = "PATH", env = "WICP_CA_FILE")]
+    #[arg(long = wicp_net::trust::CA_FILE.long, value_name = "PATH", env = wicp_net::trust::CA_FILE.env)]
     pub(crate) ca_file: Option<PathBuf>,
 
     /// Log level for stderr. `info` writes at most one line per successful

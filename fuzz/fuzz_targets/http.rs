@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
             "{text:?} -> {at}"
         );
     }
-    if let Ok(url) = http::endpoint_override("--x", text) {
+    if let Ok(url) = http::endpoint_override(wicp_base::error::Setting::Variable("X"), text) {
         assert!(url.starts_with("https://") || url.starts_with("http://"));
         assert!(!url.ends_with('/'));
         // The host the client connects to is known, and nothing hides it.

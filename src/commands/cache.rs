@@ -68,7 +68,7 @@ pub(crate) fn run(
     let Some(dir) = &options.cache_dir else {
         log::error(
             &Error::flag(
-                "--cache-dir",
+                &wicp_providers::cache::CACHE_DIR,
                 "is not set: the cache commands need the cache directory",
             )
             .fix(

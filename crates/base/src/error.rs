@@ -89,51 +89,113 @@ kinds! {
         "report it as a bug, with the audit log's line";
 }
 
+/// A command-line flag as the code that reads it declares it: the one
+/// value both clap (`#[arg(long = SPEC.long, env = SPEC.env)]`) and every
+/// error about the flag name it by, so a message or a fact cannot name a
+/// flag the command line does not have.
+#[derive(Debug, PartialEq, Eq)]
+pub struct FlagSpec {
+    /// The long name, without its dashes (`vault-address`).
+    pub long: &'static str,
+    /// The environment variable that sets it (`WICP_VAULT_ADDRESS`), or
+    /// `""` for an admin command's flag, which has none.
+    pub env: &'static str,
+}
+
+impl fmt::Display for FlagSpec {
+    /// The flag as an admin writes it: `--vault-address`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "--{}", self.long)
+    }
+}
+
+/// What an admin sets that an error may be about: one of our flags, or an
+/// environment variable read on its own (`SSL_CERT_FILE`, `HTTPS_PROXY`,
+/// `AWS_ENDPOINT_URL_STS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setting {
+    Flag(&'static FlagSpec),
+    Variable(&'static str),
+}
+
+impl From<&'static FlagSpec> for Setting {
+    fn from(flag: &'static FlagSpec) -> Self {
+        Setting::Flag(flag)
+    }
+}
+
+impl fmt::Display for Setting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Setting::Flag(flag) => flag.fmt(f),
+            Setting::Variable(name) => f.write_str(name),
+        }
+    }
+}
+
 /// A fact about a failure besides the words of its message: which flag,
-/// which upstream and what it answered. The message says the same in
-/// words; a test, or a query over the JSON log (its `facts` object),
+/// which upstream and what it answered, as typed values. The message says
+/// the same in words; a test, or a query over the JSON log (its `facts`
+/// object, where each is written as a string under [`Fact::name`]),
 /// matches these instead, so the wording stays free to improve. The names
 /// are part of the JSON log: renaming one breaks queries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fact {
-    /// The flag an admin set wrongly, as written on the command line
-    /// (`--gcp-sts-endpoint`), or the environment variable (`HTTPS_PROXY`,
-    /// `SSL_CERT_FILE`).
-    Flag,
+    /// The setting an admin got wrong: our flag (written as on the
+    /// command line, `--gcp-sts-endpoint`) or an environment variable
+    /// (`HTTPS_PROXY`, `SSL_CERT_FILE`). The JSON log's `flag`.
+    Flag(Setting),
     /// What is wrong with the flag's value, in words.
-    Problem,
-    /// The upstream that answered, in words (`Google STS`, `Entra ID`).
-    Service,
+    Problem(String),
+    /// The upstream that answered, by a stable name (`Google STS`,
+    /// `Entra ID`).
+    Service(&'static str),
     /// The service account annotation at fault, by key
     /// (`eks.amazonaws.com/role-arn`): the one that is malformed, or the
     /// first of those that would name the identity when none is set.
-    Annotation,
+    Annotation(String),
     /// The service account token's claim at fault (`aud`, `exp`, `sub`,
     /// `kubernetes.io.namespace`).
-    Claim,
+    Claim(String),
     /// The registry refused on an error of [`Kind::Registry`], as the
     /// image names it (with a port when it has one; for a mirrored image,
     /// the mirror's).
-    Registry,
+    Registry(String),
     /// The HTTP status it answered with.
-    Status,
+    Status(u16),
     /// What its body looked like: size and kind, never its text
     /// ([`crate::redact::body_shape`]).
-    BodyShape,
+    BodyShape(String),
 }
 
 impl Fact {
     /// The fact's name in the JSON log's `facts` object.
-    pub fn name(self) -> &'static str {
+    pub fn name(&self) -> &'static str {
         match self {
-            Fact::Flag => "flag",
-            Fact::Problem => "problem",
-            Fact::Service => "service",
-            Fact::Annotation => "annotation",
-            Fact::Claim => "claim",
-            Fact::Registry => "registry",
-            Fact::Status => "status",
-            Fact::BodyShape => "body_shape",
+            Fact::Flag(_) => "flag",
+            Fact::Problem(_) => "problem",
+            Fact::Service(_) => "service",
+            Fact::Annotation(_) => "annotation",
+            Fact::Claim(_) => "claim",
+            Fact::Registry(_) => "registry",
+            Fact::Status(_) => "status",
+            Fact::BodyShape(_) => "body_shape",
+        }
+    }
+
+    /// The fact's value as the JSON log writes it: a string (`"403"`,
+    /// `"--ca-file"`).
+    pub fn value(&self) -> std::borrow::Cow<'_, str> {
+        use std::borrow::Cow;
+        match self {
+            Fact::Flag(setting) => Cow::Owned(setting.to_string()),
+            Fact::Service(service) => Cow::Borrowed(service),
+            Fact::Status(status) => Cow::Owned(status.to_string()),
+            Fact::Problem(text)
+            | Fact::Annotation(text)
+            | Fact::Claim(text)
+            | Fact::Registry(text)
+            | Fact::BodyShape(text) => Cow::Borrowed(text),
         }
     }
 }
@@ -143,7 +205,7 @@ pub struct Error {
     kind: Kind,
     what: String,
     fix: Option<String>,
-    facts: Vec<(Fact, String)>,
+    facts: Vec<Fact>,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -159,30 +221,29 @@ impl Error {
         }
     }
 
-    /// Records `fact` (replacing an earlier value of it). The value must
-    /// hold no secret: it is logged as it is, like the message.
-    pub fn with(mut self, fact: Fact, value: impl Into<String>) -> Self {
-        let value = value.into();
-        match self.facts.iter_mut().find(|(f, _)| *f == fact) {
-            Some((_, old)) => *old = value,
-            None => self.facts.push((fact, value)),
+    /// Records `fact` (replacing an earlier fact of its name). Its value
+    /// must hold no secret: it is logged as it is, like the message.
+    pub fn with(mut self, fact: Fact) -> Self {
+        match self.facts.iter_mut().find(|f| f.name() == fact.name()) {
+            Some(old) => *old = fact,
+            None => self.facts.push(fact),
         }
         self
     }
 
-    /// A flag an admin set wrongly: a [`Kind::Config`] error saying
+    /// A setting an admin got wrong: a [`Kind::Config`] error saying
     /// "`flag` `problem`" (`--jfrog-url is not set`), with both as facts.
-    pub fn flag(flag: &str, problem: impl Into<String>) -> Self {
-        let problem = problem.into();
+    pub fn flag(flag: impl Into<Setting>, problem: impl Into<String>) -> Self {
+        let (flag, problem) = (flag.into(), problem.into());
         Error::config(format!("{flag} {problem}"))
-            .with(Fact::Flag, flag)
-            .with(Fact::Problem, problem)
+            .with(Fact::Flag(flag))
+            .with(Fact::Problem(problem))
     }
 
     /// A service account annotation set wrongly, or missing: a
     /// [`Kind::Annotation`] error with the annotation's `key` as a fact.
     pub fn annotation_key(key: &str, what: impl Into<String>) -> Self {
-        Error::annotation(what).with(Fact::Annotation, key)
+        Error::annotation(what).with(Fact::Annotation(key.to_string()))
     }
 
     /// Records `registry` as the one refused, when this is an error of
@@ -190,8 +251,8 @@ impl Error {
     /// call it for every error they return, so each provider's refusal
     /// carries the fact without saying so itself.
     pub fn refusing(self, registry: &str) -> Self {
-        if self.kind == Kind::Registry && self.fact(Fact::Registry).is_none() {
-            self.with(Fact::Registry, registry)
+        if self.kind == Kind::Registry && self.refused_registry().is_none() {
+            self.with(Fact::Registry(registry.to_string()))
         } else {
             self
         }
@@ -199,23 +260,61 @@ impl Error {
 
     /// The facts of an upstream's answer: who answered (`service`, in
     /// words), its status, and the shape of its body (never its text).
-    pub fn answered(self, service: impl Into<String>, status: u16, body: &[u8]) -> Self {
-        self.with(Fact::Service, service)
-            .with(Fact::Status, status.to_string())
-            .with(Fact::BodyShape, crate::redact::body_shape(body))
-    }
-
-    /// The value of `fact`, when the error records it.
-    pub fn fact(&self, fact: Fact) -> Option<&str> {
-        self.facts
-            .iter()
-            .find(|(f, _)| *f == fact)
-            .map(|(_, value)| value.as_str())
+    pub fn answered(self, service: &'static str, status: u16, body: &[u8]) -> Self {
+        self.with(Fact::Service(service))
+            .with(Fact::Status(status))
+            .with(Fact::BodyShape(crate::redact::body_shape(body)))
     }
 
     /// Every fact recorded, in the order they were.
-    pub fn facts(&self) -> &[(Fact, String)] {
+    pub fn facts(&self) -> &[Fact] {
         &self.facts
+    }
+
+    /// The setting at fault, when the error records one.
+    pub fn flagged(&self) -> Option<Setting> {
+        self.facts.iter().find_map(|f| match f {
+            Fact::Flag(setting) => Some(*setting),
+            _ => None,
+        })
+    }
+
+    /// The upstream's HTTP status, when the error records one.
+    pub fn status(&self) -> Option<u16> {
+        self.facts.iter().find_map(|f| match f {
+            Fact::Status(status) => Some(*status),
+            _ => None,
+        })
+    }
+
+    /// The upstream that answered, when the error records one.
+    pub fn service(&self) -> Option<&'static str> {
+        self.facts.iter().find_map(|f| match f {
+            Fact::Service(service) => Some(*service),
+            _ => None,
+        })
+    }
+
+    /// The registry refused, when the error records one.
+    pub fn refused_registry(&self) -> Option<&str> {
+        self.text_fact("registry")
+    }
+
+    /// The text of the fact named `name` (`problem`, `annotation`,
+    /// `claim`, `registry`, `body_shape`): those whose value is words.
+    pub fn text_fact(&self, name: &str) -> Option<&str> {
+        self.facts.iter().find_map(|f| match f {
+            Fact::Problem(text)
+            | Fact::Annotation(text)
+            | Fact::Claim(text)
+            | Fact::Registry(text)
+            | Fact::BodyShape(text)
+                if f.name() == name =>
+            {
+                Some(text.as_str())
+            }
+            _ => None,
+        })
     }
 
     pub fn kind(&self) -> Kind {
@@ -285,37 +384,61 @@ mod tests {
 
     #[test]
     fn facts_are_kept_apart_from_the_words() {
+        const AT: FlagSpec = FlagSpec {
+            long: "x-endpoint",
+            env: "WICP_X_ENDPOINT",
+        };
         let e = Error::upstream("Google STS refused")
             .answered("Google STS", 403, b"{\"error\":\"x\"}")
-            .with(Fact::Status, "401")
+            .with(Fact::Status(401))
             .context("gcp");
-        assert_eq!(e.fact(Fact::Service), Some("Google STS"));
-        assert_eq!(e.fact(Fact::Status), Some("401"), "a later value replaces");
+        assert_eq!(e.service(), Some("Google STS"));
+        assert_eq!(e.status(), Some(401), "a later value replaces");
         assert_eq!(
-            e.fact(Fact::BodyShape),
+            e.text_fact("body_shape"),
             Some("13 bytes, JSON without the expected fields")
         );
-        assert_eq!(e.fact(Fact::Flag), None);
+        assert_eq!(e.flagged(), None);
         assert_eq!(e.facts().len(), 3);
         assert_eq!(
             e.to_string(),
             "gcp: Google STS refused",
             "facts are not rendered"
         );
+        let values: Vec<(&str, String)> = e
+            .facts()
+            .iter()
+            .map(|f| (f.name(), f.value().into_owned()))
+            .collect();
+        assert_eq!(
+            values[1],
+            ("status", "401".to_string()),
+            "JSON writes strings"
+        );
+
+        static SPEC: FlagSpec = AT;
+        let flag = Error::flag(&SPEC, "is not set");
+        assert_eq!(flag.to_string(), "--x-endpoint is not set");
+        assert_eq!(flag.flagged(), Some(Setting::Flag(&SPEC)));
+        assert_eq!(flag.text_fact("problem"), Some("is not set"));
+        assert_eq!(flag.facts()[0].value(), "--x-endpoint");
+        let variable = Error::flag(Setting::Variable("HTTPS_PROXY"), "is not a URL");
+        assert_eq!(variable.facts()[0].name(), "flag");
+        assert_eq!(variable.facts()[0].value(), "HTTPS_PROXY");
     }
 
     #[test]
     fn only_a_registry_refusal_records_the_registry() {
         let refused = Error::registry("not served").refusing("a.test:5000");
-        assert_eq!(refused.fact(Fact::Registry), Some("a.test:5000"));
+        assert_eq!(refused.refused_registry(), Some("a.test:5000"));
         let kept = refused.refusing("b.test");
         assert_eq!(
-            kept.fact(Fact::Registry),
+            kept.refused_registry(),
             Some("a.test:5000"),
             "the first stays"
         );
         let other = Error::token("expired").refusing("a.test");
-        assert_eq!(other.fact(Fact::Registry), None);
+        assert_eq!(other.refused_registry(), None);
     }
 
     #[test]

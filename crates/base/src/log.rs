@@ -78,7 +78,7 @@ pub struct Fields<'a> {
     pub upstream_status: Option<u16>,
     pub fix: Option<&'a str>,
     /// The failure's facts ([`crate::error::Fact`]), as one object.
-    pub facts: &'a [(crate::error::Fact, String)],
+    pub facts: &'a [crate::error::Fact],
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
@@ -197,7 +197,7 @@ fn write_json(level: Level, message: &str, fields: &Fields<'_>) {
         let facts: Map<String, Value> = fields
             .facts
             .iter()
-            .map(|(fact, value)| (fact.name().to_string(), Value::from(value.as_str())))
+            .map(|fact| (fact.name().to_string(), Value::from(fact.value())))
             .collect();
         object.insert("facts".into(), Value::Object(facts));
     }

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use crate::observe::Endpoint;
 use wicp_base::deadline::Deadline;
-use wicp_base::error::{Error, Fact, Result};
+use wicp_base::error::{Error, Fact, Result, Setting};
 
 /// Longest an upstream may take to accept a connection.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -107,7 +107,7 @@ pub fn block_on_or<T>(
 }
 
 pub fn deadline_exceeded(deadline: &Deadline, call: &Call) -> Error {
-    ran_out(deadline, call).with(Fact::Service, call.service)
+    ran_out(deadline, call).with(Fact::Service(call.service))
 }
 
 fn ran_out(deadline: &Deadline, waiting_for: impl std::fmt::Display) -> Error {
@@ -196,7 +196,12 @@ impl Reply {
     /// says which call in words (with its address or what was asked), `why`
     /// what the answer has or lacks. The body is described by its size and
     /// kind, never its text, which may quote a token back.
-    pub fn unusable(&self, service: &str, from: impl std::fmt::Display, why: &str) -> Error {
+    pub fn unusable(
+        &self,
+        service: &'static str,
+        from: impl std::fmt::Display,
+        why: &str,
+    ) -> Error {
         Error::upstream(format!(
             "{from} answered HTTP {} with {why} ({})",
             self.status,
@@ -475,7 +480,7 @@ fn transport_error(
             .map(|p| format!(" (proxy settings: {p})"))
             .unwrap_or_default()
     ))
-    .with(Fact::Service, call.service);
+    .with(Fact::Service(call.service));
     match proxies {
         Some(_) => error.fix(
             "check that the proxy is reachable from the node and accepts it (credentials go in the proxy URL), \
@@ -500,7 +505,7 @@ pub enum Untrusted {
 /// The error for a server whose certificate was not verified.
 pub fn untrusted_certificate(call: &Call, untrusted: Untrusted) -> Error {
     let detail = match untrusted {
-        Untrusted::Store(error) => return error.with(Fact::Service, call.service),
+        Untrusted::Store(error) => return error.with(Fact::Service(call.service)),
         Untrusted::Certificate(detail) => detail,
     };
     Error::network(format!(
@@ -510,7 +515,7 @@ pub fn untrusted_certificate(call: &Call, untrusted: Untrusted) -> Error {
         "if the endpoint or a TLS-inspecting proxy uses a private CA, pass its CA certificate with --ca-file \
          (WICP_CA_FILE); check also the node's clock and that the URL names the host the certificate is for",
     )
-    .with(Fact::Service, call.service)
+    .with(Fact::Service(call.service))
 }
 
 fn retry_after_beyond_deadline(
@@ -534,9 +539,9 @@ fn retry_after_beyond_deadline(
         wicp_base::duration::format_go(deadline.budget()),
     ))
     .fix("the service is throttling or unavailable; the kubelet asks again on the next pull (a longer --timeout, up to 59s, lets the plugin wait)")
-    .with(Fact::Service, call.service);
+    .with(Fact::Service(call.service));
     match status {
-        Some(status) => error.with(Fact::Status, status.to_string()),
+        Some(status) => error.with(Fact::Status(status)),
         None => error,
     }
 }
@@ -681,7 +686,8 @@ fn jitter() -> f64 {
 /// split would not) and user information (`user@`) are refused: neither
 /// has a use in an endpoint, and both have been used to make one host look
 /// like another.
-pub fn endpoint_override(flag: &str, value: &str) -> Result<String> {
+pub fn endpoint_override(flag: impl Into<Setting>, value: &str) -> Result<String> {
+    let flag = flag.into();
     let trimmed = value.trim().trim_end_matches('/');
     let refuse = |why: &str| {
         Error::flag(
@@ -733,8 +739,8 @@ mod tests {
             "ACR at https://contoso.azurecr.io",
             "no refresh token",
         );
-        assert_eq!(e.fact(Fact::Service), Some("ACR"));
-        assert_eq!(e.fact(Fact::Status), Some("200"));
+        assert_eq!(e.service(), Some("ACR"));
+        assert_eq!(e.status(), Some(200));
         assert!(
             e.what().starts_with(
                 "ACR at https://contoso.azurecr.io answered HTTP 200 with no refresh token"
@@ -815,12 +821,17 @@ mod tests {
 
     #[test]
     fn endpoint_overrides() {
+        use wicp_base::error::FlagSpec;
+        static X: FlagSpec = FlagSpec {
+            long: "x",
+            env: "WICP_X",
+        };
         assert_eq!(
-            endpoint_override("--x", "https://a.io/").unwrap(),
+            endpoint_override(&X, "https://a.io/").unwrap(),
             "https://a.io"
         );
         assert_eq!(
-            endpoint_override("--x", "http://127.0.0.1:5/p").unwrap(),
+            endpoint_override(&X, "http://127.0.0.1:5/p").unwrap(),
             "http://127.0.0.1:5/p"
         );
         for bad in [
@@ -834,12 +845,12 @@ mod tests {
             "https:sts.amazonaws.com",
             "http://a b",
         ] {
-            let refused = endpoint_override("--x", bad).unwrap_err();
+            let refused = endpoint_override(&X, bad).unwrap_err();
             assert_eq!(refused.kind(), wicp_base::error::Kind::Config, "{bad}");
-            assert_eq!(refused.fact(Fact::Flag), Some("--x"), "{bad}");
+            assert_eq!(refused.flagged(), Some(Setting::Flag(&X)), "{bad}");
             assert!(
                 refused
-                    .fact(Fact::Problem)
+                    .text_fact("problem")
                     .is_some_and(|p| p.contains("is not an http(s) URL")),
                 "{bad}"
             );

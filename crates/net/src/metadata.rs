@@ -174,7 +174,7 @@ pub async fn send(
         Err(_) if out_of_time => ran_out(deadline, call),
         Err(_) => silent(service, call, budget.budget()),
     };
-    Err(failure.with(Fact::Service, service.name))
+    Err(failure.with(Fact::Service(service.name)))
 }
 
 /// The metadata calls of this invocation that got an answer, for

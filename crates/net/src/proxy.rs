@@ -335,8 +335,8 @@ fn unusable(setting: &Setting, why: &str) -> Error {
          or unset it; the plugin does not connect around a proxy setting it cannot use",
         setting.name
     ))
-    .with(Fact::Flag, setting.name)
-    .with(Fact::Problem, why)
+    .with(Fact::Flag(wicp_base::error::Setting::Variable(setting.name)))
+    .with(Fact::Problem(why.to_string()))
 }
 
 /// `http://user:pass@proxy:3128` as `http://<credentials>@proxy:3128`:

@@ -44,7 +44,14 @@ use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, TrustAnchor, UnixTime};
 
 use super::anchors;
-use wicp_base::error::{Error, Fact, Result, quote};
+use wicp_base::error::{Error, Fact, FlagSpec, Result, Setting, quote};
+
+/// `--ca-file`: declared here, with the trust it adds, and read by the
+/// command line (`long = CA_FILE.long, env = CA_FILE.env`).
+pub static CA_FILE: FlagSpec = FlagSpec {
+    long: "ca-file",
+    env: "WICP_CA_FILE",
+};
 
 /// The standard variable naming a CA bundle that replaces the system's.
 pub const SSL_CERT_FILE: &str = "SSL_CERT_FILE";
@@ -397,7 +404,7 @@ impl Roots {
                 Error::config(what)
                     .fix("point SSL_CERT_FILE at a PEM bundle of CA certificates (it replaces the system's trust store) or unset it; \
                           to add a CA to the system's, use --ca-file")
-                    .with(Fact::Flag, SSL_CERT_FILE)
+                    .with(Fact::Flag(Setting::Variable(SSL_CERT_FILE)))
             };
             let pem = read_trusted(path)
                 .map_err(|e| refused(format!("cannot read SSL_CERT_FILE {shown}: {e}")))?;
@@ -476,7 +483,7 @@ fn ssl_cert_file_place(path: &Path) -> Result<()> {
             Error::config(format!("cannot read SSL_CERT_FILE {shown}: {why}"))
                 .fix("point SSL_CERT_FILE at a PEM bundle of CA certificates (it replaces the system's trust store) or unset it; \
                       to add a CA to the system's, use --ca-file")
-                .with(Fact::Flag, SSL_CERT_FILE)
+                .with(Fact::Flag(Setting::Variable(SSL_CERT_FILE)))
         })
 }
 
@@ -495,7 +502,7 @@ fn read_ca_file(path: &Path) -> Result<(Vec<TrustAnchor<'static>>, Vec<Vec<u8>>)
         Error::config(what)
             .fix("pass a PEM file of CA certificates (-----BEGIN CERTIFICATE-----) readable by the kubelet's user, \
                   or unset --ca-file (WICP_CA_FILE)")
-            .with(Fact::Flag, "--ca-file")
+            .with(Fact::Flag(Setting::Flag(&CA_FILE)))
     };
     let pem = read_trusted(path)
         .map_err(|e| refused(format!("cannot read the --ca-file {shown}: {e}")))?;
@@ -523,7 +530,7 @@ fn ca_file_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
 /// whose only legitimate issuer the admin names, such as an AKS cluster's
 /// CA for its identity-binding endpoint. `what` names the option in
 /// messages.
-pub fn only(path: &Path, what: &str) -> Result<Arc<rustls::ClientConfig>> {
+pub fn only(path: &Path, what: &'static FlagSpec) -> Result<Arc<rustls::ClientConfig>> {
     let shown = quote(&path.display().to_string());
     let fix = format!(
         "point {what} at the PEM file of the cluster's CA (on AKS /etc/kubernetes/certs/ca.crt)"
@@ -531,7 +538,7 @@ pub fn only(path: &Path, what: &str) -> Result<Arc<rustls::ClientConfig>> {
     let refused = |message: String| {
         Error::config(message)
             .fix(fix.clone())
-            .with(Fact::Flag, what)
+            .with(Fact::Flag(Setting::Flag(what)))
     };
     let pem =
         read_trusted(path).map_err(|e| refused(format!("cannot read the {what} {shown}: {e}")))?;

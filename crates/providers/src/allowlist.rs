@@ -8,12 +8,19 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::{Context, Exchanger, OwnFlags, Plan, Provider, Shared};
+use wicp_base::error::FlagSpec;
 use wicp_base::error::{Error, Result};
 use wicp_kubelet::config::matching;
 use wicp_kubelet::request::image::ImageRef;
 use wicp_kubelet::request::token::ServiceAccountToken;
 use wicp_net as net;
 use wicp_net::inputs::Inputs;
+
+/// `--registry`: clap reads its name and variable here, errors name it by it.
+pub(crate) static REGISTRY: FlagSpec = FlagSpec {
+    long: "registry",
+    env: "WICP_REGISTRY",
+};
 
 #[derive(clap::Args, Clone, Debug, Default)]
 #[group(id = "registry_options")]
@@ -26,9 +33,9 @@ pub struct Options {
     /// (refused: in matchImages it never matches). Any other registry is
     /// refused.
     #[arg(
-        long = "registry",
+        long = REGISTRY.long,
         value_name = "PATTERN",
-        env = "WICP_REGISTRY",
+        env = REGISTRY.env,
         value_delimiter = ','
     )]
     pub registries: Vec<String>,
@@ -47,7 +54,7 @@ impl Allowlist {
         for pattern in &options.registries {
             if let Some(scheme) = matching::scheme_of(pattern) {
                 return Err(Error::flag(
-                    "--registry",
+                    &REGISTRY,
                     format!("{pattern:?} has a scheme ({scheme}://), which matchImages does not take: the kubelet would read it as the host {scheme:?} and match nothing"),
                 )
                 .fix(format!(
@@ -56,7 +63,7 @@ impl Allowlist {
                 )));
             }
             if !matching::is_valid_pattern(pattern) {
-                return Err(Error::flag("--registry", format!("{pattern:?} is not a valid pattern"))
+                return Err(Error::flag(&REGISTRY, format!("{pattern:?} is not a valid pattern"))
                     .fix("write a host[:port][/path] with globs only inside host labels, e.g. *.harbor.example.com"));
             }
         }

@@ -41,6 +41,7 @@ use crate::Input;
 use crate::allowlist::{self, Allowlist};
 use crate::oauth::{self, form_urlencode};
 use crate::{Context, Credential, Exchanger, Plan, Provider};
+use wicp_base::error::FlagSpec;
 use wicp_kubelet::request::image::ImageRef;
 use wicp_net::inputs::Inputs;
 use wicp_net::{self as net, http, http::Reply};
@@ -61,12 +62,24 @@ const TOKEN_AUDIENCES: [&str; 2] = ["issuer.enforce.dev", "https://issuer.enforc
 /// An identity is at most a few groups deep; this bounds the pattern.
 const MAX_IDENTITY_LEVELS: usize = 16;
 
+/// `--chainguard-identity`: clap reads its name and variable here, errors name it by it.
+pub(crate) static CHAINGUARD_IDENTITY: FlagSpec = FlagSpec {
+    long: "chainguard-identity",
+    env: "WICP_CHAINGUARD_IDENTITY",
+};
+
+/// `--chainguard-issuer-url`: clap reads its name and variable here, errors name it by it.
+pub(crate) static CHAINGUARD_ISSUER_URL: FlagSpec = FlagSpec {
+    long: "chainguard-issuer-url",
+    env: "WICP_CHAINGUARD_ISSUER_URL",
+};
+
 #[derive(clap::Args, Clone, Debug, Default)]
 #[command(next_help_heading = "Chainguard")]
 #[group(id = "chainguard_options")]
 pub struct Options {
     /// Chainguard's STS; /sts/exchange is appended.
-    #[arg(long, value_name = "URL", env = "WICP_CHAINGUARD_ISSUER_URL", default_value = DEFAULT_ISSUER)]
+    #[arg(long = CHAINGUARD_ISSUER_URL.long, value_name = "URL", env = CHAINGUARD_ISSUER_URL.env, default_value = DEFAULT_ISSUER)]
     pub chainguard_issuer_url: String,
 
     /// The `aud` asked of the STS: the registry the token is for.
@@ -75,7 +88,7 @@ pub struct Options {
 
     /// The assumable identity used when the service account names none
     /// (an identity ID such as 0123...cdef/0123456789abcdef).
-    #[arg(long, value_name = "ID", env = "WICP_CHAINGUARD_IDENTITY")]
+    #[arg(long = CHAINGUARD_IDENTITY.long, value_name = "ID", env = CHAINGUARD_IDENTITY.env)]
     pub chainguard_identity: Option<String>,
 }
 
@@ -130,7 +143,7 @@ impl Chainguard {
         net: Arc<net::Settings>,
     ) -> Result<Self> {
         let issuer =
-            http::endpoint_override("--chainguard-issuer-url", &options.chainguard_issuer_url)?;
+            http::endpoint_override(&CHAINGUARD_ISSUER_URL, &options.chainguard_issuer_url)?;
         let audience = options.chainguard_registry_audience.trim();
         if audience.is_empty()
             || audience
@@ -151,7 +164,7 @@ impl Chainguard {
                 if is_identity_id(id) {
                     Ok(id.to_string())
                 } else {
-                    Err(Error::flag("--chainguard-identity", format!("{} is not a Chainguard identity ID", quote(id)))
+                    Err(Error::flag(&CHAINGUARD_IDENTITY, format!("{} is not a Chainguard identity ID", quote(id)))
                         .fix("copy the ID chainctl iam identities create printed (40 hex digits, then /16 hex digits per level)"))
                 }
             })

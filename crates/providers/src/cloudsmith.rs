@@ -36,6 +36,7 @@ use crate::allowlist::{self, Guarded};
 use crate::token_service::{self, Pattern, Service};
 use crate::{Context, Credential, Plan, Provider};
 use wicp_base::duration;
+use wicp_base::error::FlagSpec;
 use wicp_base::error::{Error, Result, quote};
 use wicp_kubelet::request::token::ServiceAccountToken;
 use wicp_net as net;
@@ -65,18 +66,30 @@ static SLUG: Pattern = Pattern::new(
     || regex_lite::Regex::new(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$").ok(),
 );
 
+/// `--cloudsmith-org`: clap reads its name and variable here, errors name it by it.
+pub(crate) static CLOUDSMITH_ORG: FlagSpec = FlagSpec {
+    long: "cloudsmith-org",
+    env: "WICP_CLOUDSMITH_ORG",
+};
+
+/// `--cloudsmith-url`: clap reads its name and variable here, errors name it by it.
+pub(crate) static CLOUDSMITH_URL: FlagSpec = FlagSpec {
+    long: "cloudsmith-url",
+    env: "WICP_CLOUDSMITH_URL",
+};
+
 #[derive(clap::Args, Clone, Debug)]
 #[command(next_help_heading = "Cloudsmith")]
 #[group(id = "cloudsmith_options")]
 pub struct Options {
     /// The Cloudsmith API base URL; the exchange goes to its
     /// /openid/ORG/, and nowhere else.
-    #[arg(long, value_name = "URL", env = "WICP_CLOUDSMITH_URL", default_value = DEFAULT_URL)]
+    #[arg(long = CLOUDSMITH_URL.long, value_name = "URL", env = CLOUDSMITH_URL.env, default_value = DEFAULT_URL)]
     pub cloudsmith_url: String,
 
     /// The Cloudsmith organisation (its slug) whose OpenID Connect provider
     /// trusts the cluster's service account issuer.
-    #[arg(long, value_name = "SLUG", env = "WICP_CLOUDSMITH_ORG")]
+    #[arg(long = CLOUDSMITH_ORG.long, value_name = "SLUG", env = CLOUDSMITH_ORG.env)]
     pub cloudsmith_org: Option<String>,
 }
 
@@ -102,12 +115,12 @@ impl Guarded for Cloudsmith {
             .as_deref()
             .map(str::trim)
             .ok_or_else(|| {
-                Error::flag("--cloudsmith-org", "is not set")
+                Error::flag(&CLOUDSMITH_ORG, "is not set")
                     .fix("pass --cloudsmith-org (WICP_CLOUDSMITH_ORG) with the organisation's slug")
             })?;
         if !SLUG.matches(org) {
             return Err(Error::flag(
-                "--cloudsmith-org",
+                &CLOUDSMITH_ORG,
                 format!(
                     "{} is not a Cloudsmith organisation slug ({})",
                     quote(org),
@@ -119,7 +132,7 @@ impl Guarded for Cloudsmith {
         Ok(Cloudsmith {
             service: Service::at(
                 "Cloudsmith",
-                "--cloudsmith-url",
+                &CLOUDSMITH_URL,
                 &options.cloudsmith_url,
                 &format!("/openid/{org}/"),
                 DEFAULT_LIFETIME_SECS,
@@ -196,7 +209,6 @@ impl Cloudsmith {
 mod tests {
     use super::*;
     use crate::Pull;
-    use wicp_base::error::Fact;
     use wicp_net::http::reply;
 
     fn cloudsmith() -> Cloudsmith {
@@ -237,8 +249,8 @@ mod tests {
         };
         let e = Cloudsmith::new(&options, Arc::default()).err().unwrap();
         assert_eq!(e.kind(), wicp_base::error::Kind::Config);
-        assert_eq!(e.fact(Fact::Flag), Some("--cloudsmith-org"));
-        assert_eq!(e.fact(Fact::Problem), Some("is not set"));
+        assert_eq!(e.flagged(), Some((&CLOUDSMITH_ORG).into()));
+        assert_eq!(e.text_fact("problem"), Some("is not set"));
     }
 
     #[test]

@@ -39,6 +39,7 @@ use crate::oauth;
 use crate::token_service::{self, Pattern, Service};
 use crate::{Context, Credential, Plan, Provider};
 use wicp_base::duration;
+use wicp_base::error::FlagSpec;
 use wicp_base::error::{Error, Result};
 use wicp_base::secret::Secret;
 use wicp_kubelet::request::token::ServiceAccountToken;
@@ -71,6 +72,24 @@ static MAPPING: Pattern = Pattern::new(
 
 // The field docs are this provider's --help text, written for a terminal
 // (bare URLs, <PLACEHOLDERS>, HOST[:PORT]), not for rustdoc.
+/// `--jfrog-project-key`: clap reads its name and variable here, errors name it by it.
+pub(crate) static JFROG_PROJECT_KEY: FlagSpec = FlagSpec {
+    long: "jfrog-project-key",
+    env: "WICP_JFROG_PROJECT_KEY",
+};
+
+/// `--jfrog-provider-name`: clap reads its name and variable here, errors name it by it.
+pub(crate) static JFROG_PROVIDER_NAME: FlagSpec = FlagSpec {
+    long: "jfrog-provider-name",
+    env: "WICP_JFROG_PROVIDER_NAME",
+};
+
+/// `--jfrog-url`: clap reads its name and variable here, errors name it by it.
+pub(crate) static JFROG_URL: FlagSpec = FlagSpec {
+    long: "jfrog-url",
+    env: "WICP_JFROG_URL",
+};
+
 #[allow(
     rustdoc::bare_urls,
     rustdoc::invalid_html_tags,
@@ -82,17 +101,17 @@ static MAPPING: Pattern = Pattern::new(
 pub struct Options {
     /// The JFrog Platform base URL (https://example.jfrog.io); the token
     /// exchange is sent to its /access/api/v1/oidc/token, and nowhere else.
-    #[arg(long, value_name = "URL", env = "WICP_JFROG_URL")]
+    #[arg(long = JFROG_URL.long, value_name = "URL", env = JFROG_URL.env)]
     pub jfrog_url: Option<String>,
 
     /// The name of the OIDC integration configured in JFrog for the
     /// cluster's service account issuer (`provider_name` in the exchange).
-    #[arg(long, value_name = "NAME", env = "WICP_JFROG_PROVIDER_NAME")]
+    #[arg(long = JFROG_PROVIDER_NAME.long, value_name = "NAME", env = JFROG_PROVIDER_NAME.env)]
     pub jfrog_provider_name: Option<String>,
 
     /// A JFrog project key, when the integration and its identity mappings
     /// belong to a project (`project_key` in the exchange).
-    #[arg(long, value_name = "KEY", env = "WICP_JFROG_PROJECT_KEY")]
+    #[arg(long = JFROG_PROJECT_KEY.long, value_name = "KEY", env = JFROG_PROJECT_KEY.env)]
     pub jfrog_project_key: Option<String>,
 }
 
@@ -115,7 +134,7 @@ impl Guarded for Jfrog {
 
     fn new(options: &Options, net: Arc<net::Settings>) -> Result<Self> {
         let url = options.jfrog_url.as_deref().ok_or_else(|| {
-            Error::flag("--jfrog-url", "is not set").fix(
+            Error::flag(&JFROG_URL, "is not set").fix(
                 "pass --jfrog-url (WICP_JFROG_URL) with the JFrog Platform base URL, e.g. https://example.jfrog.io",
             )
         })?;
@@ -124,19 +143,19 @@ impl Guarded for Jfrog {
             .as_deref()
             .map(str::trim)
             .ok_or_else(|| {
-                Error::flag("--jfrog-provider-name", "is not set").fix(
+                Error::flag(&JFROG_PROVIDER_NAME, "is not set").fix(
                     "pass --jfrog-provider-name (WICP_JFROG_PROVIDER_NAME) with the name of the OIDC integration in JFrog",
                 )
             })?;
-        check_name("--jfrog-provider-name", provider_name)?;
+        check_name(&JFROG_PROVIDER_NAME, provider_name)?;
         let project_key = options.jfrog_project_key.as_deref().map(str::trim);
         if let Some(key) = project_key {
-            check_name("--jfrog-project-key", key)?;
+            check_name(&JFROG_PROJECT_KEY, key)?;
         }
         Ok(Jfrog {
             service: Service::at(
                 "JFrog",
-                "--jfrog-url",
+                &JFROG_URL,
                 url,
                 TOKEN_PATH,
                 DEFAULT_LIFETIME_SECS,
@@ -220,7 +239,7 @@ impl Jfrog {
     }
 }
 
-fn check_name(flag: &str, value: &str) -> Result<()> {
+fn check_name(flag: &'static FlagSpec, value: &str) -> Result<()> {
     if MAPPING.matches(value) {
         return Ok(());
     }
@@ -286,7 +305,6 @@ impl Jfrog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use wicp_base::error::Fact;
     use wicp_net::http::reply;
 
     fn jfrog(project: Option<&str>) -> Jfrog {
@@ -315,7 +333,7 @@ mod tests {
                     jfrog_url: None,
                     ..ok.clone()
                 },
-                "--jfrog-url",
+                &JFROG_URL,
                 "is not set",
             ),
             (
@@ -323,7 +341,7 @@ mod tests {
                     jfrog_url: Some("example.jfrog.io".into()),
                     ..ok.clone()
                 },
-                "--jfrog-url",
+                &JFROG_URL,
                 "is not an http(s) URL",
             ),
             (
@@ -331,7 +349,7 @@ mod tests {
                     jfrog_provider_name: None,
                     ..ok.clone()
                 },
-                "--jfrog-provider-name",
+                &JFROG_PROVIDER_NAME,
                 "is not set",
             ),
             (
@@ -339,7 +357,7 @@ mod tests {
                     jfrog_provider_name: Some("a b".into()),
                     ..ok.clone()
                 },
-                "--jfrog-provider-name",
+                &JFROG_PROVIDER_NAME,
                 "is not a JFrog name",
             ),
             (
@@ -347,15 +365,15 @@ mod tests {
                     jfrog_project_key: Some("../x".into()),
                     ..ok.clone()
                 },
-                "--jfrog-project-key",
+                &JFROG_PROJECT_KEY,
                 "is not a JFrog name",
             ),
         ] {
             let e = Jfrog::new(&options, Arc::default()).err().unwrap();
             assert_eq!(e.kind(), wicp_base::error::Kind::Config, "{e}");
-            assert_eq!(e.fact(Fact::Flag), Some(flag), "{e}");
+            assert_eq!(e.flagged(), Some(flag.into()), "{e}");
             assert!(
-                e.fact(Fact::Problem).is_some_and(|p| p.contains(problem)),
+                e.text_fact("problem").is_some_and(|p| p.contains(problem)),
                 "{e}"
             );
         }

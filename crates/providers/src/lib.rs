@@ -554,7 +554,7 @@ mod adding_a_provider_samples {
         let unset = sample_1::ExampleRobot::new(&sample_1::Options::default(), Default::default());
         let e = unset.err().unwrap();
         assert_eq!(
-            e.fact(wicp_base::error::Fact::Flag),
+            e.flagged().map(|f| f.to_string()).as_deref(),
             Some("--example-robot-url")
         );
         let set = sample_1::Options {

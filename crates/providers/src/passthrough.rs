@@ -25,6 +25,7 @@ use wicp_kubelet::request::protocol::CacheKeyType;
 use crate::Input;
 use crate::allowlist::{self, Guarded};
 use crate::{Context, Credential, Plan, Provider};
+use wicp_base::error::FlagSpec;
 use wicp_kubelet::request::token::ServiceAccountToken;
 use wicp_net as net;
 
@@ -32,12 +33,18 @@ use wicp_net as net;
 /// ignore it on their OIDC token path; it shows up in registry audit logs.
 const DEFAULT_USERNAME: &str = "serviceaccount";
 
+/// `--passthrough-username`: clap reads its name and variable here, errors name it by it.
+pub(crate) static PASSTHROUGH_USERNAME: FlagSpec = FlagSpec {
+    long: "passthrough-username",
+    env: "WICP_PASSTHROUGH_USERNAME",
+};
+
 #[derive(clap::Args, Clone, Debug)]
 #[command(next_help_heading = "Passthrough")]
 #[group(id = "passthrough_options")]
 pub struct Options {
     /// Username sent with the token (passthrough only).
-    #[arg(long, value_name = "NAME", env = "WICP_PASSTHROUGH_USERNAME", default_value = DEFAULT_USERNAME)]
+    #[arg(long = PASSTHROUGH_USERNAME.long, value_name = "NAME", env = PASSTHROUGH_USERNAME.env, default_value = DEFAULT_USERNAME)]
     pub passthrough_username: String,
 }
 
@@ -62,7 +69,7 @@ impl Guarded for Passthrough {
     /// Sends nothing anywhere: the registry is the only upstream.
     fn new(options: &Options, _net: Arc<net::Settings>) -> Result<Self> {
         if options.passthrough_username.is_empty() {
-            return Err(Error::flag("--passthrough-username", "is empty")
+            return Err(Error::flag(&PASSTHROUGH_USERNAME, "is empty")
                 .fix("set a non-empty username; registries log it"));
         }
         Ok(Passthrough {

@@ -37,6 +37,7 @@ use crate::allowlist::{self, Guarded};
 use crate::token_service::{self, Pattern, Service};
 use crate::{Context, Credential, Plan, Provider};
 use wicp_base::duration;
+use wicp_base::error::FlagSpec;
 use wicp_base::error::{Error, Result, quote};
 use wicp_kubelet::request::token::ServiceAccountToken;
 use wicp_net as net;
@@ -79,22 +80,34 @@ static ORGANISATION: Pattern = Pattern::new(
     || regex_lite::Regex::new(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$").ok(),
 );
 
+/// `--quay-organization`: clap reads its name and variable here, errors name it by it.
+pub(crate) static QUAY_ORGANIZATION: FlagSpec = FlagSpec {
+    long: "quay-organization",
+    env: "WICP_QUAY_ORGANIZATION",
+};
+
+/// `--quay-url`: clap reads its name and variable here, errors name it by it.
+pub(crate) static QUAY_URL: FlagSpec = FlagSpec {
+    long: "quay-url",
+    env: "WICP_QUAY_URL",
+};
+
 #[derive(clap::Args, Clone, Debug)]
 #[command(next_help_heading = "Quay")]
 #[group(id = "quay_options")]
 pub struct Options {
     /// The Quay server's base URL; the federation call goes to its
     /// /oauth2/federation/robot/token, and nowhere else.
-    #[arg(long, value_name = "URL", env = "WICP_QUAY_URL", default_value = DEFAULT_URL)]
+    #[arg(long = QUAY_URL.long, value_name = "URL", env = QUAY_URL.env, default_value = DEFAULT_URL)]
     pub quay_url: String,
 
     /// An organisation whose robots service accounts may name (repeatable,
     /// or comma-separated). A robot of any other organisation is refused
     /// before the token leaves the node.
     #[arg(
-        long,
+        long = QUAY_ORGANIZATION.long,
         value_name = "ORG",
-        env = "WICP_QUAY_ORGANIZATION",
+        env = QUAY_ORGANIZATION.env,
         value_delimiter = ','
     )]
     pub quay_organization: Vec<String>,
@@ -122,7 +135,7 @@ impl Guarded for Quay {
             let org = org.trim();
             if !ORGANISATION.matches(org) {
                 return Err(Error::flag(
-                    "--quay-organization",
+                    &QUAY_ORGANIZATION,
                     format!(
                         "{} is not a Quay organisation name ({})",
                         quote(org),
@@ -134,13 +147,13 @@ impl Guarded for Quay {
             organisations.insert(org.to_string());
         }
         if organisations.is_empty() {
-            return Err(Error::flag("--quay-organization", "is not set, so no robot may be used")
+            return Err(Error::flag(&QUAY_ORGANIZATION, "is not set, so no robot may be used")
                 .fix("pass --quay-organization ORG (WICP_QUAY_ORGANIZATION) for each organisation whose robots service accounts may name"));
         }
         Ok(Quay {
             service: Service::at(
                 "Quay",
-                "--quay-url",
+                &QUAY_URL,
                 &options.quay_url,
                 TOKEN_PATH,
                 DEFAULT_LIFETIME_SECS,
@@ -326,10 +339,10 @@ mod tests {
         };
         let flag = |orgs: &[&str]| {
             let e = Quay::new(&options(orgs), Arc::default()).err().unwrap();
-            e.fact(wicp_base::error::Fact::Flag).map(str::to_string)
+            e.flagged()
         };
         for refused in [&[][..], &["Acme"], &["acme/x"]] {
-            assert_eq!(flag(refused).as_deref(), Some("--quay-organization"));
+            assert_eq!(flag(refused), Some((&QUAY_ORGANIZATION).into()));
         }
         assert!(Quay::new(&options(&["acme", "b.c"]), Arc::default()).is_ok());
     }

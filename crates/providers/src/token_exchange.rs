@@ -46,6 +46,7 @@ use crate::Input;
 use crate::allowlist::{self, Guarded};
 use crate::oauth::{self, form_urlencode};
 use crate::{Context, Credential, Plan, Provider};
+use wicp_base::error::FlagSpec;
 use wicp_base::secret::Secret;
 use wicp_kubelet::request::token::ServiceAccountToken;
 use wicp_net::{self as net, http, http::Reply};
@@ -58,6 +59,66 @@ const MAX_USERNAME_CHARS: usize = 256;
 
 // The field docs are this provider's --help text, written for a terminal
 // (bare URLs, <PLACEHOLDERS>, HOST[:PORT]), not for rustdoc.
+/// `--token-exchange-audience`: clap reads its name and variable here, errors name it by it.
+pub(crate) static TOKEN_EXCHANGE_AUDIENCE: FlagSpec = FlagSpec {
+    long: "token-exchange-audience",
+    env: "WICP_TOKEN_EXCHANGE_AUDIENCE",
+};
+
+/// `--token-exchange-client-id`: clap reads its name and variable here, errors name it by it.
+pub(crate) static TOKEN_EXCHANGE_CLIENT_ID: FlagSpec = FlagSpec {
+    long: "token-exchange-client-id",
+    env: "WICP_TOKEN_EXCHANGE_CLIENT_ID",
+};
+
+/// `--token-exchange-client-secret-file`: clap reads its name and variable here, errors name it by it.
+pub(crate) static TOKEN_EXCHANGE_CLIENT_SECRET_FILE: FlagSpec = FlagSpec {
+    long: "token-exchange-client-secret-file",
+    env: "WICP_TOKEN_EXCHANGE_CLIENT_SECRET_FILE",
+};
+
+/// `--token-exchange-requested-token-type`: clap reads its name and variable here, errors name it by it.
+pub(crate) static TOKEN_EXCHANGE_REQUESTED_TOKEN_TYPE: FlagSpec = FlagSpec {
+    long: "token-exchange-requested-token-type",
+    env: "WICP_TOKEN_EXCHANGE_REQUESTED_TOKEN_TYPE",
+};
+
+/// `--token-exchange-resource`: clap reads its name and variable here, errors name it by it.
+pub(crate) static TOKEN_EXCHANGE_RESOURCE: FlagSpec = FlagSpec {
+    long: "token-exchange-resource",
+    env: "WICP_TOKEN_EXCHANGE_RESOURCE",
+};
+
+/// `--token-exchange-scope`: clap reads its name and variable here, errors name it by it.
+pub(crate) static TOKEN_EXCHANGE_SCOPE: FlagSpec = FlagSpec {
+    long: "token-exchange-scope",
+    env: "WICP_TOKEN_EXCHANGE_SCOPE",
+};
+
+/// `--token-exchange-subject-token-type`: clap reads its name and variable here, errors name it by it.
+pub(crate) static TOKEN_EXCHANGE_SUBJECT_TOKEN_TYPE: FlagSpec = FlagSpec {
+    long: "token-exchange-subject-token-type",
+    env: "WICP_TOKEN_EXCHANGE_SUBJECT_TOKEN_TYPE",
+};
+
+/// `--token-exchange-url`: clap reads its name and variable here, errors name it by it.
+pub(crate) static TOKEN_EXCHANGE_URL: FlagSpec = FlagSpec {
+    long: "token-exchange-url",
+    env: "WICP_TOKEN_EXCHANGE_URL",
+};
+
+/// `--token-exchange-username`: clap reads its name and variable here, errors name it by it.
+pub(crate) static TOKEN_EXCHANGE_USERNAME: FlagSpec = FlagSpec {
+    long: "token-exchange-username",
+    env: "WICP_TOKEN_EXCHANGE_USERNAME",
+};
+
+/// `--token-exchange-username-field`: clap reads its name and variable here, errors name it by it.
+pub(crate) static TOKEN_EXCHANGE_USERNAME_FIELD: FlagSpec = FlagSpec {
+    long: "token-exchange-username-field",
+    env: "WICP_TOKEN_EXCHANGE_USERNAME_FIELD",
+};
+
 #[allow(
     rustdoc::bare_urls,
     rustdoc::invalid_html_tags,
@@ -70,69 +131,65 @@ pub struct Options {
     /// The token server's token endpoint, as a full URL
     /// (https://sts.example.com/oauth2/token). Only this flag says where
     /// the service account token is sent.
-    #[arg(long, value_name = "URL", env = "WICP_TOKEN_EXCHANGE_URL")]
+    #[arg(long = TOKEN_EXCHANGE_URL.long, value_name = "URL", env = TOKEN_EXCHANGE_URL.env)]
     pub token_exchange_url: Option<String>,
 
     /// `subject_token_type` sent with the service account token.
-    #[arg(long, value_name = "URI", env = "WICP_TOKEN_EXCHANGE_SUBJECT_TOKEN_TYPE", default_value = JWT_TOKEN_TYPE)]
+    #[arg(long = TOKEN_EXCHANGE_SUBJECT_TOKEN_TYPE.long, value_name = "URI", env = TOKEN_EXCHANGE_SUBJECT_TOKEN_TYPE.env, default_value = JWT_TOKEN_TYPE)]
     pub token_exchange_subject_token_type: String,
 
     /// `audience` parameter: the logical name of the service the issued
     /// token is for. Repeatable (or comma-separated in the variable).
-    #[arg(
-        long,
+    #[arg(long = TOKEN_EXCHANGE_AUDIENCE.long,
         value_name = "AUDIENCE",
-        env = "WICP_TOKEN_EXCHANGE_AUDIENCE",
+        env = TOKEN_EXCHANGE_AUDIENCE.env,
         value_delimiter = ','
     )]
     pub token_exchange_audience: Vec<String>,
 
     /// `resource` parameter: the absolute URI of the service the issued
     /// token is for. Repeatable (or comma-separated in the variable).
-    #[arg(
-        long,
+    #[arg(long = TOKEN_EXCHANGE_RESOURCE.long,
         value_name = "URI",
-        env = "WICP_TOKEN_EXCHANGE_RESOURCE",
+        env = TOKEN_EXCHANGE_RESOURCE.env,
         value_delimiter = ','
     )]
     pub token_exchange_resource: Vec<String>,
 
     /// `scope` parameter (space-separated scopes, as RFC 6749 writes them).
-    #[arg(long, value_name = "SCOPE", env = "WICP_TOKEN_EXCHANGE_SCOPE")]
+    #[arg(long = TOKEN_EXCHANGE_SCOPE.long, value_name = "SCOPE", env = TOKEN_EXCHANGE_SCOPE.env)]
     pub token_exchange_scope: Option<String>,
 
     /// `requested_token_type` parameter; the answer's `issued_token_type`
     /// must then match it.
-    #[arg(
-        long,
+    #[arg(long = TOKEN_EXCHANGE_REQUESTED_TOKEN_TYPE.long,
         value_name = "URI",
-        env = "WICP_TOKEN_EXCHANGE_REQUESTED_TOKEN_TYPE"
+        env = TOKEN_EXCHANGE_REQUESTED_TOKEN_TYPE.env
     )]
     pub token_exchange_requested_token_type: Option<String>,
 
     /// The registry username returned with the issued token (one of this
     /// and --token-exchange-username-field is required).
-    #[arg(long, value_name = "NAME", env = "WICP_TOKEN_EXCHANGE_USERNAME")]
+    #[arg(long = TOKEN_EXCHANGE_USERNAME.long, value_name = "NAME", env = TOKEN_EXCHANGE_USERNAME.env)]
     pub token_exchange_username: Option<String>,
 
     /// A top-level string field of the token server's answer that holds
     /// the registry username (instead of a fixed --token-exchange-username).
-    #[arg(long, value_name = "FIELD", env = "WICP_TOKEN_EXCHANGE_USERNAME_FIELD")]
+    #[arg(long = TOKEN_EXCHANGE_USERNAME_FIELD.long, value_name = "FIELD", env = TOKEN_EXCHANGE_USERNAME_FIELD.env)]
     pub token_exchange_username_field: Option<String>,
 
     /// OAuth client ID, for token servers that want a registered client:
     /// sent as HTTP Basic with the secret from
     /// --token-exchange-client-secret-file, or alone as the `client_id`
     /// form field (a public client).
-    #[arg(long, value_name = "ID", env = "WICP_TOKEN_EXCHANGE_CLIENT_ID")]
+    #[arg(long = TOKEN_EXCHANGE_CLIENT_ID.long, value_name = "ID", env = TOKEN_EXCHANGE_CLIENT_ID.env)]
     pub token_exchange_client_id: Option<String>,
 
     /// File holding the OAuth client secret (one line; read at start, never
     /// logged).
-    #[arg(
-        long,
+    #[arg(long = TOKEN_EXCHANGE_CLIENT_SECRET_FILE.long,
         value_name = "PATH",
-        env = "WICP_TOKEN_EXCHANGE_CLIENT_SECRET_FILE"
+        env = TOKEN_EXCHANGE_CLIENT_SECRET_FILE.env
     )]
     pub token_exchange_client_secret_file: Option<PathBuf>,
 }
@@ -180,28 +237,25 @@ impl Guarded for TokenExchange {
 
     fn new(options: &Options, net: Arc<net::Settings>) -> Result<Self> {
         let subject_token_type = token_type(
-            "--token-exchange-subject-token-type",
+            &TOKEN_EXCHANGE_SUBJECT_TOKEN_TYPE,
             &options.token_exchange_subject_token_type,
         )?;
         let requested_token_type = options
             .token_exchange_requested_token_type
             .as_deref()
-            .map(|t| token_type("--token-exchange-requested-token-type", t))
+            .map(|t| token_type(&TOKEN_EXCHANGE_REQUESTED_TOKEN_TYPE, t))
             .transpose()?;
         let scope = options
             .token_exchange_scope
             .as_ref()
-            .map(|s| plain("--token-exchange-scope", std::slice::from_ref(s)))
+            .map(|s| plain(&TOKEN_EXCHANGE_SCOPE, std::slice::from_ref(s)))
             .transpose()?
             .and_then(|mut v| v.pop());
         Ok(TokenExchange {
             net,
             url: endpoint(options)?,
             subject_token_type,
-            audiences: plain(
-                "--token-exchange-audience",
-                &options.token_exchange_audience,
-            )?,
+            audiences: plain(&TOKEN_EXCHANGE_AUDIENCE, &options.token_exchange_audience)?,
             resources: resources(&options.token_exchange_resource)?,
             scope,
             requested_token_type,
@@ -342,10 +396,10 @@ fn endpoint(options: &Options) -> Result<String> {
         Error::config("the token-exchange provider has no token server (--token-exchange-url is not set)")
             .fix("pass --token-exchange-url https://HOST/PATH (or WICP_TOKEN_EXCHANGE_URL) with the token server's token endpoint")
     })?;
-    let url = http::endpoint_override("--token-exchange-url", url)?;
+    let url = http::endpoint_override(&TOKEN_EXCHANGE_URL, url)?;
     if url.contains('@') {
         return Err(Error::flag(
-            "--token-exchange-url",
+            &TOKEN_EXCHANGE_URL,
             format!("{} carries user information", quote(&url)),
         )
         .fix("remove the user:password@ part; client credentials go in --token-exchange-client-id and --token-exchange-client-secret-file"));
@@ -354,7 +408,7 @@ fn endpoint(options: &Options) -> Result<String> {
 }
 
 /// A token type URI flag's value, trimmed.
-fn token_type(flag: &str, value: &str) -> Result<String> {
+fn token_type(flag: &'static FlagSpec, value: &str) -> Result<String> {
     let v = value.trim();
     if v.is_empty() || !v.contains(':') || v.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(
@@ -367,7 +421,7 @@ fn token_type(flag: &str, value: &str) -> Result<String> {
 
 /// The values of a free-text flag, trimmed: each non-empty and without
 /// control characters.
-fn plain(flag: &str, values: &[String]) -> Result<Vec<String>> {
+fn plain(flag: &'static FlagSpec, values: &[String]) -> Result<Vec<String>> {
     values
         .iter()
         .map(|v| {
@@ -387,12 +441,12 @@ fn plain(flag: &str, values: &[String]) -> Result<Vec<String>> {
 
 /// `--token-exchange-resource`: absolute URIs without a fragment.
 fn resources(values: &[String]) -> Result<Vec<String>> {
-    let resources = plain("--token-exchange-resource", values)?;
+    let resources = plain(&TOKEN_EXCHANGE_RESOURCE, values)?;
     for r in &resources {
         // RFC 8693 §2.1: "an absolute URI ... MUST NOT include a fragment".
         if !r.contains("://") || r.contains('#') {
             return Err(Error::flag(
-                "--token-exchange-resource",
+                &TOKEN_EXCHANGE_RESOURCE,
                 format!("{} is not an absolute URI without a fragment", quote(r)),
             )
             .fix("write the resource as https://host/path (RFC 8693 §2.1), or use --token-exchange-audience for a logical name"));
@@ -420,11 +474,8 @@ fn username(options: &Options) -> Result<Username> {
                 .fix("pass --token-exchange-username NAME (what the registry expects with the issued token), or --token-exchange-username-field FIELD to read it from the token server's answer"));
             }
             (Some(name), None) => Username::Fixed(check_username(name).map_err(|why| {
-                Error::flag(
-                    "--token-exchange-username",
-                    format!("{} {why}", quote(name)),
-                )
-                .fix("write the registry account name the issued token belongs to")
+                Error::flag(&TOKEN_EXCHANGE_USERNAME, format!("{} {why}", quote(name)))
+                    .fix("write the registry account name the issued token belongs to")
             })?),
             (None, Some(field)) => {
                 let ok = !field.is_empty()
@@ -434,7 +485,7 @@ fn username(options: &Options) -> Result<Username> {
                         .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-' || c == b'.');
                 if !ok {
                     return Err(Error::flag(
-                        "--token-exchange-username-field",
+                        &TOKEN_EXCHANGE_USERNAME_FIELD,
                         format!("{} is not a field name", quote(field)),
                     )
                     .fix("name a top-level field of the answer, such as username"));
@@ -455,13 +506,13 @@ fn client(options: &Options) -> Result<Client> {
             (None, None) => Client::None,
             (None, Some(_)) => {
                 return Err(Error::flag(
-                    "--token-exchange-client-secret-file",
+                    &TOKEN_EXCHANGE_CLIENT_SECRET_FILE,
                     "is set without --token-exchange-client-id",
                 )
                 .fix("pass the client ID the secret belongs to with --token-exchange-client-id"));
             }
             (Some(""), _) => {
-                return Err(Error::flag("--token-exchange-client-id", "is empty")
+                return Err(Error::flag(&TOKEN_EXCHANGE_CLIENT_ID, "is empty")
                 .fix("pass the OAuth client ID registered at the token server, or leave the flag out"));
             }
             (Some(id), None) => Client::Public(id.to_string()),
@@ -485,7 +536,7 @@ fn client(options: &Options) -> Result<Client> {
                 }
                 let text = String::from_utf8(bytes).map_err(|_| {
                     Error::flag(
-                        "--token-exchange-client-secret-file",
+                        &TOKEN_EXCHANGE_CLIENT_SECRET_FILE,
                         format!("{shown} is not UTF-8 text"),
                     )
                     .fix("write only the client secret in the file")
@@ -493,7 +544,7 @@ fn client(options: &Options) -> Result<Client> {
                 let secret = text.trim_end_matches(['\r', '\n']);
                 if secret.is_empty() || secret.contains(['\r', '\n']) {
                     return Err(Error::flag(
-                        "--token-exchange-client-secret-file",
+                        &TOKEN_EXCHANGE_CLIENT_SECRET_FILE,
                         format!("{} is empty or holds more than one line", path.display()),
                     )
                     .fix("write only the client secret in the file"));
@@ -700,7 +751,6 @@ pub fn interpret(reply: &Reply, now: i64, d: &Describe<'_>) -> Result<Credential
 mod tests {
     use super::*;
     use crate::{Exchanger, allowlist::Allowlisted};
-    use wicp_base::error::Fact;
     use wicp_kubelet::request::image::ImageRef;
     use wicp_net::http::reply;
 
@@ -760,17 +810,14 @@ mod tests {
         let facts = |o: Options| {
             let e = TokenExchange::new(&o, Arc::default()).err().unwrap();
             assert_eq!(e.kind(), wicp_base::error::Kind::Config, "{e}");
-            (
-                e.fact(Fact::Flag).map(str::to_string),
-                e.fact(Fact::Problem).map(str::to_string),
-            )
+            (e.flagged(), e.text_fact("problem").map(str::to_string))
         };
         let (flag, problem) = facts(Options {
             token_exchange_username: None,
             token_exchange_username_field: Some("user name".into()),
             ..options("https://a")
         });
-        assert_eq!(flag.as_deref(), Some("--token-exchange-username-field"));
+        assert_eq!(flag, Some((&TOKEN_EXCHANGE_USERNAME_FIELD).into()));
         assert_eq!(
             problem.as_deref(),
             Some("\"user name\" is not a field name")
@@ -779,7 +826,7 @@ mod tests {
             token_exchange_resource: vec!["registry".into()],
             ..options("https://a")
         });
-        assert_eq!(flag.as_deref(), Some("--token-exchange-resource"));
+        assert_eq!(flag, Some((&TOKEN_EXCHANGE_RESOURCE).into()));
         assert!(err(options("https://u:p@sts.example.com/token")).contains("user information"));
         assert!(
             err(Options {

@@ -23,7 +23,7 @@ use regex_lite::Regex;
 use crate::Input;
 use crate::{Context, Credential, Plan, Provider, oauth};
 use wicp_base::deadline::Deadline;
-use wicp_base::error::{Error, Fact, Result, quote};
+use wicp_base::error::{Error, Fact, FlagSpec, Result, quote};
 use wicp_base::secret::Secret;
 use wicp_net::{
     self as net,
@@ -36,7 +36,7 @@ pub struct Service {
     /// The vendor, as admins know it ("JFrog").
     pub vendor: &'static str,
     /// The flag that sets the endpoint, for fixes.
-    pub endpoint_flag: &'static str,
+    pub endpoint_flag: &'static FlagSpec,
     /// The full URL the token is sent to.
     pub url: String,
     /// The lifetime the vendor documents for the credential it issues,
@@ -53,7 +53,7 @@ impl Service {
     /// unless the answer says otherwise.
     pub fn at(
         vendor: &'static str,
-        flag: &'static str,
+        flag: &'static FlagSpec,
         base: &str,
         path: &str,
         lifetime_secs: i64,
@@ -370,7 +370,7 @@ pub fn expiry(service: &Service, now: i64, expires_in: Option<i64>, token: &Secr
             service.call(),
             wicp_base::duration::format_unix(expires_at)
         ))
-        .with(Fact::Service, service.vendor)
+        .with(Fact::Service(service.vendor))
         .fix(format!(
             "check the node's clock (NTP) and the token lifetime configured in {}",
             service.vendor
@@ -463,10 +463,15 @@ mod tests {
     use super::*;
     use wicp_net::http::reply;
 
+    static ACME_URL: FlagSpec = FlagSpec {
+        long: "acme-url",
+        env: "WICP_ACME_URL",
+    };
+
     fn service() -> Service {
         Service {
             vendor: "Acme",
-            endpoint_flag: "--acme-url",
+            endpoint_flag: &ACME_URL,
             url: "https://acme.example/token".into(),
             lifetime_secs: 3600,
             net: Arc::default(),

@@ -43,7 +43,7 @@ pub(crate) struct Args {
 
     /// Remove another provider (NAME), or narrow its matchImages
     /// (NAME=PATTERN,PATTERN...), e.g. EKS's node-role ecr-credential-provider.
-    #[arg(long, value_name = "NAME[=PATTERNS]")]
+    #[arg(long = wicp_kubelet::config::merge::REPLACE.long, value_name = "NAME[=PATTERNS]")]
     pub(crate) replace: Vec<Replace>,
 
     /// The binary to install (default: this executable).

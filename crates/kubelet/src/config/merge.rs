@@ -31,6 +31,13 @@ impl Format {
     }
 }
 
+/// `node install --replace`: the flag is declared here, beside the rule it
+/// sets, and read by the command line (`long = REPLACE.long`).
+pub static REPLACE: wicp_base::error::FlagSpec = wicp_base::error::FlagSpec {
+    long: "replace",
+    env: "",
+};
+
 /// What `--replace` does to another provider.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Replace {
@@ -236,7 +243,7 @@ fn replaced(
             dropped.join(", "),
             if dropped.len() == 1 { "it" } else { "them" }
         ))
-        .with(wicp_base::error::Fact::Flag, "--replace")
+        .with(wicp_base::error::Fact::Flag((&REPLACE).into()))
         .fix(format!(
             "keep {name} for them: --replace {name}={}; or install an entry that serves them (--config)",
             keep.join(",")

@@ -117,7 +117,7 @@ impl ServiceAccountToken {
                 format_unix(claims.expires_at),
                 now.saturating_sub(claims.expires_at)
             ))
-            .with(Fact::Claim, "exp")
+            .with(Fact::Claim("exp".to_string()))
             .fix("check the node's clock; the kubelet mints a fresh token for each pull"));
         }
         Ok(ServiceAccountToken { raw, claims })
@@ -162,14 +162,14 @@ impl ServiceAccountToken {
                 "the JWT-SVID the SPIRE agent returned for {id} has the audience [{got}], not {wanted}, \
                  which the plugin asked for and the {provider} exchanger presents it to"
             ))
-            .with(Fact::Claim, "aud")
-            .with(Fact::Service, "the SPIRE agent")
+            .with(Fact::Claim("aud".to_string()))
+            .with(Fact::Service("the SPIRE agent"))
             .fix("check what serves --spire-admin-socket: a SPIRE agent mints a JWT-SVID for the audience it is asked for"));
         }
         Err(Error::token(format!(
             "the service account token's audience [{got}] does not include {wanted}, which the {provider} exchanger presents it to"
         ))
-        .with(Fact::Claim, "aud")
+        .with(Fact::Claim("aud".to_string()))
         .fix(format!(
             "set tokenAttributes.serviceAccountTokenAudience: {} in this provider's CredentialProviderConfig entry, \
              or pass --audience with the audience your identity provider trusts",
@@ -358,7 +358,7 @@ fn number(n: Option<serde_json::Number>, claim: &str) -> Result<i64> {
             Error::token(format!(
                 "the service account token's {claim} claim is not a number"
             ))
-            .with(Fact::Claim, claim)
+            .with(Fact::Claim(claim.to_string()))
             .fix(TOKEN_FIX)
         })
 }
@@ -367,7 +367,7 @@ fn missing(claim: &str) -> Error {
     Error::token(format!(
         "the service account token has no {claim} claim, so it is not a Kubernetes service account token"
     ))
-    .with(Fact::Claim, claim)
+    .with(Fact::Claim(claim.to_string()))
     .fix(TOKEN_FIX)
 }
 
@@ -417,7 +417,7 @@ fn kubernetes_claims(
             "the service account token's sub {} does not match its kubernetes.io claim ({expected_subject})",
             quote(subject)
         ))
-        .with(Fact::Claim, "sub")
+        .with(Fact::Claim("sub".to_string()))
         .fix(TOKEN_FIX));
     }
     let pod = match kubernetes.pod {

@@ -290,7 +290,7 @@ impl Record {
         self.error_facts = error
             .facts()
             .iter()
-            .map(|(fact, value)| (fact.name(), wicp_base::redact::redact(value)))
+            .map(|fact| (fact.name(), wicp_base::redact::redact(&fact.value())))
             .collect();
     }
 

@@ -19,7 +19,7 @@ use std::net::IpAddr;
 use std::task::{Context, Poll, Waker};
 
 use super::host::{Partition, Registry};
-use wicp_base::error::{Error, Fact, Result, quote};
+use wicp_base::error::{Error, Fact, Result, Setting, quote};
 use wicp_net::{http, metadata};
 
 /// An AWS API the exchange calls.
@@ -158,7 +158,7 @@ impl Endpoint {
 /// The endpoint of `service` for `registry`.
 pub fn resolve(service: Service, registry: &Registry, env: &Environment) -> Result<Endpoint> {
     if let Some((var, value)) = env.endpoint_override(service) {
-        let url = http::endpoint_override(var, value)?;
+        let url = http::endpoint_override(Setting::Variable(var), value)?;
         check_override(service, var, &url, registry)?;
         return Ok(Endpoint {
             url,
@@ -280,7 +280,12 @@ fn implied_region(host: &str) -> Option<(String, Partition)> {
 
 /// Refuses an override that names another region (ECR) or partition (STS)
 /// than the registry's.
-fn check_override(service: Service, var: &str, url: &str, registry: &Registry) -> Result<()> {
+fn check_override(
+    service: Service,
+    var: &'static str,
+    url: &str,
+    registry: &Registry,
+) -> Result<()> {
     let Some((region, partition)) = http::endpoint_host(url).and_then(|h| implied_region(&h))
     else {
         return Ok(());
@@ -296,7 +301,7 @@ fn check_override(service: Service, var: &str, url: &str, registry: &Registry) -
             "point {var} at an endpoint in {} (e.g. that region's VPC endpoint), or unset it",
             registry.region()
         ))
-        .with(Fact::Flag, var));
+        .with(Fact::Flag(Setting::Variable(var))));
     }
     if partition != registry.partition() {
         return Err(Error::config(format!(
@@ -307,7 +312,7 @@ fn check_override(service: Service, var: &str, url: &str, registry: &Registry) -
             "point {var} at an endpoint of the {} partition, or unset it",
             registry.partition()
         ))
-        .with(Fact::Flag, var));
+        .with(Fact::Flag(Setting::Variable(var))));
     }
     Ok(())
 }
@@ -323,7 +328,7 @@ pub fn agent(env: &Environment) -> Result<Endpoint> {
             from: None,
         });
     };
-    let url = http::endpoint_override(FULL_URI, value)?;
+    let url = http::endpoint_override(Setting::Variable(FULL_URI), value)?;
     if url.starts_with("http://") {
         // The host the client will connect to, by the parser it uses.
         let host = http::endpoint_host(&url).unwrap_or_default();
@@ -344,7 +349,7 @@ pub fn agent(env: &Environment) -> Result<Endpoint> {
             .fix(format!(
                 "use https://, or an http:// URL on loopback or the agent's address ({DEFAULT_AGENT}, http://[fd00:ec2::23]/v1/credentials)"
             ))
-            .with(Fact::Flag, FULL_URI));
+            .with(Fact::Flag(Setting::Variable(FULL_URI))));
         }
     }
     Ok(Endpoint {
@@ -372,7 +377,7 @@ pub fn imds(env: &Environment) -> Result<metadata::Service> {
     }
     let (base, source) = match (env.get(IMDS_ENDPOINT), env.get(IMDS_ENDPOINT_MODE)) {
         (Some(value), _) => (
-            http::endpoint_override(IMDS_ENDPOINT, value)?,
+            http::endpoint_override(Setting::Variable(IMDS_ENDPOINT), value)?,
             IMDS_ENDPOINT,
         ),
         (None, Some(mode)) if mode.trim().eq_ignore_ascii_case("ipv6") => {

@@ -46,6 +46,7 @@ use wicp_net::{self as net, http};
 
 use endpoints::{Environment, Service};
 use host::Registry;
+use wicp_base::error::FlagSpec;
 
 /// The audience of the token for STS AssumeRoleWithWebIdentity: the client
 /// ID EKS registers for a cluster's IAM OIDC provider.
@@ -73,6 +74,12 @@ impl CredentialSource {
     }
 }
 
+/// `--aws-role-arn-annotation`: clap reads its name and variable here, errors name it by it.
+pub(crate) static AWS_ROLE_ARN_ANNOTATION: FlagSpec = FlagSpec {
+    long: "aws-role-arn-annotation",
+    env: "WICP_AWS_ROLE_ARN_ANNOTATION",
+};
+
 #[derive(clap::Args, Clone, Debug)]
 #[command(next_help_heading = "AWS")]
 #[group(id = "aws_options")]
@@ -97,9 +104,9 @@ pub struct Options {
     /// list. The kubelet passes only the keys listed in the provider entry's
     /// tokenAttributes.
     #[arg(
-        long = "aws-role-arn-annotation",
+        long = AWS_ROLE_ARN_ANNOTATION.long,
         value_name = "KEY",
-        env = "WICP_AWS_ROLE_ARN_ANNOTATION",
+        env = AWS_ROLE_ARN_ANNOTATION.env,
         value_delimiter = ',',
         default_values = identity::DEFAULT_ROLE_ANNOTATIONS
     )]
@@ -287,7 +294,7 @@ impl Aws {
         let net: &'a net::Settings = &self.net;
         let registry = &ecr.registry;
         if self.role_annotations.is_empty() {
-            return Err(Error::flag("--aws-role-arn-annotation", "lists no annotation key")
+            return Err(Error::flag(&AWS_ROLE_ARN_ANNOTATION, "lists no annotation key")
                 .fix("pass --aws-role-arn-annotation KEY (or leave it unset for eks.amazonaws.com/ecr-role-arn, eks.amazonaws.com/role-arn)"));
         }
         let (key, role) = identity::role_from_annotations(

@@ -242,7 +242,7 @@ pub async fn assume_role_with_web_identity(
     let credentials = output.credentials().ok_or_else(|| {
         Error::upstream(format!("{} answered without credentials", call.call_name()))
             .fix("check that the endpoint is AWS STS (AWS_ENDPOINT_URL_STS / AWS_ENDPOINT_URL)")
-            .with(Fact::Service, Service::Sts.fact())
+            .with(Fact::Service(Service::Sts.fact()))
     })?;
     Ok(AwsCredentials {
         access_key_id: credentials.access_key_id().to_string(),
@@ -329,7 +329,7 @@ pub async fn get_authorization_token(
                 call.service().name(),
                 call.service().env_var()
             ))
-            .with(Fact::Service, call.service().fact())
+            .with(Fact::Service(call.service().fact()))
     };
     let token = token.ok_or_else(|| unusable("answered without an authorization token".into()))?;
     let (username, password) = decode_authorization_token(&token)
@@ -539,12 +539,12 @@ fn call_error(
             status,
         } => with_status(refused(&code, &message, status), status),
     };
-    error.with(Fact::Service, call.service)
+    error.with(Fact::Service(call.service))
 }
 
 fn with_status(error: Error, status: Option<u16>) -> Error {
     match status {
-        Some(status) => error.with(Fact::Status, status.to_string()),
+        Some(status) => error.with(Fact::Status(status)),
         None => error,
     }
 }
@@ -750,18 +750,14 @@ mod tests {
             explain,
         );
         assert_eq!(e.kind(), wicp_base::error::Kind::Upstream);
-        assert_eq!(e.fact(Fact::Service), Some("AWS STS"));
-        assert_eq!(e.fact(Fact::Status), Some("403"));
+        assert_eq!(e.service(), Some("AWS STS"));
+        assert_eq!(e.status(), Some(403));
         let e = call_error(refusal(None), &sts, "X", &deadline, &tried, explain);
-        assert_eq!(e.fact(Fact::Status), None);
+        assert_eq!(e.status(), None);
         let unreachable = Failure::Unreachable("connection refused".into());
         let e = call_error(unreachable, &sts, "X", &deadline, &tried, explain);
         assert_eq!(e.kind(), wicp_base::error::Kind::Network);
-        assert_eq!(
-            e.fact(Fact::Service),
-            Some("AWS STS"),
-            "a transport failure too"
-        );
+        assert_eq!(e.service(), Some("AWS STS"), "a transport failure too");
     }
 
     #[test]

@@ -43,6 +43,10 @@ use wicp_base::secret::Secret;
 use wicp_net::http;
 
 use super::identity::{self, CLIENT_ID_KEYS, TENANT_ID_KEYS};
+use super::{
+    AZURE_IDENTITY_BINDING_ADDRESS, AZURE_IDENTITY_BINDING_CA, AZURE_IDENTITY_BINDING_CLIENT_ID,
+    AZURE_IDENTITY_BINDING_SNI,
+};
 use super::{Options, entra};
 
 /// The audience AgentBaker's identity-binding entries ask the kubelet for.
@@ -80,21 +84,21 @@ impl Binding {
         let Some(sni) = options.azure_identity_binding_sni.as_deref() else {
             let set = [
                 (
-                    "--azure-identity-binding-address",
+                    &AZURE_IDENTITY_BINDING_ADDRESS,
                     options.azure_identity_binding_address.is_some(),
                 ),
                 (
-                    "--azure-identity-binding-client-id",
+                    &AZURE_IDENTITY_BINDING_CLIENT_ID,
                     options.azure_identity_binding_client_id.is_some(),
                 ),
                 (
-                    "--azure-identity-binding-ca",
+                    &AZURE_IDENTITY_BINDING_CA,
                     options.azure_identity_binding_ca.is_some(),
                 ),
             ];
             if let Some((flag, _)) = set.iter().find(|(_, is_set)| *is_set) {
                 return Err(Error::flag(
-                    flag,
+                    *flag,
                     "is set without --azure-identity-binding-sni, which it needs",
                 )
                 .fix("pass the cluster's identity-binding SNI name (AgentBaker's IDENTITY_BINDINGS_LOCAL_AUTHORITY_SNI), or drop the others"));
@@ -103,7 +107,7 @@ impl Binding {
         };
         let sni = parse_sni(sni.trim())?;
         let Some(address) = options.azure_identity_binding_address.as_deref() else {
-            return Err(Error::flag("--azure-identity-binding-sni", "needs --azure-identity-binding-address")
+            return Err(Error::flag(&AZURE_IDENTITY_BINDING_SNI, "needs --azure-identity-binding-address")
                 .fix("pass the API server's address (AgentBaker passes $API_SERVER_NAME as --ib-apiserver-ip)"));
         };
         let (host, port) = parse_address(address.trim())?;
@@ -111,7 +115,7 @@ impl Binding {
             None => None,
             Some(value) => Some(identity::parse_client_id(value.trim()).ok_or_else(|| {
                 Error::flag(
-                    "--azure-identity-binding-client-id",
+                    &AZURE_IDENTITY_BINDING_CLIENT_ID,
                     format!("is {}, not a client ID (a GUID)", quote(value)),
                 )
                 .fix("set it to the managed identity's client ID (az identity show --query clientId)")
@@ -222,7 +226,7 @@ impl Binding {
 fn parse_sni(value: &str) -> Result<String> {
     let bad = |why: &str| {
         Error::flag(
-            "--azure-identity-binding-sni",
+            &AZURE_IDENTITY_BINDING_SNI,
             format!("{} {why}", quote(value)),
         )
         .fix("pass the bare host name the endpoint's certificate is for (AgentBaker's IDENTITY_BINDINGS_LOCAL_AUTHORITY_SNI)")
@@ -243,7 +247,7 @@ fn parse_sni(value: &str) -> Result<String> {
 fn parse_address(value: &str) -> Result<(String, u16)> {
     let bad = || {
         Error::flag(
-            "--azure-identity-binding-address",
+            &AZURE_IDENTITY_BINDING_ADDRESS,
             format!("{} is not HOST[:PORT]", quote(value)),
         )
         .fix("pass the API server's IP address or DNS name, with :PORT only if it is not 443")

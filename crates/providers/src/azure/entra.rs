@@ -96,7 +96,7 @@ pub fn assertion_form<'a>(
 /// which call), or the error that it is unusable, with `fix`.
 pub fn access_token(
     reply: &http::Reply,
-    service: &str,
+    service: &'static str,
     from: impl std::fmt::Display,
     fix: &str,
 ) -> Result<Secret> {

@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 
+use super::AZURE_TENANT_ID;
 use wicp_base::error::{Error, Fact, Result, quote};
 
 pub const WI_CLIENT_ID: &str = "azure.workload.identity/client-id";
@@ -181,8 +182,8 @@ pub fn invalid_tenant(source: &Source, value: &str) -> Error {
     match source {
         Source::Annotation(key) => Error::annotation_key(key, format!("{source} {problem}")),
         Source::Default => Error::config(format!("{source} {problem}"))
-            .with(Fact::Flag, "--azure-tenant-id")
-            .with(Fact::Problem, problem),
+            .with(Fact::Flag((&AZURE_TENANT_ID).into()))
+            .with(Fact::Problem(problem.to_string())),
     }
     .fix("set it to the directory (tenant) ID of the managed identity or app registration (az account show --query tenantId)")
 }
@@ -244,7 +245,7 @@ mod tests {
     fn missing_empty_and_malformed_values_are_errors() {
         let e = resolve(&map(&[(WI_TENANT_ID, TENANT)]), None).unwrap_err();
         assert_eq!(e.kind(), wicp_base::error::Kind::Annotation);
-        assert_eq!(e.fact(Fact::Annotation), Some(AKS_CLIENT_ID), "{e}");
+        assert_eq!(e.text_fact("annotation"), Some(AKS_CLIENT_ID), "{e}");
 
         let e = resolve(&map(&[(WI_CLIENT_ID, CLIENT)]), None).unwrap_err();
         assert!(e.to_string().contains("AZURE_TENANT_ID"), "{e}");

@@ -39,6 +39,7 @@ use crate::Input;
 use crate::fallback::{self, Fallback, Whose};
 use crate::{Context, Exchanger, Plan, Provider};
 use std::sync::Arc;
+use wicp_base::error::FlagSpec;
 use wicp_base::error::{Error, Result, quote};
 use wicp_kubelet::request::image::ImageRef;
 use wicp_net::inputs::Inputs;
@@ -56,6 +57,60 @@ const STANDARD_AUTHORITY_ENV: &str = "AZURE_AUTHORITY_HOST";
 // which clap would otherwise all name "Options".
 // The field docs are this provider's --help text, written for a terminal
 // (bare URLs, <PLACEHOLDERS>, HOST[:PORT]), not for rustdoc.
+/// `--acr-endpoint`: clap reads its name and variable here, errors name it by it.
+pub(crate) static ACR_ENDPOINT: FlagSpec = FlagSpec {
+    long: "acr-endpoint",
+    env: "WICP_ACR_ENDPOINT",
+};
+
+/// `--azure-authority-host`: clap reads its name and variable here, errors name it by it.
+pub(crate) static AZURE_AUTHORITY_HOST: FlagSpec = FlagSpec {
+    long: "azure-authority-host",
+    env: "WICP_AZURE_AUTHORITY_HOST",
+};
+
+/// `--azure-identity-binding-address`: clap reads its name and variable here, errors name it by it.
+pub(crate) static AZURE_IDENTITY_BINDING_ADDRESS: FlagSpec = FlagSpec {
+    long: "azure-identity-binding-address",
+    env: "WICP_AZURE_IDENTITY_BINDING_ADDRESS",
+};
+
+/// `--azure-identity-binding-ca`: clap reads its name and variable here, errors name it by it.
+pub(crate) static AZURE_IDENTITY_BINDING_CA: FlagSpec = FlagSpec {
+    long: "azure-identity-binding-ca",
+    env: "WICP_AZURE_IDENTITY_BINDING_CA",
+};
+
+/// `--azure-identity-binding-client-id`: clap reads its name and variable here, errors name it by it.
+pub(crate) static AZURE_IDENTITY_BINDING_CLIENT_ID: FlagSpec = FlagSpec {
+    long: "azure-identity-binding-client-id",
+    env: "WICP_AZURE_IDENTITY_BINDING_CLIENT_ID",
+};
+
+/// `--azure-identity-binding-sni`: clap reads its name and variable here, errors name it by it.
+pub(crate) static AZURE_IDENTITY_BINDING_SNI: FlagSpec = FlagSpec {
+    long: "azure-identity-binding-sni",
+    env: "WICP_AZURE_IDENTITY_BINDING_SNI",
+};
+
+/// `--azure-imds-endpoint`: clap reads its name and variable here, errors name it by it.
+pub(crate) static AZURE_IMDS_ENDPOINT: FlagSpec = FlagSpec {
+    long: "azure-imds-endpoint",
+    env: "WICP_AZURE_IMDS_ENDPOINT",
+};
+
+/// `--azure-node-service-principal`: clap reads its name and variable here, errors name it by it.
+pub(crate) static AZURE_NODE_SERVICE_PRINCIPAL: FlagSpec = FlagSpec {
+    long: "azure-node-service-principal",
+    env: "WICP_AZURE_NODE_SERVICE_PRINCIPAL",
+};
+
+/// `--azure-tenant-id`: clap reads its name and variable here, errors name it by it.
+pub(crate) static AZURE_TENANT_ID: FlagSpec = FlagSpec {
+    long: "azure-tenant-id",
+    env: "WICP_AZURE_TENANT_ID",
+};
+
 #[allow(
     rustdoc::bare_urls,
     rustdoc::invalid_html_tags,
@@ -68,7 +123,7 @@ pub struct Options {
     /// Entra ID tenant (GUID or domain) for service accounts without a
     /// tenant annotation (azure only). When neither this flag nor
     /// WICP_AZURE_TENANT_ID is set, AZURE_TENANT_ID is used.
-    #[arg(long, value_name = "TENANT", env = "WICP_AZURE_TENANT_ID")]
+    #[arg(long = AZURE_TENANT_ID.long, value_name = "TENANT", env = AZURE_TENANT_ID.env)]
     pub azure_tenant_id: Option<String>,
 
     /// Entra ID authority, replacing the one of the registry's cloud
@@ -76,13 +131,13 @@ pub struct Options {
     /// login.microsoftonline.us) (azure only). When neither this flag nor
     /// WICP_AZURE_AUTHORITY_HOST is set, AZURE_AUTHORITY_HOST is used.
     /// http:// only if written so.
-    #[arg(long, value_name = "URL", env = "WICP_AZURE_AUTHORITY_HOST")]
+    #[arg(long = AZURE_AUTHORITY_HOST.long, value_name = "URL", env = AZURE_AUTHORITY_HOST.env)]
     pub azure_authority_host: Option<String>,
 
     /// Where to send the ACR token exchange instead of https://<registry>
     /// (azure only): a private endpoint or a test server. The refresh token
     /// is still requested for the registry in the image.
-    #[arg(long, value_name = "URL", env = "WICP_ACR_ENDPOINT")]
+    #[arg(long = ACR_ENDPOINT.long, value_name = "URL", env = ACR_ENDPOINT.env)]
     pub acr_endpoint: Option<String>,
 
     /// The kubelet identity's client ID, for --fallback node (azure only);
@@ -99,44 +154,42 @@ pub struct Options {
     /// For --fallback node on a node without a managed identity: return
     /// the cloud config's aadClientId and aadClientSecret as the registry
     /// login, as acr-credential-provider does (azure only).
-    #[arg(long, env = "WICP_AZURE_NODE_SERVICE_PRINCIPAL")]
+    #[arg(long = AZURE_NODE_SERVICE_PRINCIPAL.long, env = AZURE_NODE_SERVICE_PRINCIPAL.env)]
     pub azure_node_service_principal: bool,
 
     /// Azure IMDS, replacing http://169.254.169.254 (azure --fallback node
     /// only): a test server.
-    #[arg(long, value_name = "URL", env = "WICP_AZURE_IMDS_ENDPOINT")]
+    #[arg(long = AZURE_IMDS_ENDPOINT.long, value_name = "URL", env = AZURE_IMDS_ENDPOINT.env)]
     pub azure_imds_endpoint: Option<String>,
 
     /// AKS identity bindings: the TLS server name of the cluster's
     /// identity-binding endpoint (the stock plugin's --ib-sni-name). The
     /// service account token (audience api://AKSIdentityBinding) then goes
     /// there instead of to Entra ID (azure only).
-    #[arg(long, value_name = "NAME", env = "WICP_AZURE_IDENTITY_BINDING_SNI")]
+    #[arg(long = AZURE_IDENTITY_BINDING_SNI.long, value_name = "NAME", env = AZURE_IDENTITY_BINDING_SNI.env)]
     pub azure_identity_binding_sni: Option<String>,
 
     /// Where the identity-binding endpoint is dialled: the API server's IP
     /// address or DNS name, HOST[:PORT] (--ib-apiserver-ip; port 443 by
     /// default). Never through a proxy (azure only).
-    #[arg(
-        long,
+    #[arg(long = AZURE_IDENTITY_BINDING_ADDRESS.long,
         value_name = "HOST[:PORT]",
-        env = "WICP_AZURE_IDENTITY_BINDING_ADDRESS"
+        env = AZURE_IDENTITY_BINDING_ADDRESS.env
     )]
     pub azure_identity_binding_address: Option<String>,
 
     /// The only CA trusted for the identity-binding endpoint, default the
     /// cluster CA /etc/kubernetes/certs/ca.crt (c:\k\ca.crt on Windows)
     /// (azure only).
-    #[arg(long, value_name = "PATH", env = "WICP_AZURE_IDENTITY_BINDING_CA")]
+    #[arg(long = AZURE_IDENTITY_BINDING_CA.long, value_name = "PATH", env = AZURE_IDENTITY_BINDING_CA.env)]
     pub azure_identity_binding_ca: Option<std::path::PathBuf>,
 
     /// The managed identity for service accounts without a
     /// kubernetes.azure.com/acr-client-id annotation, with identity
     /// bindings (--ib-default-client-id) (azure only).
-    #[arg(
-        long,
+    #[arg(long = AZURE_IDENTITY_BINDING_CLIENT_ID.long,
         value_name = "GUID",
-        env = "WICP_AZURE_IDENTITY_BINDING_CLIENT_ID"
+        env = AZURE_IDENTITY_BINDING_CLIENT_ID.env
     )]
     pub azure_identity_binding_client_id: Option<String>,
 }
@@ -185,7 +238,7 @@ impl Settings {
                 } else {
                     format!("https://{value}")
                 };
-                Some(http::endpoint_override("--azure-authority-host", &url).map_err(|e| {
+                Some(http::endpoint_override(&AZURE_AUTHORITY_HOST, &url).map_err(|e| {
                     e.fix("write the Entra ID authority as https://login.microsoftonline.com (or a bare host name)")
                 })?)
             }
@@ -193,12 +246,12 @@ impl Settings {
         let acr_endpoint = options
             .acr_endpoint
             .as_deref()
-            .map(|value| http::endpoint_override("--acr-endpoint", value))
+            .map(|value| http::endpoint_override(&ACR_ENDPOINT, value))
             .transpose()?;
         let imds = options
             .azure_imds_endpoint
             .as_deref()
-            .map(|value| http::endpoint_override("--azure-imds-endpoint", value))
+            .map(|value| http::endpoint_override(&AZURE_IMDS_ENDPOINT, value))
             .transpose()?;
         Ok(Settings {
             default_tenant,
@@ -398,7 +451,7 @@ fn binding_then_acr(
                 &binding.sni,
                 address,
                 &binding.ca,
-                "--azure-identity-binding-ca",
+                &AZURE_IDENTITY_BINDING_CA,
             )?;
             let access =
                 binding::request_token(&client, binding, client_id, token, deadline).await?;

@@ -34,6 +34,7 @@ use wicp_kubelet::request::token::ServiceAccount;
 
 pub use key::{Key, KeyInputs};
 use store::{Entry, Lookup, OpenError, Store};
+use wicp_base::error::FlagSpec;
 use wicp_base::lock::{self, Acquired};
 
 /// An entry is refreshed when this share of its lifetime remains ...
@@ -46,6 +47,12 @@ const STATS_READ: usize = 256;
 /// An entry claiming to be created further in the future than this was
 /// written under another clock and is not trusted.
 const CLOCK_SKEW_SECS: i64 = 60;
+
+/// `--cache-dir`: clap reads its name and variable here, errors name it by it.
+pub static CACHE_DIR: FlagSpec = FlagSpec {
+    long: "cache-dir",
+    env: "WICP_CACHE_DIR",
+};
 
 #[derive(clap::Args, Clone, Debug)]
 #[command(next_help_heading = "Credential cache")]
@@ -61,7 +68,7 @@ pub struct Options {
     /// and must be owned by the user running the plugin (on Windows also
     /// SYSTEM or Administrators) and writable by nobody else; entries are
     /// private files (0600). Passthrough tokens are never cached.
-    #[arg(long, value_name = "DIR", env = "WICP_CACHE_DIR", global = true)]
+    #[arg(long = CACHE_DIR.long, value_name = "DIR", env = CACHE_DIR.env, global = true)]
     pub cache_dir: Option<PathBuf>,
 
     /// Most entries kept in --cache-dir; beyond that the oldest are removed.

@@ -29,6 +29,7 @@ use std::time::{Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
+use super::CACHE_DIR;
 use super::key::{FORMAT_VERSION, Key};
 use wicp_base::error::Error;
 use wicp_base::lock::{self, Acquired};
@@ -301,7 +302,7 @@ fn is_temp_name(name: &str) -> bool {
 /// setting at fault.
 fn check_dir(dir: &Path, meta: &Facts, owner: &Owner) -> Result<(), Error> {
     refuse_unsafe_dir(dir, meta, owner)
-        .map_err(|e| e.with(wicp_base::error::Fact::Flag, "--cache-dir"))
+        .map_err(|e| e.with(wicp_base::error::Fact::Flag((&CACHE_DIR).into())))
 }
 
 fn refuse_unsafe_dir(dir: &Path, meta: &Facts, owner: &Owner) -> Result<(), Error> {

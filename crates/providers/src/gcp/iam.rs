@@ -158,7 +158,6 @@ pub fn interpret(reply: &Reply, request: &Request<'_>) -> Result<AccessToken> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use wicp_base::error::Fact;
     use wicp_net::http::reply;
 
     fn request(token: &Secret, lifetime: u64) -> Request<'_> {
@@ -221,8 +220,8 @@ mod tests {
         let denied = r#"{"error":{"code":403,"message":"Permission 'iam.serviceAccounts.getAccessToken' denied on resource (or it may not exist).","status":"PERMISSION_DENIED","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"IAM_PERMISSION_DENIED","domain":"iam.googleapis.com","metadata":{"permission":"iam.serviceAccounts.getAccessToken"}}]}}"#;
         let e = interpret(&reply(403, denied), &request(&t, 3600)).unwrap_err();
         assert_eq!(e.kind(), wicp_base::error::Kind::Upstream);
-        assert_eq!(e.fact(Fact::Service), Some("Google IAM Credentials"));
-        assert_eq!(e.fact(Fact::Status), Some("403"));
+        assert_eq!(e.service(), Some("Google IAM Credentials"));
+        assert_eq!(e.status(), Some(403));
         assert_eq!(
             e.what(),
             "IAM Credentials refused to impersonate puller@my-project.iam.gserviceaccount.com: HTTP 403 PERMISSION_DENIED: \"Permission 'iam.serviceAccounts.getAccessToken' denied on resource (or it may not exist).\""

@@ -15,16 +15,14 @@
 //! sent: a typo fails here with the flag's name instead of as an opaque
 //! `invalid_target` from STS.
 
+use super::{GCP_CLUSTER, GCP_PROJECT_ID, GCP_WORKLOAD_IDENTITY_PROVIDER};
+use wicp_base::error::FlagSpec;
 use wicp_base::error::{Error, Fact, Result, quote};
 use wicp_kubelet::request::token::ServiceAccount;
 
 /// The annotation naming the Google service account to impersonate; without
 /// it the federated token itself is the credential (direct resource access).
 pub const SERVICE_ACCOUNT_ANNOTATION: &str = "iam.gke.io/gcp-service-account";
-
-const WIF_FLAG: &str = "--gcp-workload-identity-provider";
-const PROJECT_FLAG: &str = "--gcp-project-id";
-const CLUSTER_FLAG: &str = "--gcp-cluster";
 
 /// The pool the cluster's tokens are exchanged in.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,30 +51,30 @@ impl Mode {
                 provider: parse_provider(provider)?,
             })),
             (None, Some(project), Some(cluster)) => Ok(Some(Mode::Gke {
-                project: parse_project_id(project, PROJECT_FLAG)?,
+                project: parse_project_id(project, &GCP_PROJECT_ID)?,
                 cluster: parse_cluster(cluster)?,
             })),
             (Some(_), _, _) => Err(Error::config(format!(
-                "{WIF_FLAG} and {PROJECT_FLAG}/{CLUSTER_FLAG} are both set, but they configure two different identity pools"
+                "{GCP_WORKLOAD_IDENTITY_PROVIDER} and {GCP_PROJECT_ID}/{GCP_CLUSTER} are both set, but they configure two different identity pools"
             ))
             .fix(format!(
-                "keep {WIF_FLAG} for Workload Identity Federation, or {PROJECT_FLAG} with {CLUSTER_FLAG} for GKE Workload Identity, not both"
+                "keep {GCP_WORKLOAD_IDENTITY_PROVIDER} for Workload Identity Federation, or {GCP_PROJECT_ID} with {GCP_CLUSTER} for GKE Workload Identity, not both"
             ))
-            .with(Fact::Flag, WIF_FLAG)),
+            .with(Fact::Flag((&GCP_WORKLOAD_IDENTITY_PROVIDER).into()))),
             (None, Some(_), None) => Err(Error::config(format!(
-                "{PROJECT_FLAG} is set without {CLUSTER_FLAG}; GKE Workload Identity needs both"
+                "{GCP_PROJECT_ID} is set without {GCP_CLUSTER}; GKE Workload Identity needs both"
             ))
             .fix(format!(
-                "add {CLUSTER_FLAG} projects/PROJECT_ID/locations/LOCATION/clusters/NAME, or use {WIF_FLAG} instead"
+                "add {GCP_CLUSTER} projects/PROJECT_ID/locations/LOCATION/clusters/NAME, or use {GCP_WORKLOAD_IDENTITY_PROVIDER} instead"
             ))
-            .with(Fact::Flag, PROJECT_FLAG)),
+            .with(Fact::Flag((&GCP_PROJECT_ID).into()))),
             (None, None, Some(_)) => Err(Error::config(format!(
-                "{CLUSTER_FLAG} is set without {PROJECT_FLAG}; GKE Workload Identity needs both"
+                "{GCP_CLUSTER} is set without {GCP_PROJECT_ID}; GKE Workload Identity needs both"
             ))
             .fix(format!(
-                "add {PROJECT_FLAG} with the project that owns the Workload Identity pool (PROJECT_ID.svc.id.goog)"
+                "add {GCP_PROJECT_ID} with the project that owns the Workload Identity pool (PROJECT_ID.svc.id.goog)"
             ))
-            .with(Fact::Flag, CLUSTER_FLAG)),
+            .with(Fact::Flag((&GCP_CLUSTER).into()))),
         }
     }
 
@@ -84,10 +82,10 @@ impl Mode {
     pub fn not_configured() -> Error {
         Error::config("the gcp exchanger has no identity pool configured")
             .fix(format!(
-                "pass {WIF_FLAG} projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER \
-                 (Workload Identity Federation), or {PROJECT_FLAG} with {CLUSTER_FLAG} (GKE Workload Identity)"
+                "pass {GCP_WORKLOAD_IDENTITY_PROVIDER} projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER \
+                 (Workload Identity Federation), or {GCP_PROJECT_ID} with {GCP_CLUSTER} (GKE Workload Identity)"
             ))
-            .with(Fact::Flag, WIF_FLAG)
+            .with(Fact::Flag((&GCP_WORKLOAD_IDENTITY_PROVIDER).into()))
     }
 
     /// A short name for logs and cache inputs.
@@ -150,10 +148,16 @@ impl Mode {
 /// `projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER`.
 fn parse_provider(value: &str) -> Result<String> {
     let fix = format!(
-        "write {WIF_FLAG} as projects/PROJECT_NUMBER/locations/global/workloadIdentityPools/POOL_ID/providers/PROVIDER_ID \
+        "write {GCP_WORKLOAD_IDENTITY_PROVIDER} as projects/PROJECT_NUMBER/locations/global/workloadIdentityPools/POOL_ID/providers/PROVIDER_ID \
          (gcloud iam workload-identity-pools providers describe PROVIDER_ID --workload-identity-pool POOL_ID --location global --format 'value(name)')"
     );
-    let bad = |why: &str| Error::flag(WIF_FLAG, format!("{} {why}", quote(value))).fix(fix.clone());
+    let bad = |why: &str| {
+        Error::flag(
+            &GCP_WORKLOAD_IDENTITY_PROVIDER,
+            format!("{} {why}", quote(value)),
+        )
+        .fix(fix.clone())
+    };
     for prefix in ["//iam.googleapis.com/", "https://iam.googleapis.com/"] {
         if value.starts_with(prefix) {
             return Err(bad(&format!(
@@ -200,8 +204,8 @@ fn parse_provider(value: &str) -> Result<String> {
 /// ends.
 fn parse_cluster(value: &str) -> Result<String> {
     let bad = |why: &str| {
-        Error::flag(CLUSTER_FLAG, format!("{} {why}", quote(value))).fix(format!(
-            "write {CLUSTER_FLAG} as projects/PROJECT_ID/locations/LOCATION/clusters/NAME, \
+        Error::flag(&GCP_CLUSTER, format!("{} {why}", quote(value))).fix(format!(
+            "write {GCP_CLUSTER} as projects/PROJECT_ID/locations/LOCATION/clusters/NAME, \
              e.g. projects/my-project/locations/us-central1/clusters/prod"
         ))
     };
@@ -232,7 +236,7 @@ fn parse_cluster(value: &str) -> Result<String> {
     Ok(value.to_string())
 }
 
-fn parse_project_id(value: &str, flag: &str) -> Result<String> {
+fn parse_project_id(value: &str, flag: &'static FlagSpec) -> Result<String> {
     if is_project_id(value) {
         return Ok(value.to_string());
     }

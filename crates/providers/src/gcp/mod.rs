@@ -40,6 +40,7 @@ use crate::oauth;
 use crate::{Context, Credential, Exchanger, Plan, Provider};
 use std::sync::Arc;
 use wicp_base::duration;
+use wicp_base::error::FlagSpec;
 use wicp_base::error::{Error, Result};
 use wicp_base::secret::Secret;
 use wicp_kubelet::request::image::ImageRef;
@@ -73,6 +74,36 @@ pub const ENABLE_IMAGE_PULL_ANNOTATION: &str = "iam.gke.io/enable-wi-image-pull"
 // every exchanger's struct is called `Options`.
 // The field docs are this provider's --help text, written for a terminal
 // (bare URLs, <PLACEHOLDERS>, HOST[:PORT]), not for rustdoc.
+/// `--gcp-cluster`: clap reads its name and variable here, errors name it by it.
+pub(crate) static GCP_CLUSTER: FlagSpec = FlagSpec {
+    long: "gcp-cluster",
+    env: "WICP_GCP_CLUSTER",
+};
+
+/// `--gcp-iamcredentials-endpoint`: clap reads its name and variable here, errors name it by it.
+pub(crate) static GCP_IAMCREDENTIALS_ENDPOINT: FlagSpec = FlagSpec {
+    long: "gcp-iamcredentials-endpoint",
+    env: "WICP_GCP_IAMCREDENTIALS_ENDPOINT",
+};
+
+/// `--gcp-project-id`: clap reads its name and variable here, errors name it by it.
+pub(crate) static GCP_PROJECT_ID: FlagSpec = FlagSpec {
+    long: "gcp-project-id",
+    env: "WICP_GCP_PROJECT_ID",
+};
+
+/// `--gcp-sts-endpoint`: clap reads its name and variable here, errors name it by it.
+pub(crate) static GCP_STS_ENDPOINT: FlagSpec = FlagSpec {
+    long: "gcp-sts-endpoint",
+    env: "WICP_GCP_STS_ENDPOINT",
+};
+
+/// `--gcp-workload-identity-provider`: clap reads its name and variable here, errors name it by it.
+pub(crate) static GCP_WORKLOAD_IDENTITY_PROVIDER: FlagSpec = FlagSpec {
+    long: "gcp-workload-identity-provider",
+    env: "WICP_GCP_WORKLOAD_IDENTITY_PROVIDER",
+};
+
 #[allow(
     rustdoc::bare_urls,
     rustdoc::invalid_html_tags,
@@ -87,22 +118,21 @@ pub struct Options {
     /// projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER.
     /// The token's audience is its //iam.googleapis.com/ or
     /// https://iam.googleapis.com/ name unless --audience says otherwise.
-    #[arg(
-        long,
+    #[arg(long = GCP_WORKLOAD_IDENTITY_PROVIDER.long,
         value_name = "RESOURCE",
-        env = "WICP_GCP_WORKLOAD_IDENTITY_PROVIDER"
+        env = GCP_WORKLOAD_IDENTITY_PROVIDER.env
     )]
     pub gcp_workload_identity_provider: Option<String>,
 
     /// GKE Workload Identity: the project whose pool PROJECT_ID.svc.id.goog
     /// trusts the cluster (with --gcp-cluster). The token's audience is
     /// PROJECT_ID.svc.id.goog.
-    #[arg(long, value_name = "PROJECT_ID", env = "WICP_GCP_PROJECT_ID")]
+    #[arg(long = GCP_PROJECT_ID.long, value_name = "PROJECT_ID", env = GCP_PROJECT_ID.env)]
     pub gcp_project_id: Option<String>,
 
     /// GKE Workload Identity: the cluster, as
     /// projects/PROJECT/locations/LOCATION/clusters/NAME (with --gcp-project-id).
-    #[arg(long, value_name = "RESOURCE", env = "WICP_GCP_CLUSTER")]
+    #[arg(long = GCP_CLUSTER.long, value_name = "RESOURCE", env = GCP_CLUSTER.env)]
     pub gcp_cluster: Option<String>,
 
     /// Lifetime asked of IAM Credentials for an impersonated service
@@ -113,12 +143,12 @@ pub struct Options {
 
     /// Base URL of Google STS (a restricted or Private Service Connect
     /// endpoint); /v1/token is appended.
-    #[arg(long, value_name = "URL", env = "WICP_GCP_STS_ENDPOINT", default_value = DEFAULT_STS_ENDPOINT)]
+    #[arg(long = GCP_STS_ENDPOINT.long, value_name = "URL", env = GCP_STS_ENDPOINT.env, default_value = DEFAULT_STS_ENDPOINT)]
     pub gcp_sts_endpoint: String,
 
     /// Base URL of IAM Credentials; /v1/projects/-/serviceAccounts/EMAIL:generateAccessToken
     /// is appended.
-    #[arg(long, value_name = "URL", env = "WICP_GCP_IAMCREDENTIALS_ENDPOINT", default_value = DEFAULT_IAMCREDENTIALS_ENDPOINT)]
+    #[arg(long = GCP_IAMCREDENTIALS_ENDPOINT.long, value_name = "URL", env = GCP_IAMCREDENTIALS_ENDPOINT.env, default_value = DEFAULT_IAMCREDENTIALS_ENDPOINT)]
     pub gcp_iamcredentials_endpoint: String,
 }
 
@@ -181,9 +211,9 @@ impl Gcp {
                 options.gcp_cluster.as_deref(),
             )?,
             token_lifetime: options.gcp_token_lifetime,
-            sts_endpoint: http::endpoint_override("--gcp-sts-endpoint", &options.gcp_sts_endpoint)?,
+            sts_endpoint: http::endpoint_override(&GCP_STS_ENDPOINT, &options.gcp_sts_endpoint)?,
             iam_endpoint: http::endpoint_override(
-                "--gcp-iamcredentials-endpoint",
+                &GCP_IAMCREDENTIALS_ENDPOINT,
                 &options.gcp_iamcredentials_endpoint,
             )?,
             fallback: Fallback::None,
@@ -404,7 +434,7 @@ pub struct AccessToken {
 /// The error for a Google API's refusal of `what` ("IAM Credentials
 /// refused to impersonate ..."): the code and description of its RFC 6749
 /// or Google API error body, or the body's size when it is neither.
-fn refused(service: &str, what: &str, reply: &http::Reply, fix: String) -> Error {
+fn refused(service: &'static str, what: &str, reply: &http::Reply, fix: String) -> Error {
     let said = match oauth::error_body(&reply.body) {
         Some(error) => error.summary(reply.status),
         None => format!(

@@ -21,7 +21,7 @@ use serde::Deserialize;
 
 use crate::Credential;
 use wicp_base::deadline::Deadline;
-use wicp_base::error::{Error, Result, quote};
+use wicp_base::error::{Error, Result, Setting, quote};
 use wicp_base::secret::Secret;
 use wicp_net::{self as net, http, metadata};
 
@@ -37,14 +37,16 @@ pub fn service(host: Option<&str>) -> Result<metadata::Service> {
         Some(host) => {
             let ok = !host.contains(['/', '@', '?', '#', '\\', ' '])
                 && !host.chars().any(char::is_control);
-            let base = http::endpoint_override(HOST_ENV, &format!("http://{host}"))
-                .ok()
-                .filter(|_| ok)
-                .ok_or_else(|| {
-                    Error::config(format!("{HOST_ENV} is {}, not a host[:port]", quote(host))).fix(
-                        format!("set {HOST_ENV} to host[:port] (no scheme, no path), or unset it"),
-                    )
-                })?;
+            let base =
+                http::endpoint_override(Setting::Variable(HOST_ENV), &format!("http://{host}"))
+                    .ok()
+                    .filter(|_| ok)
+                    .ok_or_else(|| {
+                        Error::config(format!("{HOST_ENV} is {}, not a host[:port]", quote(host)))
+                            .fix(format!(
+                                "set {HOST_ENV} to host[:port] (no scheme, no path), or unset it"
+                            ))
+                    })?;
             (base, HOST_ENV)
         }
     };

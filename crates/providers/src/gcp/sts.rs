@@ -107,7 +107,6 @@ pub fn interpret(reply: &Reply, now: i64, request: &Request<'_>) -> Result<Acces
 #[cfg(test)]
 mod tests {
     use super::*;
-    use wicp_base::error::Fact;
     use wicp_net::http::reply;
 
     fn request(token: &Secret) -> Request<'_> {
@@ -209,9 +208,9 @@ mod tests {
             assert!(e.what().contains(what), "{body}: {e}");
             assert!(e.remedy().unwrap().contains(fix), "{body}: {e}");
             assert_eq!(e.kind(), wicp_base::error::Kind::Upstream);
-            assert_eq!(e.fact(Fact::Service), Some("Google STS"));
-            assert_eq!(e.fact(Fact::Status), Some(status.to_string().as_str()));
-            assert!(e.fact(Fact::BodyShape).is_some(), "{e}");
+            assert_eq!(e.service(), Some("Google STS"));
+            assert_eq!(e.status(), Some(status));
+            assert!(e.text_fact("body_shape").is_some(), "{e}");
         }
     }
 }

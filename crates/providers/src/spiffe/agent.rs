@@ -18,6 +18,7 @@ use std::task::{Context, Poll};
 use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 
+use super::SPIRE_ADMIN_SOCKET;
 use super::wire::{FETCH_JWT_SVIDS, FetchJwtSvidsRequest, FetchJwtSvidsResponse, JwtSvid};
 use wicp_base::deadline::Deadline;
 use wicp_base::error::{Error, Fact, Result, quote};
@@ -120,8 +121,8 @@ fn untrusted_socket(socket: &Path, why: &str) -> Error {
         "refusing the SPIRE agent's admin socket {}: {why}",
         socket.display()
     ))
-    .with(Fact::Flag, "--spire-admin-socket")
-    .with(Fact::Problem, why)
+    .with(Fact::Flag((&SPIRE_ADMIN_SOCKET).into()))
+    .with(Fact::Problem(why.to_string()))
     .fix(if wicp_base::platform::WINDOWS {
         "run the SPIRE agent as a LocalSystem service, so that it creates its admin named pipe first and owns it, \
          and point --spire-admin-socket at that pipe"

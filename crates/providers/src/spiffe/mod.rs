@@ -28,6 +28,7 @@ mod wire;
 use std::path::{Path, PathBuf};
 
 use wicp_base::deadline::Deadline;
+use wicp_base::error::FlagSpec;
 use wicp_base::error::{Error, Fact, Result, quote};
 use wicp_base::secret::Secret;
 use wicp_kubelet::request::token::{ServiceAccountToken, SvidClaims};
@@ -45,6 +46,18 @@ pub enum Source {
     Spiffe,
 }
 
+/// `--spiffe-audience`: clap reads its name and variable here, errors name it by it.
+pub(crate) static SPIFFE_AUDIENCE: FlagSpec = FlagSpec {
+    long: "spiffe-audience",
+    env: "WICP_SPIFFE_AUDIENCE",
+};
+
+/// `--spire-admin-socket`: clap reads its name and variable here, errors name it by it.
+pub(crate) static SPIRE_ADMIN_SOCKET: FlagSpec = FlagSpec {
+    long: "spire-admin-socket",
+    env: "WICP_SPIRE_ADMIN_SOCKET",
+};
+
 #[derive(clap::Args, Clone, Debug, Default)]
 #[group(id = "identity_options")]
 pub struct Options {
@@ -60,12 +73,12 @@ pub struct Options {
     /// With --identity spiffe: the SPIRE agent's admin socket
     /// (admin_socket_path; on Windows the named pipe \\.\pipe\NAME of
     /// experimental.admin_named_pipe_name).
-    #[arg(long, value_name = "PATH", env = "WICP_SPIRE_ADMIN_SOCKET")]
+    #[arg(long = SPIRE_ADMIN_SOCKET.long, value_name = "PATH", env = SPIRE_ADMIN_SOCKET.env)]
     pub spire_admin_socket: Option<PathBuf>,
 
     /// With --identity spiffe: the audience the JWT-SVID is minted for.
     /// Default: --audience, else the provider's own audience.
-    #[arg(long, value_name = "AUDIENCE", env = "WICP_SPIFFE_AUDIENCE")]
+    #[arg(long = SPIFFE_AUDIENCE.long, value_name = "AUDIENCE", env = SPIFFE_AUDIENCE.env)]
     pub spiffe_audience: Option<String>,
 }
 
@@ -93,7 +106,7 @@ impl Options {
                 audience: self.spiffe_audience.as_deref(),
             })),
             (Source::Spiffe, None) => Err(Error::flag(
-                "--spire-admin-socket",
+                &SPIRE_ADMIN_SOCKET,
                 "is not set, and --identity spiffe needs the SPIRE agent's admin socket",
             )
             .fix("pass --spire-admin-socket (or WICP_SPIRE_ADMIN_SOCKET) with the agent's admin_socket_path")),
@@ -101,9 +114,9 @@ impl Options {
                 if self.spire_admin_socket.is_some() || self.spiffe_audience.is_some() =>
             {
                 let flag = if self.spire_admin_socket.is_some() {
-                    "--spire-admin-socket"
+                    &SPIRE_ADMIN_SOCKET
                 } else {
-                    "--spiffe-audience"
+                    &SPIFFE_AUDIENCE
                 };
                 Err(Error::flag(
                     flag,
@@ -132,7 +145,7 @@ impl Spiffe<'_> {
             .map(str::to_string)
             .ok_or_else(|| {
                 Error::flag(
-                    "--spiffe-audience",
+                    &SPIFFE_AUDIENCE,
                     format!("is not set, and the {provider} provider has no audience of its own for the JWT-SVID"),
                 )
                 .fix(
@@ -192,7 +205,7 @@ pub fn present(
     };
     // The agent's failures, and what is wrong with its answer, name it as
     // their `service`, here for all of them.
-    let from_agent = |e: Error| e.with(Fact::Service, AGENT);
+    let from_agent = |e: Error| e.with(Fact::Service(AGENT));
     let mut svids = agent::fetch(spiffe.socket, request, deadline).map_err(from_agent)?;
     let svid = match (svids.pop(), svids.is_empty()) {
         (Some(svid), true) => svid,
@@ -306,15 +319,15 @@ mod tests {
             Ok(None)
         ));
         let missing = options(Source::Spiffe, None, None).spiffe().unwrap_err();
-        assert_eq!(missing.fact(Fact::Flag), Some("--spire-admin-socket"));
+        assert_eq!(missing.flagged(), Some((&SPIRE_ADMIN_SOCKET).into()));
         let stray = options(Source::ServiceAccount, Some("/run/a.sock"), None)
             .spiffe()
             .unwrap_err();
-        assert_eq!(stray.fact(Fact::Flag), Some("--spire-admin-socket"));
+        assert_eq!(stray.flagged(), Some((&SPIRE_ADMIN_SOCKET).into()));
         let stray = options(Source::ServiceAccount, None, Some("zot"))
             .spiffe()
             .unwrap_err();
-        assert_eq!(stray.fact(Fact::Flag), Some("--spiffe-audience"));
+        assert_eq!(stray.flagged(), Some((&SPIFFE_AUDIENCE).into()));
         assert!(stray.to_string().contains("--identity spiffe"), "{stray}");
         let set = options(Source::Spiffe, Some("/run/a.sock"), Some("zot"));
         let spiffe = set

@@ -58,6 +58,7 @@ use crate::{Context, Credential, Plan, Provider};
 use std::sync::Arc;
 use wicp_base::deadline::Deadline;
 use wicp_base::duration;
+use wicp_base::error::FlagSpec;
 use wicp_base::error::{Error, Result, quote};
 use wicp_base::secret::Secret;
 use wicp_kubelet::request::token::ServiceAccountToken;
@@ -99,6 +100,60 @@ impl Method {
 
 // The field docs are this provider's --help text, written for a terminal
 // (bare URLs, <PLACEHOLDERS>, HOST[:PORT]), not for rustdoc.
+/// `--vault-address`: clap reads its name and variable here, errors name it by it.
+pub(crate) static VAULT_ADDRESS: FlagSpec = FlagSpec {
+    long: "vault-address",
+    env: "WICP_VAULT_ADDRESS",
+};
+
+/// `--vault-auth-mount`: clap reads its name and variable here, errors name it by it.
+pub(crate) static VAULT_AUTH_MOUNT: FlagSpec = FlagSpec {
+    long: "vault-auth-mount",
+    env: "WICP_VAULT_AUTH_MOUNT",
+};
+
+/// `--vault-kv-mount`: clap reads its name and variable here, errors name it by it.
+pub(crate) static VAULT_KV_MOUNT: FlagSpec = FlagSpec {
+    long: "vault-kv-mount",
+    env: "WICP_VAULT_KV_MOUNT",
+};
+
+/// `--vault-namespace`: clap reads its name and variable here, errors name it by it.
+pub(crate) static VAULT_NAMESPACE: FlagSpec = FlagSpec {
+    long: "vault-namespace",
+    env: "WICP_VAULT_NAMESPACE",
+};
+
+/// `--vault-password-field`: clap reads its name and variable here, errors name it by it.
+pub(crate) static VAULT_PASSWORD_FIELD: FlagSpec = FlagSpec {
+    long: "vault-password-field",
+    env: "WICP_VAULT_PASSWORD_FIELD",
+};
+
+/// `--vault-role`: clap reads its name and variable here, errors name it by it.
+pub(crate) static VAULT_ROLE: FlagSpec = FlagSpec {
+    long: "vault-role",
+    env: "WICP_VAULT_ROLE",
+};
+
+/// `--vault-secret-path`: clap reads its name and variable here, errors name it by it.
+pub(crate) static VAULT_SECRET_PATH: FlagSpec = FlagSpec {
+    long: "vault-secret-path",
+    env: "WICP_VAULT_SECRET_PATH",
+};
+
+/// `--vault-secret-prefix`: clap reads its name and variable here, errors name it by it.
+pub(crate) static VAULT_SECRET_PREFIX: FlagSpec = FlagSpec {
+    long: "vault-secret-prefix",
+    env: "WICP_VAULT_SECRET_PREFIX",
+};
+
+/// `--vault-username-field`: clap reads its name and variable here, errors name it by it.
+pub(crate) static VAULT_USERNAME_FIELD: FlagSpec = FlagSpec {
+    long: "vault-username-field",
+    env: "WICP_VAULT_USERNAME_FIELD",
+};
+
 #[allow(
     rustdoc::bare_urls,
     rustdoc::invalid_html_tags,
@@ -110,11 +165,11 @@ impl Method {
 pub struct Options {
     /// Vault's address, https://HOST[:PORT] (http:// only if written out);
     /// the token goes nowhere else. Its CA: --ca-file.
-    #[arg(long, value_name = "URL", env = "WICP_VAULT_ADDRESS")]
+    #[arg(long = VAULT_ADDRESS.long, value_name = "URL", env = VAULT_ADDRESS.env)]
     pub vault_address: Option<String>,
 
     /// Vault Enterprise namespace (X-Vault-Namespace), e.g. team or a/b.
-    #[arg(long, value_name = "NAMESPACE", env = "WICP_VAULT_NAMESPACE")]
+    #[arg(long = VAULT_NAMESPACE.long, value_name = "NAMESPACE", env = VAULT_NAMESPACE.env)]
     pub vault_namespace: Option<String>,
 
     /// Auth method that verifies the service account token.
@@ -129,19 +184,18 @@ pub struct Options {
 
     /// Where the auth method is mounted (auth/<MOUNT>/login); default: the
     /// method's name.
-    #[arg(long, value_name = "MOUNT", env = "WICP_VAULT_AUTH_MOUNT")]
+    #[arg(long = VAULT_AUTH_MOUNT.long, value_name = "MOUNT", env = VAULT_AUTH_MOUNT.env)]
     pub vault_auth_mount: Option<String>,
 
     /// Role to log in as when the service account has no
     /// wi-credential-provider.io/vault-role annotation.
-    #[arg(long, value_name = "ROLE", env = "WICP_VAULT_ROLE")]
+    #[arg(long = VAULT_ROLE.long, value_name = "ROLE", env = VAULT_ROLE.env)]
     pub vault_role: Option<String>,
 
     /// Where the KV secrets engine is mounted.
-    #[arg(
-        long,
+    #[arg(long = VAULT_KV_MOUNT.long,
         value_name = "MOUNT",
-        env = "WICP_VAULT_KV_MOUNT",
+        env = VAULT_KV_MOUNT.env,
         default_value = "secret"
     )]
     pub vault_kv_mount: String,
@@ -153,13 +207,13 @@ pub struct Options {
     /// Secret path template over the service account, e.g.
     /// registry/{namespace}/{name}; used when the service account has no
     /// secret annotation.
-    #[arg(long, value_name = "TEMPLATE", env = "WICP_VAULT_SECRET_PATH")]
+    #[arg(long = VAULT_SECRET_PATH.long, value_name = "TEMPLATE", env = VAULT_SECRET_PATH.env)]
     pub vault_secret_path: Option<String>,
 
     /// Lets the wi-credential-provider.io/vault-secret annotation name a
     /// secret, only under this prefix (e.g. registry); without it the
     /// annotation is refused.
-    #[arg(long, value_name = "PREFIX", env = "WICP_VAULT_SECRET_PREFIX")]
+    #[arg(long = VAULT_SECRET_PREFIX.long, value_name = "PREFIX", env = VAULT_SECRET_PREFIX.env)]
     pub vault_secret_prefix: Option<String>,
 
     /// Leave the Vault login token alive until its TTL instead of revoking
@@ -168,19 +222,17 @@ pub struct Options {
     pub vault_keep_login_token: bool,
 
     /// Secret field holding the registry username.
-    #[arg(
-        long,
+    #[arg(long = VAULT_USERNAME_FIELD.long,
         value_name = "FIELD",
-        env = "WICP_VAULT_USERNAME_FIELD",
+        env = VAULT_USERNAME_FIELD.env,
         default_value = "username"
     )]
     pub vault_username_field: String,
 
     /// Secret field holding the registry password.
-    #[arg(
-        long,
+    #[arg(long = VAULT_PASSWORD_FIELD.long,
         value_name = "FIELD",
-        env = "WICP_VAULT_PASSWORD_FIELD",
+        env = VAULT_PASSWORD_FIELD.env,
         default_value = "password"
     )]
     pub vault_password_field: String,
@@ -226,18 +278,18 @@ impl Guarded for Vault {
 
     fn new(options: &Options, net: Arc<net::Settings>) -> Result<Self> {
         let address = options.vault_address.as_deref().ok_or_else(|| {
-            Error::flag("--vault-address", "is not set: the vault provider needs it")
+            Error::flag(&VAULT_ADDRESS, "is not set: the vault provider needs it")
                 .fix("pass --vault-address https://vault.example.com:8200 (or WICP_VAULT_ADDRESS)")
         })?;
-        let address = http::endpoint_override("--vault-address", address)?;
+        let address = http::endpoint_override(&VAULT_ADDRESS, address)?;
         let namespace = options
             .vault_namespace
             .as_deref()
             .filter(|n| !n.trim().is_empty())
-            .map(|n| path::mount("--vault-namespace", n))
+            .map(|n| path::mount(&VAULT_NAMESPACE, n))
             .transpose()?;
         let auth_mount = path::mount(
-            "--vault-auth-mount",
+            &VAULT_AUTH_MOUNT,
             options
                 .vault_auth_mount
                 .as_deref()
@@ -252,7 +304,7 @@ impl Guarded for Vault {
                     Ok(r.to_string())
                 } else {
                     Err(Error::flag(
-                        "--vault-role",
+                        &VAULT_ROLE,
                         format!("{} is not a Vault role name", quote(r)),
                     )
                     .fix("use letters, digits and _ at both ends, - and . inside"))
@@ -273,12 +325,12 @@ impl Guarded for Vault {
         };
         if secrets.prefix.is_none() && secrets.template.is_none() {
             return Err(Error::flag(
-                "--vault-secret-path",
+                &VAULT_SECRET_PATH,
                 "is not set, nor --vault-secret-prefix: the vault provider needs one to know which secret to read",
             )
             .fix("pass --vault-secret-path registry/{namespace}/{name} (one secret per service account), or --vault-secret-prefix registry to let the wi-credential-provider.io/vault-secret annotation name one under it"));
         }
-        let field = |flag: &str, value: &str| -> Result<String> {
+        let field = |flag: &'static FlagSpec, value: &str| -> Result<String> {
             let value = value.trim();
             if value.is_empty() || value.len() > 128 || value.chars().any(char::is_control) {
                 return Err(
@@ -295,11 +347,11 @@ impl Guarded for Vault {
             method: options.vault_auth_method,
             auth_mount,
             default_role,
-            kv_mount: path::mount("--vault-kv-mount", &options.vault_kv_mount)?,
+            kv_mount: path::mount(&VAULT_KV_MOUNT, &options.vault_kv_mount)?,
             kv_version: options.vault_kv_version,
             secrets,
-            username_field: field("--vault-username-field", &options.vault_username_field)?,
-            password_field: field("--vault-password-field", &options.vault_password_field)?,
+            username_field: field(&VAULT_USERNAME_FIELD, &options.vault_username_field)?,
+            password_field: field(&VAULT_PASSWORD_FIELD, &options.vault_password_field)?,
             keep_login_token: options.vault_keep_login_token,
         })
     }

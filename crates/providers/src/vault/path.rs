@@ -4,7 +4,8 @@
 //! configured Vault (`sys/`, `auth/token/create`, another mount) or change
 //! how the URL is parsed (`?`, `#`, `%`, `..`).
 
-use wicp_base::error::{Error, Result, quote};
+use super::{VAULT_SECRET_PATH, VAULT_SECRET_PREFIX};
+use wicp_base::error::{Error, FlagSpec, Result, quote};
 
 /// Longest role name accepted; Vault stores roles under a path segment.
 const MAX_ROLE_CHARS: usize = 128;
@@ -44,7 +45,7 @@ fn is_relative_path(path: &str) -> bool {
 
 /// A mount or namespace flag: a relative path, given with or without
 /// surrounding slashes (`secret`, `/secret/`, `team/kv`). Returned without them.
-pub fn mount(flag: &str, value: &str) -> Result<String> {
+pub fn mount(flag: &'static FlagSpec, value: &str) -> Result<String> {
     let trimmed = value.trim().trim_matches('/');
     if !is_relative_path(trimmed) {
         return Err(Error::flag(flag, format!("{} is not a Vault path", quote(value)))
@@ -56,7 +57,7 @@ pub fn mount(flag: &str, value: &str) -> Result<String> {
 /// A secret path prefix (`--vault-secret-prefix`): a relative path, kept
 /// without surrounding slashes.
 pub fn prefix(value: &str) -> Result<String> {
-    mount("--vault-secret-prefix", value)
+    mount(&VAULT_SECRET_PREFIX, value)
 }
 
 /// A secret path template over the service account (`registry/{namespace}/{name}`).
@@ -71,7 +72,7 @@ impl Template {
         let sample = trimmed.replace("{namespace}", "ns").replace("{name}", "sa");
         if !is_relative_path(&sample) {
             return Err(Error::flag(
-                "--vault-secret-path",
+                &VAULT_SECRET_PATH,
                 format!("{} is not a Vault secret path template", quote(value)),
             )
             .fix("write segments of letters, digits, _, - and . separated by /, with {namespace} and {name} as the only placeholders, e.g. registry/{namespace}/{name}"));
@@ -145,10 +146,14 @@ mod tests {
 
     #[test]
     fn mounts_and_prefixes() {
-        assert_eq!(mount("--m", "/secret/").unwrap(), "secret");
-        assert_eq!(mount("--m", "team/kv").unwrap(), "team/kv");
+        static M: FlagSpec = FlagSpec {
+            long: "m",
+            env: "WICP_M",
+        };
+        assert_eq!(mount(&M, "/secret/").unwrap(), "secret");
+        assert_eq!(mount(&M, "team/kv").unwrap(), "team/kv");
         for bad in ["", "/", "a/../b", "a?x", "sys/../auth"] {
-            assert!(mount("--m", bad).is_err(), "{bad}");
+            assert!(mount(&M, bad).is_err(), "{bad}");
         }
         assert_eq!(prefix("registry/").unwrap(), "registry");
     }

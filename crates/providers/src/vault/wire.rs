@@ -12,6 +12,8 @@
 
 use serde_json::Value;
 
+use super::{VAULT_PASSWORD_FIELD, VAULT_USERNAME_FIELD};
+use wicp_base::error::FlagSpec;
 use wicp_base::error::{Error, Result, quote};
 use wicp_base::secret::Secret;
 use wicp_net::http::Reply;
@@ -183,7 +185,7 @@ pub fn credentials(
     password_field: &str,
     what: &str,
 ) -> Result<(String, Secret)> {
-    let field = |name: &str, flag: &str| -> Result<String> {
+    let field = |name: &str, flag: &'static FlagSpec| -> Result<String> {
         match secrets.data.get(name) {
             Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
             Some(Value::String(_)) => Err(Error::upstream(format!(
@@ -219,8 +221,8 @@ pub fn credentials(
             }
         }
     };
-    let username = field(username_field, "--vault-username-field")?;
-    let password = field(password_field, "--vault-password-field")?;
+    let username = field(username_field, &VAULT_USERNAME_FIELD)?;
+    let password = field(password_field, &VAULT_PASSWORD_FIELD)?;
     Ok((username, Secret::new(password)))
 }
 
