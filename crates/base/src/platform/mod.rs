@@ -42,9 +42,13 @@ mod windows;
 #[cfg(windows)]
 use windows as os;
 
+mod found;
+mod host;
+
+pub use found::{FileData, Kind};
+pub use host::Host;
 #[cfg(all(unix, any(test, feature = "test-support")))]
-pub use os::host::test_root;
-pub use os::host::{Host, Kind};
+pub use host::test_root;
 pub use os::{
     HAS_SYSTEM_VERIFIER, Stdin, connect_local, create_private_dir_all, enter_host_network, facts,
     facts_at, facts_followed, id_of, is_refused_link, open, read_pipe, rename, restart_service,

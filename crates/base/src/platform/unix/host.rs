@@ -22,7 +22,7 @@
 
 use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -31,26 +31,17 @@ use rustix::fd::{AsFd, OwnedFd};
 use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags, RenameFlags, Stat};
 use rustix::io::Errno;
 
+use crate::platform::found::{Identity, Kind, Opened};
+
 /// Most symbolic links one resolution follows (Linux's own limit).
 const MAX_LINKS: u32 = 40;
 
-/// A file's identity: device and inode.
-pub(crate) type Identity = (u64, u64);
-
+/// The Linux primitives under [`Host`](crate::platform::Host): a descriptor of the root, and
+/// every path walked from it.
 #[derive(Debug)]
-pub struct Host {
+pub(crate) struct Root {
     root: PathBuf,
     dir: OwnedFd,
-}
-
-/// What a path names, after the walk.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Kind {
-    File,
-    Dir,
-    Symlink,
-    /// A FIFO, socket or device: never read or written here.
-    Other,
 }
 
 impl Kind {
@@ -75,13 +66,6 @@ impl Kind {
             FileType::Unknown => "an unknown kind of file",
         }
     }
-}
-
-/// A regular file read through [`Host::read_file`].
-#[derive(Clone, Debug)]
-pub struct FileData {
-    pub bytes: Vec<u8>,
-    pub mode: u32,
 }
 
 /// The end of a walk: the directory holding the last component, its name,
@@ -112,35 +96,35 @@ fn random_suffix() -> String {
     crate::platform::random_hex(8)
 }
 
-impl Host {
+impl Root {
     /// Opens `root` (a directory) as the node's `/`.
-    pub fn open(root: &Path) -> std::io::Result<Host> {
+    pub(crate) fn open(root: &Path) -> std::io::Result<Root> {
         let dir = rustix::fs::open(
             root,
             OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         )
         .map_err(io)?;
-        Ok(Host {
+        Ok(Root {
             root: root.to_path_buf(),
             dir,
         })
     }
 
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         &self.root
     }
 
     /// Another handle on the same root.
-    pub fn try_clone(&self) -> std::io::Result<Host> {
-        Ok(Host {
+    pub(crate) fn try_clone(&self) -> std::io::Result<Root> {
+        Ok(Root {
             root: self.root.clone(),
             dir: self.dir.try_clone()?,
         })
     }
 
     /// Whether the root is this machine's own `/`.
-    pub fn is_local(&self) -> bool {
+    pub(crate) fn is_local(&self) -> bool {
         self.root == Path::new("/")
     }
 
@@ -150,7 +134,7 @@ impl Host {
         self.walk_as(path, follow_last, false)
     }
 
-    /// [`Host::walk`] for a write: with `trusted`, every directory passed
+    /// [`Root::walk`] for a write: with `trusted`, every directory passed
     /// through below the root must be root's (or ours) and writable by no
     /// one else, and every link followed must be root's (or ours):
     /// otherwise another user could swap what is written there, or where
@@ -259,37 +243,25 @@ impl Host {
     }
 
     /// What `path` names, following links. `None`: nothing there.
-    pub fn kind(&self, path: &Path) -> Option<Kind> {
+    pub(crate) fn kind(&self, path: &Path) -> Option<Kind> {
         let w = self.walk(path, true).ok()?;
         w.found.map(|(_, s)| Kind::of(&s))
     }
 
     /// What `path` names itself (a link is a link).
-    pub fn kind_no_follow(&self, path: &Path) -> Option<Kind> {
+    pub(crate) fn kind_no_follow(&self, path: &Path) -> Option<Kind> {
         let w = self.walk(path, false).ok()?;
         w.found.map(|(_, s)| Kind::of(&s))
     }
 
-    pub fn exists(&self, path: &Path) -> bool {
-        self.kind(path).is_some()
-    }
-
-    pub fn is_file(&self, path: &Path) -> bool {
-        self.kind(path) == Some(Kind::File)
-    }
-
-    pub fn is_dir(&self, path: &Path) -> bool {
-        self.kind(path) == Some(Kind::Dir)
-    }
-
     /// Device and inode of what `path` names, following links.
-    pub fn identity(&self, path: &Path) -> Option<Identity> {
+    pub(crate) fn identity(&self, path: &Path) -> Option<Identity> {
         let w = self.walk(path, true).ok()?;
         w.found.map(|(_, s)| (s.st_dev, s.st_ino))
     }
 
     /// The real host path `path` resolves to (no link left in it).
-    pub fn resolve(&self, path: &Path) -> std::io::Result<PathBuf> {
+    pub(crate) fn resolve(&self, path: &Path) -> std::io::Result<PathBuf> {
         let w = self.walk(path, true)?;
         Ok(w.parent_path.join(w.name))
     }
@@ -297,7 +269,7 @@ impl Host {
     /// A path in this process's own mount namespace that names the same
     /// file as host path `path` (links resolved inside the root), for tools
     /// that take a path: check-config's staged copy, an exec.
-    pub fn local(&self, path: &Path) -> std::io::Result<PathBuf> {
+    pub(crate) fn local(&self, path: &Path) -> std::io::Result<PathBuf> {
         let real = self.resolve(path)?;
         Ok(self
             .root
@@ -305,7 +277,7 @@ impl Host {
     }
 
     /// The target of the link `path` (its last component not followed).
-    pub fn read_link(&self, path: &Path) -> Option<PathBuf> {
+    pub(crate) fn read_link(&self, path: &Path) -> Option<PathBuf> {
         let w = self.walk(path, false).ok()?;
         let (fd, stat) = w.found?;
         if Kind::of(&stat) != Kind::Symlink {
@@ -321,7 +293,7 @@ impl Host {
     /// does not exist yet would be created root's, 0755. Install calls it
     /// for every path it will write before writing anything; the writes
     /// check again as they go.
-    pub fn check_place(&self, path: &Path) -> std::io::Result<()> {
+    pub(crate) fn check_place(&self, path: &Path) -> std::io::Result<()> {
         match self.walk_as(path, false, true) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(e),
@@ -329,25 +301,15 @@ impl Host {
         }
     }
 
-    /// Reads regular file `path` (links followed inside the root), at most
-    /// `limit` bytes. `Ok(None)`: it does not exist. A FIFO, device, socket
-    /// or directory is an error without being opened for reading, so it
-    /// can neither block nor be read for ever.
-    pub fn read_file(&self, path: &Path, limit: u64) -> std::io::Result<Option<FileData>> {
-        let Some((file, opened)) = self.open_regular(path)? else {
-            return Ok(None);
-        };
-        if u64::try_from(opened.st_size).unwrap_or(u64::MAX) > limit {
-            return Err(too_large(limit));
-        }
-        let mut bytes = Vec::new();
-        file.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
-        if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > limit {
-            return Err(too_large(limit));
-        }
-        Ok(Some(FileData {
-            bytes,
-            mode: opened.st_mode & 0o7777,
+    /// Regular file `path` opened for reading (links followed inside the
+    /// root). `Ok(None)`: it does not exist. A FIFO, device, socket or
+    /// directory is an error without being opened for reading, so it can
+    /// neither block nor be read for ever.
+    pub(crate) fn open_file(&self, path: &Path) -> std::io::Result<Option<Opened>> {
+        Ok(self.open_regular(path)?.map(|(file, stat)| Opened {
+            file,
+            len: u64::try_from(stat.st_size).unwrap_or(u64::MAX),
+            mode: stat.st_mode & 0o7777,
         }))
     }
 
@@ -387,18 +349,12 @@ impl Host {
         Ok(Some((std::fs::File::from(fd), opened)))
     }
 
-    /// The bytes of `path` (its last `limit` with `tail`, else at most
-    /// `limit`), only if it is a file the plugin itself would have written
-    /// there: root's or ours, writable by nobody else, one hard link. What a
-    /// tenant could have planted or edited is refused, not read.
-    pub fn read_own(
-        &self,
-        path: &Path,
-        limit: u64,
-        tail: bool,
-    ) -> std::io::Result<Option<Vec<u8>>> {
-        use std::io::{Seek, SeekFrom};
-        let Some((mut file, opened)) = self.open_regular(path)? else {
+    /// Regular file `path` opened for reading, only if it is a file the
+    /// plugin itself would have written there: root's or ours, writable by
+    /// nobody else, one hard link. What a tenant could have planted or
+    /// edited is refused, not read.
+    pub(crate) fn open_own(&self, path: &Path) -> std::io::Result<Option<Opened>> {
+        let Some((file, opened)) = self.open_regular(path)? else {
             return Ok(None);
         };
         let me = rustix::process::geteuid().as_raw();
@@ -413,25 +369,16 @@ impl Host {
                 opened.st_nlink
             )));
         }
-        let size = u64::try_from(opened.st_size).unwrap_or(0);
-        if tail {
-            file.seek(SeekFrom::Start(size.saturating_sub(limit)))?;
-        } else if size > limit {
-            return Err(too_large(limit));
-        }
-        let mut bytes = Vec::new();
-        file.take(limit).read_to_end(&mut bytes)?;
-        Ok(Some(bytes))
-    }
-
-    /// [`Host::read_file`] as text; `Ok(None)` when missing.
-    pub fn read_bytes(&self, path: &Path, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
-        Ok(self.read_file(path, limit)?.map(|d| d.bytes))
+        Ok(Some(Opened {
+            file,
+            len: u64::try_from(opened.st_size).unwrap_or(0),
+            mode: opened.st_mode & 0o7777,
+        }))
     }
 
     /// The entries of directory `path` (links followed inside the root),
     /// each with what it is itself (a link is a link), sorted by name.
-    pub fn read_dir(&self, path: &Path) -> std::io::Result<Vec<(OsString, Kind)>> {
+    pub(crate) fn read_dir(&self, path: &Path) -> std::io::Result<Vec<(OsString, Kind)>> {
         let w = self.walk(path, true)?;
         let Some((fd, stat)) = w.found else {
             return Err(io(Errno::NOENT));
@@ -465,7 +412,7 @@ impl Host {
 
     /// Creates directory `path` and its missing parents, each 0755
     /// whatever the umask; existing ones are left as they are.
-    pub fn create_dir_all(&self, path: &Path) -> std::io::Result<()> {
+    pub(crate) fn create_dir_all(&self, path: &Path) -> std::io::Result<()> {
         let mut done = PathBuf::from("/");
         for name in components(path) {
             done.push(&name);
@@ -562,7 +509,13 @@ impl Host {
         }
     }
 
-    fn put(&self, path: &Path, bytes: &[u8], mode: u32, replace: bool) -> std::io::Result<bool> {
+    pub(crate) fn put(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        mode: u32,
+        replace: bool,
+    ) -> std::io::Result<bool> {
         let (dir, name) = self.parent_of(path)?;
         let tmp = Self::temp_file(&dir, &name, bytes, mode)?;
         Self::rename_into(&dir, &tmp, &name, replace)
@@ -598,21 +551,14 @@ impl Host {
         }
     }
 
-    /// Writes `bytes` to `path` atomically with `mode`, replacing what is
-    /// there (a link is replaced, never followed).
-    pub fn write(&self, path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
-        self.put(path, bytes, mode, true).map(|_| ())
-    }
-
-    /// Writes `bytes` to `path` only if nothing is there: `Ok(false)`
-    /// when something is. Never overwrites.
-    pub fn write_new(&self, path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<bool> {
-        self.put(path, bytes, mode, false)
-    }
-
     /// Makes `path` a symbolic link to `target`, atomically (replacing
     /// what is there, or only if nothing is, with `replace` false).
-    pub fn symlink(&self, path: &Path, target: &Path, replace: bool) -> std::io::Result<bool> {
+    pub(crate) fn symlink(
+        &self,
+        path: &Path,
+        target: &Path,
+        replace: bool,
+    ) -> std::io::Result<bool> {
         let (dir, name) = self.parent_of(path)?;
         let mut tmp = OsString::from(".");
         tmp.push(&name);
@@ -623,7 +569,7 @@ impl Host {
 
     /// Removes file or link `path` (never what a link points to).
     /// `Ok(false)`: nothing was there.
-    pub fn remove(&self, path: &Path) -> std::io::Result<bool> {
+    pub(crate) fn remove(&self, path: &Path) -> std::io::Result<bool> {
         let w = match self.walk(path, false) {
             Ok(w) => w,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
@@ -639,7 +585,7 @@ impl Host {
 
     /// Removes directory `path` if it is empty (never through a link in its
     /// last component). `Ok(false)`: it is not there, or not empty.
-    pub fn remove_dir(&self, path: &Path) -> std::io::Result<bool> {
+    pub(crate) fn remove_dir(&self, path: &Path) -> std::io::Result<bool> {
         let w = match self.walk(path, false) {
             Ok(w) => w,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
@@ -661,7 +607,7 @@ impl Host {
 
     /// Takes an exclusive lock on `path` (created 0600), waiting at most
     /// `wait`. The lock lasts as long as the returned descriptor.
-    pub fn lock(&self, path: &Path, wait: Duration) -> std::io::Result<std::fs::File> {
+    pub(crate) fn lock(&self, path: &Path, wait: Duration) -> std::io::Result<std::fs::File> {
         let (dir, name) = self.parent_of(path)?;
         let fd = rustix::fs::openat(
             &dir,
@@ -741,34 +687,10 @@ fn untrusted(path: &Path, stat: &Stat) -> std::io::Result<()> {
     ))
 }
 
-fn too_large(limit: u64) -> std::io::Error {
-    std::io::Error::new(
-        std::io::ErrorKind::InvalidData,
-        format!("it is larger than {limit} bytes"),
-    )
-}
-
-/// A node root in a temporary directory with `files` written under it
-/// (absolute paths, as on the node), and a [`Host`] over it: for the tests
-/// of what reads a node.
-#[cfg(any(test, feature = "test-support"))]
-#[allow(clippy::panic)]
-pub fn test_root(files: &[(&str, &[u8])]) -> (tempfile::TempDir, Host) {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
-    for (path, bytes) in files {
-        let path = dir.path().join(path.trim_start_matches('/'));
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).unwrap_or_else(|e| panic!("{}: {e}", parent.display()));
-        }
-        std::fs::write(&path, bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    }
-    let host = Host::open(dir.path()).unwrap_or_else(|e| panic!("open the root: {e}"));
-    (dir, host)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::platform::Host;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     fn host() -> (tempfile::TempDir, Host) {
@@ -795,9 +717,8 @@ mod tests {
             b"x"
         );
         assert_eq!(
-            host.resolve(Path::new("/up/etc/kubernetes/c.yaml"))
-                .unwrap(),
-            Path::new("/real/kubernetes/c.yaml")
+            host.local(Path::new("/up/etc/kubernetes/c.yaml")).unwrap(),
+            dir.path().join("real/kubernetes/c.yaml")
         );
         // Inside the root, the link's target is the root's own copy of
         // that path: the write lands there or fails, never outside.

@@ -15,37 +15,18 @@
 
 use std::ffi::OsString;
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::Write;
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::super::{Create, Open};
+use crate::platform::found::{Identity, Kind, Opened};
 
-/// A file's identity: volume serial number and file index.
-pub(crate) type Identity = (u64, u64);
-
+/// The Windows primitives under [`Host`](crate::platform::Host): the root folder, every path
+/// checked component by component below it.
 #[derive(Debug)]
-pub struct Host {
+pub(crate) struct Root {
     root: PathBuf,
-}
-
-/// What a path names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Kind {
-    File,
-    Dir,
-    Symlink,
-    /// A pipe or device: never read or written here.
-    Other,
-}
-
-/// A regular file read through [`Host::read_file`].
-#[derive(Clone, Debug)]
-pub struct FileData {
-    pub bytes: Vec<u8>,
-    /// 0600 for a private file, 0644 for any other: the mode a Linux
-    /// install would record, so that a restore writes the same DACL kind.
-    pub mode: u32,
 }
 
 fn refused(path: &Path) -> std::io::Error {
@@ -68,9 +49,9 @@ fn kind_of(meta: &std::fs::Metadata) -> Kind {
     }
 }
 
-impl Host {
+impl Root {
     /// Opens `root` (a folder) as the node's system drive.
-    pub fn open(root: &Path) -> std::io::Result<Host> {
+    pub(crate) fn open(root: &Path) -> std::io::Result<Root> {
         let meta = std::fs::symlink_metadata(root)?;
         if !meta.is_dir() {
             return Err(std::io::Error::other(format!(
@@ -78,23 +59,23 @@ impl Host {
                 root.display()
             )));
         }
-        Ok(Host {
+        Ok(Root {
             root: root.to_path_buf(),
         })
     }
 
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         &self.root
     }
 
-    pub fn try_clone(&self) -> std::io::Result<Host> {
-        Ok(Host {
+    pub(crate) fn try_clone(&self) -> std::io::Result<Root> {
+        Ok(Root {
             root: self.root.clone(),
         })
     }
 
     /// Whether the root is this machine's own system drive.
-    pub fn is_local(&self) -> bool {
+    pub(crate) fn is_local(&self) -> bool {
         let shown = self.root.to_string_lossy().to_ascii_lowercase();
         shown == "c:\\" || shown == "c:/" || shown == "\\" || shown == "/"
     }
@@ -122,7 +103,7 @@ impl Host {
         self.walk_as(path, last_may_be_link, false)
     }
 
-    /// [`Host::walk`] for a write: with `trusted`, every folder passed
+    /// [`Root::walk`] for a write: with `trusted`, every folder passed
     /// through below the root must be owned by SYSTEM, Administrators or
     /// us, with a DACL that lets no other account write it ([`untrusted`]).
     fn walk_as(
@@ -172,40 +153,28 @@ impl Host {
     }
 
     /// What `path` names. A link anywhere makes it unusable: `None`.
-    pub fn kind(&self, path: &Path) -> Option<Kind> {
+    pub(crate) fn kind(&self, path: &Path) -> Option<Kind> {
         self.kind_at(path, false)
     }
 
     /// What `path` names itself (a link is a link).
-    pub fn kind_no_follow(&self, path: &Path) -> Option<Kind> {
+    pub(crate) fn kind_no_follow(&self, path: &Path) -> Option<Kind> {
         self.kind_at(path, true)
     }
 
-    pub fn exists(&self, path: &Path) -> bool {
-        self.kind(path).is_some()
-    }
-
-    pub fn is_file(&self, path: &Path) -> bool {
-        self.kind(path) == Some(Kind::File)
-    }
-
-    pub fn is_dir(&self, path: &Path) -> bool {
-        self.kind(path) == Some(Kind::Dir)
-    }
-
     /// Volume and file index of what `path` names.
-    pub fn identity(&self, path: &Path) -> Option<Identity> {
+    pub(crate) fn identity(&self, path: &Path) -> Option<Identity> {
         let local = self.walk(path, false).ok()?;
         super::id_of(&local).ok()
     }
 
     /// The path in this process's view that names host path `path`.
-    pub fn local(&self, path: &Path) -> std::io::Result<PathBuf> {
+    pub(crate) fn local(&self, path: &Path) -> std::io::Result<PathBuf> {
         self.walk(path, false)
     }
 
     /// The target of the link `path`.
-    pub fn read_link(&self, path: &Path) -> Option<PathBuf> {
+    pub(crate) fn read_link(&self, path: &Path) -> Option<PathBuf> {
         let local = self.walk(path, true).ok()?;
         std::fs::read_link(local).ok()
     }
@@ -214,7 +183,7 @@ impl Host {
     /// us) control where a write of `path` lands: every existing folder
     /// below the root on the way ([`untrusted`]). What does not exist yet
     /// would be created with the folder's inherited DACL.
-    pub fn check_place(&self, path: &Path) -> std::io::Result<()> {
+    pub(crate) fn check_place(&self, path: &Path) -> std::io::Result<()> {
         match self.walk_as(path, true, true) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(e),
@@ -245,36 +214,23 @@ impl Host {
         Ok(Some((file, facts)))
     }
 
-    /// Reads regular file `path`, at most `limit` bytes. `Ok(None)`: it
-    /// does not exist.
-    pub fn read_file(&self, path: &Path, limit: u64) -> std::io::Result<Option<FileData>> {
-        let Some((file, facts)) = self.open_regular(path)? else {
-            return Ok(None);
-        };
-        if facts.len > limit {
-            return Err(too_large(limit));
-        }
-        let mut bytes = Vec::new();
-        file.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
-        if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > limit {
-            return Err(too_large(limit));
-        }
-        Ok(Some(FileData {
-            bytes,
+    /// Regular file `path` opened for reading, never through a link.
+    /// `Ok(None)`: it does not exist. Its mode is 0600 for a private file,
+    /// 0644 for any other: the mode a Linux install would record, so that
+    /// a restore writes the same DACL kind.
+    pub(crate) fn open_file(&self, path: &Path) -> std::io::Result<Option<Opened>> {
+        Ok(self.open_regular(path)?.map(|(file, facts)| Opened {
+            file,
+            len: facts.len,
             mode: if facts.access.shared { 0o644 } else { 0o600 },
         }))
     }
 
-    /// The bytes of `path` (its last `limit` with `tail`), only if it is a
-    /// file the plugin itself would have written: SYSTEM's, Administrators'
-    /// or ours, writable by nobody else, one hard link.
-    pub fn read_own(
-        &self,
-        path: &Path,
-        limit: u64,
-        tail: bool,
-    ) -> std::io::Result<Option<Vec<u8>>> {
-        let Some((mut file, facts)) = self.open_regular(path)? else {
+    /// Regular file `path` opened for reading, only if it is a file the
+    /// plugin itself would have written: SYSTEM's, Administrators' or
+    /// ours, writable by nobody else, one hard link.
+    pub(crate) fn open_own(&self, path: &Path) -> std::io::Result<Option<Opened>> {
+        let Some((file, facts)) = self.open_regular(path)? else {
             return Ok(None);
         };
         let me = super::running_owner()?;
@@ -289,22 +245,15 @@ impl Host {
                 facts.links
             )));
         }
-        if tail {
-            file.seek(SeekFrom::Start(facts.len.saturating_sub(limit)))?;
-        } else if facts.len > limit {
-            return Err(too_large(limit));
-        }
-        let mut bytes = Vec::new();
-        file.take(limit).read_to_end(&mut bytes)?;
-        Ok(Some(bytes))
-    }
-
-    pub fn read_bytes(&self, path: &Path, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
-        Ok(self.read_file(path, limit)?.map(|d| d.bytes))
+        Ok(Some(Opened {
+            file,
+            len: facts.len,
+            mode: if facts.access.shared { 0o644 } else { 0o600 },
+        }))
     }
 
     /// The entries of folder `path`, each with what it is itself, sorted.
-    pub fn read_dir(&self, path: &Path) -> std::io::Result<Vec<(OsString, Kind)>> {
+    pub(crate) fn read_dir(&self, path: &Path) -> std::io::Result<Vec<(OsString, Kind)>> {
         let local = self.walk(path, false)?;
         let mut out = Vec::new();
         for entry in std::fs::read_dir(local)? {
@@ -319,7 +268,7 @@ impl Host {
     }
 
     /// Creates folder `path` and its missing parents (inherited DACLs).
-    pub fn create_dir_all(&self, path: &Path) -> std::io::Result<()> {
+    pub(crate) fn create_dir_all(&self, path: &Path) -> std::io::Result<()> {
         let mut done = PathBuf::new();
         for name in Self::below_root(path) {
             done.push(&name);
@@ -380,7 +329,13 @@ impl Host {
         Ok(tmp)
     }
 
-    fn put(&self, path: &Path, bytes: &[u8], mode: u32, replace: bool) -> std::io::Result<bool> {
+    pub(crate) fn put(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        mode: u32,
+        replace: bool,
+    ) -> std::io::Result<bool> {
         let (dir, local) = self.place(path)?;
         if !replace && std::fs::symlink_metadata(&local).is_ok() {
             return Ok(false);
@@ -406,19 +361,14 @@ impl Host {
         }
     }
 
-    /// Writes `bytes` to `path` atomically, replacing what is there.
-    pub fn write(&self, path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
-        self.put(path, bytes, mode, true).map(|_| ())
-    }
-
-    /// Writes `bytes` to `path` only if nothing is there.
-    pub fn write_new(&self, path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<bool> {
-        self.put(path, bytes, mode, false)
-    }
-
     /// Makes `path` a symbolic link to `target` (SYSTEM holds the
     /// privilege to create one).
-    pub fn symlink(&self, path: &Path, target: &Path, replace: bool) -> std::io::Result<bool> {
+    pub(crate) fn symlink(
+        &self,
+        path: &Path,
+        target: &Path,
+        replace: bool,
+    ) -> std::io::Result<bool> {
         let (dir, local) = self.place(path)?;
         if std::fs::symlink_metadata(&local).is_ok() {
             if !replace {
@@ -432,7 +382,7 @@ impl Host {
     }
 
     /// Removes file or link `path`. `Ok(false)`: nothing was there.
-    pub fn remove(&self, path: &Path) -> std::io::Result<bool> {
+    pub(crate) fn remove(&self, path: &Path) -> std::io::Result<bool> {
         let local = match self.walk(path, true) {
             Ok(l) => l,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
@@ -447,7 +397,7 @@ impl Host {
 
     /// Removes folder `path` if it is empty. `Ok(false)`: it is not there,
     /// or not empty.
-    pub fn remove_dir(&self, path: &Path) -> std::io::Result<bool> {
+    pub(crate) fn remove_dir(&self, path: &Path) -> std::io::Result<bool> {
         let local = match self.walk(path, false) {
             Ok(l) => l,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
@@ -465,7 +415,7 @@ impl Host {
 
     /// Takes an exclusive lock on `path` (created private), waiting at
     /// most `wait` (`LockFileEx` through std).
-    pub fn lock(&self, path: &Path, wait: Duration) -> std::io::Result<File> {
+    pub(crate) fn lock(&self, path: &Path, wait: Duration) -> std::io::Result<File> {
         let (_, local) = self.place(path)?;
         let file = super::open(
             &local,
@@ -538,12 +488,5 @@ fn untrusted(local: &Path) -> std::io::Result<()> {
 
 /// The components of `path` from the `skip`th one below the root on.
 fn path_rest(path: &Path, skip: usize) -> PathBuf {
-    Host::below_root(path).into_iter().skip(skip).collect()
-}
-
-fn too_large(limit: u64) -> std::io::Error {
-    std::io::Error::new(
-        std::io::ErrorKind::InvalidData,
-        format!("it is larger than {limit} bytes"),
-    )
+    Root::below_root(path).into_iter().skip(skip).collect()
 }
