@@ -21,6 +21,8 @@
 #   x86_64:  musl-tools (musl-gcc)
 #   aarch64: gcc-aarch64-linux-gnu with musl-dev:arm64's headers, through
 #            its musl-gcc.specs; rustc links with its own musl crt and libc.
+#   both Linux targets link with lld (Debian's `lld`), which folds identical
+#            functions (`--icf=all`, .cargo/config.toml).
 #   windows: mingw-w64 (x86_64-w64-mingw32-gcc); the .exe needs no DLL but
 #            those every Windows Server 2019 and later ships.
 # Missing packages, Rust targets and the two cargo tools (pinned below) are
@@ -55,6 +57,8 @@ esac
 install_tools() {
   local need=() arch
   dpkg -s musl-tools >/dev/null 2>&1 || need+=(musl-tools)
+  # The static builds link with lld and fold identical code (.cargo/config.toml).
+  dpkg -s lld >/dev/null 2>&1 || need+=(lld)
   for arch in $arches; do
     if [ "$arch" = arm64 ]; then
       dpkg -s gcc-aarch64-linux-gnu >/dev/null 2>&1 || need+=(gcc-aarch64-linux-gnu)
