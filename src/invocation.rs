@@ -7,14 +7,12 @@
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use clap::{FromArgMatches, Subcommand};
-
 use crate::commands::{self, Command};
 use crate::options::{self, CommandLine};
 use crate::{serve, version};
+use wicp_base::flags::{self, Asked};
 use wicp_base::log;
 use wicp_net::inputs::{Env, Inputs};
-use wicp_providers as providers;
 
 /// Runs the binary on the process's command line and environment.
 pub fn run() -> ExitCode {
@@ -40,41 +38,77 @@ pub fn run() -> ExitCode {
     std::process::exit(i32::from(status))
 }
 
-/// The command line, parsed once, by one clap command chosen before it
-/// reads anything: the serving command with only the flags the line can
-/// use ([`options::serving_command`]), which is what the kubelet's every
-/// call gets, else the whole command line, every provider's flags and the
-/// admin commands. A command line clap refuses (or `--help` and
-/// `--version`) ends the process here, with exit status 2 for a mistake.
+/// The command line, parsed once, by the one parser
+/// ([`options::parse`]): every word and `WICP_*` variable is read once,
+/// against the flag tables, which is all a kubelet's call has. A word
+/// that is no flag starts an admin command, which clap reads from there
+/// on ([`commands::parse`]). A refused line (or `--help` and `--version`)
+/// ends the process here, with exit status 2 for a mistake.
 fn parse(args: &[OsString], variables: &[(OsString, OsString)]) -> (CommandLine, Option<Command>) {
-    let (mut command, carried) = options::serving_command(args, variables).unwrap_or_else(|| {
-        let whole = Command::augment_subcommands(options::command().version(version::line()));
-        (whole, providers::ALL.to_vec())
-    });
-    let matches = command
-        .try_get_matches_from_mut(args)
-        .unwrap_or_else(|e| usage_error(&e, args, variables));
-    // Not freed: the process ends within milliseconds, and freeing clap's
-    // command argument by argument was 3% of a cache hit (issue 47).
-    std::mem::forget(command);
-    let command = matches.subcommand().is_some().then(|| {
-        Command::from_arg_matches(&matches).unwrap_or_else(|e| usage_error(&e, args, variables))
-    });
+    let (given, asked) = options::parse(
+        args,
+        variables
+            .iter()
+            .map(|(name, value)| (name.as_os_str(), value.as_os_str())),
+    );
+    let format = options::log_format_of(&given);
     let arg0 = args.first().cloned().unwrap_or_default();
-    let line = CommandLine::read(&arg0, matches, &carried)
-        .unwrap_or_else(|e| usage_error(&e, args, variables));
+    let command = match asked {
+        Asked::Serve => None,
+        // `help` alone is `--help`; `help explain` is clap's.
+        Asked::Command(words) if matches!(words.as_slice(), [only] if only == "help") => {
+            print_and_exit(&options::help(&commands::summaries()))
+        }
+        Asked::Command(words) => {
+            Some(commands::parse(&arg0, &words).unwrap_or_else(|e| command_error(&e, format)))
+        }
+        Asked::Help => print_and_exit(&options::help(&commands::summaries())),
+        Asked::Version => print_and_exit(&format!("{} {}\n", options::BINARY, version::line())),
+        Asked::Mistake(usage) => usage_error(&usage, format),
+    };
+    let line = CommandLine::read(&arg0, &given).unwrap_or_else(|e| usage_error(&e, format));
     (line, command)
 }
 
-/// Ends the process for a command line clap refused (or `--help` and
-/// `--version`, which clap prints on stdout): as clap does, except that a
-/// usage error asked for in JSON (by `--log-format` or `WICP_LOG_FORMAT`,
-/// read without clap) is one JSON line like every other.
-fn usage_error(e: &clap::Error, args: &[OsString], variables: &[(OsString, OsString)]) -> ! {
-    if e.use_stderr() && options::log_format_asked(args, variables) == log::Format::Json {
-        log::set_format(log::Format::Json);
-        log::write(log::Level::Error, format_args!("{}", e.render()));
-        std::process::exit(2);
+/// Ends the process for `--help` and `--version`: `text` on stdout,
+/// exit status 0 (2 if stdout is closed).
+fn print_and_exit(text: &str) -> ! {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let written = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+    std::process::exit(if written.is_ok() { 0 } else { 2 })
+}
+
+/// Ends the process for a command line the parser refused: `error: ...`,
+/// the usage line and a pointer to `--help` on stderr, or one JSON line
+/// when the line asked for JSON (`--log-format` or `WICP_LOG_FORMAT`);
+/// exit status 2.
+fn usage_error(usage: &flags::Usage, format: log::Format) -> ! {
+    let text = format!(
+        "error: {usage}\n\n{}\n\nFor more information, try '--help'.\n",
+        options::USAGE
+    );
+    write_usage_error(&text, format)
+}
+
+/// Ends the process for an admin command's line that clap refused (or
+/// its `--help`, which clap prints on stdout), as clap does, except that
+/// a usage error asked for in JSON is one JSON line like every other.
+fn command_error(e: &clap::Error, format: log::Format) -> ! {
+    if e.use_stderr() {
+        write_usage_error(&e.render().to_string(), format)
     }
     e.exit()
+}
+
+fn write_usage_error(text: &str, format: log::Format) -> ! {
+    if format == log::Format::Json {
+        log::set_format(log::Format::Json);
+        log::write(log::Level::Error, format_args!("{}", text.trim_end()));
+    } else {
+        use std::io::Write;
+        // Nothing is left to tell if stderr is closed.
+        let _ = std::io::stderr().write_all(text.as_bytes());
+    }
+    std::process::exit(2)
 }

@@ -1,20 +1,22 @@
-//! The serving command line: the flags the kubelet's provider entry passes
+//! The command line: the flags the kubelet's provider entry passes
 //! (`args`), their `WICP_*` environment variables (`env`), and the rule that
 //! the binary's own name picks a provider.
 //!
-//! Each provider adds its own flags ([`Provider::flags`]); the admin
-//! commands are added by `main`, which is the only place that knows both.
+//! One parser reads it ([`wicp_base::flags::parse`]): each flag is a
+//! `FlagSpec` static beside the options struct that reads it, the shared
+//! ones here and in the layers below, each provider's in its module
+//! ([`Provider::flags`]). The parser walks the words once and the `WICP_*`
+//! variables once against those tables, which also write `--help`
+//! ([`help`]). A word that is no flag starts an admin command, which clap
+//! parses from there (`invocation`).
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub(crate) use clap::ArgMatches;
-use clap::builder::PossibleValue;
-use clap::{CommandFactory, FromArgMatches, Parser};
-
 use wicp_base::duration;
 use wicp_base::error::{Error, Result};
+use wicp_base::flags::{self, Asked, FlagSpec, Flags, Given, Takes, Usage};
 use wicp_base::log::{Format, Level};
 use wicp_providers::cache;
 
@@ -25,8 +27,6 @@ pub const BINARY: &str = "wi-credential-provider";
 
 /// The `--provider` value that routes by registry host.
 pub(crate) const AUTO: &str = "auto";
-
-const ABOUT: &str = "Kubelet image credential provider: each pod pulls images with its own service account identity.";
 
 const LONG_ABOUT: &str = "\
 Kubelet image credential provider: each pod pulls images with its own service account identity.
@@ -42,76 +42,153 @@ flag wins. Durations are written like the kubelet's: 45s, 10m, 1h, 1h30m.
 Exit status: 0 with a response on stdout; 1 when no credential could be produced (one
 line on stderr says why and how to fix it); 2 for bad command-line usage.";
 
-/// The flags every invocation shares; each provider's own are added by
-/// [`command`].
-#[derive(Parser, Debug, Clone)]
-#[command(name = BINARY, version, about = ABOUT, long_about = LONG_ABOUT)]
+/// The usage line of `--help` and of every usage error.
+pub(crate) const USAGE: &str = "Usage: wi-credential-provider [OPTIONS] [COMMAND]";
+
+/// `--provider`.
+static PROVIDER: FlagSpec = FlagSpec {
+    long: "provider",
+    env: "WICP_PROVIDER",
+    takes: Takes::One,
+    value: "PROVIDER",
+    default: "",
+    help: "Which provider turns the token into registry credentials. Without \
+        this flag the binary's own name decides (`wi-credential-provider-aws` \
+        means aws, and so on), else `auto`, which picks a cloud provider \
+        (aws, azure, gcp) from the registry host and never any other.",
+};
+
+/// `--audience`.
+static AUDIENCE: FlagSpec = FlagSpec {
+    long: "audience",
+    env: "WICP_AUDIENCE",
+    takes: Takes::One,
+    value: "AUDIENCE",
+    default: "",
+    help: "The audience the service account token must carry, replacing the \
+        provider's default. Must equal tokenAttributes.serviceAccountTokenAudience.",
+};
+
+/// `--max-cache-duration`.
+// No `default` here and below: the accessors on Options hold it, so a
+// hit parses no value it was not given (issue 47).
+static MAX_CACHE_DURATION: FlagSpec = FlagSpec {
+    long: "max-cache-duration",
+    env: "WICP_MAX_CACHE_DURATION",
+    takes: Takes::One,
+    value: "DURATION",
+    default: "",
+    help: "Upper bound on the cacheDuration returned to the kubelet, which is \
+        otherwise 80% of the credential's remaining lifetime. It bounds how \
+        long a revoked permission keeps working on a node. Default: 1h.",
+};
+
+/// `--timeout`.
+static TIMEOUT: FlagSpec = FlagSpec {
+    long: "timeout",
+    env: "WICP_TIMEOUT",
+    takes: Takes::One,
+    value: "DURATION",
+    default: "",
+    help: "Overall deadline for one invocation, shared by reading the request on \
+        stdin and every upstream call. Keep it below the kubelet's hard 60s \
+        kill. Default: 45s.",
+};
+
+/// `--log-level`.
+static LOG_LEVEL: FlagSpec = FlagSpec {
+    long: "log-level",
+    env: "WICP_LOG_LEVEL",
+    takes: Takes::One,
+    value: "LEVEL",
+    default: "",
+    help: "Log level for stderr: error, warn, info or debug. `info` writes at \
+        most one line per successful invocation; no level ever logs a token or \
+        password. Default: info.",
+};
+
+/// `--log-format`.
+static LOG_FORMAT: FlagSpec = FlagSpec {
+    long: "log-format",
+    env: "WICP_LOG_FORMAT",
+    takes: Takes::One,
+    value: "FORMAT",
+    default: "",
+    help: "How stderr lines are written: `text` for people, `json` for one \
+        JSON object per line (time, level, message, provider, registry, \
+        service_account, outcome, kind, cache, duration_seconds, \
+        upstream_status, fix). Masking applies to both. Default: text.",
+};
+
+/// The flags every invocation shares, read by [`Options`] itself; its
+/// groups' are theirs.
+static OWN: &[&FlagSpec] = &[
+    &PROVIDER,
+    &AUDIENCE,
+    &MAX_CACHE_DURATION,
+    &TIMEOUT,
+    &wicp_net::trust::CA_FILE,
+    &LOG_LEVEL,
+    &LOG_FORMAT,
+];
+
+/// The flags every invocation shares; each provider's own are in its
+/// [`Provider::flags`].
+#[derive(Debug, Clone)]
 pub(crate) struct Options {
-    /// Which provider turns the token into registry credentials. Without
-    /// this flag the binary's own name decides (`wi-credential-provider-aws`
-    /// means aws, and so on), else `auto`, which picks a cloud provider
-    /// (aws, azure, gcp) from the registry host and never any other.
-    #[arg(long, value_name = "PROVIDER", env = "WICP_PROVIDER", value_parser = clap::builder::PossibleValuesParser::new(names()))]
+    /// `--provider`: a provider's name or `auto`, checked when read.
     pub(crate) provider: Option<String>,
-
-    /// The audience the service account token must carry, replacing the
-    /// provider's default. Must equal tokenAttributes.serviceAccountTokenAudience.
-    #[arg(long, value_name = "AUDIENCE", env = "WICP_AUDIENCE")]
+    /// `--audience`.
     pub(crate) audience: Option<String>,
-
-    /// Upper bound on the cacheDuration returned to the kubelet, which is
-    /// otherwise 80% of the credential's remaining lifetime. It bounds how
-    /// long a revoked permission keeps working on a node. Default: 1h.
-    // Not clap defaults, here and below: a value clap holds as a default
-    // is parsed on every invocation, and the shared flags' defaults were
-    // 2% of a cache hit's instructions (issue 47).
-    #[arg(long, value_name = "DURATION", env = "WICP_MAX_CACHE_DURATION", value_parser = parse_duration)]
     max_cache_duration: Option<Duration>,
-
-    /// Overall deadline for one invocation, shared by reading the request on
-    /// stdin and every upstream call. Keep it below the kubelet's hard 60s
-    /// kill. Default: 45s.
-    #[arg(long, value_name = "DURATION", env = "WICP_TIMEOUT", value_parser = parse_timeout)]
     timeout: Option<Duration>,
-
-    /// A PEM bundle of extra CA certificates trusted by every upstream call,
-    /// on top of the node's trust store (SSL_CERT_FILE replaces that store,
-    /// as in OpenSSL): the CA of a TLS-inspecting proxy or a private endpoint.
-    #[arg(long = wicp_net::trust::CA_FILE.long, value_name = "PATH", env = wicp_net::trust::CA_FILE.env)]
+    /// `--ca-file`.
     pub(crate) ca_file: Option<PathBuf>,
-
-    /// Log level for stderr. `info` writes at most one line per successful
-    /// invocation; no level ever logs a token or password. Default: info.
-    #[arg(long, value_enum, value_name = "LEVEL", env = "WICP_LOG_LEVEL")]
     log_level: Option<Level>,
-
-    /// How stderr lines are written: `text` for people, `json` for one
-    /// JSON object per line (time, level, message, provider, registry,
-    /// service_account, outcome, kind, cache, duration_seconds, upstream_status,
-    /// fix). Masking applies to both. Default: text.
-    #[arg(long, value_enum, value_name = "FORMAT", env = "WICP_LOG_FORMAT")]
-    log_format: Option<wicp_base::log::Format>,
-
-    #[command(flatten)]
+    log_format: Option<Format>,
     pub(crate) observe: wicp_net::observe::Options,
-
-    #[command(flatten)]
     pub(crate) registries: providers::allowlist::Options,
-
-    #[command(flatten)]
     pub(crate) fallback: providers::fallback::Options,
-
-    #[command(flatten)]
     pub(crate) mirrors: providers::mirror::Options,
-
-    #[command(flatten)]
     pub(crate) identity: wicp_providers::spiffe::Options,
-
-    #[command(flatten)]
     pub(crate) cache: cache::Options,
 }
 
 impl Options {
+    /// Reads the shared flags from `given`: a value they cannot take, an
+    /// unknown `--provider` or two mirrors of one registry is a usage
+    /// error.
+    fn read(given: &Given) -> std::result::Result<Self, Usage> {
+        let provider = given.text(&PROVIDER)?;
+        if let Some(name) = &provider
+            && name != AUTO
+            && Provider::find(name).is_none()
+        {
+            return Err(Usage::invalid(
+                &PROVIDER,
+                OsStr::new(name),
+                format!("[possible values: {}]", names().join(", ")),
+            ));
+        }
+        let mirrors = providers::mirror::Options::from_flags(given)?;
+        mirrors.check().map_err(Usage::new)?;
+        Ok(Options {
+            provider,
+            audience: given.text(&AUDIENCE)?,
+            max_cache_duration: given.parsed(&MAX_CACHE_DURATION, duration::parse)?,
+            timeout: given.parsed(&TIMEOUT, parse_timeout)?,
+            ca_file: given.path(&wicp_net::trust::CA_FILE),
+            log_level: given.choice(&LOG_LEVEL)?,
+            log_format: given.choice(&LOG_FORMAT)?,
+            observe: wicp_net::observe::Options::from_flags(given)?,
+            registries: providers::allowlist::Options::from_flags(given)?,
+            fallback: providers::fallback::Options::from_flags(given)?,
+            mirrors,
+            identity: wicp_providers::spiffe::Options::from_flags(given)?,
+            cache: cache::Options::from_flags(given)?,
+        })
+    }
+
     /// `--max-cache-duration`, 1h unless given.
     pub(crate) fn max_cache_duration(&self) -> Duration {
         self.max_cache_duration
@@ -134,6 +211,51 @@ impl Options {
     }
 }
 
+/// The shared flags by `--help` section: a heading (`""`: the first,
+/// "Options") and its flags.
+fn shared() -> [(&'static str, &'static [&'static FlagSpec]); 7] {
+    [
+        ("", OWN),
+        ("", providers::allowlist::Options::FLAGS),
+        ("", providers::fallback::Options::FLAGS),
+        ("", providers::mirror::Options::FLAGS),
+        ("", wicp_providers::spiffe::Options::FLAGS),
+        (
+            wicp_net::observe::Options::HEADING,
+            wicp_net::observe::Options::FLAGS,
+        ),
+        (cache::Options::HEADING, cache::Options::FLAGS),
+    ]
+}
+
+/// Every flag table of the command line: the shared ones, then each
+/// provider's.
+pub(crate) fn tables() -> Vec<&'static [&'static FlagSpec]> {
+    shared()
+        .into_iter()
+        .map(|(_, flags)| flags)
+        .chain(providers::ALL.iter().map(|p| p.flags.flags))
+        .collect()
+}
+
+/// Reads `args` (the program's name first) and `variables` with the one
+/// parser: the flags of every table, and after a command word only the
+/// cache's flags (`cache list --cache-dir DIR`), which stay the command
+/// line's own.
+pub(crate) fn parse<'v>(
+    args: &[OsString],
+    variables: impl IntoIterator<Item = (&'v OsStr, &'v OsStr)>,
+) -> (Given, Asked) {
+    let words = args.get(1..).unwrap_or_default();
+    flags::parse(&tables(), cache::Options::FLAGS, words, variables)
+}
+
+/// The log format `given` asks for, even when the line is refused: a
+/// usage error asked for in JSON is one JSON line like every other.
+pub(crate) fn log_format_of(given: &Given) -> Format {
+    given.choice(&LOG_FORMAT).ok().flatten().unwrap_or_default()
+}
+
 /// The `--provider` values: every provider, and `auto`.
 fn names() -> Vec<&'static str> {
     providers::ALL
@@ -143,170 +265,63 @@ fn names() -> Vec<&'static str> {
         .collect()
 }
 
-/// The `--provider` values with their `--help` text: each provider's
-/// declared summary and token audience. Only the whole command line
-/// carries them; the serving parse of a hit does not format them.
-fn choices() -> Vec<PossibleValue> {
-    let auto = PossibleValue::new(AUTO)
-        .help("the cloud provider (aws, azure, gcp) whose registry the image names");
-    providers::ALL
+/// `--help`: what the binary is, its commands (`commands`: each name and
+/// what it does), and every flag by section, written from the flag
+/// tables; `--provider` lists each provider with its summary and token
+/// audience.
+pub(crate) fn help(commands: &[(String, String)]) -> String {
+    use std::fmt::Write;
+    let mut out = format!("{LONG_ABOUT}\n\n{USAGE}\n\nCommands:\n");
+    let width = commands
         .iter()
-        .map(|p| {
-            PossibleValue::new(p.name)
-                .help(format!("{}; token audience: {}", p.summary, p.audience))
-        })
-        .chain(std::iter::once(auto))
-        .collect()
-}
-
-/// The serving command line: [`Options`] and every provider's flags.
-pub(crate) fn command() -> clap::Command {
-    command_with(providers::ALL).mut_arg("provider", |arg| {
-        arg.value_parser(clap::builder::PossibleValuesParser::new(choices()))
-    })
-}
-
-/// [`Options`] and the flags of `carried` only.
-fn command_with(carried: &[&'static Provider]) -> clap::Command {
-    carried
-        .iter()
-        .fold(Options::command(), |command, p| (p.flags.augment)(command))
-}
-
-/// The serving command that reads `args` and `variables` with only the
-/// flags they can use: [`Options`] and the flags of the provider they ask
-/// for by `--provider`, `WICP_PROVIDER` or the binary's name, or for
-/// `auto` those of the providers `auto` can pick; with those providers.
-/// Building and parsing every provider's flags cost about 0.1 ms of a
-/// 1.2 ms cache hit, mostly in first touches of memory and code
-/// (docs/performance.md), so a hit builds only these.
-///
-/// `variables` are the process's environment variables, which clap reads
-/// for the flags that have one.
-///
-/// `None` when that command would not read the line as the whole one
-/// does ([`fits`]): the caller then parses with the whole command line.
-/// Either way the line is parsed once. The smaller command is the whole
-/// one without some of its flags, so where it fits it reads every
-/// argument and variable exactly as the whole one would; what it leaves
-/// out (other providers' flags, at their defaults) is never read when
-/// serving, since only the chosen provider is built.
-pub(crate) fn serving_command(
-    args: &[OsString],
-    variables: &[(OsString, OsString)],
-) -> Option<(clap::Command, Vec<&'static Provider>)> {
-    let named = provider_from_program_name(args.first()?);
-    let asked = value_asked(args, "--provider").or_else(|| {
-        let (_, value) = variables.iter().find(|(name, _)| name == "WICP_PROVIDER")?;
-        value.to_str().map(str::to_string)
-    });
-    let choice = choose(asked.as_deref(), named).ok()?;
-    let carried = carried_for(choice);
-    let command = command_with(&carried);
-    fits(&command, args, variables).then_some((command, carried))
-}
-
-/// Whether `command` (a serving command without admin commands) has
-/// every word of `args` for its own: each a long flag of its own
-/// (`--flag VALUE` or `--flag=VALUE`), so no command, no short flag
-/// (`-h`, `-V`), no `--help` or `--version`, no `--` and no other
-/// provider's flag; and whether it reads every `WICP_*` variable set.
-/// Anything else is the whole command line's to read or refuse.
-fn fits(command: &clap::Command, args: &[OsString], variables: &[(OsString, OsString)]) -> bool {
-    let reads: Vec<&OsStr> = command
-        .get_arguments()
-        .filter_map(|a| a.get_env())
-        .collect();
-    if variables
-        .iter()
-        .any(|(name, _)| is_unread_variable(name, &reads))
-    {
-        return false;
+        .map(|(name, _)| name.len())
+        .max()
+        .unwrap_or(0);
+    for (name, about) in commands {
+        let _ = writeln!(out, "  {name:width$}  {about}");
     }
-    let mut words = args.iter().skip(1);
-    while let Some(word) = words.next() {
-        let Some(flag) = word.to_str().and_then(|w| w.strip_prefix("--")) else {
-            return false;
-        };
-        let (name, inline) = match flag.split_once('=') {
-            Some((name, _)) => (name, true),
-            None => (flag, false),
-        };
-        let Some(arg) = command
-            .get_arguments()
-            .find(|a| !name.is_empty() && a.get_long() == Some(name))
-        else {
-            return false;
-        };
-        if !inline && arg.get_action().takes_values() {
-            words.next();
-        }
-    }
-    true
-}
-
-/// The providers whose flags serving `choice` needs (`None`: `auto`).
-fn carried_for(choice: Option<&'static Provider>) -> Vec<&'static Provider> {
-    match choice {
-        Some(p) => vec![p],
-        None => providers::ALL
+    let sections = shared().into_iter().chain(
+        providers::ALL
             .iter()
-            .copied()
-            .filter(|p| p.auto.is_some())
-            .collect(),
-    }
-}
-
-/// The last value of `flag` on a command line, read as clap reads it
-/// (`--flag VALUE` or `--flag=VALUE`, none after `--`). Only a guess, for
-/// what must be known before clap parses: [`serving_command`] carries the
-/// flags of the provider asked for, and [`CommandLine::build`] refuses to
-/// build one whose flags it did not read; [`log_format_asked`] only
-/// decides how a usage error is written.
-fn value_asked(args: &[OsString], flag: &str) -> Option<String> {
-    let mut asked = None;
-    let mut words = args.iter().skip(1).map(|w| w.to_str());
-    while let Some(word) = words.next() {
-        match word {
-            Some("--") => break,
-            Some(word) if word == flag => asked = words.next().flatten(),
-            Some(word) => {
-                if let Some(value) = word.strip_prefix(flag).and_then(|v| v.strip_prefix('=')) {
-                    asked = Some(value);
+            .map(|p| (p.flags.heading, p.flags.flags)),
+    );
+    let mut written: Vec<&str> = Vec::new();
+    for (heading, flags) in sections {
+        let heading = if heading.is_empty() {
+            "Options"
+        } else {
+            heading
+        };
+        if !written.contains(&heading) {
+            let _ = write!(out, "\n{heading}:\n");
+            written.push(heading);
+        }
+        for flag in flags {
+            flags::write_help(&mut out, flag);
+            if std::ptr::eq(*flag, &PROVIDER) {
+                out.push_str("          Possible values:\n");
+                let choices = providers::ALL
+                    .iter()
+                    .map(|p| format!("{}: {}; token audience: {}", p.name, p.summary, p.audience))
+                    .chain(std::iter::once(format!(
+                        "{AUTO}: the cloud provider (aws, azure, gcp) whose registry the image names"
+                    )));
+                for choice in choices {
+                    flags::wrap(&mut out, &choice, "          - ", "            ", 80);
                 }
+                out.push('\n');
             }
-            None => {}
         }
     }
-    asked.map(str::to_string)
-}
-
-/// The log format a command line asks for, read without clap so that
-/// even a usage error (a line clap refused) is written in it: `--log-format`, else
-/// `WICP_LOG_FORMAT` from `variables`. Only `json` changes anything.
-pub(crate) fn log_format_asked(args: &[OsString], variables: &[(OsString, OsString)]) -> Format {
-    let asked = value_asked(args, "--log-format").or_else(|| {
-        let (_, value) = variables
-            .iter()
-            .find(|(name, _)| name == "WICP_LOG_FORMAT")?;
-        value.to_str().map(str::to_string)
-    });
-    match asked.as_deref() {
-        Some("json") => Format::Json,
-        _ => Format::Text,
-    }
-}
-
-/// Whether `name` is a `WICP_*` variable that none of `reads` is: every
-/// flag's variable starts with `WICP_` (a test checks), so a command line
-/// that reads all those set reads everything the whole one would.
-fn is_unread_variable(name: &OsStr, reads: &[&OsStr]) -> bool {
-    name.as_encoded_bytes().starts_with(b"WICP_") && !reads.contains(&name)
+    out.push_str(
+        "\nHelp:\n  -h, --help\n          Print help\n\n  -V, --version\n          Print version\n",
+    );
+    out
 }
 
 /// A command line parsed once, into what every part of the binary reads:
 /// the shared flags, the provider the binary serves, and the typed flags
-/// of each provider the command line carries.
+/// of every provider.
 #[derive(Debug)]
 pub struct CommandLine {
     pub(crate) options: Options,
@@ -316,35 +331,24 @@ pub struct CommandLine {
     /// The provider the binary serves: `--provider` (or `WICP_PROVIDER`),
     /// else `named`; `None` is `auto` (by registry host, clouds only).
     pub(crate) choice: Option<&'static Provider>,
-    /// The own flags of each provider the command line was parsed with:
-    /// all of them for the whole command line, the chosen one (or `auto`'s)
-    /// for a serving one ([`serving_command`]).
+    /// The own flags of each provider, read whether or not it serves: a
+    /// value no provider would take is refused the same way for all.
     own: Vec<(&'static Provider, Box<dyn providers::OwnFlags>)>,
 }
 
 impl CommandLine {
-    /// Reads `matches` of a command that carries the flags of `carried`
-    /// (the whole command line, or [`serving_command`]'s), for the binary
-    /// run as `arg0`. An error is clap's own, a usage error like those of
-    /// the parse. The values are taken out of `matches`, not copied: a
-    /// copy of the matches and its freeing were 9% of a cache hit's
-    /// instructions (docs/performance.md).
-    pub fn read(
-        arg0: &OsStr,
-        mut matches: ArgMatches,
-        carried: &[&'static Provider],
-    ) -> std::result::Result<Self, clap::Error> {
-        let options = Options::from_arg_matches_mut(&mut matches)?;
-        options.mirrors.check().map_err(|why| {
-            clap::Error::raw(clap::error::ErrorKind::ArgumentConflict, format!("{why}\n"))
-        })?;
+    /// Reads what [`parse`] found for the binary run as `arg0`: the shared
+    /// flags, then each provider's. An error is a usage error, as the
+    /// parse's own are.
+    pub(crate) fn read(arg0: &OsStr, given: &Given) -> std::result::Result<Self, Usage> {
+        let options = Options::read(given)?;
         let named = provider_from_program_name(arg0);
-        // clap admits only the names of `choices()`: never unknown here.
+        // Options::read admits only a provider's name or `auto`.
         let choice = choose(options.provider.as_deref(), named).unwrap_or(None);
-        let own = carried
+        let own = providers::ALL
             .iter()
-            .map(|p| Ok((*p, (p.flags.read)(&mut matches)?)))
-            .collect::<std::result::Result<_, clap::Error>>()?;
+            .map(|p| Ok((*p, (p.flags.read)(given)?)))
+            .collect::<std::result::Result<_, Usage>>()?;
         Ok(CommandLine {
             options,
             named,
@@ -391,12 +395,8 @@ fn choose(
 #[derive(Debug)]
 struct UnknownProvider;
 
-fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
-    duration::parse(text).map_err(|e| e.to_string())
-}
-
 fn parse_timeout(text: &str) -> std::result::Result<Duration, String> {
-    let d = parse_duration(text)?;
+    let d = duration::parse(text).map_err(|e| e.to_string())?;
     if d.is_zero() || d > Duration::from_secs(59) {
         return Err("the timeout must be above 0s and below the kubelet's 60s kill".into());
     }
@@ -434,40 +434,54 @@ pub(crate) fn provider_from_program_name(arg0: &OsStr) -> Option<&'static Provid
     Provider::find(suffix)
 }
 
-/// The `WICP_*` variables the serving command line reads.
+/// The `WICP_*` variables the command line reads.
 pub(crate) fn env_names() -> Vec<String> {
-    command()
-        .get_arguments()
-        .filter_map(|a| a.get_env())
-        .map(|name| name.to_string_lossy().into_owned())
-        .collect()
+    env_names_static().map(str::to_string).collect()
 }
 
 /// Parses `args` as the binary run as `name` would, with `env` in place of
-/// the process environment for every `WICP_*` variable: each flag's
-/// variable is detached from the process, and the entry's value, if any,
-/// becomes that flag's default, which gives it exactly the precedence and
-/// parsing clap gives an environment value (the flag wins, the value goes
-/// through the same parser and delimiter).
+/// the process environment for every `WICP_*` variable: the same parser,
+/// precedence (a flag wins) and reading as a real run. A line that would
+/// not serve (a command, `--help`, `--version`) is refused.
 pub fn parse_as(
     name: &str,
     args: &[String],
     env: &wicp_net::inputs::Env,
-) -> std::result::Result<CommandLine, clap::Error> {
-    let command = command().mut_args(|arg| {
-        let value = arg
-            .get_env()
-            .and_then(|var| env.get(&var.to_string_lossy()))
-            .map(str::to_string);
-        let arg = arg.env(None);
-        match value {
-            Some(value) => arg.default_value(value),
-            None => arg,
-        }
-    });
-    let argv = std::iter::once(OsString::from(name)).chain(args.iter().map(OsString::from));
-    let matches = command.try_get_matches_from(argv)?;
-    CommandLine::read(OsStr::new(name), matches, providers::ALL)
+) -> std::result::Result<CommandLine, Usage> {
+    let argv: Vec<OsString> = std::iter::once(OsString::from(name))
+        .chain(args.iter().map(OsString::from))
+        .collect();
+    let variables: Vec<(&'static str, &str)> = env_names_static()
+        .filter_map(|var| Some((var, env.get(var)?)))
+        .collect();
+    let (given, asked) = parse(
+        &argv,
+        variables
+            .iter()
+            .map(|(var, value)| (OsStr::new(*var), OsStr::new(*value))),
+    );
+    match asked {
+        Asked::Serve => CommandLine::read(OsStr::new(name), &given),
+        Asked::Mistake(usage) => Err(usage),
+        Asked::Command(rest) => Err(Usage::new(format!(
+            "unexpected argument '{}' found",
+            rest.first()
+                .map(|w| w.to_string_lossy())
+                .unwrap_or_default()
+        ))),
+        Asked::Help | Asked::Version => Err(Usage::new(
+            "--help and --version print text, not a response to the kubelet",
+        )),
+    }
+}
+
+/// Every flag's variable, as the tables hold it.
+fn env_names_static() -> impl Iterator<Item = &'static str> {
+    tables()
+        .into_iter()
+        .flatten()
+        .map(|f| f.env)
+        .filter(|env| !env.is_empty())
 }
 
 #[cfg(test)]
@@ -494,132 +508,194 @@ mod tests {
         assert_eq!(p("wi-credential-provider-aws.ex"), None);
     }
 
-    #[test]
-    fn every_provider_is_a_choice() {
-        let names: Vec<String> = choices().iter().map(|v| v.get_name().to_string()).collect();
-        for p in providers::ALL {
-            assert!(names.iter().any(|n| n == p.name), "{}", p.name);
-        }
-        assert!(names.iter().any(|n| n == AUTO));
+    fn read(argv: &[&str], variables: &[(&str, &str)]) -> (Given, Asked) {
+        let args: Vec<OsString> = argv.iter().map(OsString::from).collect();
+        let variables: Vec<(OsString, OsString)> = variables
+            .iter()
+            .map(|(n, v)| (OsString::from(n), OsString::from(v)))
+            .collect();
+        parse(
+            &args,
+            variables
+                .iter()
+                .map(|(n, v)| (n.as_os_str(), v.as_os_str())),
+        )
+    }
+
+    fn line(argv: &[&str], variables: &[(&str, &str)]) -> std::result::Result<CommandLine, Usage> {
+        let (given, asked) = read(argv, variables);
+        assert_eq!(asked, Asked::Serve, "{argv:?}");
+        CommandLine::read(OsStr::new(argv[0]), &given)
     }
 
     #[test]
-    fn command_definition_is_consistent() {
-        command().debug_assert();
-        for p in providers::ALL {
-            command_with(&carried_for(Some(p))).debug_assert();
-        }
-        command_with(&carried_for(None)).debug_assert();
-    }
-
-    #[test]
-    fn every_flag_variable_is_a_wicp_variable() {
-        // parse_serving's check for variables it does not read relies on it.
-        for arg in command().get_arguments() {
-            if let Some(var) = arg.get_env() {
-                assert!(
-                    var.as_encoded_bytes().starts_with(b"WICP_"),
-                    "{}: {var:?}",
-                    arg.get_id()
-                );
+    fn every_flag_is_declared_once() {
+        let all: Vec<&FlagSpec> = tables().into_iter().flatten().copied().collect();
+        for (i, flag) in all.iter().enumerate() {
+            for other in &all[i + 1..] {
+                assert_ne!(flag.long, other.long, "--{} is declared twice", flag.long);
+                assert_ne!(flag.env, other.env, "{} is read by two flags", flag.env);
             }
         }
-        let reads = [OsStr::new("WICP_AUDIENCE")];
-        assert!(is_unread_variable(OsStr::new("WICP_VAULT_ROLE"), &reads));
-        assert!(!is_unread_variable(OsStr::new("WICP_AUDIENCE"), &reads));
-        assert!(!is_unread_variable(OsStr::new("PATH"), &reads));
+        assert!(all.len() > 60, "{} flags", all.len());
     }
 
-    /// Which command lines the serving command reads (`true`) and which
-    /// it leaves to the whole command line. Where it reads one, the whole
-    /// command line reads the same values (`cargo test` sets
-    /// `WICP_GIT_COMMIT`, which no flag reads, so no variable is passed:
-    /// the integration tests cover the environment).
     #[test]
-    fn the_serving_command_reads_only_lines_it_fits() {
-        let cases: Vec<(Vec<&str>, bool)> = vec![
-            (
-                vec![BINARY, "--provider", "gcp", "--gcp-project-id", "p"],
-                true,
-            ),
-            (
-                vec!["wi-credential-provider-gcp", "--gcp-project-id=p"],
-                true,
-            ),
-            (
-                vec![BINARY, "--gcp-project-id", "p", "--timeout", "10s"],
-                true,
-            ),
-            (
-                vec![BINARY, "--provider=vault", "--vault-address", "https://v"],
-                true,
-            ),
-            (
-                vec!["/x/wi-credential-provider-aws", "--provider", "vault"],
-                true,
-            ),
-            (
-                vec!["wi-credential-provider-aws", "--registry", "a.test,b.test"],
-                true,
-            ),
-            (
-                vec![BINARY, "--provider", "auto", "--acr-endpoint", "x"],
-                true,
-            ),
-            (
-                vec![BINARY, "--provider", "passthrough", "--log-level", "debug"],
-                true,
-            ),
-            // A value that looks like a command is a value.
-            (
-                vec![BINARY, "--audience", "explain", "--provider=gcp"],
-                true,
-            ),
-            // Another provider's flag: the whole command line reads it.
-            (
-                vec![
-                    BINARY,
-                    "--provider",
-                    "passthrough",
-                    "--vault-kv-version",
-                    "1",
-                ],
-                false,
-            ),
-            (
-                vec!["wi-credential-provider-gcp", "--vault-kv-version", "7"],
-                false,
-            ),
-            (vec![BINARY, "--provider", "nope"], false),
-            (vec![BINARY, "--", "--provider", "gcp"], false),
-            (vec![BINARY, "--provider", "gcp", "--help"], false),
-            (vec![BINARY, "-h"], false),
-            (vec![BINARY, "--version"], false),
-            (vec![BINARY, "cache", "list"], false),
-            (vec![BINARY, "--provider=gcp", "explain"], false),
-            (vec![BINARY, "--=x"], false),
-        ];
-        for (argv, served) in cases {
-            let args: Vec<OsString> = argv.iter().map(OsString::from).collect();
-            let Some((serving, carried)) = serving_command(&args, &[]) else {
-                assert!(!served, "{argv:?} was left to the whole command line");
-                continue;
-            };
-            assert!(served, "{argv:?} was read by the serving command");
-            let matches = serving.try_get_matches_from(&args).unwrap();
-            let line = CommandLine::read(&args[0], matches, &carried).unwrap();
-            let whole = command().try_get_matches_from(&args).unwrap();
-            let whole = CommandLine::read(&args[0], whole, providers::ALL).unwrap();
-            assert_eq!(line.choice, whole.choice, "{argv:?}");
+    fn every_flag_has_a_wicp_variable_and_help() {
+        for flag in tables().into_iter().flatten() {
+            let name = flag.long.replace('-', "_").to_ascii_uppercase();
+            assert_eq!(flag.env, format!("WICP_{name}"), "--{}", flag.long);
+            assert!(!flag.help.is_empty(), "--{} has no help", flag.long);
             assert_eq!(
-                format!("{:?}", line.options),
-                format!("{:?}", whole.options),
-                "{argv:?}"
+                flag.value.is_empty(),
+                flag.takes == Takes::Switch,
+                "--{}: only a switch takes no value",
+                flag.long
             );
-            for (provider, own) in &line.own {
-                let (_, whole_own) = whole.own.iter().find(|(p, _)| p == provider).unwrap();
-                assert_eq!(format!("{own:?}"), format!("{whole_own:?}"), "{argv:?}");
-            }
+        }
+    }
+
+    #[test]
+    fn help_lists_every_flag_provider_and_command() {
+        let commands = [("explain".to_string(), "Show it.".to_string())];
+        let help = help(&commands);
+        for flag in tables().into_iter().flatten() {
+            assert!(
+                help.contains(&format!("--{} ", flag.long))
+                    || help.contains(&format!("--{}\n", flag.long)),
+                "--{}",
+                flag.long
+            );
+            assert!(help.contains(flag.env), "{}", flag.env);
+        }
+        let words = help.split_whitespace().collect::<Vec<_>>().join(" ");
+        for p in providers::ALL {
+            assert!(
+                words.contains(&format!("- {}: {}", p.name, p.summary)),
+                "{}",
+                p.name
+            );
+            assert!(
+                help.contains(&format!("\n{}:\n", p.flags.heading)),
+                "{}",
+                p.flags.heading
+            );
+        }
+        assert!(help.contains("  explain  Show it.\n"), "{help}");
+        assert!(help.contains(USAGE));
+    }
+
+    /// docs/ has a row for every flag the tables declare (docs/flags.md,
+    /// a provider's page, the cache's), so a new flag is documented where
+    /// admins look.
+    #[test]
+    fn every_flag_has_a_row_in_the_docs() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
+        let mut pages = vec![root.join("flags.md"), root.join("cache.md")];
+        for entry in std::fs::read_dir(root.join("providers")).unwrap() {
+            pages.push(entry.unwrap().path());
+        }
+        let text: String = pages
+            .iter()
+            .map(|page| std::fs::read_to_string(page).unwrap())
+            .collect();
+        for flag in tables().into_iter().flatten() {
+            assert!(
+                text.contains(&format!("| `--{}` |", flag.long)),
+                "no docs/ table row for --{}",
+                flag.long
+            );
+        }
+    }
+
+    /// One parse reads the shared flags, the provider asked for and every
+    /// provider's flags, from words and variables alike.
+    #[test]
+    fn one_parse_reads_words_and_variables() {
+        let l = line(
+            &[
+                "wi-credential-provider-aws",
+                "--provider=gcp",
+                "--gcp-project-id",
+                "p",
+                "--timeout",
+                "10s",
+            ],
+            &[
+                ("WICP_VAULT_KV_VERSION", "1"),
+                ("WICP_TIMEOUT", "20s"),
+                ("WICP_GIT_COMMIT", "x"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(l.named.map(|p| p.name), Some("aws"));
+        assert_eq!(l.choice.map(|p| p.name), Some("gcp"));
+        assert_eq!(
+            l.options.timeout(),
+            Duration::from_secs(10),
+            "the word wins"
+        );
+        let vault = l.own.iter().find(|(p, _)| p.name == "vault").unwrap();
+        assert!(
+            format!("{:?}", vault.1).contains("vault_kv_version: 1"),
+            "{:?}",
+            vault.1
+        );
+        assert_eq!(l.own.len(), providers::ALL.len());
+        // `auto` and the name.
+        assert_eq!(
+            line(&["x", "--provider", "auto"], &[]).unwrap().choice,
+            None
+        );
+        let named = line(&["wi-credential-provider-gcp"], &[("WICP_PROVIDER", "")]).unwrap();
+        assert_eq!(named.choice.map(|p| p.name), Some("gcp"));
+    }
+
+    #[test]
+    fn bad_values_are_usage_errors_naming_the_flag() {
+        let e = |argv: &[&str], variables: &[(&str, &str)]| {
+            line(argv, variables).unwrap_err().to_string()
+        };
+        assert!(
+            e(&["x", "--provider", "nope"], &[]).starts_with(
+                "invalid value 'nope' for '--provider <PROVIDER>': [possible values: "
+            )
+        );
+        assert!(
+            e(&["x"], &[("WICP_VAULT_KV_VERSION", "7")])
+                .starts_with("invalid value '7' for '--vault-kv-version <VERSION>'")
+        );
+        assert!(e(&["x", "--timeout", "90s"], &[]).contains("below the kubelet's 60s kill"));
+        assert!(
+            e(&["x", "--log-level", "loud"], &[])
+                .ends_with("[possible values: error, warn, info, debug]")
+        );
+        assert!(
+            e(&["x", "--registry-mirror", "a.io=b.io,A.io=c.io"], &[])
+                .contains("only the first would ever be used")
+        );
+    }
+
+    #[test]
+    fn a_refused_line_still_says_its_log_format() {
+        let (given, asked) = read(&["x", "--log-format", "json", "--nope"], &[]);
+        assert!(matches!(asked, Asked::Mistake(_)));
+        assert_eq!(log_format_of(&given), Format::Json);
+        let (given, _) = read(&["x", "--nope"], &[("WICP_LOG_FORMAT", "json")]);
+        assert_eq!(log_format_of(&given), Format::Json);
+        let (given, _) = read(&["x", "--log-format=jsn"], &[]);
+        assert_eq!(log_format_of(&given), Format::Text);
+    }
+
+    #[test]
+    fn parse_as_reads_the_entry_env_and_refuses_what_would_not_serve() {
+        let env =
+            wicp_net::inputs::Env::from_pairs([("WICP_TIMEOUT", "5s"), ("WICP_NOT_A_FLAG", "x")]);
+        let l = parse_as(BINARY, &["--provider=passthrough".to_string()], &env).unwrap();
+        assert_eq!(l.options.timeout(), Duration::from_secs(5));
+        for args in [["explain"], ["--help"], ["--nope"]] {
+            let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+            assert!(parse_as(BINARY, &args, &env).is_err(), "{args:?}");
         }
     }
 
@@ -628,65 +704,5 @@ mod tests {
     fn a_command_line_can_be_shared_between_threads() {
         fn shared<T: Send + Sync>() {}
         shared::<CommandLine>();
-    }
-
-    #[test]
-    fn a_provider_is_built_only_from_flags_the_line_read() {
-        let args: Vec<OsString> = ["wi-credential-provider-gcp"].map(OsString::from).to_vec();
-        let (command, carried) = serving_command(&args, &[]).unwrap();
-        let matches = command.try_get_matches_from(&args).unwrap();
-        let line = CommandLine::read(&args[0], matches, &carried).unwrap();
-        let inputs = wicp_net::inputs::Inputs::new(wicp_net::inputs::Env::default(), None, None);
-        let vault = Provider::find("vault").unwrap();
-        let e = line.build(vault, &inputs).err().unwrap();
-        assert!(
-            e.to_string().contains("without the vault provider's flags"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn the_provider_asked_is_read_as_clap_reads_it() {
-        let asked = |argv: &[&str]| {
-            let args: Vec<OsString> = argv.iter().map(OsString::from).collect();
-            value_asked(&args, "--provider")
-        };
-        assert_eq!(
-            asked(&[BINARY, "--provider", "aws"]).as_deref(),
-            Some("aws")
-        );
-        assert_eq!(asked(&[BINARY, "--provider=gcp"]).as_deref(), Some("gcp"));
-        assert_eq!(
-            asked(&[BINARY, "--provider=a", "--provider", "b"]).as_deref(),
-            Some("b")
-        );
-        assert_eq!(asked(&[BINARY, "--", "--provider", "b"]), None);
-        assert_eq!(asked(&["--provider", "the program name is not read"]), None);
-        assert_eq!(asked(&[BINARY, "--provider"]), None);
-        assert_eq!(asked(&[BINARY, "--providers=x"]), None);
-    }
-
-    #[test]
-    fn the_log_format_is_read_before_clap() {
-        let args = |words: &[&str]| -> Vec<OsString> { words.iter().map(OsString::from).collect() };
-        let json = [(OsString::from("WICP_LOG_FORMAT"), OsString::from("json"))];
-        assert_eq!(log_format_asked(&args(&["x"]), &[]), Format::Text);
-        assert_eq!(log_format_asked(&args(&["x"]), &json), Format::Json);
-        assert_eq!(
-            log_format_asked(&args(&["x", "--log-format", "json"]), &[]),
-            Format::Json
-        );
-        assert_eq!(
-            log_format_asked(&args(&["x", "--log-format=json"]), &[]),
-            Format::Json
-        );
-        assert_eq!(
-            log_format_asked(&args(&["x", "--log-format=text"]), &json),
-            Format::Text
-        );
-        assert_eq!(
-            log_format_asked(&args(&["x", "--", "--log-format=json"]), &[]),
-            Format::Text
-        );
     }
 }

@@ -6,9 +6,11 @@ pub(crate) mod check_config;
 pub(crate) mod explain;
 pub(crate) mod node;
 
+use std::ffi::{OsStr, OsString};
 use std::process::ExitCode;
 
 use crate::options::Options;
+use wicp_base::flags::Choice;
 use wicp_net::inputs::Inputs;
 
 /// Commands for an admin. The kubelet runs the binary without one.
@@ -28,13 +30,58 @@ pub(crate) enum Command {
     Node(node::Command),
 }
 
+/// The commands as clap reads them: only an admin's command line, from
+/// its command word on, is parsed by clap.
+fn clap_command() -> clap::Command {
+    use clap::Subcommand;
+    Command::augment_subcommands(
+        clap::Command::new(crate::options::BINARY).subcommand_required(true),
+    )
+}
+
+/// Parses an admin's command: `words` from the command's name on, for
+/// the binary run as `arg0`. Its `--help` is clap's error kind that prints
+/// on stdout.
+pub(crate) fn parse(arg0: &OsStr, words: &[OsString]) -> Result<Command, clap::Error> {
+    use clap::FromArgMatches;
+    let argv = std::iter::once(arg0).chain(words.iter().map(OsString::as_os_str));
+    let matches = clap_command().try_get_matches_from(argv)?;
+    Command::from_arg_matches(&matches)
+}
+
+/// The clap value parser of a [`Choice`] enum of the layers below, which
+/// declare their words once and do not use clap: its words are clap's
+/// possible values.
+pub(crate) fn choice<T>() -> impl clap::builder::TypedValueParser<Value = T>
+where
+    T: Choice + Clone + Send + Sync,
+{
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(T::CHOICES.iter().map(|(word, _)| *word)).try_map(
+        |word| {
+            T::CHOICES
+                .iter()
+                .find(|(w, _)| *w == word)
+                .map(|(_, value)| *value)
+                .ok_or("not one of the possible values")
+        },
+    )
+}
+
 /// The names of the commands, which a provider entry's `args` must not
 /// start with.
 pub(crate) fn names() -> Vec<String> {
-    use clap::Subcommand;
-    Command::augment_subcommands(clap::Command::new("x"))
+    summaries().into_iter().map(|(name, _)| name).collect()
+}
+
+/// Each command's name and what it does, for `--help`.
+pub(crate) fn summaries() -> Vec<(String, String)> {
+    clap_command()
         .get_subcommands()
-        .map(|c| c.get_name().to_string())
+        .map(|c| {
+            let about = c.get_about().map(|a| a.to_string()).unwrap_or_default();
+            (c.get_name().to_string(), about)
+        })
         .collect()
 }
 

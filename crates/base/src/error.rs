@@ -9,6 +9,8 @@
 
 use std::fmt;
 
+use crate::flags::FlagSpec;
+
 /// Declares the kinds once: each kind's variant, its stable name (which is
 /// also the name of its constructor, `Error::upstream`), and its usual fix.
 /// [`Kind::ALL`], [`Kind::name`], [`Kind::usual_fix`] and the constructors
@@ -87,26 +89,6 @@ kinds! {
     /// A bug in the plugin.
     Internal => internal,
         "report it as a bug, with the audit log's line";
-}
-
-/// A command-line flag as the code that reads it declares it: the one
-/// value both clap (`#[arg(long = SPEC.long, env = SPEC.env)]`) and every
-/// error about the flag name it by, so a message or a fact cannot name a
-/// flag the command line does not have.
-#[derive(Debug, PartialEq, Eq)]
-pub struct FlagSpec {
-    /// The long name, without its dashes (`vault-address`).
-    pub long: &'static str,
-    /// The environment variable that sets it (`WICP_VAULT_ADDRESS`), or
-    /// `""` for an admin command's flag, which has none.
-    pub env: &'static str,
-}
-
-impl fmt::Display for FlagSpec {
-    /// The flag as an admin writes it: `--vault-address`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "--{}", self.long)
-    }
 }
 
 /// What an admin sets that an error may be about: one of our flags, or an
@@ -387,6 +369,10 @@ mod tests {
         const AT: FlagSpec = FlagSpec {
             long: "x-endpoint",
             env: "WICP_X_ENDPOINT",
+            takes: crate::flags::Takes::One,
+            value: "URL",
+            default: "",
+            help: "",
         };
         let e = Error::upstream("Google STS refused")
             .answered("Google STS", 403, b"{\"error\":\"x\"}")

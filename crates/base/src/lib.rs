@@ -16,6 +16,7 @@ pub mod deadline;
 pub mod duration;
 pub mod error;
 pub mod file;
+pub mod flags;
 pub mod hex;
 pub mod lock;
 pub mod log;

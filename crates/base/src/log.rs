@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use serde_json::{Map, Value, json};
 
 /// How stderr lines are written.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Format {
     /// `wi-credential-provider: <level>: <message>`, for people.
     #[default]
@@ -81,12 +81,26 @@ pub struct Fields<'a> {
     pub facts: &'a [crate::error::Fact],
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {
     Error = 0,
     Warn = 1,
     Info = 2,
     Debug = 3,
+}
+
+impl crate::flags::Choice for Level {
+    const CHOICES: &'static [(&'static str, Self)] = &[
+        ("error", Level::Error),
+        ("warn", Level::Warn),
+        ("info", Level::Info),
+        ("debug", Level::Debug),
+    ];
+}
+
+impl crate::flags::Choice for Format {
+    const CHOICES: &'static [(&'static str, Self)] =
+        &[("text", Format::Text), ("json", Format::Json)];
 }
 
 static LEVEL: AtomicU8 = AtomicU8::new(Level::Info as u8);

@@ -821,10 +821,14 @@ mod tests {
 
     #[test]
     fn endpoint_overrides() {
-        use wicp_base::error::FlagSpec;
+        use wicp_base::flags::FlagSpec;
         static X: FlagSpec = FlagSpec {
             long: "x",
             env: "WICP_X",
+            takes: wicp_base::flags::Takes::One,
+            value: "URL",
+            default: "",
+            help: "",
         };
         assert_eq!(
             endpoint_override(&X, "https://a.io/").unwrap(),

@@ -90,7 +90,7 @@ impl Settings {
         host: &str,
         address: std::net::SocketAddr,
         ca: &std::path::Path,
-        ca_option: &'static wicp_base::error::FlagSpec,
+        ca_option: &'static wicp_base::flags::FlagSpec,
     ) -> Result<http::Client> {
         wicp_base::log::debug!(
             "pinned endpoint {host} at {address}: directly, trusting only {}",

@@ -44,13 +44,20 @@ use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, TrustAnchor, UnixTime};
 
 use super::anchors;
-use wicp_base::error::{Error, Fact, FlagSpec, Result, Setting, quote};
+use wicp_base::error::{Error, Fact, Result, Setting, quote};
+use wicp_base::flags::FlagSpec;
 
 /// `--ca-file`: declared here, with the trust it adds, and read by the
 /// command line (`long = CA_FILE.long, env = CA_FILE.env`).
 pub static CA_FILE: FlagSpec = FlagSpec {
     long: "ca-file",
     env: "WICP_CA_FILE",
+    takes: wicp_base::flags::Takes::One,
+    value: "PATH",
+    default: "",
+    help: "A PEM bundle of extra CA certificates trusted by every upstream call, \
+        on top of the node's trust store (SSL_CERT_FILE replaces that store, \
+        as in OpenSSL): the CA of a TLS-inspecting proxy or a private endpoint.",
 };
 
 /// The standard variable naming a CA bundle that replaces the system's.

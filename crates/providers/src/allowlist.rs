@@ -8,37 +8,44 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::{Context, Exchanger, OwnFlags, Plan, Provider, Shared};
-use wicp_base::error::FlagSpec;
 use wicp_base::error::{Error, Result};
+use wicp_base::flags::{FlagSpec, Flags, Given, Takes, Usage};
 use wicp_kubelet::config::matching;
 use wicp_kubelet::request::image::ImageRef;
 use wicp_kubelet::request::token::ServiceAccountToken;
 use wicp_net as net;
 use wicp_net::inputs::Inputs;
 
-/// `--registry`: clap reads its name and variable here, errors name it by it.
+/// `--registry`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static REGISTRY: FlagSpec = FlagSpec {
     long: "registry",
     env: "WICP_REGISTRY",
+    takes: Takes::List,
+    value: "PATTERN",
+    default: "",
+    help: "A registry allowed to receive the credential, for providers that do \
+        not recognise registries by host (passthrough and the token \
+        exchanges). Repeatable; read exactly as the kubelet reads a \
+        matchImages entry: globs only inside host labels \
+        (`*.harbor.example.com`), exact port, literal path prefix, no scheme \
+        (refused: in matchImages it never matches). Any other registry is \
+        refused.",
 };
 
-#[derive(clap::Args, Clone, Debug, Default)]
-#[group(id = "registry_options")]
+#[derive(Clone, Debug, Default)]
 pub struct Options {
-    /// A registry allowed to receive the credential, for providers that do
-    /// not recognise registries by host (passthrough and the token
-    /// exchanges). Repeatable; read exactly as the kubelet reads a
-    /// matchImages entry: globs only inside host labels
-    /// (`*.harbor.example.com`), exact port, literal path prefix, no scheme
-    /// (refused: in matchImages it never matches). Any other registry is
-    /// refused.
-    #[arg(
-        long = REGISTRY.long,
-        value_name = "PATTERN",
-        env = REGISTRY.env,
-        value_delimiter = ','
-    )]
+    /// [`REGISTRY`].
     pub registries: Vec<String>,
+}
+
+impl Flags for Options {
+    const FLAGS: &'static [&'static FlagSpec] = &[&REGISTRY];
+
+    fn from_flags(given: &Given) -> Result<Self, Usage> {
+        Ok(Options {
+            registries: given.list(&REGISTRY)?,
+        })
+    }
 }
 
 /// The checked `--registry` patterns.
@@ -127,7 +134,7 @@ impl Allowlist {
 /// Vault).
 pub trait Guarded: Sized + 'static {
     /// Its own flags.
-    type Options: clap::Args + fmt::Debug + Send + Sync;
+    type Options: Flags + fmt::Debug + Send + Sync;
     /// What the allowlist guards, for refusals ("the Quay robot token").
     const GUARDS: &'static str;
 
@@ -164,7 +171,7 @@ pub struct About {
 pub const fn declare<G>(about: About) -> Provider
 where
     G: Guarded,
-    G::Options: clap::Args,
+    G::Options: Flags,
 {
     Provider {
         name: about.name,
@@ -188,32 +195,12 @@ impl<G: Guarded> fmt::Debug for Behind<G> {
     }
 }
 
-impl<G: Guarded> clap::FromArgMatches for Behind<G> {
-    fn from_arg_matches(matches: &clap::ArgMatches) -> std::result::Result<Self, clap::Error> {
-        G::Options::from_arg_matches(matches).map(Behind)
-    }
+impl<G: Guarded> Flags for Behind<G> {
+    const FLAGS: &'static [&'static FlagSpec] = G::Options::FLAGS;
+    const HEADING: &'static str = G::Options::HEADING;
 
-    fn from_arg_matches_mut(
-        matches: &mut clap::ArgMatches,
-    ) -> std::result::Result<Self, clap::Error> {
-        G::Options::from_arg_matches_mut(matches).map(Behind)
-    }
-
-    fn update_from_arg_matches(
-        &mut self,
-        matches: &clap::ArgMatches,
-    ) -> std::result::Result<(), clap::Error> {
-        self.0.update_from_arg_matches(matches)
-    }
-}
-
-impl<G: Guarded> clap::Args for Behind<G> {
-    fn augment_args(command: clap::Command) -> clap::Command {
-        G::Options::augment_args(command)
-    }
-
-    fn augment_args_for_update(command: clap::Command) -> clap::Command {
-        G::Options::augment_args_for_update(command)
+    fn from_flags(given: &Given) -> std::result::Result<Self, Usage> {
+        G::Options::from_flags(given).map(Behind)
     }
 }
 

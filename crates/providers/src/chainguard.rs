@@ -41,7 +41,7 @@ use crate::Input;
 use crate::allowlist::{self, Allowlist};
 use crate::oauth::{self, form_urlencode};
 use crate::{Context, Credential, Exchanger, Plan, Provider};
-use wicp_base::error::FlagSpec;
+use wicp_base::flags::{FlagSpec, Flags, Given, Takes, Usage};
 use wicp_kubelet::request::image::ImageRef;
 use wicp_net::inputs::Inputs;
 use wicp_net::{self as net, http, http::Reply};
@@ -62,34 +62,66 @@ const TOKEN_AUDIENCES: [&str; 2] = ["issuer.enforce.dev", "https://issuer.enforc
 /// An identity is at most a few groups deep; this bounds the pattern.
 const MAX_IDENTITY_LEVELS: usize = 16;
 
-/// `--chainguard-identity`: clap reads its name and variable here, errors name it by it.
+/// `--chainguard-identity`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static CHAINGUARD_IDENTITY: FlagSpec = FlagSpec {
     long: "chainguard-identity",
     env: "WICP_CHAINGUARD_IDENTITY",
+    takes: Takes::One,
+    value: "ID",
+    default: "",
+    help: "The assumable identity used when the service account names none (an \
+        identity ID such as 0123...cdef/0123456789abcdef).",
 };
 
-/// `--chainguard-issuer-url`: clap reads its name and variable here, errors name it by it.
+/// `--chainguard-issuer-url`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static CHAINGUARD_ISSUER_URL: FlagSpec = FlagSpec {
     long: "chainguard-issuer-url",
     env: "WICP_CHAINGUARD_ISSUER_URL",
+    takes: Takes::One,
+    value: "URL",
+    default: DEFAULT_ISSUER,
+    help: "Chainguard's STS; /sts/exchange is appended.",
 };
 
-#[derive(clap::Args, Clone, Debug, Default)]
-#[command(next_help_heading = "Chainguard")]
-#[group(id = "chainguard_options")]
+/// `--chainguard-registry-audience`.
+pub(crate) static CHAINGUARD_REGISTRY_AUDIENCE: FlagSpec = FlagSpec {
+    long: "chainguard-registry-audience",
+    env: "WICP_CHAINGUARD_REGISTRY_AUDIENCE",
+    takes: Takes::One,
+    value: "AUDIENCE",
+    default: REGISTRY,
+    help: "The `aud` asked of the STS: the registry the token is for.",
+};
+
+#[derive(Clone, Debug, Default)]
 pub struct Options {
-    /// Chainguard's STS; /sts/exchange is appended.
-    #[arg(long = CHAINGUARD_ISSUER_URL.long, value_name = "URL", env = CHAINGUARD_ISSUER_URL.env, default_value = DEFAULT_ISSUER)]
+    /// [`CHAINGUARD_ISSUER_URL`].
     pub chainguard_issuer_url: String,
 
-    /// The `aud` asked of the STS: the registry the token is for.
-    #[arg(long, value_name = "AUDIENCE", env = "WICP_CHAINGUARD_REGISTRY_AUDIENCE", default_value = REGISTRY)]
+    /// [`CHAINGUARD_REGISTRY_AUDIENCE`].
     pub chainguard_registry_audience: String,
 
-    /// The assumable identity used when the service account names none
-    /// (an identity ID such as 0123...cdef/0123456789abcdef).
-    #[arg(long = CHAINGUARD_IDENTITY.long, value_name = "ID", env = CHAINGUARD_IDENTITY.env)]
+    /// [`CHAINGUARD_IDENTITY`].
     pub chainguard_identity: Option<String>,
+}
+
+impl Flags for Options {
+    const FLAGS: &'static [&'static FlagSpec] = &[
+        &CHAINGUARD_ISSUER_URL,
+        &CHAINGUARD_REGISTRY_AUDIENCE,
+        &CHAINGUARD_IDENTITY,
+    ];
+    const HEADING: &'static str = "Chainguard";
+
+    fn from_flags(given: &Given) -> Result<Self, Usage> {
+        Ok(Options {
+            chainguard_issuer_url: given.text(&CHAINGUARD_ISSUER_URL)?.unwrap_or_default(),
+            chainguard_registry_audience: given
+                .text(&CHAINGUARD_REGISTRY_AUDIENCE)?
+                .unwrap_or_default(),
+            chainguard_identity: given.text(&CHAINGUARD_IDENTITY)?,
+        })
+    }
 }
 
 pub static PROVIDER: Provider = Provider {

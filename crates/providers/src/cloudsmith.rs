@@ -36,8 +36,8 @@ use crate::allowlist::{self, Guarded};
 use crate::token_service::{self, Pattern, Service};
 use crate::{Context, Credential, Plan, Provider};
 use wicp_base::duration;
-use wicp_base::error::FlagSpec;
 use wicp_base::error::{Error, Result, quote};
+use wicp_base::flags::{FlagSpec, Flags, Given, Takes, Usage};
 use wicp_kubelet::request::token::ServiceAccountToken;
 use wicp_net as net;
 
@@ -66,31 +66,47 @@ static SLUG: Pattern = Pattern::new(
     || regex_lite::Regex::new(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$").ok(),
 );
 
-/// `--cloudsmith-org`: clap reads its name and variable here, errors name it by it.
+/// `--cloudsmith-org`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static CLOUDSMITH_ORG: FlagSpec = FlagSpec {
     long: "cloudsmith-org",
     env: "WICP_CLOUDSMITH_ORG",
+    takes: Takes::One,
+    value: "SLUG",
+    default: "",
+    help: "The Cloudsmith organisation (its slug) whose OpenID Connect provider \
+        trusts the cluster's service account issuer.",
 };
 
-/// `--cloudsmith-url`: clap reads its name and variable here, errors name it by it.
+/// `--cloudsmith-url`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static CLOUDSMITH_URL: FlagSpec = FlagSpec {
     long: "cloudsmith-url",
     env: "WICP_CLOUDSMITH_URL",
+    takes: Takes::One,
+    value: "URL",
+    default: DEFAULT_URL,
+    help: "The Cloudsmith API base URL; the exchange goes to its /openid/ORG/, \
+        and nowhere else.",
 };
 
-#[derive(clap::Args, Clone, Debug)]
-#[command(next_help_heading = "Cloudsmith")]
-#[group(id = "cloudsmith_options")]
+#[derive(Clone, Debug)]
 pub struct Options {
-    /// The Cloudsmith API base URL; the exchange goes to its
-    /// /openid/ORG/, and nowhere else.
-    #[arg(long = CLOUDSMITH_URL.long, value_name = "URL", env = CLOUDSMITH_URL.env, default_value = DEFAULT_URL)]
+    /// [`CLOUDSMITH_URL`].
     pub cloudsmith_url: String,
 
-    /// The Cloudsmith organisation (its slug) whose OpenID Connect provider
-    /// trusts the cluster's service account issuer.
-    #[arg(long = CLOUDSMITH_ORG.long, value_name = "SLUG", env = CLOUDSMITH_ORG.env)]
+    /// [`CLOUDSMITH_ORG`].
     pub cloudsmith_org: Option<String>,
+}
+
+impl Flags for Options {
+    const FLAGS: &'static [&'static FlagSpec] = &[&CLOUDSMITH_URL, &CLOUDSMITH_ORG];
+    const HEADING: &'static str = "Cloudsmith";
+
+    fn from_flags(given: &Given) -> Result<Self, Usage> {
+        Ok(Options {
+            cloudsmith_url: given.text(&CLOUDSMITH_URL)?.unwrap_or_default(),
+            cloudsmith_org: given.text(&CLOUDSMITH_ORG)?,
+        })
+    }
 }
 
 pub static PROVIDER: Provider = allowlist::declare::<Cloudsmith>(allowlist::About {

@@ -22,10 +22,11 @@
 //! account and can never equal a service account's key
 //! ([`crate::cache::key`]).
 
+use wicp_base::flags::{FlagSpec, Flags, Given, Takes, Usage};
 use wicp_kubelet::request::token::ServiceAccountToken;
 
 /// `--fallback`: what a pod without an identity of its own gets.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Fallback {
     /// Refuse it, naming the annotation to add (the default).
     #[default]
@@ -33,6 +34,11 @@ pub enum Fallback {
     /// The node's identity: the instance profile (aws), the kubelet
     /// identity (azure), the node's service account (gcp).
     Node,
+}
+
+impl wicp_base::flags::Choice for Fallback {
+    const CHOICES: &'static [(&'static str, Self)] =
+        &[("none", Fallback::None), ("node", Fallback::Node)];
 }
 
 impl Fallback {
@@ -44,16 +50,34 @@ impl Fallback {
     }
 }
 
-#[derive(clap::Args, Clone, Debug, Default)]
-#[group(id = "fallback_options")]
+/// `--fallback`.
+pub(crate) static FALLBACK: FlagSpec = FlagSpec {
+    long: "fallback",
+    env: "WICP_FALLBACK",
+    takes: Takes::One,
+    value: "none|node",
+    default: "",
+    help: "What a pod whose service account did not opt in (or a static pod, \
+        with no token) gets from aws, azure or gcp: `none` refuses it; \
+        `node` pulls with the node's identity (instance profile, kubelet \
+        identity, node service account), as the stock cloud plugins do. A \
+        service account that opted in never falls back. Default: none.",
+};
+
+#[derive(Clone, Debug, Default)]
 pub struct Options {
-    /// What a pod whose service account did not opt in (or a static pod,
-    /// with no token) gets from aws, azure or gcp: `none` refuses it;
-    /// `node` pulls with the node's identity (instance profile, kubelet
-    /// identity, node service account), as the stock cloud plugins do. A
-    /// service account that opted in never falls back. Default: none.
-    #[arg(long, value_enum, value_name = "none|node", env = "WICP_FALLBACK")]
+    /// [`FALLBACK`].
     fallback: Option<Fallback>,
+}
+
+impl Flags for Options {
+    const FLAGS: &'static [&'static FlagSpec] = &[&FALLBACK];
+
+    fn from_flags(given: &Given) -> Result<Self, Usage> {
+        Ok(Options {
+            fallback: given.choice(&FALLBACK)?,
+        })
+    }
 }
 
 impl Options {

@@ -39,8 +39,8 @@ use crate::oauth;
 use crate::token_service::{self, Pattern, Service};
 use crate::{Context, Credential, Plan, Provider};
 use wicp_base::duration;
-use wicp_base::error::FlagSpec;
 use wicp_base::error::{Error, Result};
+use wicp_base::flags::{FlagSpec, Flags, Given, Takes, Usage};
 use wicp_base::secret::Secret;
 use wicp_kubelet::request::token::ServiceAccountToken;
 use wicp_net as net;
@@ -72,22 +72,37 @@ static MAPPING: Pattern = Pattern::new(
 
 // The field docs are this provider's --help text, written for a terminal
 // (bare URLs, <PLACEHOLDERS>, HOST[:PORT]), not for rustdoc.
-/// `--jfrog-project-key`: clap reads its name and variable here, errors name it by it.
+/// `--jfrog-project-key`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static JFROG_PROJECT_KEY: FlagSpec = FlagSpec {
     long: "jfrog-project-key",
     env: "WICP_JFROG_PROJECT_KEY",
+    takes: Takes::One,
+    value: "KEY",
+    default: "",
+    help: "A JFrog project key, when the integration and its identity mappings \
+        belong to a project (`project_key` in the exchange).",
 };
 
-/// `--jfrog-provider-name`: clap reads its name and variable here, errors name it by it.
+/// `--jfrog-provider-name`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static JFROG_PROVIDER_NAME: FlagSpec = FlagSpec {
     long: "jfrog-provider-name",
     env: "WICP_JFROG_PROVIDER_NAME",
+    takes: Takes::One,
+    value: "NAME",
+    default: "",
+    help: "The name of the OIDC integration configured in JFrog for the \
+        cluster's service account issuer (`provider_name` in the exchange).",
 };
 
-/// `--jfrog-url`: clap reads its name and variable here, errors name it by it.
+/// `--jfrog-url`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static JFROG_URL: FlagSpec = FlagSpec {
     long: "jfrog-url",
     env: "WICP_JFROG_URL",
+    takes: Takes::One,
+    value: "URL",
+    default: "",
+    help: "The JFrog Platform base URL (https://example.jfrog.io); the token \
+        exchange is sent to its /access/api/v1/oidc/token, and nowhere else.",
 };
 
 #[allow(
@@ -95,24 +110,30 @@ pub(crate) static JFROG_URL: FlagSpec = FlagSpec {
     rustdoc::invalid_html_tags,
     rustdoc::broken_intra_doc_links
 )]
-#[derive(clap::Args, Clone, Debug, Default)]
-#[command(next_help_heading = "JFrog")]
-#[group(id = "jfrog_options")]
+#[derive(Clone, Debug, Default)]
 pub struct Options {
-    /// The JFrog Platform base URL (https://example.jfrog.io); the token
-    /// exchange is sent to its /access/api/v1/oidc/token, and nowhere else.
-    #[arg(long = JFROG_URL.long, value_name = "URL", env = JFROG_URL.env)]
+    /// [`JFROG_URL`].
     pub jfrog_url: Option<String>,
 
-    /// The name of the OIDC integration configured in JFrog for the
-    /// cluster's service account issuer (`provider_name` in the exchange).
-    #[arg(long = JFROG_PROVIDER_NAME.long, value_name = "NAME", env = JFROG_PROVIDER_NAME.env)]
+    /// [`JFROG_PROVIDER_NAME`].
     pub jfrog_provider_name: Option<String>,
 
-    /// A JFrog project key, when the integration and its identity mappings
-    /// belong to a project (`project_key` in the exchange).
-    #[arg(long = JFROG_PROJECT_KEY.long, value_name = "KEY", env = JFROG_PROJECT_KEY.env)]
+    /// [`JFROG_PROJECT_KEY`].
     pub jfrog_project_key: Option<String>,
+}
+
+impl Flags for Options {
+    const FLAGS: &'static [&'static FlagSpec] =
+        &[&JFROG_URL, &JFROG_PROVIDER_NAME, &JFROG_PROJECT_KEY];
+    const HEADING: &'static str = "JFrog";
+
+    fn from_flags(given: &Given) -> Result<Self, Usage> {
+        Ok(Options {
+            jfrog_url: given.text(&JFROG_URL)?,
+            jfrog_provider_name: given.text(&JFROG_PROVIDER_NAME)?,
+            jfrog_project_key: given.text(&JFROG_PROJECT_KEY)?,
+        })
+    }
 }
 
 pub static PROVIDER: Provider = allowlist::declare::<Jfrog>(allowlist::About {

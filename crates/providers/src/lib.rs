@@ -28,6 +28,7 @@ pub mod token_service;
 
 use std::collections::BTreeMap;
 use std::fmt;
+use wicp_base::flags::{FlagSpec, Flags, Given, Usage};
 
 use wicp_base::deadline::Deadline;
 use wicp_base::error::{Error, Result};
@@ -145,7 +146,7 @@ impl fmt::Display for Provider {
 }
 
 /// A provider's own flags, read when the command line is parsed (its
-/// `clap::Args` struct): what builds the provider's [`Exchanger`]. So a
+/// options struct, [`Flags`]): what builds the provider's [`Exchanger`]. So a
 /// provider's flags are typed values before any request is read, and a
 /// bad value is a usage error of the command line, never of a request.
 pub trait OwnFlags: fmt::Debug + Send + Sync {
@@ -156,33 +157,33 @@ pub trait OwnFlags: fmt::Debug + Send + Sync {
     fn build(&self, shared: &Shared<'_>, inputs: &Inputs) -> Result<Box<dyn Exchanger>>;
 }
 
-/// How a provider's flags join the command line ([`FlagSet::augment`])
-/// and come out of its matches as the provider's [`OwnFlags`]
-/// ([`FlagSet::read`]): both from one type, [`own_flags`].
+/// A provider's flags as the command line declares them
+/// ([`FlagSet::flags`], under [`FlagSet::heading`] in `--help`) and how
+/// they are read into the provider's [`OwnFlags`] ([`FlagSet::read`]):
+/// all from one type, [`own_flags`].
 pub struct FlagSet {
-    pub augment: fn(clap::Command) -> clap::Command,
-    /// Takes the flags' values out of the matches (no copy of them).
-    pub read: fn(&mut clap::ArgMatches) -> std::result::Result<Box<dyn OwnFlags>, clap::Error>,
+    pub flags: &'static [&'static FlagSpec],
+    pub heading: &'static str,
+    pub read: fn(&Given) -> std::result::Result<Box<dyn OwnFlags>, Usage>,
 }
 
-/// The [`FlagSet`] of the `clap::Args` struct `O`.
+/// The [`FlagSet`] of the options struct `O`.
 pub const fn own_flags<O>() -> FlagSet
 where
-    O: OwnFlags + clap::Args + 'static,
+    O: OwnFlags + Flags + 'static,
 {
     FlagSet {
-        augment: O::augment_args,
+        flags: O::FLAGS,
+        heading: O::HEADING,
         read: read_own::<O>,
     }
 }
 
-fn read_own<O>(
-    matches: &mut clap::ArgMatches,
-) -> std::result::Result<Box<dyn OwnFlags>, clap::Error>
+fn read_own<O>(given: &Given) -> std::result::Result<Box<dyn OwnFlags>, Usage>
 where
-    O: OwnFlags + clap::FromArgMatches + 'static,
+    O: OwnFlags + Flags + 'static,
 {
-    Ok(Box::new(O::from_arg_matches_mut(matches)?))
+    Ok(Box::new(O::from_flags(given)?))
 }
 
 /// The settings every provider shares, already parsed with the command

@@ -27,26 +27,39 @@
 //! optional path, split on `=`.
 
 use std::fmt;
+use wicp_base::flags::{FlagSpec, Flags, Given, Takes, Usage};
 
 use wicp_base::error::{Error, Result, quote};
 use wicp_kubelet::request::image::ImageRef;
 
-#[derive(clap::Args, Clone, Debug, Default)]
-#[group(id = "mirror_options")]
+/// `--registry-mirror`.
+pub(crate) static REGISTRY_MIRROR: FlagSpec = FlagSpec {
+    long: "registry-mirror",
+    env: "WICP_REGISTRY_MIRROR",
+    takes: Takes::List,
+    value: "SOURCE=TARGET",
+    default: "",
+    help: "Pull images of the registry SOURCE with the credential of TARGET, \
+        the registry (and path) containerd mirrors SOURCE to: \
+        docker.io=123456789012.dkr.ecr.us-east-1.amazonaws.com/docker-hub. \
+        The exchange is done for TARGET, the answer keyed by SOURCE. \
+        Repeatable; the variable takes a comma-separated list.",
+};
+
+#[derive(Clone, Debug, Default)]
 pub struct Options {
-    /// Pull images of the registry SOURCE with the credential of TARGET,
-    /// the registry (and path) containerd mirrors SOURCE to:
-    /// docker.io=123456789012.dkr.ecr.us-east-1.amazonaws.com/docker-hub.
-    /// The exchange is done for TARGET, the answer keyed by SOURCE.
-    /// Repeatable; the variable takes a comma-separated list.
-    #[arg(
-        long,
-        value_name = "SOURCE=TARGET",
-        env = "WICP_REGISTRY_MIRROR",
-        value_delimiter = ',',
-        value_parser = Rule::parse
-    )]
+    /// [`REGISTRY_MIRROR`].
     pub registry_mirror: Vec<Rule>,
+}
+
+impl Flags for Options {
+    const FLAGS: &'static [&'static FlagSpec] = &[&REGISTRY_MIRROR];
+
+    fn from_flags(given: &Given) -> Result<Self, Usage> {
+        Ok(Options {
+            registry_mirror: given.list_parsed(&REGISTRY_MIRROR, Rule::parse)?,
+        })
+    }
 }
 
 impl Options {

@@ -25,7 +25,7 @@ use wicp_kubelet::request::protocol::CacheKeyType;
 use crate::Input;
 use crate::allowlist::{self, Guarded};
 use crate::{Context, Credential, Plan, Provider};
-use wicp_base::error::FlagSpec;
+use wicp_base::flags::{FlagSpec, Flags, Given, Takes, Usage};
 use wicp_kubelet::request::token::ServiceAccountToken;
 use wicp_net as net;
 
@@ -33,19 +33,31 @@ use wicp_net as net;
 /// ignore it on their OIDC token path; it shows up in registry audit logs.
 const DEFAULT_USERNAME: &str = "serviceaccount";
 
-/// `--passthrough-username`: clap reads its name and variable here, errors name it by it.
+/// `--passthrough-username`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static PASSTHROUGH_USERNAME: FlagSpec = FlagSpec {
     long: "passthrough-username",
     env: "WICP_PASSTHROUGH_USERNAME",
+    takes: Takes::One,
+    value: "NAME",
+    default: DEFAULT_USERNAME,
+    help: "Username sent with the token (passthrough only).",
 };
 
-#[derive(clap::Args, Clone, Debug)]
-#[command(next_help_heading = "Passthrough")]
-#[group(id = "passthrough_options")]
+#[derive(Clone, Debug)]
 pub struct Options {
-    /// Username sent with the token (passthrough only).
-    #[arg(long = PASSTHROUGH_USERNAME.long, value_name = "NAME", env = PASSTHROUGH_USERNAME.env, default_value = DEFAULT_USERNAME)]
+    /// [`PASSTHROUGH_USERNAME`].
     pub passthrough_username: String,
+}
+
+impl Flags for Options {
+    const FLAGS: &'static [&'static FlagSpec] = &[&PASSTHROUGH_USERNAME];
+    const HEADING: &'static str = "Passthrough";
+
+    fn from_flags(given: &Given) -> Result<Self, Usage> {
+        Ok(Options {
+            passthrough_username: given.text(&PASSTHROUGH_USERNAME)?.unwrap_or_default(),
+        })
+    }
 }
 
 pub static PROVIDER: Provider = Provider {

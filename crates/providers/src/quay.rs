@@ -37,8 +37,8 @@ use crate::allowlist::{self, Guarded};
 use crate::token_service::{self, Pattern, Service};
 use crate::{Context, Credential, Plan, Provider};
 use wicp_base::duration;
-use wicp_base::error::FlagSpec;
 use wicp_base::error::{Error, Result, quote};
+use wicp_base::flags::{FlagSpec, Flags, Given, Takes, Usage};
 use wicp_kubelet::request::token::ServiceAccountToken;
 use wicp_net as net;
 
@@ -80,37 +80,48 @@ static ORGANISATION: Pattern = Pattern::new(
     || regex_lite::Regex::new(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$").ok(),
 );
 
-/// `--quay-organization`: clap reads its name and variable here, errors name it by it.
+/// `--quay-organization`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static QUAY_ORGANIZATION: FlagSpec = FlagSpec {
     long: "quay-organization",
     env: "WICP_QUAY_ORGANIZATION",
+    takes: Takes::List,
+    value: "ORG",
+    default: "",
+    help: "An organisation whose robots service accounts may name (repeatable, \
+        or comma-separated). A robot of any other organisation is refused \
+        before the token leaves the node.",
 };
 
-/// `--quay-url`: clap reads its name and variable here, errors name it by it.
+/// `--quay-url`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static QUAY_URL: FlagSpec = FlagSpec {
     long: "quay-url",
     env: "WICP_QUAY_URL",
+    takes: Takes::One,
+    value: "URL",
+    default: DEFAULT_URL,
+    help: "The Quay server's base URL; the federation call goes to its \
+        /oauth2/federation/robot/token, and nowhere else.",
 };
 
-#[derive(clap::Args, Clone, Debug)]
-#[command(next_help_heading = "Quay")]
-#[group(id = "quay_options")]
+#[derive(Clone, Debug)]
 pub struct Options {
-    /// The Quay server's base URL; the federation call goes to its
-    /// /oauth2/federation/robot/token, and nowhere else.
-    #[arg(long = QUAY_URL.long, value_name = "URL", env = QUAY_URL.env, default_value = DEFAULT_URL)]
+    /// [`QUAY_URL`].
     pub quay_url: String,
 
-    /// An organisation whose robots service accounts may name (repeatable,
-    /// or comma-separated). A robot of any other organisation is refused
-    /// before the token leaves the node.
-    #[arg(
-        long = QUAY_ORGANIZATION.long,
-        value_name = "ORG",
-        env = QUAY_ORGANIZATION.env,
-        value_delimiter = ','
-    )]
+    /// [`QUAY_ORGANIZATION`].
     pub quay_organization: Vec<String>,
+}
+
+impl Flags for Options {
+    const FLAGS: &'static [&'static FlagSpec] = &[&QUAY_URL, &QUAY_ORGANIZATION];
+    const HEADING: &'static str = "Quay";
+
+    fn from_flags(given: &Given) -> Result<Self, Usage> {
+        Ok(Options {
+            quay_url: given.text(&QUAY_URL)?.unwrap_or_default(),
+            quay_organization: given.list(&QUAY_ORGANIZATION)?,
+        })
+    }
 }
 
 pub static PROVIDER: Provider = allowlist::declare::<Quay>(allowlist::About {

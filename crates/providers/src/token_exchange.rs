@@ -46,7 +46,7 @@ use crate::Input;
 use crate::allowlist::{self, Guarded};
 use crate::oauth::{self, form_urlencode};
 use crate::{Context, Credential, Plan, Provider};
-use wicp_base::error::FlagSpec;
+use wicp_base::flags::{FlagSpec, Flags, Given, Takes, Usage};
 use wicp_base::secret::Secret;
 use wicp_kubelet::request::token::ServiceAccountToken;
 use wicp_net::{self as net, http, http::Reply};
@@ -59,64 +59,115 @@ const MAX_USERNAME_CHARS: usize = 256;
 
 // The field docs are this provider's --help text, written for a terminal
 // (bare URLs, <PLACEHOLDERS>, HOST[:PORT]), not for rustdoc.
-/// `--token-exchange-audience`: clap reads its name and variable here, errors name it by it.
+/// `--token-exchange-audience`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static TOKEN_EXCHANGE_AUDIENCE: FlagSpec = FlagSpec {
     long: "token-exchange-audience",
     env: "WICP_TOKEN_EXCHANGE_AUDIENCE",
+    takes: Takes::List,
+    value: "AUDIENCE",
+    default: "",
+    help: "`audience` parameter: the logical name of the service the issued \
+        token is for. Repeatable (or comma-separated in the variable).",
 };
 
-/// `--token-exchange-client-id`: clap reads its name and variable here, errors name it by it.
+/// `--token-exchange-client-id`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static TOKEN_EXCHANGE_CLIENT_ID: FlagSpec = FlagSpec {
     long: "token-exchange-client-id",
     env: "WICP_TOKEN_EXCHANGE_CLIENT_ID",
+    takes: Takes::One,
+    value: "ID",
+    default: "",
+    help: "OAuth client ID, for token servers that want a registered client: \
+        sent as HTTP Basic with the secret from \
+        --token-exchange-client-secret-file, or alone as the `client_id` \
+        form field (a public client).",
 };
 
-/// `--token-exchange-client-secret-file`: clap reads its name and variable here, errors name it by it.
+/// `--token-exchange-client-secret-file`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static TOKEN_EXCHANGE_CLIENT_SECRET_FILE: FlagSpec = FlagSpec {
     long: "token-exchange-client-secret-file",
     env: "WICP_TOKEN_EXCHANGE_CLIENT_SECRET_FILE",
+    takes: Takes::One,
+    value: "PATH",
+    default: "",
+    help: "File holding the OAuth client secret (one line; read at start, never \
+        logged).",
 };
 
-/// `--token-exchange-requested-token-type`: clap reads its name and variable here, errors name it by it.
+/// `--token-exchange-requested-token-type`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static TOKEN_EXCHANGE_REQUESTED_TOKEN_TYPE: FlagSpec = FlagSpec {
     long: "token-exchange-requested-token-type",
     env: "WICP_TOKEN_EXCHANGE_REQUESTED_TOKEN_TYPE",
+    takes: Takes::One,
+    value: "URI",
+    default: "",
+    help: "`requested_token_type` parameter; the answer's `issued_token_type` \
+        must then match it.",
 };
 
-/// `--token-exchange-resource`: clap reads its name and variable here, errors name it by it.
+/// `--token-exchange-resource`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static TOKEN_EXCHANGE_RESOURCE: FlagSpec = FlagSpec {
     long: "token-exchange-resource",
     env: "WICP_TOKEN_EXCHANGE_RESOURCE",
+    takes: Takes::List,
+    value: "URI",
+    default: "",
+    help: "`resource` parameter: the absolute URI of the service the issued \
+        token is for. Repeatable (or comma-separated in the variable).",
 };
 
-/// `--token-exchange-scope`: clap reads its name and variable here, errors name it by it.
+/// `--token-exchange-scope`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static TOKEN_EXCHANGE_SCOPE: FlagSpec = FlagSpec {
     long: "token-exchange-scope",
     env: "WICP_TOKEN_EXCHANGE_SCOPE",
+    takes: Takes::One,
+    value: "SCOPE",
+    default: "",
+    help: "`scope` parameter (space-separated scopes, as RFC 6749 writes them).",
 };
 
-/// `--token-exchange-subject-token-type`: clap reads its name and variable here, errors name it by it.
+/// `--token-exchange-subject-token-type`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static TOKEN_EXCHANGE_SUBJECT_TOKEN_TYPE: FlagSpec = FlagSpec {
     long: "token-exchange-subject-token-type",
     env: "WICP_TOKEN_EXCHANGE_SUBJECT_TOKEN_TYPE",
+    takes: Takes::One,
+    value: "URI",
+    default: JWT_TOKEN_TYPE,
+    help: "`subject_token_type` sent with the service account token.",
 };
 
-/// `--token-exchange-url`: clap reads its name and variable here, errors name it by it.
+/// `--token-exchange-url`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static TOKEN_EXCHANGE_URL: FlagSpec = FlagSpec {
     long: "token-exchange-url",
     env: "WICP_TOKEN_EXCHANGE_URL",
+    takes: Takes::One,
+    value: "URL",
+    default: "",
+    help: "The token server's token endpoint, as a full URL \
+        (https://sts.example.com/oauth2/token). Only this flag says where \
+        the service account token is sent.",
 };
 
-/// `--token-exchange-username`: clap reads its name and variable here, errors name it by it.
+/// `--token-exchange-username`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static TOKEN_EXCHANGE_USERNAME: FlagSpec = FlagSpec {
     long: "token-exchange-username",
     env: "WICP_TOKEN_EXCHANGE_USERNAME",
+    takes: Takes::One,
+    value: "NAME",
+    default: "",
+    help: "The registry username returned with the issued token (one of this \
+        and --token-exchange-username-field is required).",
 };
 
-/// `--token-exchange-username-field`: clap reads its name and variable here, errors name it by it.
+/// `--token-exchange-username-field`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static TOKEN_EXCHANGE_USERNAME_FIELD: FlagSpec = FlagSpec {
     long: "token-exchange-username-field",
     env: "WICP_TOKEN_EXCHANGE_USERNAME_FIELD",
+    takes: Takes::One,
+    value: "FIELD",
+    default: "",
+    help: "A top-level string field of the token server's answer that holds the \
+        registry username (instead of a fixed --token-exchange-username).",
 };
 
 #[allow(
@@ -124,74 +175,71 @@ pub(crate) static TOKEN_EXCHANGE_USERNAME_FIELD: FlagSpec = FlagSpec {
     rustdoc::invalid_html_tags,
     rustdoc::broken_intra_doc_links
 )]
-#[derive(clap::Args, Clone, Debug, Default)]
-#[command(next_help_heading = "Token exchange (RFC 8693)")]
-#[group(id = "token_exchange_options")]
+#[derive(Clone, Debug, Default)]
 pub struct Options {
-    /// The token server's token endpoint, as a full URL
-    /// (https://sts.example.com/oauth2/token). Only this flag says where
-    /// the service account token is sent.
-    #[arg(long = TOKEN_EXCHANGE_URL.long, value_name = "URL", env = TOKEN_EXCHANGE_URL.env)]
+    /// [`TOKEN_EXCHANGE_URL`].
     pub token_exchange_url: Option<String>,
 
-    /// `subject_token_type` sent with the service account token.
-    #[arg(long = TOKEN_EXCHANGE_SUBJECT_TOKEN_TYPE.long, value_name = "URI", env = TOKEN_EXCHANGE_SUBJECT_TOKEN_TYPE.env, default_value = JWT_TOKEN_TYPE)]
+    /// [`TOKEN_EXCHANGE_SUBJECT_TOKEN_TYPE`].
     pub token_exchange_subject_token_type: String,
 
-    /// `audience` parameter: the logical name of the service the issued
-    /// token is for. Repeatable (or comma-separated in the variable).
-    #[arg(long = TOKEN_EXCHANGE_AUDIENCE.long,
-        value_name = "AUDIENCE",
-        env = TOKEN_EXCHANGE_AUDIENCE.env,
-        value_delimiter = ','
-    )]
+    /// [`TOKEN_EXCHANGE_AUDIENCE`].
     pub token_exchange_audience: Vec<String>,
 
-    /// `resource` parameter: the absolute URI of the service the issued
-    /// token is for. Repeatable (or comma-separated in the variable).
-    #[arg(long = TOKEN_EXCHANGE_RESOURCE.long,
-        value_name = "URI",
-        env = TOKEN_EXCHANGE_RESOURCE.env,
-        value_delimiter = ','
-    )]
+    /// [`TOKEN_EXCHANGE_RESOURCE`].
     pub token_exchange_resource: Vec<String>,
 
-    /// `scope` parameter (space-separated scopes, as RFC 6749 writes them).
-    #[arg(long = TOKEN_EXCHANGE_SCOPE.long, value_name = "SCOPE", env = TOKEN_EXCHANGE_SCOPE.env)]
+    /// [`TOKEN_EXCHANGE_SCOPE`].
     pub token_exchange_scope: Option<String>,
 
-    /// `requested_token_type` parameter; the answer's `issued_token_type`
-    /// must then match it.
-    #[arg(long = TOKEN_EXCHANGE_REQUESTED_TOKEN_TYPE.long,
-        value_name = "URI",
-        env = TOKEN_EXCHANGE_REQUESTED_TOKEN_TYPE.env
-    )]
+    /// [`TOKEN_EXCHANGE_REQUESTED_TOKEN_TYPE`].
     pub token_exchange_requested_token_type: Option<String>,
 
-    /// The registry username returned with the issued token (one of this
-    /// and --token-exchange-username-field is required).
-    #[arg(long = TOKEN_EXCHANGE_USERNAME.long, value_name = "NAME", env = TOKEN_EXCHANGE_USERNAME.env)]
+    /// [`TOKEN_EXCHANGE_USERNAME`].
     pub token_exchange_username: Option<String>,
 
-    /// A top-level string field of the token server's answer that holds
-    /// the registry username (instead of a fixed --token-exchange-username).
-    #[arg(long = TOKEN_EXCHANGE_USERNAME_FIELD.long, value_name = "FIELD", env = TOKEN_EXCHANGE_USERNAME_FIELD.env)]
+    /// [`TOKEN_EXCHANGE_USERNAME_FIELD`].
     pub token_exchange_username_field: Option<String>,
 
-    /// OAuth client ID, for token servers that want a registered client:
-    /// sent as HTTP Basic with the secret from
-    /// --token-exchange-client-secret-file, or alone as the `client_id`
-    /// form field (a public client).
-    #[arg(long = TOKEN_EXCHANGE_CLIENT_ID.long, value_name = "ID", env = TOKEN_EXCHANGE_CLIENT_ID.env)]
+    /// [`TOKEN_EXCHANGE_CLIENT_ID`].
     pub token_exchange_client_id: Option<String>,
 
-    /// File holding the OAuth client secret (one line; read at start, never
-    /// logged).
-    #[arg(long = TOKEN_EXCHANGE_CLIENT_SECRET_FILE.long,
-        value_name = "PATH",
-        env = TOKEN_EXCHANGE_CLIENT_SECRET_FILE.env
-    )]
+    /// [`TOKEN_EXCHANGE_CLIENT_SECRET_FILE`].
     pub token_exchange_client_secret_file: Option<PathBuf>,
+}
+
+impl Flags for Options {
+    const FLAGS: &'static [&'static FlagSpec] = &[
+        &TOKEN_EXCHANGE_URL,
+        &TOKEN_EXCHANGE_SUBJECT_TOKEN_TYPE,
+        &TOKEN_EXCHANGE_AUDIENCE,
+        &TOKEN_EXCHANGE_RESOURCE,
+        &TOKEN_EXCHANGE_SCOPE,
+        &TOKEN_EXCHANGE_REQUESTED_TOKEN_TYPE,
+        &TOKEN_EXCHANGE_USERNAME,
+        &TOKEN_EXCHANGE_USERNAME_FIELD,
+        &TOKEN_EXCHANGE_CLIENT_ID,
+        &TOKEN_EXCHANGE_CLIENT_SECRET_FILE,
+    ];
+    const HEADING: &'static str = "Token exchange (RFC 8693)";
+
+    fn from_flags(given: &Given) -> Result<Self, Usage> {
+        Ok(Options {
+            token_exchange_url: given.text(&TOKEN_EXCHANGE_URL)?,
+            token_exchange_subject_token_type: given
+                .text(&TOKEN_EXCHANGE_SUBJECT_TOKEN_TYPE)?
+                .unwrap_or_default(),
+            token_exchange_audience: given.list(&TOKEN_EXCHANGE_AUDIENCE)?,
+            token_exchange_resource: given.list(&TOKEN_EXCHANGE_RESOURCE)?,
+            token_exchange_scope: given.text(&TOKEN_EXCHANGE_SCOPE)?,
+            token_exchange_requested_token_type: given
+                .text(&TOKEN_EXCHANGE_REQUESTED_TOKEN_TYPE)?,
+            token_exchange_username: given.text(&TOKEN_EXCHANGE_USERNAME)?,
+            token_exchange_username_field: given.text(&TOKEN_EXCHANGE_USERNAME_FIELD)?,
+            token_exchange_client_id: given.text(&TOKEN_EXCHANGE_CLIENT_ID)?,
+            token_exchange_client_secret_file: given.path(&TOKEN_EXCHANGE_CLIENT_SECRET_FILE),
+        })
+    }
 }
 
 /// A client secret file is one line; anything this large is not one.

@@ -23,7 +23,8 @@ use regex_lite::Regex;
 use crate::Input;
 use crate::{Context, Credential, Plan, Provider, oauth};
 use wicp_base::deadline::Deadline;
-use wicp_base::error::{Error, Fact, FlagSpec, Result, quote};
+use wicp_base::error::{Error, Fact, Result, quote};
+use wicp_base::flags::FlagSpec;
 use wicp_base::secret::Secret;
 use wicp_net::{
     self as net,
@@ -466,6 +467,10 @@ mod tests {
     static ACME_URL: FlagSpec = FlagSpec {
         long: "acme-url",
         env: "WICP_ACME_URL",
+        takes: wicp_base::flags::Takes::One,
+        value: "VALUE",
+        default: "",
+        help: "",
     };
 
     fn service() -> Service {

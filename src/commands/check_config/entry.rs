@@ -63,14 +63,7 @@ pub(crate) fn route(
     }
     let line =
         options::parse_as(name, args, &Env::from_pairs(env.iter().cloned())).map_err(|e| {
-            let rendered = e.render().to_string();
-            let first = rendered
-                .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("invalid arguments")
-                .trim_start_matches("error: ")
-                .to_string();
-            Error::config(format!("the binary would refuse these args/env: {first}")).fix(fix)
+            Error::config(format!("the binary would refuse these args/env: {e}")).fix(fix)
         })?;
     let inputs = Inputs::new(process.overlaid(env), line.options.ca_file.clone(), None);
     Ok(Routing { line, inputs })

@@ -181,7 +181,12 @@ pub(crate) struct Entries {
     /// requireServiceAccount: false), so it replaces the stock cloud plugin:
     /// pair it with --replace ecr-credential-provider (acr-credential-provider,
     /// auth-provider-gcp) in `node install`.
-    #[arg(long, value_enum, value_name = "none|node", default_value = "none")]
+    #[arg(
+        long,
+        value_name = "none|node",
+        default_value = "none",
+        value_parser = crate::commands::choice::<wicp_providers::fallback::Fallback>()
+    )]
     pub(crate) fallback: wicp_providers::fallback::Fallback,
 }
 

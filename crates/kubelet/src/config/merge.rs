@@ -33,9 +33,13 @@ impl Format {
 
 /// `node install --replace`: the flag is declared here, beside the rule it
 /// sets, and read by the command line (`long = REPLACE.long`).
-pub static REPLACE: wicp_base::error::FlagSpec = wicp_base::error::FlagSpec {
+pub static REPLACE: wicp_base::flags::FlagSpec = wicp_base::flags::FlagSpec {
     long: "replace",
     env: "",
+    takes: wicp_base::flags::Takes::One,
+    value: "NAME",
+    default: "",
+    help: "",
 };
 
 /// What `--replace` does to another provider.

@@ -21,6 +21,7 @@ pub mod metrics;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use wicp_base::flags::{FlagSpec, Flags, Given, Takes, Usage};
 
 use wicp_base::error::Kind;
 use wicp_kubelet::request::token::ServiceAccount;
@@ -29,42 +30,79 @@ use wicp_kubelet::request::token::ServiceAccount;
 /// holder keeps it (a few hundred microseconds), far shorter than a pull.
 pub const LOCK_WAIT: Duration = Duration::from_secs(1);
 
-#[derive(clap::Args, Clone, Debug, Default)]
-#[command(next_help_heading = "Observability")]
-#[group(id = "observe_options")]
+/// `--metrics-dir`.
+pub(crate) static METRICS_DIR: FlagSpec = FlagSpec {
+    long: "metrics-dir",
+    env: "WICP_METRICS_DIR",
+    takes: Takes::One,
+    value: "DIR",
+    default: "",
+    help: "Keep Prometheus metrics in DIR/wi_credential_provider.prom for \
+        node-exporter's textfile collector (--collector.textfile.directory). \
+        Off when unset.\n\n Each invocation updates counters kept in \
+        DIR/.wi_credential_provider.state under a lock and rewrites the \
+        .prom file atomically. Labels are the provider, the registry host, \
+        the outcome and the error kind, never a service account, image or \
+        token. A missing, read-only, full, symlinked or world-writable DIR \
+        costs a warning, never a pull.",
+};
+
+/// `--audit-log`.
+pub(crate) static AUDIT_LOG: FlagSpec = FlagSpec {
+    long: "audit-log",
+    env: "WICP_AUDIT_LOG",
+    takes: Takes::One,
+    value: "FILE",
+    default: "",
+    help: "Append one JSON line per invocation to FILE: which service account \
+        pulled from which registry with which identity, and the outcome. Off \
+        when unset.\n\n The file is created with mode 0600 and never holds a \
+        token, password or secret. When it would grow past \
+        --audit-log-max-bytes it is renamed to FILE.1 (replacing the \
+        previous one) and a new FILE is started. A file that cannot be \
+        written costs a warning, never a pull.",
+};
+
+/// `--audit-log-max-bytes`.
+pub(crate) static AUDIT_LOG_MAX_BYTES: FlagSpec = FlagSpec {
+    long: "audit-log-max-bytes",
+    env: "WICP_AUDIT_LOG_MAX_BYTES",
+    takes: Takes::One,
+    value: "BYTES",
+    default: "",
+    help: "Size at which --audit-log is rotated to FILE.1, in bytes; at most \
+        twice this is kept. Default: 10485760 (10 MiB).",
+};
+
+#[derive(Clone, Debug, Default)]
 pub struct Options {
-    /// Keep Prometheus metrics in DIR/wi_credential_provider.prom for
-    /// node-exporter's textfile collector (--collector.textfile.directory).
-    /// Off when unset.
-    ///
-    /// Each invocation updates counters kept in DIR/.wi_credential_provider.state
-    /// under a lock and rewrites the .prom file atomically. Labels are the
-    /// provider, the registry host, the outcome and the error kind, never a
-    /// service account, image or token. A missing, read-only, full,
-    /// symlinked or world-writable DIR costs a warning, never a pull.
-    #[arg(long, value_name = "DIR", env = "WICP_METRICS_DIR")]
+    /// [`METRICS_DIR`].
     pub metrics_dir: Option<PathBuf>,
 
-    /// Append one JSON line per invocation to FILE: which service account
-    /// pulled from which registry with which identity, and the outcome.
-    /// Off when unset.
-    ///
-    /// The file is created with mode 0600 and never holds a token, password
-    /// or secret. When it would grow past --audit-log-max-bytes it is
-    /// renamed to FILE.1 (replacing the previous one) and a new FILE is
-    /// started. A file that cannot be written costs a warning, never a pull.
-    #[arg(long, value_name = "FILE", env = "WICP_AUDIT_LOG")]
+    /// [`AUDIT_LOG`].
     pub audit_log: Option<PathBuf>,
 
-    /// Size at which --audit-log is rotated to FILE.1, in bytes; at most
-    /// twice this is kept. Default: 10485760 (10 MiB).
-    #[arg(
-        long,
-        value_name = "BYTES",
-        env = "WICP_AUDIT_LOG_MAX_BYTES",
-        value_parser = clap::value_parser!(u64).range(4096..)
-    )]
+    /// [`AUDIT_LOG_MAX_BYTES`].
     pub audit_log_max_bytes: Option<u64>,
+}
+
+impl Flags for Options {
+    const FLAGS: &'static [&'static FlagSpec] = &[&METRICS_DIR, &AUDIT_LOG, &AUDIT_LOG_MAX_BYTES];
+    const HEADING: &'static str = "Observability";
+
+    fn from_flags(given: &Given) -> Result<Self, Usage> {
+        Ok(Options {
+            metrics_dir: given.path(&METRICS_DIR),
+            audit_log: given.path(&AUDIT_LOG),
+            audit_log_max_bytes: given.parsed(&AUDIT_LOG_MAX_BYTES, |v| {
+                match v.parse::<u64>() {
+                    Ok(n) if n >= 4096 => Ok(n),
+                    Ok(_) => Err("at least 4096 bytes".to_string()),
+                    Err(e) => Err(e.to_string()),
+                }
+            })?,
+        })
+    }
 }
 
 impl Options {

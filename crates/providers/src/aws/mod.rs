@@ -46,7 +46,7 @@ use wicp_net::{self as net, http};
 
 use endpoints::{Environment, Service};
 use host::Registry;
-use wicp_base::error::FlagSpec;
+use wicp_base::flags::{FlagSpec, Flags, Given, Takes, Usage, defaulted};
 
 /// The audience of the token for STS AssumeRoleWithWebIdentity: the client
 /// ID EKS registers for a cluster's IAM OIDC provider.
@@ -57,12 +57,19 @@ const MIN_SESSION: Duration = Duration::from_secs(900);
 const MAX_SESSION: Duration = Duration::from_secs(43_200);
 
 /// How the service account becomes an AWS identity.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CredentialSource {
     /// STS AssumeRoleWithWebIdentity with the role from an annotation.
     WebIdentity,
     /// The node's EKS Pod Identity Agent.
     PodIdentity,
+}
+
+impl wicp_base::flags::Choice for CredentialSource {
+    const CHOICES: &'static [(&'static str, Self)] = &[
+        ("web-identity", CredentialSource::WebIdentity),
+        ("pod-identity", CredentialSource::PodIdentity),
+    ];
 }
 
 impl CredentialSource {
@@ -74,54 +81,79 @@ impl CredentialSource {
     }
 }
 
-/// `--aws-role-arn-annotation`: clap reads its name and variable here, errors name it by it.
+/// `--aws-role-arn-annotation`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static AWS_ROLE_ARN_ANNOTATION: FlagSpec = FlagSpec {
     long: "aws-role-arn-annotation",
     env: "WICP_AWS_ROLE_ARN_ANNOTATION",
+    takes: Takes::List,
+    value: "KEY",
+    // identity::DEFAULT_ROLE_ANNOTATIONS, which a test compares.
+    default: "eks.amazonaws.com/ecr-role-arn,eks.amazonaws.com/role-arn",
+    help: "Service account annotation holding the IAM role ARN (aws \
+        web-identity only). Repeatable, tried in order; replaces the default \
+        list. The kubelet passes only the keys listed in the provider \
+        entry's tokenAttributes.",
 };
 
-#[derive(clap::Args, Clone, Debug)]
-#[command(next_help_heading = "AWS")]
-#[group(id = "aws_options")]
+/// `--aws-credential-source`.
+pub(crate) static AWS_CREDENTIAL_SOURCE: FlagSpec = FlagSpec {
+    long: "aws-credential-source",
+    env: "WICP_AWS_CREDENTIAL_SOURCE",
+    takes: Takes::One,
+    value: "SOURCE",
+    default: "web-identity",
+    help: "How the service account becomes an AWS identity (aws only): \
+        `web-identity` calls STS AssumeRoleWithWebIdentity with the token \
+        and the role ARN from the service account's annotation (token \
+        audience sts.amazonaws.com); `pod-identity` asks the node's EKS Pod \
+        Identity Agent for the role associated with the service account \
+        (token audience pods.eks.amazonaws.com).",
+};
+
+/// `--aws-session-duration`.
+pub(crate) static AWS_SESSION_DURATION: FlagSpec = FlagSpec {
+    long: "aws-session-duration",
+    env: "WICP_AWS_SESSION_DURATION",
+    takes: Takes::One,
+    value: "DURATION",
+    default: "1h",
+    help: "Lifetime asked of STS for the role session (aws web-identity only), \
+        15m to 12h; the role's maximum session duration must allow it.",
+};
+
+#[derive(Clone, Debug)]
 pub struct Options {
-    /// How the service account becomes an AWS identity (aws only):
-    /// `web-identity` calls STS AssumeRoleWithWebIdentity with the token and
-    /// the role ARN from the service account's annotation (token audience
-    /// sts.amazonaws.com); `pod-identity` asks the node's EKS Pod Identity
-    /// Agent for the role associated with the service account (token
-    /// audience pods.eks.amazonaws.com).
-    #[arg(
-        long,
-        value_enum,
-        value_name = "SOURCE",
-        env = "WICP_AWS_CREDENTIAL_SOURCE",
-        default_value = "web-identity"
-    )]
+    /// [`AWS_CREDENTIAL_SOURCE`].
     pub aws_credential_source: CredentialSource,
 
-    /// Service account annotation holding the IAM role ARN (aws
-    /// web-identity only). Repeatable, tried in order; replaces the default
-    /// list. The kubelet passes only the keys listed in the provider entry's
-    /// tokenAttributes.
-    #[arg(
-        long = AWS_ROLE_ARN_ANNOTATION.long,
-        value_name = "KEY",
-        env = AWS_ROLE_ARN_ANNOTATION.env,
-        value_delimiter = ',',
-        default_values = identity::DEFAULT_ROLE_ANNOTATIONS
-    )]
+    /// [`AWS_ROLE_ARN_ANNOTATION`].
     pub aws_role_arn_annotations: Vec<String>,
 
-    /// Lifetime asked of STS for the role session (aws web-identity only),
-    /// 15m to 12h; the role's maximum session duration must allow it.
-    #[arg(
-        long,
-        value_name = "DURATION",
-        env = "WICP_AWS_SESSION_DURATION",
-        default_value = "1h",
-        value_parser = parse_session_duration
-    )]
+    /// [`AWS_SESSION_DURATION`].
     pub aws_session_duration: Duration,
+}
+
+impl Flags for Options {
+    const FLAGS: &'static [&'static FlagSpec] = &[
+        &AWS_CREDENTIAL_SOURCE,
+        &AWS_ROLE_ARN_ANNOTATION,
+        &AWS_SESSION_DURATION,
+    ];
+    const HEADING: &'static str = "AWS";
+
+    fn from_flags(given: &Given) -> Result<Self, Usage> {
+        Ok(Options {
+            aws_credential_source: defaulted(
+                &AWS_CREDENTIAL_SOURCE,
+                given.choice(&AWS_CREDENTIAL_SOURCE)?,
+            )?,
+            aws_role_arn_annotations: given.list(&AWS_ROLE_ARN_ANNOTATION)?,
+            aws_session_duration: defaulted(
+                &AWS_SESSION_DURATION,
+                given.parsed(&AWS_SESSION_DURATION, parse_session_duration)?,
+            )?,
+        })
+    }
 }
 
 fn parse_session_duration(text: &str) -> std::result::Result<Duration, String> {
@@ -580,6 +612,12 @@ mod tests {
         let aws = web_identity();
         assert_eq!(aws.audiences(), ["sts.amazonaws.com"]);
         assert_eq!(aws.annotation_keys(), identity::DEFAULT_ROLE_ANNOTATIONS);
+        // The flag's declared default is that list.
+        let read = Options::from_flags(&wicp_base::flags::Given::default()).unwrap();
+        assert_eq!(
+            read.aws_role_arn_annotations,
+            identity::DEFAULT_ROLE_ANNOTATIONS
+        );
         let t = token(STS_AUDIENCE);
         let got = inputs(
             &aws,

@@ -39,8 +39,8 @@ use crate::Input;
 use crate::fallback::{self, Fallback, Whose};
 use crate::{Context, Exchanger, Plan, Provider};
 use std::sync::Arc;
-use wicp_base::error::FlagSpec;
 use wicp_base::error::{Error, Result, quote};
+use wicp_base::flags::{FlagSpec, Flags, Given, Takes, Usage};
 use wicp_kubelet::request::image::ImageRef;
 use wicp_net::inputs::Inputs;
 use wicp_net::{self as net, http};
@@ -57,58 +57,114 @@ const STANDARD_AUTHORITY_ENV: &str = "AZURE_AUTHORITY_HOST";
 // which clap would otherwise all name "Options".
 // The field docs are this provider's --help text, written for a terminal
 // (bare URLs, <PLACEHOLDERS>, HOST[:PORT]), not for rustdoc.
-/// `--acr-endpoint`: clap reads its name and variable here, errors name it by it.
+/// `--acr-endpoint`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static ACR_ENDPOINT: FlagSpec = FlagSpec {
     long: "acr-endpoint",
     env: "WICP_ACR_ENDPOINT",
+    takes: Takes::One,
+    value: "URL",
+    default: "",
+    help: "Where to send the ACR token exchange instead of https://<registry> \
+        (azure only): a private endpoint or a test server. The refresh token \
+        is still requested for the registry in the image.",
 };
 
-/// `--azure-authority-host`: clap reads its name and variable here, errors name it by it.
+/// `--azure-authority-host`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static AZURE_AUTHORITY_HOST: FlagSpec = FlagSpec {
     long: "azure-authority-host",
     env: "WICP_AZURE_AUTHORITY_HOST",
+    takes: Takes::One,
+    value: "URL",
+    default: "",
+    help: "Entra ID authority, replacing the one of the registry's cloud \
+        (login.microsoftonline.com, login.chinacloudapi.cn, \
+        login.microsoftonline.us) (azure only). When neither this flag nor \
+        WICP_AZURE_AUTHORITY_HOST is set, AZURE_AUTHORITY_HOST is used. \
+        http:// only if written so.",
 };
 
-/// `--azure-identity-binding-address`: clap reads its name and variable here, errors name it by it.
+/// `--azure-identity-binding-address`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static AZURE_IDENTITY_BINDING_ADDRESS: FlagSpec = FlagSpec {
     long: "azure-identity-binding-address",
     env: "WICP_AZURE_IDENTITY_BINDING_ADDRESS",
+    takes: Takes::One,
+    value: "HOST[:PORT]",
+    default: "",
+    help: "Where the identity-binding endpoint is dialled: the API server's IP \
+        address or DNS name, HOST[:PORT] (--ib-apiserver-ip; port 443 by \
+        default). Never through a proxy (azure only).",
 };
 
-/// `--azure-identity-binding-ca`: clap reads its name and variable here, errors name it by it.
+/// `--azure-identity-binding-ca`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static AZURE_IDENTITY_BINDING_CA: FlagSpec = FlagSpec {
     long: "azure-identity-binding-ca",
     env: "WICP_AZURE_IDENTITY_BINDING_CA",
+    takes: Takes::One,
+    value: "PATH",
+    default: "",
+    help: "The only CA trusted for the identity-binding endpoint, default the \
+        cluster CA /etc/kubernetes/certs/ca.crt (c:\\k\\ca.crt on Windows) \
+        (azure only).",
 };
 
-/// `--azure-identity-binding-client-id`: clap reads its name and variable here, errors name it by it.
+/// `--azure-identity-binding-client-id`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static AZURE_IDENTITY_BINDING_CLIENT_ID: FlagSpec = FlagSpec {
     long: "azure-identity-binding-client-id",
     env: "WICP_AZURE_IDENTITY_BINDING_CLIENT_ID",
+    takes: Takes::One,
+    value: "GUID",
+    default: "",
+    help: "The managed identity for service accounts without a \
+        kubernetes.azure.com/acr-client-id annotation, with identity \
+        bindings (--ib-default-client-id) (azure only).",
 };
 
-/// `--azure-identity-binding-sni`: clap reads its name and variable here, errors name it by it.
+/// `--azure-identity-binding-sni`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static AZURE_IDENTITY_BINDING_SNI: FlagSpec = FlagSpec {
     long: "azure-identity-binding-sni",
     env: "WICP_AZURE_IDENTITY_BINDING_SNI",
+    takes: Takes::One,
+    value: "NAME",
+    default: "",
+    help: "AKS identity bindings: the TLS server name of the cluster's \
+        identity-binding endpoint (the stock plugin's --ib-sni-name). The \
+        service account token (audience api://AKSIdentityBinding) then goes \
+        there instead of to Entra ID (azure only).",
 };
 
-/// `--azure-imds-endpoint`: clap reads its name and variable here, errors name it by it.
+/// `--azure-imds-endpoint`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static AZURE_IMDS_ENDPOINT: FlagSpec = FlagSpec {
     long: "azure-imds-endpoint",
     env: "WICP_AZURE_IMDS_ENDPOINT",
+    takes: Takes::One,
+    value: "URL",
+    default: "",
+    help: "Azure IMDS, replacing http://169.254.169.254 (azure --fallback node \
+        only): a test server.",
 };
 
-/// `--azure-node-service-principal`: clap reads its name and variable here, errors name it by it.
+/// `--azure-node-service-principal`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static AZURE_NODE_SERVICE_PRINCIPAL: FlagSpec = FlagSpec {
     long: "azure-node-service-principal",
     env: "WICP_AZURE_NODE_SERVICE_PRINCIPAL",
+    takes: Takes::Switch,
+    value: "",
+    default: "",
+    help: "For --fallback node on a node without a managed identity: return the \
+        cloud config's aadClientId and aadClientSecret as the registry \
+        login, as acr-credential-provider does (azure only).",
 };
 
-/// `--azure-tenant-id`: clap reads its name and variable here, errors name it by it.
+/// `--azure-tenant-id`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static AZURE_TENANT_ID: FlagSpec = FlagSpec {
     long: "azure-tenant-id",
     env: "WICP_AZURE_TENANT_ID",
+    takes: Takes::One,
+    value: "TENANT",
+    default: "",
+    help: "Entra ID tenant (GUID or domain) for service accounts without a \
+        tenant annotation (azure only). When neither this flag nor \
+        WICP_AZURE_TENANT_ID is set, AZURE_TENANT_ID is used.",
 };
 
 #[allow(
@@ -116,82 +172,96 @@ pub(crate) static AZURE_TENANT_ID: FlagSpec = FlagSpec {
     rustdoc::invalid_html_tags,
     rustdoc::broken_intra_doc_links
 )]
-#[derive(clap::Args, Clone, Debug, Default)]
-#[group(id = "azure_options")]
-#[command(next_help_heading = "Azure")]
+/// `--azure-node-client-id`.
+pub(crate) static AZURE_NODE_CLIENT_ID: FlagSpec = FlagSpec {
+    long: "azure-node-client-id",
+    env: "WICP_AZURE_NODE_CLIENT_ID",
+    takes: Takes::One,
+    value: "GUID",
+    default: "",
+    help: "The kubelet identity's client ID, for --fallback node (azure only); \
+        without it, the cloud config's userAssignedIdentityID.",
+};
+
+/// `--azure-cloud-config`.
+pub(crate) static AZURE_CLOUD_CONFIG: FlagSpec = FlagSpec {
+    long: "azure-cloud-config",
+    env: "WICP_AZURE_CLOUD_CONFIG",
+    takes: Takes::One,
+    value: "PATH",
+    default: "",
+    help: "The node's cloud config, read for --fallback node (azure only): on \
+        AKS /etc/kubernetes/azure.json, the argument of the stock \
+        acr-credential-provider entry.",
+};
+
+#[derive(Clone, Debug, Default)]
 pub struct Options {
-    /// Entra ID tenant (GUID or domain) for service accounts without a
-    /// tenant annotation (azure only). When neither this flag nor
-    /// WICP_AZURE_TENANT_ID is set, AZURE_TENANT_ID is used.
-    #[arg(long = AZURE_TENANT_ID.long, value_name = "TENANT", env = AZURE_TENANT_ID.env)]
+    /// [`AZURE_TENANT_ID`].
     pub azure_tenant_id: Option<String>,
 
-    /// Entra ID authority, replacing the one of the registry's cloud
-    /// (login.microsoftonline.com, login.chinacloudapi.cn,
-    /// login.microsoftonline.us) (azure only). When neither this flag nor
-    /// WICP_AZURE_AUTHORITY_HOST is set, AZURE_AUTHORITY_HOST is used.
-    /// http:// only if written so.
-    #[arg(long = AZURE_AUTHORITY_HOST.long, value_name = "URL", env = AZURE_AUTHORITY_HOST.env)]
+    /// [`AZURE_AUTHORITY_HOST`].
     pub azure_authority_host: Option<String>,
 
-    /// Where to send the ACR token exchange instead of https://<registry>
-    /// (azure only): a private endpoint or a test server. The refresh token
-    /// is still requested for the registry in the image.
-    #[arg(long = ACR_ENDPOINT.long, value_name = "URL", env = ACR_ENDPOINT.env)]
+    /// [`ACR_ENDPOINT`].
     pub acr_endpoint: Option<String>,
 
-    /// The kubelet identity's client ID, for --fallback node (azure only);
-    /// without it, the cloud config's userAssignedIdentityID.
-    #[arg(long, value_name = "GUID", env = "WICP_AZURE_NODE_CLIENT_ID")]
+    /// [`AZURE_NODE_CLIENT_ID`].
     pub azure_node_client_id: Option<String>,
 
-    /// The node's cloud config, read for --fallback node (azure only): on
-    /// AKS /etc/kubernetes/azure.json, the argument of the stock
-    /// acr-credential-provider entry.
-    #[arg(long, value_name = "PATH", env = "WICP_AZURE_CLOUD_CONFIG")]
+    /// [`AZURE_CLOUD_CONFIG`].
     pub azure_cloud_config: Option<std::path::PathBuf>,
 
-    /// For --fallback node on a node without a managed identity: return
-    /// the cloud config's aadClientId and aadClientSecret as the registry
-    /// login, as acr-credential-provider does (azure only).
-    #[arg(long = AZURE_NODE_SERVICE_PRINCIPAL.long, env = AZURE_NODE_SERVICE_PRINCIPAL.env)]
+    /// [`AZURE_NODE_SERVICE_PRINCIPAL`].
     pub azure_node_service_principal: bool,
 
-    /// Azure IMDS, replacing http://169.254.169.254 (azure --fallback node
-    /// only): a test server.
-    #[arg(long = AZURE_IMDS_ENDPOINT.long, value_name = "URL", env = AZURE_IMDS_ENDPOINT.env)]
+    /// [`AZURE_IMDS_ENDPOINT`].
     pub azure_imds_endpoint: Option<String>,
 
-    /// AKS identity bindings: the TLS server name of the cluster's
-    /// identity-binding endpoint (the stock plugin's --ib-sni-name). The
-    /// service account token (audience api://AKSIdentityBinding) then goes
-    /// there instead of to Entra ID (azure only).
-    #[arg(long = AZURE_IDENTITY_BINDING_SNI.long, value_name = "NAME", env = AZURE_IDENTITY_BINDING_SNI.env)]
+    /// [`AZURE_IDENTITY_BINDING_SNI`].
     pub azure_identity_binding_sni: Option<String>,
 
-    /// Where the identity-binding endpoint is dialled: the API server's IP
-    /// address or DNS name, HOST[:PORT] (--ib-apiserver-ip; port 443 by
-    /// default). Never through a proxy (azure only).
-    #[arg(long = AZURE_IDENTITY_BINDING_ADDRESS.long,
-        value_name = "HOST[:PORT]",
-        env = AZURE_IDENTITY_BINDING_ADDRESS.env
-    )]
+    /// [`AZURE_IDENTITY_BINDING_ADDRESS`].
     pub azure_identity_binding_address: Option<String>,
 
-    /// The only CA trusted for the identity-binding endpoint, default the
-    /// cluster CA /etc/kubernetes/certs/ca.crt (c:\k\ca.crt on Windows)
-    /// (azure only).
-    #[arg(long = AZURE_IDENTITY_BINDING_CA.long, value_name = "PATH", env = AZURE_IDENTITY_BINDING_CA.env)]
+    /// [`AZURE_IDENTITY_BINDING_CA`].
     pub azure_identity_binding_ca: Option<std::path::PathBuf>,
 
-    /// The managed identity for service accounts without a
-    /// kubernetes.azure.com/acr-client-id annotation, with identity
-    /// bindings (--ib-default-client-id) (azure only).
-    #[arg(long = AZURE_IDENTITY_BINDING_CLIENT_ID.long,
-        value_name = "GUID",
-        env = AZURE_IDENTITY_BINDING_CLIENT_ID.env
-    )]
+    /// [`AZURE_IDENTITY_BINDING_CLIENT_ID`].
     pub azure_identity_binding_client_id: Option<String>,
+}
+
+impl Flags for Options {
+    const FLAGS: &'static [&'static FlagSpec] = &[
+        &AZURE_TENANT_ID,
+        &AZURE_AUTHORITY_HOST,
+        &ACR_ENDPOINT,
+        &AZURE_NODE_CLIENT_ID,
+        &AZURE_CLOUD_CONFIG,
+        &AZURE_NODE_SERVICE_PRINCIPAL,
+        &AZURE_IMDS_ENDPOINT,
+        &AZURE_IDENTITY_BINDING_SNI,
+        &AZURE_IDENTITY_BINDING_ADDRESS,
+        &AZURE_IDENTITY_BINDING_CA,
+        &AZURE_IDENTITY_BINDING_CLIENT_ID,
+    ];
+    const HEADING: &'static str = "Azure";
+
+    fn from_flags(given: &Given) -> Result<Self, Usage> {
+        Ok(Options {
+            azure_tenant_id: given.text(&AZURE_TENANT_ID)?,
+            azure_authority_host: given.text(&AZURE_AUTHORITY_HOST)?,
+            acr_endpoint: given.text(&ACR_ENDPOINT)?,
+            azure_node_client_id: given.text(&AZURE_NODE_CLIENT_ID)?,
+            azure_cloud_config: given.path(&AZURE_CLOUD_CONFIG),
+            azure_node_service_principal: given.switch(&AZURE_NODE_SERVICE_PRINCIPAL),
+            azure_imds_endpoint: given.text(&AZURE_IMDS_ENDPOINT)?,
+            azure_identity_binding_sni: given.text(&AZURE_IDENTITY_BINDING_SNI)?,
+            azure_identity_binding_address: given.text(&AZURE_IDENTITY_BINDING_ADDRESS)?,
+            azure_identity_binding_ca: given.path(&AZURE_IDENTITY_BINDING_CA),
+            azure_identity_binding_client_id: given.text(&AZURE_IDENTITY_BINDING_CLIENT_ID)?,
+        })
+    }
 }
 
 impl Options {

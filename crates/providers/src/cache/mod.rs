@@ -34,7 +34,7 @@ use wicp_kubelet::request::token::ServiceAccount;
 
 pub use key::{Key, KeyInputs};
 use store::{Entry, Lookup, OpenError, Store};
-use wicp_base::error::FlagSpec;
+use wicp_base::flags::{FlagSpec, Flags, Given, Takes, Usage};
 use wicp_base::lock::{self, Acquired};
 
 /// An entry is refreshed when this share of its lifetime remains ...
@@ -48,39 +48,58 @@ const STATS_READ: usize = 256;
 /// written under another clock and is not trusted.
 const CLOCK_SKEW_SECS: i64 = 60;
 
-/// `--cache-dir`: clap reads its name and variable here, errors name it by it.
+/// `--cache-dir`: the parser reads it, --help writes it and errors name it by it.
 pub static CACHE_DIR: FlagSpec = FlagSpec {
     long: "cache-dir",
     env: "WICP_CACHE_DIR",
+    takes: Takes::One,
+    value: "DIR",
+    default: "",
+    help: "Keep exchanged credentials in DIR, shared by every plugin process on \
+        the node. Off when unset.\n\n One exchange then serves all pods of a \
+        service account until the credential is due for refresh. DIR is \
+        created private (mode 0700; on Windows a DACL for SYSTEM, \
+        Administrators and the plugin's user only) and must be owned by the \
+        user running the plugin (on Windows also SYSTEM or Administrators) \
+        and writable by nobody else; entries are private files (0600). \
+        Passthrough tokens are never cached.",
 };
 
-#[derive(clap::Args, Clone, Debug)]
-#[command(next_help_heading = "Credential cache")]
+/// `--cache-max-entries`.
+pub(crate) static CACHE_MAX_ENTRIES: FlagSpec = FlagSpec {
+    long: "cache-max-entries",
+    env: "WICP_CACHE_MAX_ENTRIES",
+    takes: Takes::One,
+    value: "N",
+    default: "",
+    help: "Most entries kept in --cache-dir; beyond that the oldest are \
+        removed. Default: 1000.",
+};
+
+#[derive(Clone, Debug)]
 // Every flattened `Options` struct needs its own group id.
-#[group(id = "cache_options")]
 pub struct Options {
-    /// Keep exchanged credentials in DIR, shared by every plugin process on
-    /// the node. Off when unset.
-    ///
-    /// One exchange then serves all pods of a service account until the
-    /// credential is due for refresh. DIR is created private (mode 0700; on
-    /// Windows a DACL for SYSTEM, Administrators and the plugin's user only)
-    /// and must be owned by the user running the plugin (on Windows also
-    /// SYSTEM or Administrators) and writable by nobody else; entries are
-    /// private files (0600). Passthrough tokens are never cached.
-    #[arg(long = CACHE_DIR.long, value_name = "DIR", env = CACHE_DIR.env, global = true)]
+    /// [`CACHE_DIR`].
     pub cache_dir: Option<PathBuf>,
 
-    /// Most entries kept in --cache-dir; beyond that the oldest are removed.
-    /// Default: 1000.
-    #[arg(
-        long,
-        value_name = "N",
-        env = "WICP_CACHE_MAX_ENTRIES",
-        value_parser = clap::value_parser!(u32).range(1..),
-        global = true
-    )]
+    /// [`CACHE_MAX_ENTRIES`].
     pub cache_max_entries: Option<u32>,
+}
+
+impl Flags for Options {
+    const FLAGS: &'static [&'static FlagSpec] = &[&CACHE_DIR, &CACHE_MAX_ENTRIES];
+    const HEADING: &'static str = "Credential cache";
+
+    fn from_flags(given: &Given) -> Result<Self, Usage> {
+        Ok(Options {
+            cache_dir: given.path(&CACHE_DIR),
+            cache_max_entries: given.parsed(&CACHE_MAX_ENTRIES, |v| match v.parse::<u32>() {
+                Ok(0) => Err("at least 1".to_string()),
+                Ok(n) => Ok(n),
+                Err(e) => Err(e.to_string()),
+            })?,
+        })
+    }
 }
 
 /// What the cache needs to know about the credential it stores, besides

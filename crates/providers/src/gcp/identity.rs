@@ -16,8 +16,8 @@
 //! `invalid_target` from STS.
 
 use super::{GCP_CLUSTER, GCP_PROJECT_ID, GCP_WORKLOAD_IDENTITY_PROVIDER};
-use wicp_base::error::FlagSpec;
 use wicp_base::error::{Error, Fact, Result, quote};
+use wicp_base::flags::FlagSpec;
 use wicp_kubelet::request::token::ServiceAccount;
 
 /// The annotation naming the Google service account to impersonate; without

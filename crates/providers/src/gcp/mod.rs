@@ -40,8 +40,8 @@ use crate::oauth;
 use crate::{Context, Credential, Exchanger, Plan, Provider};
 use std::sync::Arc;
 use wicp_base::duration;
-use wicp_base::error::FlagSpec;
 use wicp_base::error::{Error, Result};
+use wicp_base::flags::{FlagSpec, Flags, Given, Takes, Usage, defaulted};
 use wicp_base::secret::Secret;
 use wicp_kubelet::request::image::ImageRef;
 use wicp_net::inputs::Inputs;
@@ -74,34 +74,65 @@ pub const ENABLE_IMAGE_PULL_ANNOTATION: &str = "iam.gke.io/enable-wi-image-pull"
 // every exchanger's struct is called `Options`.
 // The field docs are this provider's --help text, written for a terminal
 // (bare URLs, <PLACEHOLDERS>, HOST[:PORT]), not for rustdoc.
-/// `--gcp-cluster`: clap reads its name and variable here, errors name it by it.
+/// `--gcp-cluster`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static GCP_CLUSTER: FlagSpec = FlagSpec {
     long: "gcp-cluster",
     env: "WICP_GCP_CLUSTER",
+    takes: Takes::One,
+    value: "RESOURCE",
+    default: "",
+    help: "GKE Workload Identity: the cluster, as \
+        projects/PROJECT/locations/LOCATION/clusters/NAME (with \
+        --gcp-project-id).",
 };
 
-/// `--gcp-iamcredentials-endpoint`: clap reads its name and variable here, errors name it by it.
+/// `--gcp-iamcredentials-endpoint`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static GCP_IAMCREDENTIALS_ENDPOINT: FlagSpec = FlagSpec {
     long: "gcp-iamcredentials-endpoint",
     env: "WICP_GCP_IAMCREDENTIALS_ENDPOINT",
+    takes: Takes::One,
+    value: "URL",
+    default: DEFAULT_IAMCREDENTIALS_ENDPOINT,
+    help: "Base URL of IAM Credentials; \
+        /v1/projects/-/serviceAccounts/EMAIL:generateAccessToken is \
+        appended.",
 };
 
-/// `--gcp-project-id`: clap reads its name and variable here, errors name it by it.
+/// `--gcp-project-id`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static GCP_PROJECT_ID: FlagSpec = FlagSpec {
     long: "gcp-project-id",
     env: "WICP_GCP_PROJECT_ID",
+    takes: Takes::One,
+    value: "PROJECT_ID",
+    default: "",
+    help: "GKE Workload Identity: the project whose pool PROJECT_ID.svc.id.goog \
+        trusts the cluster (with --gcp-cluster). The token's audience is \
+        PROJECT_ID.svc.id.goog.",
 };
 
-/// `--gcp-sts-endpoint`: clap reads its name and variable here, errors name it by it.
+/// `--gcp-sts-endpoint`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static GCP_STS_ENDPOINT: FlagSpec = FlagSpec {
     long: "gcp-sts-endpoint",
     env: "WICP_GCP_STS_ENDPOINT",
+    takes: Takes::One,
+    value: "URL",
+    default: DEFAULT_STS_ENDPOINT,
+    help: "Base URL of Google STS (a restricted or Private Service Connect \
+        endpoint); /v1/token is appended.",
 };
 
-/// `--gcp-workload-identity-provider`: clap reads its name and variable here, errors name it by it.
+/// `--gcp-workload-identity-provider`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static GCP_WORKLOAD_IDENTITY_PROVIDER: FlagSpec = FlagSpec {
     long: "gcp-workload-identity-provider",
     env: "WICP_GCP_WORKLOAD_IDENTITY_PROVIDER",
+    takes: Takes::One,
+    value: "RESOURCE",
+    default: "",
+    help: "Workload Identity Federation: the pool provider that trusts the \
+        cluster's service account issuer, as \
+        projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER. \
+        The token's audience is its //iam.googleapis.com/ or \
+        https://iam.googleapis.com/ name unless --audience says otherwise.",
 };
 
 #[allow(
@@ -109,47 +140,65 @@ pub(crate) static GCP_WORKLOAD_IDENTITY_PROVIDER: FlagSpec = FlagSpec {
     rustdoc::invalid_html_tags,
     rustdoc::broken_intra_doc_links
 )]
-#[derive(clap::Args, Clone, Debug)]
-#[group(id = "gcp_options")]
-#[command(next_help_heading = "GCP")]
+/// `--gcp-token-lifetime`.
+pub(crate) static GCP_TOKEN_LIFETIME: FlagSpec = FlagSpec {
+    long: "gcp-token-lifetime",
+    env: "WICP_GCP_TOKEN_LIFETIME",
+    takes: Takes::One,
+    value: "DURATION",
+    default: "1h",
+    help: "Lifetime asked of IAM Credentials for an impersonated service \
+        account's token (whole seconds, 1m to 12h; above 1h needs an \
+        organization policy exception).",
+};
+
+#[derive(Clone, Debug)]
 pub struct Options {
-    /// Workload Identity Federation: the pool provider that trusts the
-    /// cluster's service account issuer, as
-    /// projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER.
-    /// The token's audience is its //iam.googleapis.com/ or
-    /// https://iam.googleapis.com/ name unless --audience says otherwise.
-    #[arg(long = GCP_WORKLOAD_IDENTITY_PROVIDER.long,
-        value_name = "RESOURCE",
-        env = GCP_WORKLOAD_IDENTITY_PROVIDER.env
-    )]
+    /// [`GCP_WORKLOAD_IDENTITY_PROVIDER`].
     pub gcp_workload_identity_provider: Option<String>,
 
-    /// GKE Workload Identity: the project whose pool PROJECT_ID.svc.id.goog
-    /// trusts the cluster (with --gcp-cluster). The token's audience is
-    /// PROJECT_ID.svc.id.goog.
-    #[arg(long = GCP_PROJECT_ID.long, value_name = "PROJECT_ID", env = GCP_PROJECT_ID.env)]
+    /// [`GCP_PROJECT_ID`].
     pub gcp_project_id: Option<String>,
 
-    /// GKE Workload Identity: the cluster, as
-    /// projects/PROJECT/locations/LOCATION/clusters/NAME (with --gcp-project-id).
-    #[arg(long = GCP_CLUSTER.long, value_name = "RESOURCE", env = GCP_CLUSTER.env)]
+    /// [`GCP_CLUSTER`].
     pub gcp_cluster: Option<String>,
 
-    /// Lifetime asked of IAM Credentials for an impersonated service
-    /// account's token (whole seconds, 1m to 12h; above 1h needs an
-    /// organization policy exception).
-    #[arg(long, value_name = "DURATION", env = "WICP_GCP_TOKEN_LIFETIME", default_value = "1h", value_parser = parse_lifetime)]
+    /// [`GCP_TOKEN_LIFETIME`].
     pub gcp_token_lifetime: Duration,
 
-    /// Base URL of Google STS (a restricted or Private Service Connect
-    /// endpoint); /v1/token is appended.
-    #[arg(long = GCP_STS_ENDPOINT.long, value_name = "URL", env = GCP_STS_ENDPOINT.env, default_value = DEFAULT_STS_ENDPOINT)]
+    /// [`GCP_STS_ENDPOINT`].
     pub gcp_sts_endpoint: String,
 
-    /// Base URL of IAM Credentials; /v1/projects/-/serviceAccounts/EMAIL:generateAccessToken
-    /// is appended.
-    #[arg(long = GCP_IAMCREDENTIALS_ENDPOINT.long, value_name = "URL", env = GCP_IAMCREDENTIALS_ENDPOINT.env, default_value = DEFAULT_IAMCREDENTIALS_ENDPOINT)]
+    /// [`GCP_IAMCREDENTIALS_ENDPOINT`].
     pub gcp_iamcredentials_endpoint: String,
+}
+
+impl Flags for Options {
+    const FLAGS: &'static [&'static FlagSpec] = &[
+        &GCP_WORKLOAD_IDENTITY_PROVIDER,
+        &GCP_PROJECT_ID,
+        &GCP_CLUSTER,
+        &GCP_TOKEN_LIFETIME,
+        &GCP_STS_ENDPOINT,
+        &GCP_IAMCREDENTIALS_ENDPOINT,
+    ];
+    const HEADING: &'static str = "GCP";
+
+    fn from_flags(given: &Given) -> Result<Self, Usage> {
+        Ok(Options {
+            gcp_workload_identity_provider: given.text(&GCP_WORKLOAD_IDENTITY_PROVIDER)?,
+            gcp_project_id: given.text(&GCP_PROJECT_ID)?,
+            gcp_cluster: given.text(&GCP_CLUSTER)?,
+            gcp_token_lifetime: defaulted(
+                &GCP_TOKEN_LIFETIME,
+                given.parsed(&GCP_TOKEN_LIFETIME, parse_lifetime)?,
+            )?,
+            gcp_sts_endpoint: given.text(&GCP_STS_ENDPOINT)?.unwrap_or_default(),
+            gcp_iamcredentials_endpoint: given
+                .text(&GCP_IAMCREDENTIALS_ENDPOINT)?
+                .unwrap_or_default(),
+        })
+    }
 }
 
 /// IAM refuses lifetimes above 12 hours outright; below a minute the kubelet

@@ -28,15 +28,15 @@ mod wire;
 use std::path::{Path, PathBuf};
 
 use wicp_base::deadline::Deadline;
-use wicp_base::error::FlagSpec;
 use wicp_base::error::{Error, Fact, Result, quote};
+use wicp_base::flags::{FlagSpec, Flags, Given, Takes, Usage};
 use wicp_base::secret::Secret;
 use wicp_kubelet::request::token::{ServiceAccountToken, SvidClaims};
 
 pub use wire::Selector;
 
 /// Whose identity a pull presents.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Source {
     /// The service account token the kubelet passes (KEP-4412).
     #[default]
@@ -46,40 +46,73 @@ pub enum Source {
     Spiffe,
 }
 
-/// `--spiffe-audience`: clap reads its name and variable here, errors name it by it.
+impl wicp_base::flags::Choice for Source {
+    const CHOICES: &'static [(&'static str, Self)] = &[
+        ("service-account", Source::ServiceAccount),
+        ("spiffe", Source::Spiffe),
+    ];
+}
+
+/// `--spiffe-audience`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static SPIFFE_AUDIENCE: FlagSpec = FlagSpec {
     long: "spiffe-audience",
     env: "WICP_SPIFFE_AUDIENCE",
+    takes: Takes::One,
+    value: "AUDIENCE",
+    default: "",
+    help: "With --identity spiffe: the audience the JWT-SVID is minted for. \
+        Default: --audience, else the provider's own audience.",
 };
 
-/// `--spire-admin-socket`: clap reads its name and variable here, errors name it by it.
+/// `--spire-admin-socket`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static SPIRE_ADMIN_SOCKET: FlagSpec = FlagSpec {
     long: "spire-admin-socket",
     env: "WICP_SPIRE_ADMIN_SOCKET",
+    takes: Takes::One,
+    value: "PATH",
+    default: "",
+    help: "With --identity spiffe: the SPIRE agent's admin socket \
+        (admin_socket_path; on Windows the named pipe \\\\.\\pipe\\NAME of \
+        experimental.admin_named_pipe_name).",
 };
 
-#[derive(clap::Args, Clone, Debug, Default)]
-#[group(id = "identity_options")]
+/// `--identity`.
+pub(crate) static IDENTITY: FlagSpec = FlagSpec {
+    long: "identity",
+    env: "WICP_IDENTITY",
+    takes: Takes::One,
+    value: "SOURCE",
+    default: "",
+    help: "Whose identity a pull presents: `service-account`, the kubelet's \
+        token; or `spiffe`, a JWT-SVID the node's SPIRE agent mints for the \
+        pod's k8s selectors (ns, sa, pod-name, pod-uid, read from that \
+        token), presented in its place. The token then never leaves the \
+        node. Default: service-account.",
+};
+
+#[derive(Clone, Debug, Default)]
 pub struct Options {
-    /// Whose identity a pull presents: `service-account`, the kubelet's
-    /// token; or `spiffe`, a JWT-SVID the node's SPIRE agent mints for the
-    /// pod's k8s selectors (ns, sa, pod-name, pod-uid, read from that
-    /// token), presented in its place. The token then never leaves the node.
-    /// Default: service-account.
     // Not a clap default_value: a cache hit then parses no value for it.
-    #[arg(long, value_enum, value_name = "SOURCE", env = "WICP_IDENTITY")]
+    /// [`IDENTITY`].
     pub identity: Option<Source>,
 
-    /// With --identity spiffe: the SPIRE agent's admin socket
-    /// (admin_socket_path; on Windows the named pipe \\.\pipe\NAME of
-    /// experimental.admin_named_pipe_name).
-    #[arg(long = SPIRE_ADMIN_SOCKET.long, value_name = "PATH", env = SPIRE_ADMIN_SOCKET.env)]
+    /// [`SPIRE_ADMIN_SOCKET`].
     pub spire_admin_socket: Option<PathBuf>,
 
-    /// With --identity spiffe: the audience the JWT-SVID is minted for.
-    /// Default: --audience, else the provider's own audience.
-    #[arg(long = SPIFFE_AUDIENCE.long, value_name = "AUDIENCE", env = SPIFFE_AUDIENCE.env)]
+    /// [`SPIFFE_AUDIENCE`].
     pub spiffe_audience: Option<String>,
+}
+
+impl Flags for Options {
+    const FLAGS: &'static [&'static FlagSpec] = &[&IDENTITY, &SPIRE_ADMIN_SOCKET, &SPIFFE_AUDIENCE];
+
+    fn from_flags(given: &Given) -> Result<Self, Usage> {
+        Ok(Options {
+            identity: given.choice(&IDENTITY)?,
+            spire_admin_socket: given.path(&SPIRE_ADMIN_SOCKET),
+            spiffe_audience: given.text(&SPIFFE_AUDIENCE)?,
+        })
+    }
 }
 
 /// `--identity spiffe`, checked: where the agent is.

@@ -58,8 +58,8 @@ use crate::{Context, Credential, Plan, Provider};
 use std::sync::Arc;
 use wicp_base::deadline::Deadline;
 use wicp_base::duration;
-use wicp_base::error::FlagSpec;
 use wicp_base::error::{Error, Result, quote};
+use wicp_base::flags::{FlagSpec, Flags, Given, Takes, Usage, defaulted};
 use wicp_base::secret::Secret;
 use wicp_kubelet::request::token::ServiceAccountToken;
 use wicp_net::{self as net, http, http::Reply};
@@ -81,12 +81,17 @@ const COMPAT_SECRET_ANNOTATIONS: [&str; 2] = [
 /// expiry of its own; the cache cap (`--max-cache-duration`) applies.
 const NO_LEASE_SECS: i64 = 365 * 24 * 3600;
 
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Method {
     /// Vault's Kubernetes auth method (TokenReview or the cluster's keys).
     Kubernetes,
     /// Vault's JWT auth method (the issuer's JWKS or OIDC discovery).
     Jwt,
+}
+
+impl wicp_base::flags::Choice for Method {
+    const CHOICES: &'static [(&'static str, Self)] =
+        &[("kubernetes", Method::Kubernetes), ("jwt", Method::Jwt)];
 }
 
 impl Method {
@@ -100,58 +105,101 @@ impl Method {
 
 // The field docs are this provider's --help text, written for a terminal
 // (bare URLs, <PLACEHOLDERS>, HOST[:PORT]), not for rustdoc.
-/// `--vault-address`: clap reads its name and variable here, errors name it by it.
+/// `--vault-address`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static VAULT_ADDRESS: FlagSpec = FlagSpec {
     long: "vault-address",
     env: "WICP_VAULT_ADDRESS",
+    takes: Takes::One,
+    value: "URL",
+    default: "",
+    help: "Vault's address, https://HOST[:PORT] (http:// only if written out); \
+        the token goes nowhere else. Its CA: --ca-file.",
 };
 
-/// `--vault-auth-mount`: clap reads its name and variable here, errors name it by it.
+/// `--vault-auth-mount`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static VAULT_AUTH_MOUNT: FlagSpec = FlagSpec {
     long: "vault-auth-mount",
     env: "WICP_VAULT_AUTH_MOUNT",
+    takes: Takes::One,
+    value: "MOUNT",
+    default: "",
+    help: "Where the auth method is mounted (auth/<MOUNT>/login); default: the \
+        method's name.",
 };
 
-/// `--vault-kv-mount`: clap reads its name and variable here, errors name it by it.
+/// `--vault-kv-mount`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static VAULT_KV_MOUNT: FlagSpec = FlagSpec {
     long: "vault-kv-mount",
     env: "WICP_VAULT_KV_MOUNT",
+    takes: Takes::One,
+    value: "MOUNT",
+    default: "secret",
+    help: "Where the KV secrets engine is mounted.",
 };
 
-/// `--vault-namespace`: clap reads its name and variable here, errors name it by it.
+/// `--vault-namespace`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static VAULT_NAMESPACE: FlagSpec = FlagSpec {
     long: "vault-namespace",
     env: "WICP_VAULT_NAMESPACE",
+    takes: Takes::One,
+    value: "NAMESPACE",
+    default: "",
+    help: "Vault Enterprise namespace (X-Vault-Namespace), e.g. team or a/b.",
 };
 
-/// `--vault-password-field`: clap reads its name and variable here, errors name it by it.
+/// `--vault-password-field`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static VAULT_PASSWORD_FIELD: FlagSpec = FlagSpec {
     long: "vault-password-field",
     env: "WICP_VAULT_PASSWORD_FIELD",
+    takes: Takes::One,
+    value: "FIELD",
+    default: "password",
+    help: "Secret field holding the registry password.",
 };
 
-/// `--vault-role`: clap reads its name and variable here, errors name it by it.
+/// `--vault-role`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static VAULT_ROLE: FlagSpec = FlagSpec {
     long: "vault-role",
     env: "WICP_VAULT_ROLE",
+    takes: Takes::One,
+    value: "ROLE",
+    default: "",
+    help: "Role to log in as when the service account has no \
+        wi-credential-provider.io/vault-role annotation.",
 };
 
-/// `--vault-secret-path`: clap reads its name and variable here, errors name it by it.
+/// `--vault-secret-path`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static VAULT_SECRET_PATH: FlagSpec = FlagSpec {
     long: "vault-secret-path",
     env: "WICP_VAULT_SECRET_PATH",
+    takes: Takes::One,
+    value: "TEMPLATE",
+    default: "",
+    help: "Secret path template over the service account, e.g. \
+        registry/{namespace}/{name}; used when the service account has no \
+        secret annotation.",
 };
 
-/// `--vault-secret-prefix`: clap reads its name and variable here, errors name it by it.
+/// `--vault-secret-prefix`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static VAULT_SECRET_PREFIX: FlagSpec = FlagSpec {
     long: "vault-secret-prefix",
     env: "WICP_VAULT_SECRET_PREFIX",
+    takes: Takes::One,
+    value: "PREFIX",
+    default: "",
+    help: "Lets the wi-credential-provider.io/vault-secret annotation name a \
+        secret, only under this prefix (e.g. registry); without it the \
+        annotation is refused.",
 };
 
-/// `--vault-username-field`: clap reads its name and variable here, errors name it by it.
+/// `--vault-username-field`: the parser reads it, --help writes it and errors name it by it.
 pub(crate) static VAULT_USERNAME_FIELD: FlagSpec = FlagSpec {
     long: "vault-username-field",
     env: "WICP_VAULT_USERNAME_FIELD",
+    takes: Takes::One,
+    value: "FIELD",
+    default: "username",
+    help: "Secret field holding the registry username.",
 };
 
 #[allow(
@@ -159,83 +207,117 @@ pub(crate) static VAULT_USERNAME_FIELD: FlagSpec = FlagSpec {
     rustdoc::invalid_html_tags,
     rustdoc::broken_intra_doc_links
 )]
-#[derive(clap::Args, Clone, Debug)]
-#[group(id = "vault_options")]
-#[command(next_help_heading = "Vault")]
+/// `--vault-auth-method`.
+pub(crate) static VAULT_AUTH_METHOD: FlagSpec = FlagSpec {
+    long: "vault-auth-method",
+    env: "WICP_VAULT_AUTH_METHOD",
+    takes: Takes::One,
+    value: "METHOD",
+    default: "kubernetes",
+    help: "Auth method that verifies the service account token: `kubernetes` \
+        (Vault's Kubernetes auth) or `jwt` (its JWT auth).",
+};
+
+/// `--vault-kv-version`.
+pub(crate) static VAULT_KV_VERSION: FlagSpec = FlagSpec {
+    long: "vault-kv-version",
+    env: "WICP_VAULT_KV_VERSION",
+    takes: Takes::One,
+    value: "VERSION",
+    default: "2",
+    help: "KV secrets engine version of that mount (1 or 2).",
+};
+
+/// `--vault-keep-login-token`.
+pub(crate) static VAULT_KEEP_LOGIN_TOKEN: FlagSpec = FlagSpec {
+    long: "vault-keep-login-token",
+    env: "WICP_VAULT_KEEP_LOGIN_TOKEN",
+    takes: Takes::Switch,
+    value: "",
+    default: "",
+    help: "Leave the Vault login token alive until its TTL instead of revoking \
+        it (auth/token/revoke-self) once the secret is read.",
+};
+
+#[derive(Clone, Debug)]
 pub struct Options {
-    /// Vault's address, https://HOST[:PORT] (http:// only if written out);
-    /// the token goes nowhere else. Its CA: --ca-file.
-    #[arg(long = VAULT_ADDRESS.long, value_name = "URL", env = VAULT_ADDRESS.env)]
+    /// [`VAULT_ADDRESS`].
     pub vault_address: Option<String>,
 
-    /// Vault Enterprise namespace (X-Vault-Namespace), e.g. team or a/b.
-    #[arg(long = VAULT_NAMESPACE.long, value_name = "NAMESPACE", env = VAULT_NAMESPACE.env)]
+    /// [`VAULT_NAMESPACE`].
     pub vault_namespace: Option<String>,
 
-    /// Auth method that verifies the service account token.
-    #[arg(
-        long,
-        value_name = "METHOD",
-        env = "WICP_VAULT_AUTH_METHOD",
-        value_enum,
-        default_value = "kubernetes"
-    )]
+    /// [`VAULT_AUTH_METHOD`].
     pub vault_auth_method: Method,
 
-    /// Where the auth method is mounted (auth/<MOUNT>/login); default: the
-    /// method's name.
-    #[arg(long = VAULT_AUTH_MOUNT.long, value_name = "MOUNT", env = VAULT_AUTH_MOUNT.env)]
+    /// [`VAULT_AUTH_MOUNT`].
     pub vault_auth_mount: Option<String>,
 
-    /// Role to log in as when the service account has no
-    /// wi-credential-provider.io/vault-role annotation.
-    #[arg(long = VAULT_ROLE.long, value_name = "ROLE", env = VAULT_ROLE.env)]
+    /// [`VAULT_ROLE`].
     pub vault_role: Option<String>,
 
-    /// Where the KV secrets engine is mounted.
-    #[arg(long = VAULT_KV_MOUNT.long,
-        value_name = "MOUNT",
-        env = VAULT_KV_MOUNT.env,
-        default_value = "secret"
-    )]
+    /// [`VAULT_KV_MOUNT`].
     pub vault_kv_mount: String,
 
-    /// KV secrets engine version of that mount (1 or 2).
-    #[arg(long, value_name = "VERSION", env = "WICP_VAULT_KV_VERSION", default_value = "2", value_parser = clap::value_parser!(u8).range(1..=2))]
+    /// [`VAULT_KV_VERSION`].
     pub vault_kv_version: u8,
 
-    /// Secret path template over the service account, e.g.
-    /// registry/{namespace}/{name}; used when the service account has no
-    /// secret annotation.
-    #[arg(long = VAULT_SECRET_PATH.long, value_name = "TEMPLATE", env = VAULT_SECRET_PATH.env)]
+    /// [`VAULT_SECRET_PATH`].
     pub vault_secret_path: Option<String>,
 
-    /// Lets the wi-credential-provider.io/vault-secret annotation name a
-    /// secret, only under this prefix (e.g. registry); without it the
-    /// annotation is refused.
-    #[arg(long = VAULT_SECRET_PREFIX.long, value_name = "PREFIX", env = VAULT_SECRET_PREFIX.env)]
+    /// [`VAULT_SECRET_PREFIX`].
     pub vault_secret_prefix: Option<String>,
 
-    /// Leave the Vault login token alive until its TTL instead of revoking
-    /// it (auth/token/revoke-self) once the secret is read.
-    #[arg(long, env = "WICP_VAULT_KEEP_LOGIN_TOKEN")]
+    /// [`VAULT_KEEP_LOGIN_TOKEN`].
     pub vault_keep_login_token: bool,
 
-    /// Secret field holding the registry username.
-    #[arg(long = VAULT_USERNAME_FIELD.long,
-        value_name = "FIELD",
-        env = VAULT_USERNAME_FIELD.env,
-        default_value = "username"
-    )]
+    /// [`VAULT_USERNAME_FIELD`].
     pub vault_username_field: String,
 
-    /// Secret field holding the registry password.
-    #[arg(long = VAULT_PASSWORD_FIELD.long,
-        value_name = "FIELD",
-        env = VAULT_PASSWORD_FIELD.env,
-        default_value = "password"
-    )]
+    /// [`VAULT_PASSWORD_FIELD`].
     pub vault_password_field: String,
+}
+
+impl Flags for Options {
+    const FLAGS: &'static [&'static FlagSpec] = &[
+        &VAULT_ADDRESS,
+        &VAULT_NAMESPACE,
+        &VAULT_AUTH_METHOD,
+        &VAULT_AUTH_MOUNT,
+        &VAULT_ROLE,
+        &VAULT_KV_MOUNT,
+        &VAULT_KV_VERSION,
+        &VAULT_SECRET_PATH,
+        &VAULT_SECRET_PREFIX,
+        &VAULT_KEEP_LOGIN_TOKEN,
+        &VAULT_USERNAME_FIELD,
+        &VAULT_PASSWORD_FIELD,
+    ];
+    const HEADING: &'static str = "Vault";
+
+    fn from_flags(given: &Given) -> Result<Self, Usage> {
+        Ok(Options {
+            vault_address: given.text(&VAULT_ADDRESS)?,
+            vault_namespace: given.text(&VAULT_NAMESPACE)?,
+            vault_auth_method: defaulted(&VAULT_AUTH_METHOD, given.choice(&VAULT_AUTH_METHOD)?)?,
+            vault_auth_mount: given.text(&VAULT_AUTH_MOUNT)?,
+            vault_role: given.text(&VAULT_ROLE)?,
+            vault_kv_mount: given.text(&VAULT_KV_MOUNT)?.unwrap_or_default(),
+            vault_kv_version: defaulted(
+                &VAULT_KV_VERSION,
+                given.parsed(&VAULT_KV_VERSION, |v| match v {
+                    "1" => Ok(1),
+                    "2" => Ok(2),
+                    _ => Err("the KV version is 1 or 2"),
+                })?,
+            )?,
+            vault_secret_path: given.text(&VAULT_SECRET_PATH)?,
+            vault_secret_prefix: given.text(&VAULT_SECRET_PREFIX)?,
+            vault_keep_login_token: given.switch(&VAULT_KEEP_LOGIN_TOKEN),
+            vault_username_field: given.text(&VAULT_USERNAME_FIELD)?.unwrap_or_default(),
+            vault_password_field: given.text(&VAULT_PASSWORD_FIELD)?.unwrap_or_default(),
+        })
+    }
 }
 
 pub static PROVIDER: Provider = allowlist::declare::<Vault>(allowlist::About {

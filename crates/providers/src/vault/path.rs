@@ -5,7 +5,8 @@
 //! how the URL is parsed (`?`, `#`, `%`, `..`).
 
 use super::{VAULT_SECRET_PATH, VAULT_SECRET_PREFIX};
-use wicp_base::error::{Error, FlagSpec, Result, quote};
+use wicp_base::error::{Error, Result, quote};
+use wicp_base::flags::FlagSpec;
 
 /// Longest role name accepted; Vault stores roles under a path segment.
 const MAX_ROLE_CHARS: usize = 128;
@@ -149,6 +150,10 @@ mod tests {
         static M: FlagSpec = FlagSpec {
             long: "m",
             env: "WICP_M",
+            takes: wicp_base::flags::Takes::One,
+            value: "VALUE",
+            default: "",
+            help: "",
         };
         assert_eq!(mount(&M, "/secret/").unwrap(), "secret");
         assert_eq!(mount(&M, "team/kv").unwrap(), "team/kv");

@@ -13,8 +13,8 @@
 use serde_json::Value;
 
 use super::{VAULT_PASSWORD_FIELD, VAULT_USERNAME_FIELD};
-use wicp_base::error::FlagSpec;
 use wicp_base::error::{Error, Result, quote};
+use wicp_base::flags::FlagSpec;
 use wicp_base::secret::Secret;
 use wicp_net::http::Reply;
 
