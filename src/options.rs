@@ -242,7 +242,7 @@ pub(crate) fn tables() -> Vec<&'static [&'static FlagSpec]> {
 /// parser: the flags of every table, and after a command word only the
 /// cache's flags (`cache list --cache-dir DIR`), which stay the command
 /// line's own.
-pub(crate) fn parse<'v>(
+pub fn parse<'v>(
     args: &[OsString],
     variables: impl IntoIterator<Item = (&'v OsStr, &'v OsStr)>,
 ) -> (Given, Asked) {
@@ -252,7 +252,7 @@ pub(crate) fn parse<'v>(
 
 /// The log format `given` asks for, even when the line is refused: a
 /// usage error asked for in JSON is one JSON line like every other.
-pub(crate) fn log_format_of(given: &Given) -> Format {
+pub fn log_format_of(given: &Given) -> Format {
     given.choice(&LOG_FORMAT).ok().flatten().unwrap_or_default()
 }
 
@@ -340,7 +340,7 @@ impl CommandLine {
     /// Reads what [`parse`] found for the binary run as `arg0`: the shared
     /// flags, then each provider's. An error is a usage error, as the
     /// parse's own are.
-    pub(crate) fn read(arg0: &OsStr, given: &Given) -> std::result::Result<Self, Usage> {
+    pub fn read(arg0: &OsStr, given: &Given) -> std::result::Result<Self, Usage> {
         let options = Options::read(given)?;
         let named = provider_from_program_name(arg0);
         // Options::read admits only a provider's name or `auto`.
