@@ -279,24 +279,40 @@ impl Error {
 
     /// The registry refused, when the error records one.
     pub fn refused_registry(&self) -> Option<&str> {
-        self.text_fact("registry")
-    }
-
-    /// The text of the fact named `name` (`problem`, `annotation`,
-    /// `claim`, `registry`, `body_shape`): those whose value is words.
-    pub fn text_fact(&self, name: &str) -> Option<&str> {
-        self.facts.iter().find_map(|f| match f {
-            Fact::Problem(text)
-            | Fact::Annotation(text)
-            | Fact::Claim(text)
-            | Fact::Registry(text)
-            | Fact::BodyShape(text)
-                if f.name() == name =>
-            {
-                Some(text.as_str())
-            }
+        self.text(|f| match f {
+            Fact::Registry(text) => Some(text),
             _ => None,
         })
+    }
+
+    /// What is wrong with the flag or variable the error names
+    /// (`is not set`), when it records one.
+    pub fn problem(&self) -> Option<&str> {
+        self.text(|f| match f {
+            Fact::Problem(text) => Some(text),
+            _ => None,
+        })
+    }
+
+    /// The service account annotation the error is about.
+    pub fn about_annotation(&self) -> Option<&str> {
+        self.text(|f| match f {
+            Fact::Annotation(text) => Some(text),
+            _ => None,
+        })
+    }
+
+    /// The shape of an upstream body that could not be read.
+    pub fn body_shape(&self) -> Option<&str> {
+        self.text(|f| match f {
+            Fact::BodyShape(text) => Some(text),
+            _ => None,
+        })
+    }
+
+    /// The first fact whose text `pick` takes.
+    fn text(&self, pick: fn(&Fact) -> Option<&String>) -> Option<&str> {
+        self.facts.iter().find_map(pick).map(String::as_str)
     }
 
     pub fn kind(&self) -> Kind {
@@ -381,7 +397,7 @@ mod tests {
         assert_eq!(e.service(), Some("Google STS"));
         assert_eq!(e.status(), Some(401), "a later value replaces");
         assert_eq!(
-            e.text_fact("body_shape"),
+            e.body_shape(),
             Some("13 bytes, JSON without the expected fields")
         );
         assert_eq!(e.flagged(), None);
@@ -406,7 +422,7 @@ mod tests {
         let flag = Error::flag(&SPEC, "is not set");
         assert_eq!(flag.to_string(), "--x-endpoint is not set");
         assert_eq!(flag.flagged(), Some(Setting::Flag(&SPEC)));
-        assert_eq!(flag.text_fact("problem"), Some("is not set"));
+        assert_eq!(flag.problem(), Some("is not set"));
         assert_eq!(flag.facts()[0].value(), "--x-endpoint");
         let variable = Error::flag(Setting::Variable("HTTPS_PROXY"), "is not a URL");
         assert_eq!(variable.facts()[0].name(), "flag");

@@ -854,7 +854,7 @@ mod tests {
             assert_eq!(refused.flagged(), Some(Setting::Flag(&X)), "{bad}");
             assert!(
                 refused
-                    .text_fact("problem")
+                    .problem()
                     .is_some_and(|p| p.contains("is not an http(s) URL")),
                 "{bad}"
             );

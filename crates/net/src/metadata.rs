@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use crate::http::{self, Reply, Verdict};
 use wicp_base::deadline::Deadline;
-use wicp_base::error::{Error, Fact, Result};
+use wicp_base::error::{Error, Fact, Result, Setting};
 
 /// Link-local services accept a connection at once or not at all.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -47,8 +47,8 @@ pub struct Service {
     pub name: &'static str,
     /// Scheme, host and port, no trailing slash.
     pub base: String,
-    /// Where `base` came from: "default" or the variable that set it.
-    pub source: &'static str,
+    /// What set `base`: a flag or a variable; `None` for the default.
+    pub source: Option<Setting>,
     /// What to do when nothing listens at `base`.
     pub absent_fix: &'static str,
     /// What to do when a connection opens but no answer comes.
@@ -67,8 +67,8 @@ impl Service {
     /// `base` and where it came from, for plans and `explain`.
     pub fn describe(&self) -> String {
         match self.source {
-            "default" => self.base.clone(),
-            source => format!("{} (from {source})", self.base),
+            None => self.base.clone(),
+            Some(source) => format!("{} (from {source})", self.base),
         }
     }
 

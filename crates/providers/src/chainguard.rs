@@ -211,7 +211,7 @@ impl Chainguard {
     }
 
     /// The identity to assume and where it came from.
-    fn identity(&self, cx: &Context<'_>) -> Result<(String, &'static str)> {
+    fn identity(&self, cx: &Context<'_>) -> Result<(String, IdentitySource)> {
         for key in [IDENTITY_ANNOTATION, COOKBOOK_IDENTITY_ANNOTATION] {
             if let Some(raw) = cx.annotations.get(key) {
                 let id = raw.trim();
@@ -222,13 +222,32 @@ impl Chainguard {
                     ))
                     .fix("set it to the assumable identity's ID as chainctl iam identities list shows it (40 hex digits, then /16 hex digits per level)"));
                 }
-                return Ok((id.to_string(), key));
+                return Ok((id.to_string(), IdentitySource::Annotation(key)));
             }
         }
         match &self.identity {
-            Some(id) => Ok((id.clone(), "--chainguard-identity")),
-            None => Err(Error::annotation_key(IDENTITY_ANNOTATION, "no Chainguard identity to assume: the service account has no identity annotation and --chainguard-identity is not set")
-                .fix(format!("annotate the service account with {IDENTITY_ANNOTATION}: <identity ID> (and list the key in tokenAttributes.optionalServiceAccountAnnotationKeys), or set --chainguard-identity"))),
+            Some(id) => Ok((id.clone(), IdentitySource::Flag)),
+            None => Err(Error::annotation_key(IDENTITY_ANNOTATION, format!("no Chainguard identity to assume: the service account has no identity annotation and {CHAINGUARD_IDENTITY} is not set"))
+                .fix(format!("annotate the service account with {IDENTITY_ANNOTATION}: <identity ID> (and list the key in tokenAttributes.optionalServiceAccountAnnotationKeys), or set {CHAINGUARD_IDENTITY}"))),
+        }
+    }
+}
+
+/// Where the identity a pull assumes came from: one of the service
+/// account's annotations, or `--chainguard-identity`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum IdentitySource {
+    Annotation(&'static str),
+    Flag,
+}
+
+/// The annotation key, or `--chainguard-identity`: the plan's
+/// `identity_source`.
+impl std::fmt::Display for IdentitySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IdentitySource::Annotation(key) => f.write_str(key),
+            IdentitySource::Flag => CHAINGUARD_IDENTITY.fmt(f),
         }
     }
 }
@@ -534,7 +553,10 @@ mod tests {
                 ]
             )
             .unwrap(),
-            (ID.to_string(), IDENTITY_ANNOTATION)
+            (
+                ID.to_string(),
+                IdentitySource::Annotation(IDENTITY_ANNOTATION)
+            )
         );
         assert_eq!(
             pick(
@@ -547,8 +569,9 @@ mod tests {
         );
         assert_eq!(
             pick(&chainguard(Some(ID)), &[]).unwrap().1,
-            "--chainguard-identity"
+            IdentitySource::Flag
         );
+        assert_eq!(IdentitySource::Flag.to_string(), "--chainguard-identity");
         assert!(
             pick(&chainguard(None), &[])
                 .unwrap_err()

@@ -266,7 +266,7 @@ mod tests {
         let e = Cloudsmith::new(&options, Arc::default()).err().unwrap();
         assert_eq!(e.kind(), wicp_base::error::Kind::Config);
         assert_eq!(e.flagged(), Some((&CLOUDSMITH_ORG).into()));
-        assert_eq!(e.text_fact("problem"), Some("is not set"));
+        assert_eq!(e.problem(), Some("is not set"));
     }
 
     #[test]

@@ -393,10 +393,7 @@ mod tests {
             let e = Jfrog::new(&options, Arc::default()).err().unwrap();
             assert_eq!(e.kind(), wicp_base::error::Kind::Config, "{e}");
             assert_eq!(e.flagged(), Some(flag.into()), "{e}");
-            assert!(
-                e.text_fact("problem").is_some_and(|p| p.contains(problem)),
-                "{e}"
-            );
+            assert!(e.problem().is_some_and(|p| p.contains(problem)), "{e}");
         }
     }
 

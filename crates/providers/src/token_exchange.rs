@@ -858,7 +858,7 @@ mod tests {
         let facts = |o: Options| {
             let e = TokenExchange::new(&o, Arc::default()).err().unwrap();
             assert_eq!(e.kind(), wicp_base::error::Kind::Config, "{e}");
-            (e.flagged(), e.text_fact("problem").map(str::to_string))
+            (e.flagged(), e.problem().map(str::to_string))
         };
         let (flag, problem) = facts(Options {
             token_exchange_username: None,

@@ -378,13 +378,14 @@ pub fn imds(env: &Environment) -> Result<metadata::Service> {
     let (base, source) = match (env.get(IMDS_ENDPOINT), env.get(IMDS_ENDPOINT_MODE)) {
         (Some(value), _) => (
             http::endpoint_override(Setting::Variable(IMDS_ENDPOINT), value)?,
-            IMDS_ENDPOINT,
+            Some(Setting::Variable(IMDS_ENDPOINT)),
         ),
-        (None, Some(mode)) if mode.trim().eq_ignore_ascii_case("ipv6") => {
-            (DEFAULT_IMDS_V6.to_string(), IMDS_ENDPOINT_MODE)
-        }
+        (None, Some(mode)) if mode.trim().eq_ignore_ascii_case("ipv6") => (
+            DEFAULT_IMDS_V6.to_string(),
+            Some(Setting::Variable(IMDS_ENDPOINT_MODE)),
+        ),
         (None, Some(mode)) if mode.trim().eq_ignore_ascii_case("ipv4") => {
-            (DEFAULT_IMDS.to_string(), "default")
+            (DEFAULT_IMDS.to_string(), None)
         }
         (None, Some(mode)) => {
             return Err(Error::config(format!(
@@ -395,7 +396,7 @@ pub fn imds(env: &Environment) -> Result<metadata::Service> {
                 "set {IMDS_ENDPOINT_MODE} to IPv4 or IPv6, or unset it"
             )));
         }
-        (None, None) => (DEFAULT_IMDS.to_string(), "default"),
+        (None, None) => (DEFAULT_IMDS.to_string(), None),
     };
     Ok(metadata::Service {
         name: "the EC2 instance metadata service (IMDSv2)",

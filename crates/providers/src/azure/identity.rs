@@ -245,7 +245,7 @@ mod tests {
     fn missing_empty_and_malformed_values_are_errors() {
         let e = resolve(&map(&[(WI_TENANT_ID, TENANT)]), None).unwrap_err();
         assert_eq!(e.kind(), wicp_base::error::Kind::Annotation);
-        assert_eq!(e.text_fact("annotation"), Some(AKS_CLIENT_ID), "{e}");
+        assert_eq!(e.about_annotation(), Some(AKS_CLIENT_ID), "{e}");
 
         let e = resolve(&map(&[(WI_CLIENT_ID, CLIENT)]), None).unwrap_err();
         assert!(e.to_string().contains("AZURE_TENANT_ID"), "{e}");

@@ -136,8 +136,8 @@ pub struct Settings {
 impl Settings {
     pub fn imds(&self) -> metadata::Service {
         let (base, source) = match &self.imds {
-            Some(base) => (base.clone(), "--azure-imds-endpoint"),
-            None => (DEFAULT_IMDS.to_string(), "default"),
+            Some(base) => (base.clone(), Some((&super::AZURE_IMDS_ENDPOINT).into())),
+            None => (DEFAULT_IMDS.to_string(), None),
         };
         metadata::Service {
             name: "Azure IMDS",

@@ -33,7 +33,7 @@ const FLAVOR: &str = "Metadata-Flavor";
 /// The metadata server at `host` (from `GCE_METADATA_HOST`) or the default.
 pub fn service(host: Option<&str>) -> Result<metadata::Service> {
     let (base, source) = match host.map(str::trim).filter(|h| !h.is_empty()) {
-        None => (format!("http://{DEFAULT_HOST}"), "default"),
+        None => (format!("http://{DEFAULT_HOST}"), None),
         Some(host) => {
             let ok = !host.contains(['/', '@', '?', '#', '\\', ' '])
                 && !host.chars().any(char::is_control);
@@ -47,7 +47,7 @@ pub fn service(host: Option<&str>) -> Result<metadata::Service> {
                                 "set {HOST_ENV} to host[:port] (no scheme, no path), or unset it"
                             ))
                     })?;
-            (base, HOST_ENV)
+            (base, Some(Setting::Variable(HOST_ENV)))
         }
     };
     Ok(metadata::Service {

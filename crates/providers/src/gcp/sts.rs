@@ -210,7 +210,7 @@ mod tests {
             assert_eq!(e.kind(), wicp_base::error::Kind::Upstream);
             assert_eq!(e.service(), Some("Google STS"));
             assert_eq!(e.status(), Some(status));
-            assert!(e.text_fact("body_shape").is_some(), "{e}");
+            assert!(e.body_shape().is_some(), "{e}");
         }
     }
 }
