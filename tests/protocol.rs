@@ -461,6 +461,68 @@ fn help_and_version() {
         "{}",
         out.stderr
     );
+    // `help` alone is --help; a cache command's help names the cache's
+    // flags, which the command line reads after the command too.
+    let out = run(&["help"], &[], b"");
+    assert_eq!(out.code, Some(0));
+    assert!(
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .contains("--registry-mirror")
+    );
+    let out = run(&["cache", "list", "--help"], &[], b"");
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let help = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        help.contains("--cache-dir <DIR>") && help.contains("WICP_CACHE_DIR"),
+        "{help}"
+    );
+}
+
+/// The one parser's mistakes: usage status 2, clap's wording, the usage
+/// line, nothing on stdout; and one JSON line when JSON was asked for, by
+/// the flag or by its variable, even on a line it refuses.
+#[test]
+fn usage_errors_are_one_line_of_the_format_asked() {
+    for (args, says) in [
+        (&["--nope"][..], "error: unexpected argument '--nope' found"),
+        (
+            &["--timeout"],
+            "error: a value is required for '--timeout <DURATION>'",
+        ),
+        (
+            &["--timeout=1s", "--timeout=2s"],
+            "cannot be used multiple times",
+        ),
+        (&["--vault-keep-login-token=yes"], "which takes none"),
+        (&["-x"], "error: unexpected argument '-x' found"),
+    ] {
+        let out = run(args, &[], b"");
+        assert_eq!(out.code, Some(2), "{args:?}: {}", out.stderr);
+        assert!(out.stdout.is_empty());
+        assert!(out.stderr.contains(says), "{args:?}: {}", out.stderr);
+        assert!(
+            out.stderr
+                .contains("Usage: wi-credential-provider [OPTIONS] [COMMAND]")
+        );
+    }
+    for (args, env) in [
+        (&["--log-format", "json", "--nope"][..], &[][..]),
+        (&["--nope"], &[("WICP_LOG_FORMAT", "json")]),
+    ] {
+        let out = run(args, env, b"");
+        assert_eq!(out.code, Some(2));
+        let lines: Vec<&str> = out.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{}", out.stderr);
+        let line: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+        assert_eq!(line["level"], "error");
+        assert!(
+            line["message"]
+                .as_str()
+                .unwrap()
+                .contains("unexpected argument '--nope'")
+        );
+    }
 }
 
 #[test]

@@ -31,12 +31,23 @@ pub(crate) enum Command {
 }
 
 /// The commands as clap reads them: only an admin's command line, from
-/// its command word on, is parsed by clap.
+/// its command word on, is parsed by clap. The cache's own flags
+/// (`--cache-dir`, `--cache-max-entries`) are the command line's, read by
+/// its parser wherever they are (`cache list --cache-dir DIR`); the
+/// `cache` commands' help lists them from the same table.
 fn clap_command() -> clap::Command {
     use clap::Subcommand;
+    use wicp_base::flags::Flags;
+    let mut cache_flags = String::from("Credential cache (also before the command):\n");
+    for flag in wicp_providers::cache::Options::FLAGS {
+        wicp_base::flags::write_help(&mut cache_flags, flag);
+    }
     Command::augment_subcommands(
         clap::Command::new(crate::options::BINARY).subcommand_required(true),
     )
+    .mut_subcommand("cache", |cache| {
+        cache.mut_subcommands(|command| command.after_help(cache_flags.trim_end().to_string()))
+    })
 }
 
 /// Parses an admin's command: `words` from the command's name on, for
