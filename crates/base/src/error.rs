@@ -194,7 +194,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     /// An error of `kind` saying what failed.
-    pub fn with_kind(kind: Kind, what: impl Into<String>) -> Self {
+    pub(crate) fn with_kind(kind: Kind, what: impl Into<String>) -> Self {
         Error {
             kind,
             what: what.into(),

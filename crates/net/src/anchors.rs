@@ -34,7 +34,7 @@ use wicp_base::platform::{self, Facts, Open};
 
 /// The prepared store's file name in the cache directory. Not a cache
 /// entry (`<key>.json`), so the cache's own scans never touch it.
-pub const PREPARED: &str = "trust-anchors";
+pub(crate) const PREPARED: &str = "trust-anchors";
 
 const MAGIC: &[u8] = b"wicp trust anchors v1\n";
 
@@ -141,7 +141,7 @@ impl<'a> Prepared<'a> {
     /// The prepared store for `bundle` (what `stat` said of it, `facts`)
     /// parsed `strictly` or not, in `dir`; `None` where the system gives
     /// no change stamp (Windows).
-    pub fn for_bundle(
+    pub(crate) fn for_bundle(
         dir: &'a Path,
         bundle: &Path,
         facts: &Facts,

@@ -32,7 +32,7 @@ use wicp_base::deadline::Deadline;
 use wicp_base::error::{Error, Fact, Result, Setting};
 
 /// Longest an upstream may take to accept a connection.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Longest one attempt (connect, request, whole reply) may take, so that a
 /// server that stalls mid-answer leaves time for another attempt.
@@ -322,7 +322,7 @@ pub fn retries_spent(upstream: &str, check: &str) -> String {
 /// Whether a transport failure is worth another attempt: the connection
 /// failed, stalled or was cut, but not because the server's certificate is
 /// untrusted, which no retry changes.
-pub fn is_retryable_error(e: &reqwest::Error) -> bool {
+pub(crate) fn is_retryable_error(e: &reqwest::Error) -> bool {
     (e.is_connect() || e.is_timeout() || e.is_request() || e.is_body() || e.is_decode())
         && certificate_error(e).is_none()
 }
@@ -393,7 +393,7 @@ where
 
 /// The cap on one attempt (connect, request, whole reply), so that a server
 /// that stalls mid-answer leaves time for another attempt.
-pub fn attempt_timeout(deadline: &Deadline) -> Duration {
+pub(crate) fn attempt_timeout(deadline: &Deadline) -> Duration {
     ATTEMPT_TIMEOUT.min(deadline.remaining())
 }
 

@@ -29,7 +29,7 @@ use wicp_base::deadline::Deadline;
 use wicp_base::error::{Error, Fact, Result, Setting};
 
 /// Link-local services accept a connection at once or not at all.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// One request and its whole reply.
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);

@@ -115,7 +115,7 @@ impl Sources {
 
     /// The one TLS configuration every client of the process uses: its
     /// verifier loads the trust store when a certificate needs it.
-    pub fn client_config(&self) -> Result<Arc<rustls::ClientConfig>> {
+    pub(crate) fn client_config(&self) -> Result<Arc<rustls::ClientConfig>> {
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
@@ -333,7 +333,7 @@ impl std::error::Error for LoadError {}
 /// The trust store's own error behind a failed handshake (the base store
 /// could not be loaded: an unreadable `SSL_CERT_FILE`, no CA at all), to
 /// be reported as it is rather than as an untrusted certificate.
-pub fn load_error(error: &rustls::Error) -> Option<Error> {
+pub(crate) fn load_error(error: &rustls::Error) -> Option<Error> {
     match error {
         rustls::Error::InvalidCertificate(rustls::CertificateError::Other(other)) => {
             let inner: &(dyn std::error::Error + 'static) = &*other.0;

@@ -187,7 +187,7 @@ where
 
 /// The flags of a [`Guarded`] provider, as the command line reads them:
 /// its own `Options`, which build it behind its `--registry` allowlist.
-pub struct Behind<G: Guarded>(G::Options);
+pub(crate) struct Behind<G: Guarded>(G::Options);
 
 impl<G: Guarded> fmt::Debug for Behind<G> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

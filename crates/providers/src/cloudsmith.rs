@@ -55,7 +55,7 @@ const SERVICE_ANNOTATIONS: [&str; 2] = [
 
 /// Assumed when the returned token carries no readable `exp`: below both
 /// lifetimes Cloudsmith documents.
-pub const DEFAULT_LIFETIME_SECS: i64 = 3600;
+pub(crate) const DEFAULT_LIFETIME_SECS: i64 = 3600;
 
 /// A Cloudsmith slug (organisation or service account): letters, digits,
 /// `-` and `_`, starting with a letter or digit. It becomes a URL path

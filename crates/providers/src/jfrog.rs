@@ -58,7 +58,7 @@ const IDENTITY_MAPPING_ANNOTATION: &str = "wi-credential-provider.io/jfrog-ident
 
 /// The identity mapping's default token lifetime per JFrog's docs: the
 /// assumed lifetime when JFrog gives none.
-pub const DEFAULT_LIFETIME_SECS: i64 = 60;
+pub(crate) const DEFAULT_LIFETIME_SECS: i64 = 60;
 
 /// Below this the kubelet asks again for nearly every pull.
 const SHORT_LIFETIME_SECS: i64 = 300;

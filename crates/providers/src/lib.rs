@@ -217,14 +217,14 @@ pub fn annotations(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 /// One pull as an exchanger's tests ask for it: the image and the service
 /// account's annotations, owned, lent as a [`Context`].
 #[cfg(test)]
-pub struct Pull {
+pub(crate) struct Pull {
     pub image: ImageRef,
     annotations: BTreeMap<String, String>,
 }
 
 #[cfg(test)]
 impl Pull {
-    pub fn new(image: &str, annotations: &[(&str, &str)]) -> Self {
+    pub(crate) fn new(image: &str, annotations: &[(&str, &str)]) -> Self {
         Pull {
             image: ImageRef::parse(image).unwrap_or_else(|e| panic!("{image}: {e}")),
             annotations: self::annotations(annotations),
@@ -232,7 +232,7 @@ impl Pull {
     }
 
     /// The context of this pull, with `token` when the test has one.
-    pub fn context<'a>(&'a self, token: Option<&'a ServiceAccountToken>) -> Context<'a> {
+    pub(crate) fn context<'a>(&'a self, token: Option<&'a ServiceAccountToken>) -> Context<'a> {
         Context {
             image: &self.image,
             annotations: &self.annotations,
@@ -366,7 +366,7 @@ impl<'a> Plan<'a> {
     /// The plan of every exchanger but passthrough: the credential opens
     /// the image's registry as a whole (its host is the `auth` key, and the
     /// kubelet caches it per registry), and the on-disk cache may keep it.
-    pub fn for_registry(
+    pub(crate) fn for_registry(
         provider: &'static Provider,
         image: &ImageRef,
         inputs: Vec<Input>,
@@ -401,7 +401,7 @@ impl<'a> Plan<'a> {
 
     /// The plan of a node-identity credential (`--fallback node`): like
     /// [`Plan::for_registry`], keyed for every pod of the node alike.
-    pub fn for_node(
+    pub(crate) fn for_node(
         provider: &'static Provider,
         image: &ImageRef,
         why: String,

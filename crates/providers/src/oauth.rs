@@ -16,7 +16,7 @@ use serde::Deserialize;
 
 /// Upstream messages longer than this are cut; Google's and Entra's run to
 /// about 200 characters.
-pub const MAX_MESSAGE_CHARS: usize = 300;
+pub(crate) const MAX_MESSAGE_CHARS: usize = 300;
 
 /// The raw fields of an RFC 6749 §5.2 error response, for services whose
 /// own error body extends it (ACR, Entra ID: `#[serde(flatten)]`).
@@ -67,7 +67,7 @@ pub fn error_body(body: &[u8]) -> Option<ErrorBody> {
 
 /// Whether `text` is an identifier-like error code (`invalid_grant`,
 /// `PERMISSION_DENIED`, `403`): anything else is not one we repeat.
-pub fn is_code(text: &str) -> bool {
+pub(crate) fn is_code(text: &str) -> bool {
     !text.is_empty()
         && text.len() <= 64
         && text
@@ -105,7 +105,7 @@ pub fn expires_in(field: Option<&serde_json::Value>) -> Option<i64> {
 /// RFC 6749 Appendix B: client ID and secret are form-urlencoded before
 /// they go into HTTP Basic (§2.3.1); query parameters are written the same
 /// way.
-pub fn form_urlencode(text: &str) -> String {
+pub(crate) fn form_urlencode(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for b in text.bytes() {
         match b {

@@ -43,7 +43,7 @@ use wicp_kubelet::request::token::ServiceAccountToken;
 use wicp_net as net;
 
 pub const TOKEN_PATH: &str = "/oauth2/federation/robot/token";
-pub const DEFAULT_URL: &str = "https://quay.io";
+pub(crate) const DEFAULT_URL: &str = "https://quay.io";
 
 /// The annotations naming the robot, in order: ours, then
 /// sabre1041/quay-credential-provider's. That plugin's other keys
@@ -56,7 +56,7 @@ const ROBOT_ANNOTATIONS: [&str; 2] = [
 
 /// Quay's temporary robot token lifetime, assumed when the token carries no
 /// readable `exp`.
-pub const DEFAULT_LIFETIME_SECS: i64 = 3600;
+pub(crate) const DEFAULT_LIFETIME_SECS: i64 = 3600;
 
 /// `<org>+<robot>`: an organisation and a robot short name, each as
 /// Quay's `validate_username` checks names (`util/validation.py`,

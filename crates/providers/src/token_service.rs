@@ -83,7 +83,7 @@ impl Service {
 /// Sends `body` as JSON with `POST` within the deadline, with no
 /// `Authorization` header: the service account token in the body is the
 /// only credential.
-pub fn post_json(
+pub(crate) fn post_json(
     service: &Service,
     body: &serde_json::Value,
     deadline: &Deadline,
@@ -96,7 +96,7 @@ pub fn post_json(
 /// Sends a `GET` within the deadline, with `password` (the service
 /// account token) as the HTTP Basic password of `username`: Quay's robot
 /// federation, whose endpoint reads nothing else.
-pub fn get_basic(
+pub(crate) fn get_basic(
     service: &Service,
     username: &str,
     password: &Secret,
@@ -288,7 +288,7 @@ where
 /// `name`: a refusal (with `fix` for the vendor's 4xx), a body that is not
 /// JSON, or one without the field is an error. Returns the body, for the
 /// other fields, and the credential.
-pub fn read_token(
+pub(crate) fn read_token(
     service: &Service,
     reply: &Reply,
     name: &str,

@@ -92,7 +92,7 @@ impl fmt::Display for Owner {
 
 /// A file's identity on its volume (device and inode; volume serial and
 /// file index): two paths with the same one name the same file.
-pub type FileId = (u64, u64);
+pub(crate) type FileId = (u64, u64);
 
 /// What the plugin checks about a file before trusting it.
 #[derive(Clone, Debug)]

@@ -38,7 +38,7 @@ pub fn read_within(limit: usize, deadline: &Deadline) -> io::Result<Outcome> {
 
 /// [`read_within`] for any input (stdin in production; a pipe or file of
 /// their own in tests).
-pub fn read_from(input: Stdin, limit: usize, deadline: &Deadline) -> io::Result<Outcome> {
+pub(crate) fn read_from(input: Stdin, limit: usize, deadline: &Deadline) -> io::Result<Outcome> {
     match input {
         Stdin::File(file) => read_to_limit(file, limit).map(Outcome::Complete),
         Stdin::Pipe(pipe) => {

@@ -172,7 +172,7 @@ pub struct Call {
 
 impl Call {
     /// The `status` label: the status class, or `error` without a reply.
-    pub fn status_class(&self) -> &'static str {
+    pub(crate) fn status_class(&self) -> &'static str {
         match self.status {
             Some(100..=199) => "1xx",
             Some(200..=299) => "2xx",
@@ -334,7 +334,7 @@ impl Record {
 
     /// The `provider` label: the provider routed to, else the one chosen
     /// (`auto` when `auto` failed before picking one).
-    pub fn provider_label(&self) -> &'static str {
+    pub(crate) fn provider_label(&self) -> &'static str {
         self.provider.unwrap_or(self.chosen)
     }
 }

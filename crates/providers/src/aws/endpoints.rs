@@ -32,7 +32,7 @@ pub enum Service {
 
 impl Service {
     /// The service-specific override variable.
-    pub fn env_var(self) -> &'static str {
+    pub(crate) fn env_var(self) -> &'static str {
         match self {
             Service::Sts => "AWS_ENDPOINT_URL_STS",
             Service::Ecr => "AWS_ENDPOINT_URL_ECR",
@@ -74,7 +74,7 @@ const IMDS_ENDPOINT_MODE: &str = "AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE";
 const IMDS_DISABLED: &str = "AWS_EC2_METADATA_DISABLED";
 
 /// IMDS on IPv4, and on IPv6 (Nitro instances, once enabled).
-pub const DEFAULT_IMDS: &str = "http://169.254.169.254";
+pub(crate) const DEFAULT_IMDS: &str = "http://169.254.169.254";
 const DEFAULT_IMDS_V6: &str = "http://[fd00:ec2::254]";
 
 pub const DEFAULT_AGENT: &str = "http://169.254.170.23/v1/credentials";

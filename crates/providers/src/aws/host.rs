@@ -94,10 +94,10 @@ impl fmt::Display for Partition {
 }
 
 /// The region ECR Public's API lives in, whatever region the node is in.
-pub const ECR_PUBLIC_REGION: &str = "us-east-1";
+pub(crate) const ECR_PUBLIC_REGION: &str = "us-east-1";
 
 /// The hosts ECR Public serves images from (the second is the dual-stack name).
-pub const ECR_PUBLIC_HOSTS: [&str; 2] = ["public.ecr.aws", "ecr-public.aws.com"];
+pub(crate) const ECR_PUBLIC_HOSTS: [&str; 2] = ["public.ecr.aws", "ecr-public.aws.com"];
 
 /// A private ECR registry, as its host names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -174,7 +174,7 @@ fn suffix_partitions(suffix: &str) -> &'static [Partition] {
 }
 
 /// Human-readable list of the hosts served, for messages and `--help`.
-pub const SERVED: &str = "ECR private (<account>.dkr.ecr[-fips].<region>.amazonaws.com, .amazonaws.com.cn, .amazonaws.eu, \
+pub(crate) const SERVED: &str = "ECR private (<account>.dkr.ecr[-fips].<region>.amazonaws.com, .amazonaws.com.cn, .amazonaws.eu, \
      the ISO partitions, and the dual-stack <account>.dkr-ecr[-fips].<region>.on.aws / .on.amazonwebservices.com.cn) \
      and ECR Public (public.ecr.aws, ecr-public.aws.com)";
 
@@ -209,7 +209,7 @@ pub fn parse(hostname: &str) -> Option<Registry> {
 /// Parses a registry as the image names it (`host[:port]`). ECR serves
 /// registries on the default HTTPS port only, so a host with any port, even
 /// `:443`, is some other registry (as for Azure and Google): `None`.
-pub fn parse_registry(registry: &str) -> Option<Registry> {
+pub(crate) fn parse_registry(registry: &str) -> Option<Registry> {
     match wicp_kubelet::request::image::split_port(registry) {
         (hostname, None) => parse(hostname),
         (_, Some(_)) => None,

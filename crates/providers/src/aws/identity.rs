@@ -17,7 +17,7 @@ use wicp_kubelet::request::token::ServiceAccount;
 /// ecr-credential-provider's own key (a role only for pulls, without the
 /// pod identity webhook injecting credentials into the pod); the second is
 /// the IRSA key most service accounts already carry.
-pub const DEFAULT_ROLE_ANNOTATIONS: [&str; 2] = [
+pub(crate) const DEFAULT_ROLE_ANNOTATIONS: [&str; 2] = [
     "eks.amazonaws.com/ecr-role-arn",
     "eks.amazonaws.com/role-arn",
 ];
@@ -91,7 +91,7 @@ impl fmt::Display for RoleArn {
 /// the annotations the kubelet passed decides. A present key with an empty
 /// or malformed value is an error, not a reason to look further: the admin
 /// wrote it, and silently using another role would hide the mistake.
-pub fn role_from_annotations(
+pub(crate) fn role_from_annotations(
     annotations: &BTreeMap<String, String>,
     keys: &[String],
     service_account: &ServiceAccount,
@@ -146,7 +146,7 @@ const SESSION_HASH_LEN: usize = 8;
 /// from a non-conforming token, has other characters) keeps a readable,
 /// cleaned prefix plus a short hash of the full name, so two service
 /// accounts never share a session name by being cut the same way.
-pub fn session_name(service_account: &ServiceAccount) -> String {
+pub(crate) fn session_name(service_account: &ServiceAccount) -> String {
     let full = format!("{}.{}", service_account.namespace, service_account.name);
     let allowed = |c: char| c.is_ascii_alphanumeric() || "_+=,.@-".contains(c);
     if full.len() <= MAX_SESSION_NAME && full.len() >= 2 && full.chars().all(allowed) {

@@ -219,7 +219,7 @@ impl Aws {
     }
 
     /// What pods without an identity of their own get (`--fallback`).
-    pub fn with_fallback(mut self, fallback: Fallback) -> Self {
+    pub(crate) fn with_fallback(mut self, fallback: Fallback) -> Self {
         self.fallback = fallback;
         self
     }

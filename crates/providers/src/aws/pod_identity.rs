@@ -27,7 +27,7 @@ use wicp_net::{self as net, http};
 const MAX_MESSAGE_CHARS: usize = 300;
 
 /// The agent's stable name, the `service` fact of its errors.
-pub const AGENT: &str = "EKS Pod Identity Agent";
+pub(crate) const AGENT: &str = "EKS Pod Identity Agent";
 
 /// The audience the agent (and EKS Auth behind it) accepts.
 pub const AUDIENCE: &str = "pods.eks.amazonaws.com";

@@ -193,7 +193,7 @@ pub struct WebIdentity<'a> {
 }
 
 impl WebIdentity<'_> {
-    pub fn call_name(&self) -> http::Call {
+    pub(crate) fn call_name(&self) -> http::Call {
         http::Call::new(
             Service::Sts.fact(),
             format!("STS AssumeRoleWithWebIdentity at {}", self.endpoint.url),

@@ -51,7 +51,7 @@ pub struct RefreshToken {
 impl RefreshToken {
     /// The registry login: the null-GUID username marks the password as a
     /// refresh token.
-    pub fn into_credential(self) -> crate::Credential {
+    pub(crate) fn into_credential(self) -> crate::Credential {
         crate::Credential {
             username: USERNAME.to_string(),
             password: self.token,

@@ -53,7 +53,7 @@ use super::{Options, entra};
 pub const AUDIENCE: &str = "api://AKSIdentityBinding";
 
 /// The cluster CA on an AKS node, which upstream hard-codes.
-pub const DEFAULT_CA: &str = if wicp_base::platform::WINDOWS {
+pub(crate) const DEFAULT_CA: &str = if wicp_base::platform::WINDOWS {
     r"c:\k\ca.crt"
 } else {
     "/etc/kubernetes/certs/ca.crt"
@@ -80,7 +80,7 @@ pub struct Binding {
 impl Binding {
     /// The binding from the options, `None` unless its SNI name is set;
     /// every part checked here, before any request.
-    pub fn from_options(options: &Options) -> Result<Option<Binding>> {
+    pub(crate) fn from_options(options: &Options) -> Result<Option<Binding>> {
         let Some(sni) = options.azure_identity_binding_sni.as_deref() else {
             let set = [
                 (

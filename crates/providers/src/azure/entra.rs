@@ -79,7 +79,7 @@ struct TokenResponse {
 /// The form of a token request that presents the service account token as
 /// a federated client assertion for `client_id`: Entra's, and the AKS
 /// identity binding's, which speaks the same protocol.
-pub fn assertion_form<'a>(
+pub(crate) fn assertion_form<'a>(
     client_id: &'a str,
     assertion: &'a Secret,
 ) -> [(&'static str, &'a str); 5] {
@@ -122,7 +122,7 @@ struct ErrorResponse {
 }
 
 /// The token endpoint of `authority` for `tenant`.
-pub fn token_url(authority: &str, tenant: &str) -> String {
+pub(crate) fn token_url(authority: &str, tenant: &str) -> String {
     format!("{authority}/{tenant}/oauth2/v2.0/token")
 }
 

@@ -45,7 +45,7 @@ impl Cloud {
     }
 
     /// The Entra ID authority of the cloud, `None` for a retired cloud.
-    pub fn authority_host(self) -> Option<&'static str> {
+    pub(crate) fn authority_host(self) -> Option<&'static str> {
         match self {
             Cloud::Public => Some("https://login.microsoftonline.com"),
             Cloud::China => Some("https://login.chinacloudapi.cn"),

@@ -14,13 +14,13 @@ use super::AZURE_TENANT_ID;
 use wicp_base::error::{Error, Fact, Result, quote};
 
 pub const WI_CLIENT_ID: &str = "azure.workload.identity/client-id";
-pub const AKS_CLIENT_ID: &str = "kubernetes.azure.com/acr-client-id";
-pub const WI_TENANT_ID: &str = "azure.workload.identity/tenant-id";
-pub const AKS_TENANT_ID: &str = "kubernetes.azure.com/acr-tenant-id";
+pub(crate) const AKS_CLIENT_ID: &str = "kubernetes.azure.com/acr-client-id";
+pub(crate) const WI_TENANT_ID: &str = "azure.workload.identity/tenant-id";
+pub(crate) const AKS_TENANT_ID: &str = "kubernetes.azure.com/acr-tenant-id";
 
 /// The annotation keys in the order they are tried: AKS's ACR keys first.
-pub const CLIENT_ID_KEYS: [&str; 2] = [AKS_CLIENT_ID, WI_CLIENT_ID];
-pub const TENANT_ID_KEYS: [&str; 2] = [AKS_TENANT_ID, WI_TENANT_ID];
+pub(crate) const CLIENT_ID_KEYS: [&str; 2] = [AKS_CLIENT_ID, WI_CLIENT_ID];
+pub(crate) const TENANT_ID_KEYS: [&str; 2] = [AKS_TENANT_ID, WI_TENANT_ID];
 
 /// Where a value came from, for messages.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -135,7 +135,7 @@ pub fn first<'a>(
 }
 
 /// A GUID in its canonical 8-4-4-4-12 form, lowercased.
-pub fn parse_guid(value: &str) -> Option<String> {
+pub(crate) fn parse_guid(value: &str) -> Option<String> {
     let groups: Vec<&str> = value.split('-').collect();
     let lengths: Vec<usize> = groups.iter().map(|g| g.len()).collect();
     let ok = lengths == [8, 4, 4, 4, 12]
@@ -153,7 +153,7 @@ pub fn parse_client_id(value: &str) -> Option<String> {
 /// (`contoso.onmicrosoft.com`, a verified custom domain). The value is
 /// placed in the authority URL's path, so anything but these two shapes is
 /// refused; `common` and `organizations` cannot issue app-only tokens.
-pub fn parse_tenant(value: &str) -> Option<String> {
+pub(crate) fn parse_tenant(value: &str) -> Option<String> {
     if let Some(guid) = parse_guid(value) {
         return (guid != "00000000-0000-0000-0000-000000000000").then_some(guid);
     }

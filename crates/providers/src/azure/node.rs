@@ -35,11 +35,11 @@ use wicp_base::secret::Secret;
 use wicp_net::{self as net, http, metadata};
 
 pub const DEFAULT_IMDS: &str = "http://169.254.169.254";
-pub const TOKEN_PATH: &str = "/metadata/identity/oauth2/token";
+pub(crate) const TOKEN_PATH: &str = "/metadata/identity/oauth2/token";
 const API_VERSION: &str = "2018-02-01";
 /// The ACR audience the stock plugin asks for (`AcrAudience`); tokens for
 /// it work whatever the registry's `azureADAuthenticationAsArmPolicy`.
-pub const RESOURCE: &str = "https://containerregistry.azure.net";
+pub(crate) const RESOURCE: &str = "https://containerregistry.azure.net";
 
 /// The cloud config's fields this reads (cloud-provider-azure
 /// `pkg/azclient/auth_conf.go`); the file holds many more.
@@ -108,7 +108,7 @@ impl NodeIdentity {
     /// themselves: caching them would only write one more copy of the
     /// secret to disk, and serve the old one after `aadClientSecret` is
     /// rotated.
-    pub fn worth_caching(&self) -> bool {
+    pub(crate) fn worth_caching(&self) -> bool {
         matches!(self, NodeIdentity::Managed { .. })
     }
 
@@ -179,7 +179,7 @@ impl Settings {
     /// another cloud. The node's token is its own cloud's; posting it to
     /// another cloud's login server sends a credential where it means
     /// nothing (and the service-account path refuses the same).
-    pub fn resolve_for(&self, registry_cloud: super::host::Cloud) -> Result<NodeIdentity> {
+    pub(crate) fn resolve_for(&self, registry_cloud: super::host::Cloud) -> Result<NodeIdentity> {
         let config = match &self.cloud_config {
             Some(path) => read_cloud_config(path)?,
             None => CloudConfig::default(),

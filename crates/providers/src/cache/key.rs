@@ -41,7 +41,7 @@ use wicp_kubelet::request::token::ServiceAccount;
 use crate::Input;
 
 /// The version of the key text and of the entry layout.
-pub const FORMAT_VERSION: u32 = 1;
+pub(crate) const FORMAT_VERSION: u32 = 1;
 
 /// Everything the key is made of.
 #[derive(Clone, Debug)]

@@ -22,7 +22,7 @@ pub const SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
 
 /// Without an organization policy exception, IAM refuses lifetimes above an
 /// hour.
-pub const DEFAULT_MAX_LIFETIME: Duration = Duration::from_secs(3600);
+pub(crate) const DEFAULT_MAX_LIFETIME: Duration = Duration::from_secs(3600);
 
 pub struct Request<'a> {
     /// The IAM Credentials base URL (`https://iamcredentials.googleapis.com`).

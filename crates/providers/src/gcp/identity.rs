@@ -79,7 +79,7 @@ impl Mode {
     }
 
     /// The error for a request routed to an exchanger with no mode.
-    pub fn not_configured() -> Error {
+    pub(crate) fn not_configured() -> Error {
         Error::config("the gcp exchanger has no identity pool configured")
             .fix(format!(
                 "pass {GCP_WORKLOAD_IDENTITY_PROVIDER} projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER \

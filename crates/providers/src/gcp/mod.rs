@@ -272,7 +272,11 @@ impl Gcp {
 
     /// What pods without an identity of their own get (`--fallback`), and
     /// `GCE_METADATA_HOST`.
-    pub fn with_fallback(mut self, fallback: Fallback, metadata_host: Option<String>) -> Self {
+    pub(crate) fn with_fallback(
+        mut self,
+        fallback: Fallback,
+        metadata_host: Option<String>,
+    ) -> Self {
         self.fallback = fallback;
         self.metadata_host = metadata_host;
         self

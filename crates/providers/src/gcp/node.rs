@@ -26,8 +26,8 @@ use wicp_base::secret::Secret;
 use wicp_net::{self as net, http, metadata};
 
 const DEFAULT_HOST: &str = "169.254.169.254";
-pub const HOST_ENV: &str = "GCE_METADATA_HOST";
-pub const TOKEN_PATH: &str = "/computeMetadata/v1/instance/service-accounts/default/token";
+pub(crate) const HOST_ENV: &str = "GCE_METADATA_HOST";
+pub(crate) const TOKEN_PATH: &str = "/computeMetadata/v1/instance/service-accounts/default/token";
 const FLAVOR: &str = "Metadata-Flavor";
 
 /// The metadata server at `host` (from `GCE_METADATA_HOST`) or the default.

@@ -17,7 +17,7 @@ use super::{AccessToken, refused};
 use crate::oauth;
 
 pub const GRANT_TYPE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
-pub const REQUESTED_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:access_token";
+pub(crate) const REQUESTED_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:access_token";
 pub const SUBJECT_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:jwt";
 pub const SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
 

@@ -17,7 +17,7 @@ const MAX_PATH_CHARS: usize = 512;
 /// A role name as Vault's auth plugins route it: `role/<name>` uses the SDK's
 /// `framework.GenericNameRegex`, `\w(([\w-.]+)?\w)?` (an ASCII word
 /// character at both ends, `-` and `.` inside).
-pub fn is_role(role: &str) -> bool {
+pub(crate) fn is_role(role: &str) -> bool {
     let bytes = role.as_bytes();
     let word = |b: &u8| b.is_ascii_alphanumeric() || *b == b'_';
     !bytes.is_empty()
@@ -63,12 +63,12 @@ pub fn prefix(value: &str) -> Result<String> {
 
 /// A secret path template over the service account (`registry/{namespace}/{name}`).
 #[derive(Clone, Debug)]
-pub struct Template(String);
+pub(crate) struct Template(String);
 
 impl Template {
     /// Checks the template as the path it becomes for a typical service
     /// account: only the two placeholders, every literal part a path segment.
-    pub fn parse(value: &str) -> Result<Self> {
+    pub(crate) fn parse(value: &str) -> Result<Self> {
         let trimmed = value.trim().trim_matches('/');
         let sample = trimmed.replace("{namespace}", "ns").replace("{name}", "sa");
         if !is_relative_path(&sample) {
@@ -84,7 +84,7 @@ impl Template {
     /// The path for one service account. Kubernetes namespaces and service
     /// account names are DNS labels and subdomains, which are path segments;
     /// the result is checked anyway, as the token's claims are its input.
-    pub fn render(&self, namespace: &str, name: &str) -> Result<String> {
+    pub(crate) fn render(&self, namespace: &str, name: &str) -> Result<String> {
         let path = self
             .0
             .replace("{namespace}", namespace)
@@ -102,7 +102,7 @@ impl Template {
 
 /// A secret named by an annotation, under the admin's prefix: `rest` is
 /// what follows the prefix, checked as a relative path.
-pub fn under_prefix(annotation: &str, prefix: &str, rest: &str) -> Result<String> {
+pub(crate) fn under_prefix(annotation: &str, prefix: &str, rest: &str) -> Result<String> {
     if !is_relative_path(rest) {
         return Err(Error::annotation_key(annotation, format!(
             "annotation {annotation} {} is not a secret path under the prefix {prefix}/",

@@ -54,7 +54,7 @@ pub fn errors(body: &[u8], secrets: &[&Secret]) -> Option<Vec<String>> {
 }
 
 /// `text` with every non-empty secret replaced, then cleaned for a log line.
-pub fn scrub(text: &str, secrets: &[&Secret]) -> String {
+pub(crate) fn scrub(text: &str, secrets: &[&Secret]) -> String {
     let mut text = text.to_string();
     for secret in secrets {
         if !secret.is_empty() {
@@ -79,7 +79,7 @@ pub fn describe(reply: &Reply, secrets: &[&Secret]) -> String {
 }
 
 /// Whether any of Vault's error strings contains `needle`.
-pub fn mentions(reply: &Reply, needle: &str) -> bool {
+pub(crate) fn mentions(reply: &Reply, needle: &str) -> bool {
     errors(&reply.body, &[])
         .unwrap_or_default()
         .iter()
