@@ -21,6 +21,15 @@ pub enum Kind {
     Other,
 }
 
+/// What a write does when something is already at its path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Existing {
+    /// Replace it, atomically (a link is replaced, never followed).
+    Replace,
+    /// Leave it and write nothing: the write answers `Ok(false)`.
+    Keep,
+}
+
 /// A regular file read through [`Host::read_file`](super::Host::read_file).
 #[derive(Clone, Debug)]
 pub struct FileData {

@@ -18,7 +18,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::found::{FileData, Identity, Kind};
+use super::found::{Existing, FileData, Identity, Kind};
 use super::os::host::Root;
 
 /// The node's file system below one root: `/` (or `C:\`) on the node
@@ -175,19 +175,21 @@ impl Host {
     /// Writes `bytes` to `path` atomically with `mode`, replacing what is
     /// there (a link is replaced, never followed).
     pub fn write(&self, path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
-        self.os.put(path, bytes, mode, true).map(|_| ())
+        self.os
+            .put(path, bytes, mode, Existing::Replace)
+            .map(|_| ())
     }
 
     /// Writes `bytes` to `path` only if nothing is there: `Ok(false)`
     /// when something is. Never overwrites.
     pub fn write_new(&self, path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<bool> {
-        self.os.put(path, bytes, mode, false)
+        self.os.put(path, bytes, mode, Existing::Keep)
     }
 
     /// Makes `path` a symbolic link to `target`, atomically (replacing
-    /// what is there, or only if nothing is, with `replace` false).
-    pub fn symlink(&self, path: &Path, target: &Path, replace: bool) -> std::io::Result<bool> {
-        self.os.symlink(path, target, replace)
+    /// what is there, or only if nothing is: `existing`).
+    pub fn symlink(&self, path: &Path, target: &Path, existing: Existing) -> std::io::Result<bool> {
+        self.os.symlink(path, target, existing)
     }
 
     /// Removes file or link `path`. `Ok(false)`: nothing was there.

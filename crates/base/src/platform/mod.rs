@@ -45,7 +45,7 @@ use windows as os;
 mod found;
 mod host;
 
-pub use found::{FileData, Kind};
+pub use found::{Existing, FileData, Kind};
 pub use host::Host;
 #[cfg(all(unix, any(test, feature = "test-support")))]
 pub use host::test_root;

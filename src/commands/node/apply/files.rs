@@ -136,7 +136,7 @@ impl Snapshot {
                 .map(|_| ())
                 .map_err(|e| io_error("remove", path, e)),
             (State::Symlink { target }, _) => host
-                .symlink(path, target, true)
+                .symlink(path, target, wicp_base::platform::Existing::Replace)
                 .map(|_| ())
                 .map_err(|e| io_error("restore the link", path, e)),
             (State::File { mode, .. }, Some(bytes)) => host

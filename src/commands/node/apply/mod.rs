@@ -150,8 +150,12 @@ pub(crate) fn apply(
     }
     for link in links {
         if host.read_link(link).as_deref() != Some(Path::new(BINARY)) {
-            host.symlink(link, Path::new(BINARY), true)
-                .map_err(|e| files::io_error("link", link, e))?;
+            host.symlink(
+                link,
+                Path::new(BINARY),
+                wicp_base::platform::Existing::Replace,
+            )
+            .map_err(|e| files::io_error("link", link, e))?;
         }
     }
     Ok(Applied {

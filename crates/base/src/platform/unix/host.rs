@@ -31,7 +31,7 @@ use rustix::fd::{AsFd, OwnedFd};
 use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags, RenameFlags, Stat};
 use rustix::io::Errno;
 
-use crate::platform::found::{Identity, Kind, Opened};
+use crate::platform::found::{Existing, Identity, Kind, Opened};
 
 /// Most symbolic links one resolution follows (Linux's own limit).
 const MAX_LINKS: u32 = 40;
@@ -514,23 +514,23 @@ impl Root {
         path: &Path,
         bytes: &[u8],
         mode: u32,
-        replace: bool,
+        existing: Existing,
     ) -> std::io::Result<bool> {
         let (dir, name) = self.parent_of(path)?;
         let tmp = Self::temp_file(&dir, &name, bytes, mode)?;
-        Self::rename_into(&dir, &tmp, &name, replace)
+        Self::rename_into(&dir, &tmp, &name, existing)
     }
 
-    /// Renames `tmp` to `name` in `dir` (only if nothing is there, without
-    /// `replace`: `Ok(false)` then), syncs the directory, and removes `tmp`
+    /// Renames `tmp` to `name` in `dir` (only if nothing is there, with
+    /// [`Existing::Keep`]: `Ok(false)` then), syncs the directory, and removes `tmp`
     /// when the rename fails.
     fn rename_into(
         dir: &OwnedFd,
         tmp: &OsStr,
         name: &OsStr,
-        replace: bool,
+        existing: Existing,
     ) -> std::io::Result<bool> {
-        let flags = if replace {
+        let flags = if existing == Existing::Replace {
             RenameFlags::empty()
         } else {
             RenameFlags::NOREPLACE
@@ -542,7 +542,7 @@ impl Root {
             }
             Err(e) => {
                 let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
-                if e == Errno::EXIST && !replace {
+                if e == Errno::EXIST && existing == Existing::Keep {
                     Ok(false)
                 } else {
                     Err(io(e))
@@ -552,19 +552,19 @@ impl Root {
     }
 
     /// Makes `path` a symbolic link to `target`, atomically (replacing
-    /// what is there, or only if nothing is, with `replace` false).
+    /// what is there, or only if nothing is: `existing`).
     pub(crate) fn symlink(
         &self,
         path: &Path,
         target: &Path,
-        replace: bool,
+        existing: Existing,
     ) -> std::io::Result<bool> {
         let (dir, name) = self.parent_of(path)?;
         let mut tmp = OsString::from(".");
         tmp.push(&name);
         tmp.push(format!(".wicp-{}", random_suffix()));
         rustix::fs::symlinkat(target, &dir, tmp.as_os_str()).map_err(io)?;
-        Self::rename_into(&dir, &tmp, &name, replace)
+        Self::rename_into(&dir, &tmp, &name, existing)
     }
 
     /// Removes file or link `path` (never what a link points to).

@@ -20,7 +20,7 @@ use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::super::{Create, Open};
-use crate::platform::found::{Identity, Kind, Opened};
+use crate::platform::found::{Existing, Identity, Kind, Opened};
 
 /// The Windows primitives under [`Host`](crate::platform::Host): the root folder, every path
 /// checked component by component below it.
@@ -334,14 +334,14 @@ impl Root {
         path: &Path,
         bytes: &[u8],
         mode: u32,
-        replace: bool,
+        existing: Existing,
     ) -> std::io::Result<bool> {
         let (dir, local) = self.place(path)?;
-        if !replace && std::fs::symlink_metadata(&local).is_ok() {
+        if existing == Existing::Keep && std::fs::symlink_metadata(&local).is_ok() {
             return Ok(false);
         }
         let tmp = Self::temp_file(&dir, &local, bytes, mode)?;
-        let moved = if replace {
+        let moved = if existing == Existing::Replace {
             super::rename(&tmp, &local)
         } else {
             // A hard link fails if the name exists: "only if nothing is
@@ -352,7 +352,7 @@ impl Root {
             Ok(()) => Ok(true),
             Err(e) => {
                 let _ = std::fs::remove_file(&tmp);
-                if !replace && e.kind() == std::io::ErrorKind::AlreadyExists {
+                if existing == Existing::Keep && e.kind() == std::io::ErrorKind::AlreadyExists {
                     Ok(false)
                 } else {
                     Err(e)
@@ -367,11 +367,11 @@ impl Root {
         &self,
         path: &Path,
         target: &Path,
-        replace: bool,
+        existing: Existing,
     ) -> std::io::Result<bool> {
         let (dir, local) = self.place(path)?;
         if std::fs::symlink_metadata(&local).is_ok() {
-            if !replace {
+            if existing == Existing::Keep {
                 return Ok(false);
             }
             let tmp = dir.join(format!(".wicp-link-{}", crate::platform::random_hex(8)));
